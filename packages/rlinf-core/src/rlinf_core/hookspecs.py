@@ -1,0 +1,107 @@
+"""Hook specifications: everything a plugin can contribute to rlinf.
+
+A plugin is a module registered under the ``rlinf`` entry-point group, whose name is its
+distribution name without ``rlinf-`` (``hw-franka = "rlinf_hw_franka.plugin"``). It implements
+any of the hooks below with :data:`rlinf_core.plugins.hookimpl`::
+
+    from rlinf_core.plugins import hookimpl
+
+    @hookimpl
+    def rlinf_register_hardware():
+        return [Franka]
+
+Registration hooks take no arguments and return *classes* that carry a ``PLUGIN_NAME``; rlinf
+builds instances from validated configuration. A plugin module must import without torch, ray or
+any vendor SDK: keep heavy imports inside the classes' methods or in modules the classes live in
+and import them lazily.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    import click
+
+    from rlinf_core.algorithm import Algorithm
+    from rlinf_core.envs import EnvSpec
+    from rlinf_core.hardware import HardwarePlugin
+    from rlinf_core.network import NetworkProvider
+    from rlinf_core.scheduler import Scheduler
+
+PROJECT_NAME = "rlinf"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+
+
+@hookspec
+def rlinf_register_hardware() -> list[type[HardwarePlugin]] | None:
+    """Register hardware types that node groups can own (``hardware.type`` in the cluster YAML).
+
+    :returns: :class:`~rlinf_core.hardware.HardwarePlugin` subclasses. Their ``PLUGIN_NAME`` is
+        matched case-insensitively; two plugins claiming one name is an error naming both.
+        ``None`` or an empty list registers nothing.
+
+    Called once per process that builds the plugin manager: the driver (placement planning,
+    ``rlinf hw check``) and workers that validate hardware.
+    """
+
+
+@hookspec
+def rlinf_register_algorithms() -> list[type[Algorithm]] | None:
+    """Register training algorithms, selected by ``algorithm.name`` in the run YAML.
+
+    :returns: :class:`~rlinf_core.algorithm.Algorithm` subclasses (``ppo``, ``sac``, ``grpo``...).
+        ``None`` or an empty list registers nothing.
+
+    Called in the driver process when a run configuration is validated.
+    """
+
+
+@hookspec
+def rlinf_register_schedulers() -> list[type[Scheduler]] | None:
+    """Register runtimes that place and launch components (``ray`` is shipped by rlinf-scheduler).
+
+    :returns: :class:`~rlinf_core.scheduler.Scheduler` subclasses. ``None`` or an empty list
+        registers nothing.
+
+    Called in the driver process.
+    """
+
+
+@hookspec
+def rlinf_register_network_providers() -> list[type[NetworkProvider]] | None:
+    """Register overlay network providers (``easytier`` is shipped by rlinf-net-easytier).
+
+    :returns: :class:`~rlinf_core.network.NetworkProvider` subclasses. ``None`` or an empty list
+        registers nothing.
+
+    Called in the process running ``rlinf net`` or ``rlinf node start --network``.
+    """
+
+
+@hookspec
+def rlinf_register_envs() -> list[EnvSpec] | None:
+    """Register gymnasium environment ids (``rlinf/FrankaReach-v0``).
+
+    :returns: :class:`~rlinf_core.envs.EnvSpec` records; rlinf hands them to gymnasium in the
+        processes that create environments, so this hook must not import gymnasium itself.
+        ``None`` or an empty list registers nothing.
+
+    Called in the driver (config validation) and in env worker processes.
+    """
+
+
+@hookspec
+def rlinf_register_commands(cli: click.Group) -> None:
+    """Add subcommands to the ``rlinf`` command line.
+
+    :param cli: the root ``click.Group``; call ``cli.add_command(...)`` or decorate functions
+        with ``@cli.command()`` / ``@cli.group()``.
+    :returns: nothing; the return value is ignored.
+
+    Called once in the ``rlinf`` CLI process, before arguments are parsed. Keep it cheap: import
+    heavy modules inside the command functions, not here.
+    """
