@@ -1,0 +1,1 @@
+"""rlinf-hw-demo: a sample third-party hardware plugin for rlinf."""
