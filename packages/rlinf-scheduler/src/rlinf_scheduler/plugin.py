@@ -1,10 +1,12 @@
 """rlinf plugin of rlinf-scheduler (entry point ``scheduler``).
 
-Registers the ``ray`` scheduler and the ``rlinf cluster`` / ``rlinf node`` commands once they
-exist; until then it registers nothing. Must import without ray.
+Registers the ``rlinf cluster`` commands (the ``ray`` scheduler comes with the runtime). Must
+import without ray: command modules are imported inside the hook, and they import ray lazily too.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from rlinf_core.plugins import hookimpl
 
@@ -12,3 +14,10 @@ from rlinf_core.plugins import hookimpl
 @hookimpl
 def rlinf_register_schedulers() -> list[type]:
     return []
+
+
+@hookimpl
+def rlinf_register_commands(cli: Any) -> None:
+    from rlinf_scheduler.cli import register
+
+    register(cli)
