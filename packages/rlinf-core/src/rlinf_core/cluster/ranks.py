@@ -18,6 +18,9 @@ __all__ = ["RANK_EXPR_HELP", "compress_ranks", "parse_rank_expr", "rank_expr_pro
 
 RANK_EXPR_HELP = "a rank expression such as 3, 0-7, '0-3,8,10-11', all, or a list of these"
 
+MAX_RANKS = 10_000_000
+"""The most ranks one range may expand to when no bound is known (guards against ``0-999999999``)."""
+
 _NUM = re.compile(r"^\d+$")
 _RANGE = re.compile(r"^(\d+)\s*-\s*(\d+)$")
 _NEG = re.compile(r"^-\s*\d+$")
@@ -58,9 +61,19 @@ def _parse_token(
         if b < a:
             problems.append(ConfigProblem(path, f"range {a}-{b} is descending; write {b}-{a}"))
             return []
-        ok_a = _check(a, size, what, path, problems)
-        ok_b = ok_a and _check(b, size, what, path, problems)
-        return list(range(a, b + 1)) if ok_a and ok_b else []
+        if size is not None and b >= size:
+            first = max(a, size)
+            bad = f"{first}" if first == b else f"{first}-{b}"
+            problems.append(
+                ConfigProblem(path, f"range {a}-{b}: {what}s {bad} are outside {_bound_text(size)}")
+                if first != b or a != b
+                else ConfigProblem(path, f"{what} {b} is outside {_bound_text(size)}")
+            )
+            return []
+        if b - a >= MAX_RANKS:
+            problems.append(ConfigProblem(path, f"range {a}-{b} has more than {MAX_RANKS} ranks"))
+            return []
+        return list(range(a, b + 1))
     if _NEG.match(text) or re.match(r"^\d+\s*-\s*-\s*\d+$", text):
         problems.append(ConfigProblem(path, f"{what}s cannot be negative (got {text!r})"))
         return []
