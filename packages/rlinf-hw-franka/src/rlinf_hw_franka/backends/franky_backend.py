@@ -1,0 +1,187 @@
+"""A real Franka arm (or franka-sim) through franky-control (``pip install 'rlinf-hw-franka[robot]'``).
+
+Every env step sends an asynchronous Cartesian motion to the new end-effector target; franky
+replaces the running motion seamlessly (its Ruckig trajectory generator plans from the current
+state), so the arm follows a stream of targets at the env's control rate. Errors the robot
+reports (reflexes, limit violations, a lost connection) surface at the next command or read as a
+:class:`HardwareError` that names the robot; :meth:`FrankyBackend.reset` runs franky's automatic
+error recovery.
+
+franky and pylibfranka cannot be imported in one process (a pybind11 type clash): a process
+that uses this backend must not import pylibfranka.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from rlinf_core.errors import ConfigError, HardwareError, WaitTimeout
+from rlinf_hw_franka.backends import Backend, RobotState, quat_normalize
+from rlinf_hw_franka.cameras import Camera
+
+__all__ = ["FrankyBackend", "import_franky"]
+
+
+def import_franky() -> Any:
+    """Import franky lazily, with an actionable error if it is missing or clashes."""
+    if "pylibfranka" in sys.modules:
+        raise ConfigError(
+            "pylibfranka is already imported in this process; franky and pylibfranka cannot be used in one "
+            "process (a pybind11 type clash). Run the franky backend in a process that does not import pylibfranka."
+        )
+    try:
+        import franky
+    except ImportError as err:
+        raise ConfigError(
+            f"the franky backend needs franky-control: pip install 'rlinf-hw-franka[robot]' ({err})"
+        ) from None
+    return franky
+
+
+class FrankyBackend(Backend):
+    """A Franka arm driven by franky.
+
+    Parameters:
+        robot_ip: the control box (FCI) address.
+        realtime_kernel: ``True`` only on a PREEMPT_RT kernel; otherwise franky connects with
+            ``RealtimeConfig.Ignore``.
+        dynamics_factor: franky's relative dynamics factor (scales max velocity, acceleration
+            and jerk; 0 < f <= 1).
+        gripper: drive the Franka Hand (port 1338).
+        cameras: camera objects (:class:`rlinf_hw_franka.cameras.Camera`) to read images from.
+        motion_timeout: seconds a blocking motion (the reset to home) may take.
+        label: how errors name this robot (default ``Franka robot at <ip>``).
+    """
+
+    name = "franky"
+    physical = True
+
+    def __init__(
+        self,
+        robot_ip: str,
+        *,
+        realtime_kernel: bool = False,
+        dynamics_factor: float = 0.2,
+        gripper: bool = True,
+        cameras: Sequence[Camera] = (),
+        motion_timeout: float = 20.0,
+        label: str | None = None,
+    ) -> None:
+        if not 0 < dynamics_factor <= 1:
+            raise ConfigError(f"dynamics_factor must be in (0, 1], got {dynamics_factor!r}")
+        self.franky = import_franky()
+        self.robot_ip = robot_ip
+        self.label = label or f"Franka robot at {robot_ip}"
+        self.motion_timeout = motion_timeout
+        self.cameras = list(cameras)
+        fr = self.franky
+        rt = fr.RealtimeConfig.Enforce if realtime_kernel else fr.RealtimeConfig.Ignore
+        try:
+            self.robot = fr.Robot(robot_ip, realtime_config=rt)
+            self.robot.relative_dynamics_factor = dynamics_factor
+        except Exception as err:
+            raise HardwareError(f"{self.label}: cannot connect: {type(err).__name__}: {err}") from None
+        self.gripper = None
+        self._last_width: float | None = None
+        if gripper:
+            try:
+                self.gripper = fr.Gripper(robot_ip)
+            except Exception as err:
+                raise HardwareError(
+                    f"{self.label}: cannot connect to the Franka Hand (port 1338): {type(err).__name__}: {err}; "
+                    "use gripper_type: none if the arm has no hand"
+                ) from None
+
+    def _fail(self, what: str, err: BaseException) -> HardwareError:
+        return HardwareError(
+            f"{self.label}: {what}: {type(err).__name__}: {err}. "
+            "Reset the env (it runs the robot's automatic error recovery) or clear the error in Desk."
+        )
+
+    def reset(self, home_q: np.ndarray) -> None:
+        fr = self.franky
+        try:
+            self.robot.poll_motion()
+        except Exception:
+            pass  # an error of the last episode: recovered below
+        try:
+            if self.robot.has_errors:
+                self.robot.recover_from_errors()
+            self.robot.move(fr.JointMotion([float(x) for x in home_q]), asynchronous=True)
+            finished = self.robot.join_motion(timeout=self.motion_timeout)
+        except Exception as err:
+            raise self._fail("moving to the home pose failed", err) from None
+        if not finished:
+            try:
+                self.robot.stop()
+            except Exception:
+                pass
+            raise WaitTimeout(
+                f"{self.label}: the move to the home pose did not finish within {self.motion_timeout:g}s"
+            )
+        if self.gripper is not None:
+            self._move_gripper(self.gripper.max_width if hasattr(self.gripper, "max_width") else 0.08)
+
+    def command(self, ee_pos: np.ndarray, ee_quat: np.ndarray, gripper_width: float | None) -> None:
+        fr = self.franky
+        w, x, y, z = quat_normalize(ee_quat)
+        target = fr.Affine(np.asarray(ee_pos, dtype=np.float64), np.array([x, y, z, w]))
+        try:
+            self.robot.poll_motion()  # raises what went wrong during the previous motion
+            self.robot.move(fr.CartesianMotion(target, fr.ReferenceType.Absolute), asynchronous=True)
+        except Exception as err:
+            raise self._fail("the robot reported an error", err) from None
+        if gripper_width is not None and self.gripper is not None:
+            self._move_gripper(gripper_width)
+
+    def _move_gripper(self, width: float) -> None:
+        if self._last_width is not None and abs(width - self._last_width) < 0.005:
+            return
+        try:
+            self.gripper.move_async(float(width), 0.1)  # type: ignore[union-attr]
+        except Exception as err:
+            raise self._fail("the gripper reported an error", err) from None
+        self._last_width = float(width)
+
+    def read(self, cameras: bool = False) -> RobotState:
+        try:
+            js = self.robot.current_joint_state
+            pose = self.robot.current_cartesian_state.pose.end_effector_pose
+        except Exception as err:
+            raise self._fail("reading the robot state failed", err) from None
+        qx, qy, qz, qw = np.asarray(pose.quaternion, dtype=np.float64)
+        width = 0.0
+        if self.gripper is not None:
+            try:
+                width = float(self.gripper.width)
+            except Exception as err:
+                raise self._fail("reading the gripper failed", err) from None
+        state = RobotState(
+            q=np.asarray(js.position, dtype=np.float64),
+            dq=np.asarray(js.velocity, dtype=np.float64),
+            ee_pos=np.asarray(pose.translation, dtype=np.float64),
+            ee_quat=quat_normalize(np.array([qw, qx, qy, qz])),
+            gripper_width=width,
+        )
+        if cameras:
+            state.images = {cam.name: cam.read() for cam in self.cameras}
+        return state
+
+    def wait_until_still(self, timeout: float) -> bool:
+        """Block until the current motion ends (``True``) or ``timeout`` passes (``False``)."""
+        try:
+            return bool(self.robot.join_motion(timeout=timeout))
+        except Exception as err:
+            raise self._fail("the robot reported an error", err) from None
+
+    def close(self) -> None:
+        try:
+            self.robot.stop()
+        except Exception:
+            pass
+        for cam in self.cameras:
+            cam.close()

@@ -1,0 +1,202 @@
+"""The MuJoCo twin: this package's Panda MJCF with the Franka Hand, driven like the real arm.
+
+An end-effector pose command is turned into a joint-position target by damped-least-squares
+inverse kinematics (with a null-space pull towards the home posture), and the joint position
+servos (the Menagerie gains, gravity compensated like the real controller) track that target,
+linearly interpolated over the control period. Images come from MuJoCo's offscreen renderer,
+only for the cameras asked for.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from rlinf_core.errors import ConfigError
+from rlinf_hw_franka.backends import Backend, RobotState, quat_normalize
+from rlinf_hw_franka.mjcf import FINGER_TRAVEL, JOINT_LIMITS, panda_mjcf
+
+__all__ = ["MujocoBackend"]
+
+
+def _import_mujoco():  # type: ignore[no-untyped-def]
+    try:
+        import mujoco
+    except ImportError:
+        raise ConfigError(
+            "the mujoco backend needs MuJoCo: pip install 'rlinf-hw-franka[sim]' (or pip install mujoco)"
+        ) from None
+    return mujoco
+
+
+class MujocoBackend(Backend):
+    """The simulated Panda.
+
+    Parameters:
+        timestep: physics step (s).
+        cameras: names of MJCF cameras to render (``front``, ``wrist``); none by default.
+        image_size: ``(height, width)`` of rendered images.
+        gripper: simulate the Franka Hand's fingers (``False``: they stay open).
+        ik_iterations: damped-least-squares iterations per command.
+    """
+
+    name = "mujoco"
+    physical = False
+
+    def __init__(
+        self,
+        *,
+        timestep: float = 0.002,
+        cameras: Sequence[str] = (),
+        image_size: tuple[int, int] = (128, 128),
+        gripper: bool = True,
+        ik_iterations: int = 8,
+    ) -> None:
+        mujoco = _import_mujoco()
+        self._mj = mujoco
+        self.model = mujoco.MjModel.from_xml_string(panda_mjcf(hand=True, scene=True, timestep=timestep))
+        self.data = mujoco.MjData(self.model)
+        self._ik = mujoco.MjData(self.model)
+        self.gripper = gripper
+        self.ik_iterations = ik_iterations
+        m = self.model
+        self._tcp = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, "tcp")
+        self._arm_qpos = np.array(
+            [m.jnt_qposadr[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, f"joint{i}")] for i in range(1, 8)]
+        )
+        self._arm_dof = np.array(
+            [m.jnt_dofadr[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, f"joint{i}")] for i in range(1, 8)]
+        )
+        self._finger_qpos = np.array(
+            [
+                m.jnt_qposadr[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, f"finger_joint_{s}")]
+                for s in ("left", "right")
+            ]
+        )
+        self._finger_dof = np.array(
+            [
+                m.jnt_dofadr[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, f"finger_joint_{s}")]
+                for s in ("left", "right")
+            ]
+        )
+        self._target_mocap = m.body_mocapid[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "target")]
+        self._lo = np.array([lo for lo, _ in JOINT_LIMITS])
+        self._hi = np.array([hi for _, hi in JOINT_LIMITS])
+        self._home = np.zeros(7)
+        self._q_cmd = np.zeros(7)
+        self._finger_cmd = FINGER_TRAVEL
+        self._jacp = np.zeros((3, m.nv))
+        self._jacr = np.zeros((3, m.nv))
+        self.camera_names = list(cameras)
+        known = [m.camera(i).name for i in range(m.ncam)]
+        unknown = [c for c in self.camera_names if c not in known]
+        if unknown:
+            raise ConfigError(f"unknown simulated camera(s) {unknown}; the twin has: {', '.join(known)}")
+        self.image_size = image_size
+        self._renderer = None
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _tcp_pose(self, data) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+        quat = np.zeros(4)
+        self._mj.mju_mat2Quat(quat, data.site_xmat[self._tcp])
+        return data.site_xpos[self._tcp].copy(), quat_normalize(quat)
+
+    def solve_ik(self, ee_pos: np.ndarray, ee_quat: np.ndarray, q0: np.ndarray) -> np.ndarray:
+        """Joint positions (7,) that put the TCP at ``ee_pos`` / ``ee_quat`` (w, x, y, z), by
+        damped least squares started at ``q0``, with a null-space pull towards home."""
+        mj, m, d = self._mj, self.model, self._ik
+        q = np.clip(q0.astype(np.float64), self._lo, self._hi)
+        err = np.zeros(6)
+        cur = np.zeros(4)
+        neg = np.zeros(4)
+        dif = np.zeros(4)
+        lam2 = 1e-4
+        for _ in range(self.ik_iterations):
+            d.qpos[self._arm_qpos] = q
+            mj.mj_kinematics(m, d)
+            mj.mj_comPos(m, d)
+            err[:3] = ee_pos - d.site_xpos[self._tcp]
+            mj.mju_mat2Quat(cur, d.site_xmat[self._tcp])
+            mj.mju_negQuat(neg, cur)
+            mj.mju_mulQuat(dif, ee_quat, neg)
+            mj.mju_quat2Vel(err[3:], dif, 1.0)
+            if np.linalg.norm(err[:3]) < 1e-4 and np.linalg.norm(err[3:]) < 1e-3:
+                break
+            mj.mj_jacSite(m, d, self._jacp, self._jacr, self._tcp)
+            jac = np.vstack([self._jacp[:, self._arm_dof], self._jacr[:, self._arm_dof]])
+            jjt = jac @ jac.T + lam2 * np.eye(6)
+            dq = jac.T @ np.linalg.solve(jjt, err)
+            # Null-space posture task: stay close to the home configuration.
+            pinv = jac.T @ np.linalg.inv(jjt)
+            dq += (np.eye(7) - pinv @ jac) @ (0.1 * (self._home - q))
+            step = np.max(np.abs(dq))
+            if step > 0.2:
+                dq *= 0.2 / step
+            q = np.clip(q + dq, self._lo, self._hi)
+        return q
+
+    # -- Backend ----------------------------------------------------------------------------
+    def reset(self, home_q: np.ndarray) -> None:
+        mj = self._mj
+        self._home = np.asarray(home_q, dtype=np.float64).copy()
+        mj.mj_resetData(self.model, self.data)
+        self.data.qpos[self._arm_qpos] = self._home
+        self.data.qpos[self._finger_qpos] = FINGER_TRAVEL
+        self._q_cmd = self._home.copy()
+        self._finger_cmd = FINGER_TRAVEL
+        self.data.ctrl[:7] = self._home
+        self.data.ctrl[7:9] = FINGER_TRAVEL
+        mj.mj_forward(self.model, self.data)
+
+    def command(self, ee_pos: np.ndarray, ee_quat: np.ndarray, gripper_width: float | None) -> None:
+        self._q_prev = self._q_cmd.copy()
+        self._q_cmd = self.solve_ik(ee_pos, ee_quat, self.data.qpos[self._arm_qpos])
+        if gripper_width is not None and self.gripper:
+            self._finger_cmd = float(np.clip(gripper_width / 2.0, 0.0, FINGER_TRAVEL))
+
+    def advance(self, duration: float) -> None:
+        mj, m, d = self._mj, self.model, self.data
+        steps = max(1, round(duration / m.opt.timestep))
+        q_prev = getattr(self, "_q_prev", self._q_cmd)
+        d.ctrl[7:9] = self._finger_cmd
+        for k in range(1, steps + 1):
+            d.ctrl[:7] = q_prev + (self._q_cmd - q_prev) * (k / steps)
+            mj.mj_step(m, d)
+        self._q_prev = self._q_cmd.copy()
+
+    def read(self, cameras: bool = False) -> RobotState:
+        d = self.data
+        pos, quat = self._tcp_pose(d)
+        state = RobotState(
+            q=d.qpos[self._arm_qpos].copy(),
+            dq=d.qvel[self._arm_dof].copy(),
+            ee_pos=pos,
+            ee_quat=quat,
+            gripper_width=float(d.qpos[self._finger_qpos].sum()),
+        )
+        if cameras and self.camera_names:
+            state.images = self.render()
+        return state
+
+    def render(self) -> dict[str, np.ndarray]:
+        """RGB images (H, W, 3, uint8) of the configured cameras."""
+        if self._renderer is None:
+            if "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
+                os.environ["MUJOCO_GL"] = "egl"  # headless: render through EGL
+            h, w = self.image_size
+            self._renderer = self._mj.Renderer(self.model, height=h, width=w)
+        out = {}
+        for name in self.camera_names:
+            self._renderer.update_scene(self.data, camera=name)
+            out[name] = self._renderer.render().copy()
+        return out
+
+    def set_target_marker(self, pos: np.ndarray) -> None:
+        self.data.mocap_pos[self._target_mocap] = pos
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None

@@ -1,0 +1,320 @@
+"""``FrankaEnv``: a gymnasium environment of one Franka arm, simulated or real, with a reach task.
+
+Registered ids (see :mod:`rlinf_hw_franka.envs`):
+
+* ``rlinf/FrankaReach-v0``: the MuJoCo twin (``backend="mujoco"``), no real-time pacing.
+* ``rlinf/FrankaReachReal-v0``: a real arm through franky (``backend="franky"``, ``robot_ip=``).
+
+Action (``Box(-1, 1)``): the end-effector position delta ``dx, dy, dz`` (scaled by
+``max_delta_pos`` metres), then with ``rotation=True`` a rotation vector (scaled by
+``max_delta_rot`` radians), then with a gripper its opening (-1 closed, +1 open). The new target
+is the measured end-effector position plus the delta, clipped to ``safety_box``; without
+``rotation`` the orientation is held at the one measured after reset.
+
+Observation (``Dict``; ``obs_mode="flat"`` concatenates it into one ``Box``): ``joint_pos`` (7),
+``joint_vel`` (7), ``ee_pos`` (3), ``ee_quat`` (4, ``w x y z``), ``gripper_width`` (1, with a
+gripper), ``target_pos`` (3), and with ``cameras`` an ``images`` dict of ``(H, W, 3)`` uint8
+(simulated cameras are rendered only when asked for).
+
+Reward: ``-distance(ee_pos, target_pos)`` (metres, dense). ``info["is_success"]`` is
+``distance < success_threshold``. With ``terminate_on_success`` an episode ends on success.
+
+Control rate: each step is one period of ``control_hz``. With ``realtime`` (the default for a
+real robot) the env sleeps until the period's deadline, never a negative time; a step whose work
+(including the policy's time between steps) ran past the deadline is an overrun, counted in
+``info["overruns"]`` (per episode) and flagged in ``info["step_overrun"]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from rlinf_core.errors import ConfigError
+from rlinf_hw_franka.backends import Backend, RobotState, quat_mul, rotvec_to_quat
+from rlinf_hw_franka.control import RateKeeper
+from rlinf_hw_franka.mjcf import FINGER_TRAVEL, HOME_Q
+
+__all__ = ["DEFAULT_SAFETY_BOX", "DEFAULT_TARGET_BOX", "FrankaEnv"]
+
+Box3 = tuple[Sequence[float], Sequence[float]]
+
+#: Where the end effector may be commanded (base frame, metres): in front of the robot, above
+#: the table.
+DEFAULT_SAFETY_BOX: Box3 = ((0.25, -0.40, 0.05), (0.75, 0.40, 0.75))
+#: Where reach targets are sampled.
+DEFAULT_TARGET_BOX: Box3 = ((0.35, -0.25, 0.15), (0.65, 0.25, 0.45))
+
+
+def _box(value: Box3, name: str) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        lo = np.asarray(value[0], dtype=np.float64).reshape(3)
+        hi = np.asarray(value[1], dtype=np.float64).reshape(3)
+    except (TypeError, ValueError, IndexError):
+        raise ConfigError(
+            f"{name} must be [[x_min, y_min, z_min], [x_max, y_max, z_max]] in metres, got {value!r}"
+        ) from None
+    if not np.all(lo < hi):
+        raise ConfigError(
+            f"{name}: every minimum must be below its maximum, got low={lo.tolist()} high={hi.tolist()}"
+        )
+    return lo, hi
+
+
+class FrankaEnv(gym.Env):
+    """One Franka arm as a gymnasium environment (see the module docstring for the spaces).
+
+    Parameters:
+        backend: ``"mujoco"`` (the twin) or ``"franky"`` (a real arm / franka-sim), or a
+            :class:`~rlinf_hw_franka.backends.Backend` instance.
+        robot_ip: the arm's address (franky backend).
+        hardware: the ``WorkerInfo.hardware`` mapping of a worker placed on a Franka (robot IP,
+            cameras, gripper, control rate); explicit arguments win over it.
+        control_hz: control rate (default: the hardware's ``control_hz``, else 10).
+        realtime: sleep to hold the rate; default ``True`` for franky, ``False`` for mujoco.
+        rotation: include a rotation delta in the action.
+        gripper: include the gripper in action and observation (default: the hardware's
+            ``gripper_type`` is ``franka``; ``True`` for the twin).
+        safety_box, target_box: ``[[x, y, z]_min, [x, y, z]_max]`` in metres, base frame.
+        max_delta_pos, max_delta_rot: action scale (m and rad per step).
+        success_threshold: distance (m) that counts as reached.
+        terminate_on_success: end the episode when reached.
+        home_q: joint configuration of reset.
+        cameras: sim: MJCF camera names (``front``, ``wrist``); franky: RealSense serials
+            (default: the hardware's ``camera_serials`` when its ``camera_type`` is realsense).
+        image_size: ``(height, width)`` of images.
+        obs_mode: ``"dict"`` or ``"flat"`` (no cameras).
+        render_mode: ``"rgb_array"`` renders the ``front`` camera (twin only).
+        sim_timestep: physics step of the twin (s).
+        dynamics_factor, realtime_kernel, motion_timeout: franky settings.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(
+        self,
+        backend: str | Backend = "mujoco",
+        *,
+        task: Literal["reach"] = "reach",
+        robot_ip: str | None = None,
+        hardware: Mapping[str, Any] | None = None,
+        control_hz: float | None = None,
+        realtime: bool | None = None,
+        rotation: bool = False,
+        gripper: bool | None = None,
+        safety_box: Box3 = DEFAULT_SAFETY_BOX,
+        target_box: Box3 = DEFAULT_TARGET_BOX,
+        max_delta_pos: float = 0.05,
+        max_delta_rot: float = 0.2,
+        success_threshold: float = 0.03,
+        terminate_on_success: bool = False,
+        home_q: Sequence[float] = HOME_Q,
+        cameras: Sequence[str] | None = None,
+        image_size: tuple[int, int] = (128, 128),
+        obs_mode: Literal["dict", "flat"] = "dict",
+        render_mode: str | None = None,
+        sim_timestep: float = 0.002,
+        dynamics_factor: float = 0.2,
+        realtime_kernel: bool = False,
+        motion_timeout: float = 20.0,
+    ) -> None:
+        super().__init__()
+        hw = dict(hardware or {})
+        if task != "reach":
+            raise ConfigError(f"unknown task {task!r}; FrankaEnv implements: reach")
+        if obs_mode not in ("dict", "flat"):
+            raise ConfigError(f"obs_mode must be 'dict' or 'flat', got {obs_mode!r}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ConfigError(
+                f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}"
+            )
+        self.render_mode = render_mode
+        hz = control_hz if control_hz is not None else float(hw.get("control_hz", 10.0))
+        if not hz > 0:
+            raise ConfigError(f"control_hz must be positive, got {hz!r}")
+        self.control_hz = hz
+        self.rotation = rotation
+        self.safety_lo, self.safety_hi = _box(safety_box, "safety_box")
+        self.target_lo, self.target_hi = _box(target_box, "target_box")
+        self.max_delta_pos = float(max_delta_pos)
+        self.max_delta_rot = float(max_delta_rot)
+        self.success_threshold = float(success_threshold)
+        self.terminate_on_success = terminate_on_success
+        self.home_q = np.asarray(home_q, dtype=np.float64).reshape(7)
+        self.obs_mode = obs_mode
+
+        if isinstance(backend, Backend):
+            self.backend = backend
+            self.gripper = bool(gripper) if gripper is not None else False
+            cams: list[str] = []
+        elif backend == "mujoco":
+            from rlinf_hw_franka.backends.mujoco_backend import MujocoBackend
+
+            self.gripper = True if gripper is None else bool(gripper)
+            cams = list(cameras or [])
+            render_cams = [*cams, "front"] if render_mode == "rgb_array" and "front" not in cams else cams
+            self.backend = MujocoBackend(
+                timestep=sim_timestep, cameras=render_cams, image_size=image_size, gripper=self.gripper
+            )
+        elif backend == "franky":
+            from rlinf_hw_franka.backends.franky_backend import FrankyBackend
+            from rlinf_hw_franka.cameras import RealSenseCamera
+
+            ip = robot_ip or hw.get("robot_ip")
+            if not ip:
+                raise ConfigError(
+                    "the franky backend needs robot_ip= (or the hardware info of a worker placed on a Franka)"
+                )
+            self.gripper = (
+                (hw.get("gripper_type", "franka") == "franka") if gripper is None else bool(gripper)
+            )
+            if cameras is None:
+                cams = list(hw.get("camera_serials", [])) if hw.get("camera_type") == "realsense" else []
+            else:
+                cams = list(cameras)
+            h, w = image_size
+            cam_objs = [RealSenseCamera(s, width=w, height=h) for s in cams]
+            self.backend = FrankyBackend(
+                ip,
+                realtime_kernel=realtime_kernel,
+                dynamics_factor=dynamics_factor,
+                gripper=self.gripper,
+                cameras=cam_objs,
+                motion_timeout=motion_timeout,
+            )
+            cams = [c.name for c in cam_objs]
+        else:
+            raise ConfigError(f"unknown backend {backend!r}; FrankaEnv backends: mujoco, franky")
+        self.camera_names = cams
+        if obs_mode == "flat" and cams:
+            raise ConfigError("obs_mode='flat' cannot carry camera images; use obs_mode='dict' with cameras")
+
+        self.realtime = self.backend.physical if realtime is None else bool(realtime)
+        self.rate = RateKeeper(self.control_hz, realtime=self.realtime)
+
+        n_act = 3 + (3 if rotation else 0) + (1 if self.gripper else 0)
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(n_act,), dtype=np.float32)
+        inf = np.inf
+        parts: dict[str, spaces.Space[Any]] = {
+            "joint_pos": spaces.Box(-inf, inf, shape=(7,), dtype=np.float32),
+            "joint_vel": spaces.Box(-inf, inf, shape=(7,), dtype=np.float32),
+            "ee_pos": spaces.Box(-inf, inf, shape=(3,), dtype=np.float32),
+            "ee_quat": spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32),
+        }
+        if self.gripper:
+            parts["gripper_width"] = spaces.Box(0.0, 2 * FINGER_TRAVEL + 0.01, shape=(1,), dtype=np.float32)
+        parts["target_pos"] = spaces.Box(-inf, inf, shape=(3,), dtype=np.float32)
+        h, w = image_size
+        if cams:
+            parts["images"] = spaces.Dict(
+                {c: spaces.Box(0, 255, shape=(h, w, 3), dtype=np.uint8) for c in cams}
+            )
+        if obs_mode == "flat":
+            n = sum(int(np.prod(s.shape)) for s in parts.values()) + 3  # + target - ee
+            self.observation_space = spaces.Box(-inf, inf, shape=(n,), dtype=np.float32)
+        else:
+            self.observation_space = spaces.Dict(parts)
+
+        self._state: RobotState | None = None
+        self._hold_quat = np.array([1.0, 0.0, 0.0, 0.0])
+        self.target = (self.target_lo + self.target_hi) / 2
+        self._steps = 0
+
+    # -- gymnasium API ---------------------------------------------------------------------------
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        options = options or {}
+        self.backend.reset(self.home_q)
+        if "target" in options:
+            target = np.asarray(options["target"], dtype=np.float64).reshape(3)
+            if np.any(target < self.safety_lo) or np.any(target > self.safety_hi):
+                raise ConfigError(f"options['target'] {target.tolist()} lies outside the safety box")
+            self.target = target
+        else:
+            self.target = self.np_random.uniform(self.target_lo, self.target_hi)
+        self.backend.set_target_marker(self.target)
+        self._state = self.backend.read(cameras=bool(self.camera_names))
+        self._hold_quat = self._state.ee_quat.copy()
+        self._steps = 0
+        self.rate.reset()
+        return self._obs(self._state), self._info(self._state, overran=False, clipped=False)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        if self._state is None:
+            raise gym.error.ResetNeeded("call reset() before step()")
+        a = np.asarray(action, dtype=np.float64).reshape(-1)
+        if a.shape != self.action_space.shape:
+            raise ValueError(f"action must have shape {self.action_space.shape}, got {a.shape}")
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"action contains NaN or infinity: {a.tolist()}")
+        a = np.clip(a, -1.0, 1.0)
+        st = self._state
+        raw = st.ee_pos + a[:3] * self.max_delta_pos
+        pos = np.clip(raw, self.safety_lo, self.safety_hi)
+        clipped = bool(np.any(pos != raw))
+        i = 3
+        if self.rotation:
+            quat = quat_mul(rotvec_to_quat(a[3:6] * self.max_delta_rot), st.ee_quat)
+            i = 6
+        else:
+            quat = self._hold_quat
+        width = float((a[i] + 1.0) / 2.0 * 2 * FINGER_TRAVEL) if self.gripper else None
+        self.backend.command(pos, quat, width)
+        if not self.backend.physical:
+            self.backend.advance(1.0 / self.control_hz)
+        overran = self.rate.wait()
+        self._state = st = self.backend.read(cameras=bool(self.camera_names))
+        self._steps += 1
+        dist = float(np.linalg.norm(st.ee_pos - self.target))
+        success = dist < self.success_threshold
+        reward = -dist
+        terminated = bool(success and self.terminate_on_success)
+        return self._obs(st), reward, terminated, False, self._info(st, overran=overran, clipped=clipped)
+
+    def render(self) -> np.ndarray | None:
+        if self.render_mode != "rgb_array":
+            return None
+        render = getattr(self.backend, "render", None)
+        if render is None:
+            raise ConfigError("render_mode='rgb_array' is only available with the mujoco backend")
+        return render()["front"]
+
+    def close(self) -> None:
+        self.backend.close()
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _obs(self, st: RobotState) -> Any:
+        obs: dict[str, Any] = {
+            "joint_pos": st.q.astype(np.float32),
+            "joint_vel": st.dq.astype(np.float32),
+            "ee_pos": st.ee_pos.astype(np.float32),
+            "ee_quat": st.ee_quat.astype(np.float32),
+        }
+        if self.gripper:
+            obs["gripper_width"] = np.array([st.gripper_width], dtype=np.float32)
+        obs["target_pos"] = self.target.astype(np.float32)
+        if self.obs_mode == "flat":
+            return np.concatenate([*obs.values(), (self.target - st.ee_pos).astype(np.float32)])
+        if self.camera_names:
+            obs["images"] = {c: st.images[c] for c in self.camera_names if c in st.images}
+        return obs
+
+    def _info(self, st: RobotState, *, overran: bool, clipped: bool) -> dict[str, Any]:
+        dist = float(np.linalg.norm(st.ee_pos - self.target))
+        s = self.rate.stats
+        return {
+            "is_success": dist < self.success_threshold,
+            "distance": dist,
+            "safety_clipped": clipped,
+            "step_overrun": overran,
+            "overruns": s.overruns,
+            "period_s": s.last_period_s,
+            "period_error_s": s.last_error_s,
+            "work_s": s.last_work_s,
+        }
