@@ -1,8 +1,8 @@
 """rlinf plugin of rlinf-algos (entry point ``algos``).
 
-Registers the ``ppo``, ``sac`` and ``grpo`` algorithms, the MuJoCo environments and the
-``rlinf train|eval|plot`` commands once they exist; until then it registers nothing. Must import
-without torch, gymnasium or mujoco.
+Registers the ``ppo``, ``sac`` and ``grpo`` algorithms. Must import without torch, gymnasium or
+mujoco: the classes live in :mod:`rlinf_algos.algorithms`, which imports only pydantic and
+rlinf_core and loads the training code inside ``run()``.
 """
 
 from __future__ import annotations
@@ -12,4 +12,6 @@ from rlinf_core.plugins import hookimpl
 
 @hookimpl
 def rlinf_register_algorithms() -> list[type]:
-    return []
+    from rlinf_algos.algorithms import GRPO, PPO, SAC
+
+    return [PPO, SAC, GRPO]

@@ -1,0 +1,234 @@
+"""Seeded gymnasium vector environments with episode statistics (MuJoCo or any registered id).
+
+:func:`make_vector_env` builds ``num_envs`` copies of a gymnasium id (``HalfCheetah-v5``,
+``InvertedPendulum-v5``, or an id a plugin registers through ``rlinf_register_envs``), resets
+them with ``seed`` (sub-env ``i`` gets ``seed + i``), and wraps them so that:
+
+- sub-environments reset in the *same* step their episode ends (gymnasium's
+  ``AutoresetMode.SAME_STEP``): the returned observation is the first of the next episode and
+  ``info["final_obs"]`` holds the last one of the finished episode, which a learner needs to
+  bootstrap through a truncation (:func:`final_observations`);
+- episode returns and lengths are recorded (``RecordEpisodeStatistics``;
+  :class:`VectorEnvStepper` collects them).
+
+:class:`VectorEnvStepper` is the env side of a rollout: it holds the current observations, clips
+actions to the action space, steps, and returns one :class:`EnvStep` record. An ``EnvWorker``
+wraps exactly this.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from rlinf_core.errors import ConfigError
+
+__all__ = ["EnvStep", "VectorEnvStepper", "ensure_registered", "final_observations", "make_vector_env"]
+
+
+def ensure_registered(env_id: str, path: str = "env.id") -> None:
+    """Make sure gymnasium knows ``env_id``: if it does not, register the ids plugins contribute
+    (``rlinf_register_envs``) and look again. An unknown id is a :class:`ConfigError` at ``path``
+    naming the closest registered ids."""
+    import gymnasium
+
+    if env_id in gymnasium.registry:
+        return
+    from rlinf_core.envs import register_with_gymnasium
+    from rlinf_core.plugins import load_plugins
+
+    register_with_gymnasium(load_plugins().envs.values())
+    if env_id in gymnasium.registry:
+        return
+    close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=5, cutoff=0.5)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    raise ConfigError(
+        f"{env_id!r} is not a registered gymnasium environment id{hint} (MuJoCo ids look like "
+        f"'HalfCheetah-v5'; plugin ids are registered by installed rlinf plugins)",
+        path=path,
+    )
+
+
+def make_vector_env(
+    env_id: str,
+    num_envs: int = 1,
+    seed: int = 0,
+    *,
+    vectorization: Literal["sync", "async"] = "sync",
+    env_kwargs: dict[str, Any] | None = None,
+    max_episode_steps: int | None = None,
+    stats_window: int = 100,
+) -> tuple[Any, np.ndarray]:
+    """Build, seed and reset a vector env.
+
+    Args:
+        env_id: a gymnasium id.
+        num_envs: the number of sub-environments.
+        seed: sub-env ``i`` is reset with ``seed + i``; the action space is seeded with ``seed``.
+        vectorization: ``"sync"`` steps the copies in this process (best for cheap MuJoCo
+            tasks); ``"async"`` runs one subprocess per copy.
+        env_kwargs: keyword arguments for ``gymnasium.make``.
+        max_episode_steps: override the id's time limit.
+        stats_window: how many recent episodes ``return_queue`` / ``length_queue`` keep.
+
+    Returns:
+        ``(envs, obs)``: the ``RecordEpisodeStatistics``-wrapped vector env and its first
+        observations ``[num_envs, *obs_shape]``.
+    """
+    import gymnasium as gym
+    from gymnasium.vector import AutoresetMode
+    from gymnasium.wrappers.vector import RecordEpisodeStatistics
+
+    ensure_registered(env_id)
+    kwargs = dict(env_kwargs or {})
+    if max_episode_steps is not None:
+        kwargs["max_episode_steps"] = max_episode_steps
+    try:
+        envs = gym.make_vec(
+            env_id,
+            num_envs=num_envs,
+            vectorization_mode=vectorization,
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+            **kwargs,
+        )
+    except TypeError as err:  # an unknown keyword of the env's constructor
+        raise ConfigError(
+            f"cannot create {env_id!r} with kwargs {kwargs}: {err}", path="env.kwargs"
+        ) from None
+    envs = RecordEpisodeStatistics(envs, buffer_length=stats_window)
+    obs, _ = envs.reset(seed=seed)
+    envs.action_space.seed(seed)
+    return envs, obs
+
+
+def final_observations(next_obs: np.ndarray, info: dict[str, Any], done: np.ndarray) -> np.ndarray:
+    """The true successor observations of a SAME_STEP-autoreset step: ``next_obs`` ``[N, ...]``
+    with the rows of finished episodes (``done`` ``[N]``) replaced by ``info["final_obs"]``.
+    Returns ``next_obs`` itself when nothing finished (no copy)."""
+    if not done.any():
+        return next_obs
+    out = next_obs.copy()
+    final = info.get("final_obs")
+    mask = info.get("_final_obs", done)
+    if final is None:
+        raise RuntimeError("an episode ended but the env gave no info['final_obs'] (is autoreset SAME_STEP?)")
+    for i in np.flatnonzero(mask):
+        out[i] = final[i]
+    return out
+
+
+@dataclass
+class EnvStep:
+    """One vector step, as the env side reports it.
+
+    ``obs`` ``[N, D]`` float32: the observations to act on next (first of a new episode where one
+    ended); ``rewards`` ``[N]`` float32; ``terminated``/``truncated`` ``[N]`` bool; ``final_obs``
+    ``[N, D]`` float32: the true successor observation (equal to ``obs`` where nothing ended);
+    ``episode_returns`` / ``episode_lengths``: the episodes that ended in this step.
+    """
+
+    obs: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    final_obs: np.ndarray
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+
+    @property
+    def done(self) -> np.ndarray:
+        return self.terminated | self.truncated
+
+
+class VectorEnvStepper:
+    """The env side of a rollout: a seeded vector env, its current observations, and counters.
+
+    Args: as :func:`make_vector_env`; ``clip_actions`` clips actions to the action-space bounds
+    before stepping (Gaussian policies sample outside them).
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int = 1,
+        seed: int = 0,
+        *,
+        vectorization: Literal["sync", "async"] = "sync",
+        env_kwargs: dict[str, Any] | None = None,
+        max_episode_steps: int | None = None,
+        clip_actions: bool = True,
+        stats_window: int = 100,
+    ) -> None:
+        self.envs, obs = make_vector_env(
+            env_id,
+            num_envs,
+            seed,
+            vectorization=vectorization,
+            env_kwargs=env_kwargs,
+            max_episode_steps=max_episode_steps,
+            stats_window=stats_window,
+        )
+        space = self.envs.single_observation_space
+        if space.shape is None or len(space.shape) != 1:
+            self.close()
+            raise ConfigError(
+                f"{env_id!r} has observation space {space}; the MLP policies need a flat Box observation",
+                path="env.id",
+            )
+        aspace = self.envs.single_action_space
+        if not hasattr(aspace, "low") or aspace.shape is None or len(aspace.shape) != 1:
+            self.close()
+            raise ConfigError(
+                f"{env_id!r} has action space {aspace}; these algorithms need a continuous (Box) action space",
+                path="env.id",
+            )
+        self.env_id = env_id
+        self.num_envs = num_envs
+        self.obs_dim = int(space.shape[0])
+        self.act_dim = int(aspace.shape[0])
+        self.action_low = np.asarray(aspace.low, dtype=np.float32)
+        self.action_high = np.asarray(aspace.high, dtype=np.float32)
+        self.clip_actions = clip_actions
+        self.obs = obs.astype(np.float32, copy=False)
+        self.steps = 0  # env steps taken, summed over sub-envs
+        self.episodes = 0
+        self.recent_returns: deque[float] = deque(maxlen=stats_window)
+        self.recent_lengths: deque[int] = deque(maxlen=stats_window)
+
+    def random_actions(self) -> np.ndarray:
+        """``[N, A]`` uniform samples from the (seeded) action space."""
+        return np.asarray(self.envs.action_space.sample(), dtype=np.float32)
+
+    def step(self, actions: np.ndarray) -> EnvStep:
+        """Step every sub-env with ``actions`` ``[N, A]``; updates :attr:`obs` and the counters."""
+        if self.clip_actions:
+            actions = np.clip(actions, self.action_low, self.action_high)
+        next_obs, rewards, terminated, truncated, info = self.envs.step(actions)
+        next_obs = next_obs.astype(np.float32, copy=False)
+        done = terminated | truncated
+        final = final_observations(next_obs, info, done).astype(np.float32, copy=False)
+        out = EnvStep(
+            obs=next_obs,
+            rewards=np.asarray(rewards, dtype=np.float32),
+            terminated=np.asarray(terminated, dtype=bool),
+            truncated=np.asarray(truncated, dtype=bool),
+            final_obs=final,
+        )
+        if "_episode" in info:
+            for i in np.flatnonzero(info["_episode"]):
+                r, n = float(info["episode"]["r"][i]), int(info["episode"]["l"][i])
+                out.episode_returns.append(r)
+                out.episode_lengths.append(n)
+            self.recent_returns.extend(out.episode_returns)
+            self.recent_lengths.extend(out.episode_lengths)
+            self.episodes += len(out.episode_returns)
+        self.obs = next_obs
+        self.steps += self.num_envs
+        return out
+
+    def close(self) -> None:
+        self.envs.close()

@@ -1,0 +1,1137 @@
+"""Single-process training loops for PPO, SAC and GRPO over a gymnasium vector env.
+
+Each algorithm is split the way DESIGN.md section 5 places it, so the distributed runner can put
+one piece per worker and move the records between them over channels:
+
+================  ==========================================  ===============================
+piece             here                                        worker it becomes
+================  ==========================================  ===============================
+env side          :class:`~rlinf_algos.envs.VectorEnvStepper`  ``EnvWorker``
+rollout side      :class:`PPOCollector`, :class:`SACCollector`, ``RolloutWorker`` (holds a
+                  :class:`GRPOCollector` (policy inference)    versioned copy of the weights)
+learner           :class:`PPOLearner`, :class:`SACLearner`,    ``ActorWorker``
+                  :class:`GRPOLearner`
+================  ==========================================  ===============================
+
+The records that cross those boundaries are plain arrays (:class:`PPORollout`,
+:class:`~rlinf_algos.replay.ReplayBatch`, :class:`GRPORollout`). :func:`train` ties the pieces
+together in one process and writes the run directory:
+
+- ``metrics.csv``: one row per ``runner.log_interval`` env steps (``step``, ``wall_s``,
+  ``episode_return_mean``, ... and the learner's losses);
+- ``checkpoints/step_<n>.pt`` every ``runner.checkpoint_interval`` env steps (atomic: a temp
+  file, then ``os.replace``), holding weights, optimiser, RNG and (SAC) replay-buffer state;
+- ``policy.pt``: the final policy (weights and what is needed to rebuild it);
+- ``summary.json``: ``total_env_steps``, ``wall_s``, ``env_steps_per_s``,
+  ``final_return_mean``, ``best_return_mean``.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from rlinf_algos import grpo as grpo_math
+from rlinf_algos import ppo as ppo_math
+from rlinf_algos import sac as sac_math
+from rlinf_algos.algorithms import (
+    EnvConfig,
+    GRPOConfig,
+    ModelConfig,
+    PPOConfig,
+    RunnerConfig,
+    SACConfig,
+)
+from rlinf_algos.envs import VectorEnvStepper
+from rlinf_algos.models import GaussianActorCritic, SquashedGaussianActor, TwinQ
+from rlinf_algos.replay import ReplayBatch, ReplayBuffer
+from rlinf_core.errors import ConfigError, RlinfError
+
+__all__ = [
+    "GRPOCollector",
+    "GRPOLearner",
+    "GRPORollout",
+    "PPOCollector",
+    "PPOLearner",
+    "PPORollout",
+    "RewardScaler",
+    "SACCollector",
+    "SACLearner",
+    "atomic_torch_save",
+    "evaluate_policy",
+    "latest_checkpoint",
+    "load_policy",
+    "make_adam",
+    "train",
+]
+
+ProgressFn = Callable[[dict[str, float]], None]
+
+
+# -- shared helpers ----------------------------------------------------------------------------
+
+
+def make_adam(params: Any, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
+    """Adam with the fused kernel where this torch has one for the parameters' device (one kernel
+    per step instead of one per tensor); the multi-tensor one otherwise."""
+    params = list(params)
+    try:
+        return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
+    except (RuntimeError, TypeError):
+        return torch.optim.Adam(params, lr=lr, eps=eps)
+
+
+def atomic_torch_save(obj: Any, path: Path) -> None:
+    """``torch.save`` to a temp file in ``path``'s folder, fsync, then ``os.replace``: a crash
+    mid-save never leaves a truncated file at ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest ``checkpoints/step_<n>.pt`` of ``run_dir`` (by step), or ``None``."""
+    folder = Path(run_dir) / "checkpoints"
+    best: tuple[int, Path] | None = None
+    for p in folder.glob("step_*.pt"):
+        try:
+            n = int(p.stem.removeprefix("step_"))
+        except ValueError:
+            continue
+        if best is None or n > best[0]:
+            best = (n, p)
+    return best[1] if best else None
+
+
+class RewardScaler:
+    """Divide rewards by the running standard deviation of the discounted return (what
+    gymnasium's ``NormalizeReward`` and SB3's ``VecNormalize`` do), per vector-env slot; the
+    running return restarts where an episode ends. Numpy only, with a ``state_dict``."""
+
+    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, eps: float = 1e-8) -> None:
+        self.gamma, self.clip, self.eps = gamma, clip, eps
+        self.returns = np.zeros(num_envs, dtype=np.float64)
+        self.mean, self.var, self.count = 0.0, 1.0, 1e-4
+
+    def __call__(self, rewards: np.ndarray, done: np.ndarray) -> np.ndarray:
+        """Scale ``[N]`` rewards of one step; ``done`` ``[N]`` marks episodes that ended in it."""
+        self.returns = self.returns * self.gamma + rewards
+        b_mean, b_var, n = float(self.returns.mean()), float(self.returns.var()), self.returns.size
+        delta = b_mean - self.mean
+        total = self.count + n
+        self.mean += delta * n / total
+        self.var = (self.var * self.count + b_var * n + delta**2 * self.count * n / total) / total
+        self.count = total
+        self.returns[done] = 0.0
+        scaled = rewards / math.sqrt(self.var + self.eps)
+        return np.clip(scaled, -self.clip, self.clip).astype(np.float32)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"returns": self.returns.copy(), "mean": self.mean, "var": self.var, "count": self.count}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.returns = np.asarray(state["returns"], dtype=np.float64).copy()
+        self.mean, self.var, self.count = float(state["mean"]), float(state["var"]), float(state["count"])
+
+
+def _model_defaults(model: ModelConfig, hidden: list[int], activation: str) -> tuple[list[int], str]:
+    return (model.hidden_sizes or hidden, model.activation or activation)
+
+
+# -- PPO ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class PPORollout:
+    """What the rollout side hands the learner for one PPO iteration, all ``[T, N, ...]`` tensors:
+    ``obs`` (normalised, as the policy saw them), ``actions`` (as sampled, before clipping),
+    ``log_probs``, ``values``, ``rewards`` (scaled if reward scaling is on), ``terminated``,
+    ``truncated``, ``final_values`` (``V(final_obs)`` where truncated, 0 elsewhere) and
+    ``last_value`` ``[N]`` (``V`` of the observation after the last step). ``version`` is the
+    weight version that produced it."""
+
+    obs: Tensor
+    actions: Tensor
+    log_probs: Tensor
+    values: Tensor
+    rewards: Tensor
+    terminated: Tensor
+    truncated: Tensor
+    final_values: Tensor
+    last_value: Tensor
+    version: int = 0
+
+
+class PPOCollector:
+    """The rollout side of PPO: runs the policy on a :class:`VectorEnvStepper` for
+    ``rollout_steps`` steps and records a :class:`PPORollout`. It updates the policy's observation
+    statistics with every observation it sees (``update_obs_norm``)."""
+
+    def __init__(
+        self,
+        stepper: VectorEnvStepper,
+        model: GaussianActorCritic,
+        rollout_steps: int,
+        reward_scaler: RewardScaler | None = None,
+        update_obs_norm: bool = True,
+    ) -> None:
+        self.stepper, self.model, self.rollout_steps = stepper, model, rollout_steps
+        self.reward_scaler = reward_scaler
+        self.update_obs_norm = update_obs_norm and hasattr(model.obs_norm, "update")
+        self.version = 0
+
+    @torch.no_grad()
+    def collect(self) -> PPORollout:
+        T, N, D, A = self.rollout_steps, self.stepper.num_envs, self.stepper.obs_dim, self.stepper.act_dim
+        obs_buf = torch.empty(T, N, D)
+        act_buf = torch.empty(T, N, A)
+        logp_buf, val_buf, rew_buf, fv_buf = (torch.zeros(T, N) for _ in range(4))
+        term_buf = torch.zeros(T, N, dtype=torch.bool)
+        trunc_buf = torch.zeros(T, N, dtype=torch.bool)
+        model = self.model
+        for t in range(T):
+            raw = torch.from_numpy(self.stepper.obs)
+            if self.update_obs_norm:
+                model.obs_norm.update(raw)
+            obs = model.obs_norm(raw)
+            action, logp, value = model.act(obs)
+            step = self.stepper.step(action.numpy())
+            rewards = step.rewards
+            if self.reward_scaler is not None:
+                rewards = self.reward_scaler(rewards, step.done)
+            obs_buf[t] = obs
+            act_buf[t] = action
+            logp_buf[t] = logp
+            val_buf[t] = value
+            rew_buf[t] = torch.from_numpy(rewards)
+            term_buf[t] = torch.from_numpy(step.terminated)
+            trunc_buf[t] = torch.from_numpy(step.truncated)
+            if step.truncated.any():  # bootstrap from the real final observation
+                idx = np.flatnonzero(step.truncated)
+                final = model.obs_norm(torch.from_numpy(step.final_obs[idx]))
+                fv_buf[t, torch.from_numpy(idx)] = model.value(final)
+        last_value = model.value(model.obs_norm(torch.from_numpy(self.stepper.obs)))
+        return PPORollout(
+            obs_buf,
+            act_buf,
+            logp_buf,
+            val_buf,
+            rew_buf,
+            term_buf,
+            trunc_buf,
+            fv_buf,
+            last_value,
+            self.version,
+        )
+
+
+class PPOLearner:
+    """The learner side of PPO: GAE, then ``update_epochs`` passes of minibatch updates of the
+    clipped surrogate, clipped value loss and entropy bonus, with gradient clipping and an
+    approx-KL early stop. One optimiser over actor and critic, one backward per minibatch."""
+
+    def __init__(self, model: GaussianActorCritic, cfg: PPOConfig, seed: int = 0) -> None:
+        self.model, self.cfg = model, cfg
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = make_adam(self.params, cfg.lr, cfg.adam_eps)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.version = 0
+
+    def set_lr_fraction(self, frac: float) -> None:
+        """Set the learning rate to ``frac * cfg.lr`` (linear annealing)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = frac * self.cfg.lr
+
+    def advantages(self, r: PPORollout) -> tuple[Tensor, Tensor]:
+        """``(advantages, returns)`` ``[T, N]`` of a rollout (GAE, bootstrapping on truncation)."""
+        done = r.terminated | r.truncated
+        next_values = ppo_math.next_values_with_bootstrap(r.values, r.last_value, done, r.final_values)
+        return ppo_math.gae(
+            r.rewards, r.values, next_values, r.terminated, r.truncated, self.cfg.gamma, self.cfg.gae_lambda
+        )
+
+    def update(self, r: PPORollout) -> dict[str, float]:
+        cfg = self.cfg
+        adv, ret = self.advantages(r)
+        b_obs = r.obs.reshape(-1, r.obs.shape[-1])
+        b_act = r.actions.reshape(-1, r.actions.shape[-1])
+        b_logp, b_val = r.log_probs.reshape(-1), r.values.reshape(-1)
+        b_adv, b_ret = adv.reshape(-1), ret.reshape(-1)
+        B, mb = b_obs.shape[0], min(cfg.minibatch_size, b_obs.shape[0])
+        model, opt, params = self.model, self.optimizer, self.params
+        sums = torch.zeros(5)  # pg, vf, entropy, clipfrac, grad norm
+        n_mb = 0
+        kl = torch.zeros(())
+        epochs = 0
+        for _ in range(cfg.update_epochs):
+            perm = torch.randperm(B, generator=self.generator)
+            for start in range(0, B - mb + 1, mb):
+                idx = perm[start : start + mb]
+                logp, entropy, value = model.evaluate(b_obs[idx], b_act[idx])
+                log_ratio = logp - b_logp[idx]
+                mb_adv = b_adv[idx]
+                if cfg.normalize_advantages:
+                    mb_adv = ppo_math.normalize_advantages(mb_adv)
+                pg = ppo_math.policy_loss(log_ratio, mb_adv, cfg.clip_low, cfg.clip_high, cfg.dual_clip)
+                vf = ppo_math.value_loss(value, b_ret[idx], b_val[idx], cfg.value_clip)
+                loss = pg + cfg.vf_coef * vf
+                ent = ppo_math.entropy_loss(entropy)
+                if cfg.ent_coef:
+                    loss = loss + cfg.ent_coef * ent
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                gn = (
+                    ppo_math.clip_grad_norm(params, cfg.max_grad_norm)
+                    if cfg.max_grad_norm is not None
+                    else torch.zeros(())
+                )
+                opt.step()
+                with torch.no_grad():
+                    kl = ppo_math.approx_kl(log_ratio)
+                    cf = ppo_math.clip_fraction(log_ratio, cfg.clip_low, cfg.clip_high)
+                    sums += torch.stack([pg.detach(), vf.detach(), -ent.detach(), cf, gn])
+                n_mb += 1
+            epochs += 1
+            if cfg.target_kl is not None and float(kl) > cfg.target_kl:
+                break
+        self.version += 1
+        s = (sums / max(n_mb, 1)).tolist()
+        y, yhat = b_ret, b_val
+        var_y = float(y.var())
+        explained = float("nan") if var_y == 0 else 1.0 - float((y - yhat).var()) / var_y
+        return {
+            "policy_loss": s[0],
+            "value_loss": s[1],
+            "entropy": s[2],
+            "clip_fraction": s[3],
+            "grad_norm": s[4],
+            "approx_kl": float(kl),
+            "epochs": float(epochs),
+            "explained_variance": explained,
+            "lr": self.optimizer.param_groups[0]["lr"],
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "generator": self.generator.get_state(),
+            "version": self.version,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.version = int(state["version"])
+
+
+# -- SAC ---------------------------------------------------------------------------------------
+
+
+class SACLearner:
+    """The learner side of SAC: twin critics with Polyak-averaged targets, a squashed Gaussian
+    actor, and a temperature learnt towards ``target_entropy``. :meth:`update` does one gradient
+    step on a :class:`ReplayBatch`."""
+
+    def __init__(
+        self, actor: SquashedGaussianActor, critic: TwinQ, cfg: SACConfig, device: str | torch.device = "cpu"
+    ) -> None:
+        self.cfg, self.device = cfg, torch.device(device)
+        self.actor = actor.to(self.device)
+        self.critic = critic.to(self.device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = torch.nn.Parameter(torch.tensor(math.log(cfg.init_alpha), device=self.device))
+        self.target_entropy = (
+            cfg.target_entropy
+            if cfg.target_entropy is not None
+            else sac_math.default_target_entropy(actor.act_dim)
+        )
+        self.actor_opt = make_adam(self.actor.parameters(), cfg.actor_lr)
+        self.critic_opt = make_adam(self.critic.parameters(), cfg.critic_lr)
+        self.alpha_opt = make_adam([self.log_alpha], cfg.alpha_lr)
+        self._critic_params = list(self.critic.parameters())
+        self.updates = 0
+        self.version = 0
+
+    @property
+    def alpha(self) -> Tensor:
+        return self.log_alpha.detach().exp()
+
+    def _tensors(self, batch: ReplayBatch) -> tuple[Tensor, ...]:
+        dev = self.device
+        return (
+            torch.from_numpy(batch.obs).to(dev, torch.float32),
+            torch.from_numpy(batch.actions).to(dev),
+            torch.from_numpy(batch.rewards).to(dev),
+            torch.from_numpy(batch.next_obs).to(dev, torch.float32),
+            torch.from_numpy(batch.terminated).to(dev),
+        )
+
+    def update(self, batch: ReplayBatch) -> dict[str, Tensor]:
+        """One critic step (and, every ``actor_update_interval`` updates, one actor and one
+        temperature step); returns detached scalar tensors (no host sync)."""
+        cfg = self.cfg
+        obs, actions, rewards, next_obs, terminated = self._tensors(batch)
+        alpha = self.alpha
+        with torch.no_grad():
+            next_a, next_logp = self.actor.sample(next_obs)
+            next_q = self.critic_target(next_obs, next_a)
+            target = sac_math.critic_target(
+                rewards, terminated, next_q[0], next_q[1], next_logp, alpha, cfg.gamma
+            )
+        q = self.critic(obs, actions)
+        q_loss = sac_math.critic_loss(q[0], q[1], target)
+        self.critic_opt.zero_grad(set_to_none=True)
+        q_loss.backward()
+        self.critic_opt.step()
+        out = {"critic_loss": q_loss.detach(), "q_mean": q.detach().mean()}
+        self.updates += 1
+        if self.updates % cfg.actor_update_interval == 0:
+            for p in self._critic_params:
+                p.requires_grad_(False)
+            a, logp = self.actor.sample(obs)
+            q_pi = self.critic(obs, a)
+            a_loss = sac_math.actor_loss(q_pi[0], q_pi[1], logp, alpha)
+            self.actor_opt.zero_grad(set_to_none=True)
+            a_loss.backward()
+            self.actor_opt.step()
+            for p in self._critic_params:
+                p.requires_grad_(True)
+            out["actor_loss"] = a_loss.detach()
+            out["entropy"] = -logp.detach().mean()
+            if cfg.autotune:
+                t_loss = sac_math.temperature_loss(self.log_alpha, logp, self.target_entropy)
+                self.alpha_opt.zero_grad(set_to_none=True)
+                t_loss.backward()
+                self.alpha_opt.step()
+                out["alpha_loss"] = t_loss.detach()
+            self.version += 1
+        if self.updates % cfg.target_update_interval == 0:
+            sac_math.polyak_update(self.critic_target.parameters(), self._critic_params, cfg.tau)
+        out["alpha"] = alpha
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "critic_target": self.critic_target.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "actor_opt": self.actor_opt.state_dict(),
+            "critic_opt": self.critic_opt.state_dict(),
+            "alpha_opt": self.alpha_opt.state_dict(),
+            "updates": self.updates,
+            "version": self.version,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.critic_target.load_state_dict(state["critic_target"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.alpha_opt.load_state_dict(state["alpha_opt"])
+        self.updates = int(state["updates"])
+        self.version = int(state["version"])
+
+
+class SACCollector:
+    """The rollout side of SAC: one vector step with the actor (uniform random actions before
+    ``learning_starts``), stored in the replay buffer with the true final observation as
+    ``next_obs`` and terminated/truncated kept apart."""
+
+    def __init__(
+        self,
+        stepper: VectorEnvStepper,
+        actor: SquashedGaussianActor,
+        buffer: ReplayBuffer,
+        learning_starts: int,
+    ) -> None:
+        self.stepper, self.actor, self.buffer, self.learning_starts = stepper, actor, buffer, learning_starts
+
+    @torch.no_grad()
+    def step(self) -> None:
+        obs = self.stepper.obs
+        if self.stepper.steps < self.learning_starts:
+            actions = self.stepper.random_actions()
+        else:
+            actions = self.actor.predict(torch.from_numpy(obs), deterministic=False).numpy()
+        step = self.stepper.step(actions)
+        self.buffer.add(obs, actions, step.rewards, step.final_obs, step.terminated, step.truncated)
+
+
+# -- GRPO --------------------------------------------------------------------------------------
+
+
+@dataclass
+class GRPORollout:
+    """One GRPO iteration: ``num_groups * group_size`` episodes, group ``g`` all started from the
+    same seed. Per-step tensors are ``[S, L, ...]`` (``S`` sequences, ``L`` the longest episode),
+    ``mask`` ``[S, L]`` marks real steps, ``returns`` ``[S]`` are the episodes' (raw) returns, the
+    outcome reward GRPO normalises within each group."""
+
+    obs: Tensor
+    actions: Tensor
+    log_probs: Tensor
+    mask: Tensor
+    returns: Tensor
+    lengths: Tensor
+    version: int = 0
+
+
+class GRPOCollector:
+    """The rollout side of GRPO on an embodied task: every iteration resets each group's
+    ``group_size`` copies with one shared seed (so they start from the same state), runs the
+    policy until every copy has finished one episode, and records the episodes as masked
+    sequences. Needs a finite time limit."""
+
+    def __init__(
+        self,
+        stepper: VectorEnvStepper,
+        model: GaussianActorCritic,
+        group_size: int,
+        seed: int,
+        max_steps: int,
+    ) -> None:
+        self.stepper, self.model, self.group_size = stepper, model, group_size
+        self.num_groups = stepper.num_envs // group_size
+        self.seed, self.max_steps = seed, max_steps
+        self.iteration = 0
+        self.version = 0
+
+    @torch.no_grad()
+    def collect(self) -> GRPORollout:
+        st, model = self.stepper, self.model
+        N, G = st.num_envs, self.group_size
+        base = self.seed + self.iteration * self.num_groups
+        seeds = [base + i // G for i in range(N)]
+        obs_np, _ = st.envs.reset(seed=seeds)
+        st.obs = obs_np.astype(np.float32, copy=False)
+        self.iteration += 1
+        active = np.ones(N, dtype=bool)
+        returns = np.zeros(N, dtype=np.float64)
+        lengths = np.zeros(N, dtype=np.int64)
+        obs_l, act_l, logp_l, mask_l = [], [], [], []
+        for _ in range(self.max_steps):
+            raw = torch.from_numpy(st.obs)
+            if hasattr(model.obs_norm, "update"):
+                model.obs_norm.update(raw[torch.from_numpy(active)])
+            obs = model.obs_norm(raw)
+            action, logp, _ = model.act(obs)
+            step = st.step(action.numpy())
+            obs_l.append(obs)
+            act_l.append(action)
+            logp_l.append(logp)
+            mask_l.append(torch.from_numpy(active.copy()))
+            returns += np.where(active, step.rewards, 0.0)
+            lengths += active
+            active &= ~step.done
+            if not active.any():
+                break
+        else:
+            raise RlinfError(
+                f"GRPO: some episodes of {st.env_id!r} did not end within {self.max_steps} steps; "
+                "set env.max_episode_steps"
+            )
+        return GRPORollout(
+            obs=torch.stack(obs_l, 1),
+            actions=torch.stack(act_l, 1),
+            log_probs=torch.stack(logp_l, 1),
+            mask=torch.stack(mask_l, 1),
+            returns=torch.from_numpy(returns).float(),
+            lengths=torch.from_numpy(lengths),
+            version=self.version,
+        )
+
+
+class GRPOLearner:
+    """The learner side of GRPO: group-normalised episode returns as every step's advantage, the
+    clipped-ratio loss over masked steps, and a k3 KL to a frozen reference copy of the initial
+    policy (the ``ReferenceWorker``'s job, done here in the same process)."""
+
+    def __init__(self, model: GaussianActorCritic, cfg: GRPOConfig, seed: int = 0) -> None:
+        self.model, self.cfg = model, cfg
+        self.reference = copy.deepcopy(model).requires_grad_(False)
+        self.params = [p for p in model.actor_mean.parameters()] + [model.actor_log_std]
+        self.optimizer = make_adam(self.params, cfg.lr, cfg.adam_eps)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.version = 0
+
+    def update(self, r: GRPORollout) -> dict[str, float]:
+        cfg = self.cfg
+        adv = grpo_math.group_advantages(r.returns, cfg.group_size, scale=cfg.scale_advantages)
+        S = r.obs.shape[0]
+        with torch.no_grad():
+            ref_logp = self.reference.evaluate(r.obs, r.actions)[0] if cfg.kl_coef > 0 else None
+        # minibatches of whole sequences holding about ``minibatch_size`` valid steps each
+        n_minibatches = max(1, min(S, round(float(r.mask.sum()) / cfg.minibatch_size)))
+        mb = math.ceil(S / n_minibatches)
+        sums = torch.zeros(4)
+        n = 0
+        for _ in range(cfg.update_epochs):
+            perm = torch.randperm(S, generator=self.generator)
+            for start in range(0, S, mb):
+                idx = perm[start : start + mb]
+                logp, _, _ = self.model.evaluate(r.obs[idx], r.actions[idx])
+                loss, stats = grpo_math.policy_loss(
+                    logp,
+                    r.log_probs[idx],
+                    adv[idx],
+                    r.mask[idx],
+                    cfg.clip_low,
+                    cfg.clip_high,
+                    ref_log_prob=ref_logp[idx] if ref_logp is not None else None,
+                    kl_coef=cfg.kl_coef,
+                    aggregation=cfg.aggregation,
+                )
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                gn = (
+                    ppo_math.clip_grad_norm(self.params, cfg.max_grad_norm)
+                    if cfg.max_grad_norm is not None
+                    else torch.zeros(())
+                )
+                self.optimizer.step()
+                sums += torch.stack([loss.detach(), stats["kl"], stats["clip_fraction"], gn])
+                n += 1
+        self.version += 1
+        s = (sums / max(n, 1)).tolist()
+        return {"policy_loss": s[0], "kl_ref": s[1], "clip_fraction": s[2], "grad_norm": s[3]}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "reference": self.reference.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "generator": self.generator.get_state(),
+            "version": self.version,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.reference.load_state_dict(state["reference"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.version = int(state["version"])
+
+
+# -- the loop ----------------------------------------------------------------------------------
+
+
+class _MetricsLog:
+    """``metrics.csv`` with a fixed header (columns fixed at the first row; later keys are ignored)."""
+
+    def __init__(self, path: Path, append: bool) -> None:
+        self.path = path
+        self.columns: list[str] | None = None
+        self._file = None
+        self.append = append and path.exists()
+        if self.append:
+            with path.open(encoding="utf-8") as f:
+                header = f.readline().strip()
+            self.columns = header.split(",") if header else None
+
+    def write(self, row: dict[str, float]) -> None:
+        if self._file is None:
+            self._file = self.path.open("a" if self.append else "w", newline="", encoding="utf-8")
+            if self.columns is None:
+                self.columns = list(row)
+                csv.writer(self._file).writerow(self.columns)
+        csv.writer(self._file).writerow([_fmt(row.get(c, "")) for c in self.columns or []])
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+def _fmt(v: Any) -> Any:
+    return f"{v:.6g}" if isinstance(v, float) else v
+
+
+class _Run:
+    """Bookkeeping shared by the three loops: steps, wall time, logging, checkpoints, summary."""
+
+    def __init__(
+        self,
+        name: str,
+        run_dir: Path,
+        runner: RunnerConfig,
+        stepper: VectorEnvStepper,
+        progress: ProgressFn | None,
+        resume: bool,
+    ) -> None:
+        self.name, self.run_dir, self.runner, self.stepper, self.progress = (
+            name,
+            run_dir,
+            runner,
+            stepper,
+            progress,
+        )
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.log = _MetricsLog(run_dir / "metrics.csv", append=resume)
+        self.t0 = time.perf_counter()
+        self.wall_offset = 0.0
+        self.best = -math.inf
+        self.last_log_step = 0
+        self.last_ckpt_step = 0
+        self.last_log_time = self.t0
+        self.start_steps = 0
+
+    @property
+    def wall_s(self) -> float:
+        return self.wall_offset + time.perf_counter() - self.t0
+
+    def return_mean(self) -> float:
+        r = self.stepper.recent_returns
+        return float(np.mean(r)) if r else float("nan")
+
+    def maybe_log(self, extra: dict[str, float], force: bool = False) -> None:
+        steps = self.stepper.steps
+        if not force and steps - self.last_log_step < self.runner.log_interval:
+            return
+        now = time.perf_counter()
+        sps = (steps - self.last_log_step) / max(now - self.last_log_time, 1e-9)
+        ret = self.return_mean()
+        if not math.isnan(ret):
+            self.best = max(self.best, ret)
+        lengths = self.stepper.recent_lengths
+        row = {
+            "step": steps,
+            "wall_s": round(self.wall_s, 3),
+            "episode_return_mean": ret,
+            "episode_length_mean": float(np.mean(lengths)) if lengths else float("nan"),
+            "episodes": self.stepper.episodes,
+            "env_steps_per_s": sps,
+            **extra,
+        }
+        self.log.write(row)
+        if self.progress is not None:
+            self.progress(row)
+        self.last_log_step, self.last_log_time = steps, now
+
+    def run_state(self) -> dict[str, Any]:
+        return {
+            "steps": self.stepper.steps,
+            "episodes": self.stepper.episodes,
+            "recent_returns": list(self.stepper.recent_returns),
+            "recent_lengths": list(self.stepper.recent_lengths),
+            "wall_s": self.wall_s,
+            "best": self.best,
+            "torch_rng": torch.get_rng_state(),
+        }
+
+    def load_run_state(self, s: dict[str, Any]) -> None:
+        self.stepper.steps = int(s["steps"])
+        self.stepper.episodes = int(s["episodes"])
+        self.stepper.recent_returns.extend(s["recent_returns"])
+        self.stepper.recent_lengths.extend(s["recent_lengths"])
+        self.wall_offset = float(s["wall_s"])
+        self.best = float(s["best"])
+        torch.set_rng_state(s["torch_rng"])
+        self.last_log_step = self.last_ckpt_step = self.start_steps = self.stepper.steps
+
+    def maybe_checkpoint(self, state_fn: Callable[[], dict[str, Any]], force: bool = False) -> Path | None:
+        interval = self.runner.checkpoint_interval
+        steps = self.stepper.steps
+        if not force and (interval == 0 or steps - self.last_ckpt_step < interval):
+            return None
+        path = self.run_dir / "checkpoints" / f"step_{steps:010d}.pt"
+        atomic_torch_save({"algorithm": self.name, "run": self.run_state(), **state_fn()}, path)
+        self.last_ckpt_step = steps
+        return path
+
+    def finish(self, policy: dict[str, Any], interrupted: bool = False) -> dict[str, Any]:
+        self.log.close()
+        atomic_torch_save(policy, self.run_dir / "policy.pt")
+        wall = self.wall_s
+        steps = self.stepper.steps
+        summary = {
+            "algorithm": self.name,
+            "env_id": self.stepper.env_id,
+            "total_env_steps": steps,
+            "wall_s": round(wall, 3),
+            "env_steps_per_s": steps / wall if wall > 0 else 0.0,
+            "final_return_mean": _none_if_nan(self.return_mean()),
+            "best_return_mean": None if self.best == -math.inf else self.best,
+            "episodes": self.stepper.episodes,
+            "interrupted": interrupted,
+        }
+        _atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+        return summary
+
+
+def _none_if_nan(x: float) -> float | None:
+    return None if math.isnan(x) else x
+
+
+def _stepper(env: EnvConfig, seed: int) -> VectorEnvStepper:
+    return VectorEnvStepper(
+        env.id,
+        env.num_envs,
+        seed,
+        vectorization=env.vectorization,
+        env_kwargs=env.kwargs,
+        max_episode_steps=env.max_episode_steps,
+    )
+
+
+def _load_resume(run_dir: Path, name: str) -> dict[str, Any] | None:
+    path = latest_checkpoint(run_dir)
+    if path is None:
+        raise RlinfError(f"nothing to resume in {run_dir}: no checkpoints/step_*.pt there")
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    if state.get("algorithm") != name:
+        raise RlinfError(f"{path} is a {state.get('algorithm')!r} checkpoint, not {name!r}")
+    return state
+
+
+def train(
+    algo: PPOConfig | SACConfig | GRPOConfig,
+    env: EnvConfig,
+    model: ModelConfig,
+    runner: RunnerConfig,
+    run_dir: Path,
+    *,
+    progress: ProgressFn | None = None,
+    resume: bool = False,
+) -> dict[str, Any]:
+    """Train ``algo`` in this process until ``runner.total_steps`` env steps; returns the summary
+    (also written to ``run_dir/summary.json``).
+
+    ``resume`` continues from the newest checkpoint of ``run_dir``: weights, optimiser state,
+    RNG state, observation/reward statistics and (SAC) the replay buffer are restored; the
+    environments are re-created and reset with a seed derived from the step count (simulator
+    state is not checkpointed). ``progress`` is called with every metrics row. Ctrl-C writes a
+    checkpoint, the final policy and the summary (``"interrupted": true``), then re-raises.
+    """
+    torch.set_num_threads(runner.torch_threads)
+    run_dir = Path(run_dir)
+    state = _load_resume(run_dir, algo.name) if resume else None
+    seed = runner.seed + (state["run"]["steps"] if state else 0)
+    torch.manual_seed(runner.seed)
+    if isinstance(algo, PPOConfig):
+        return _train_ppo(algo, env, model, runner, run_dir, progress, state, seed)
+    if isinstance(algo, SACConfig):
+        return _train_sac(algo, env, model, runner, run_dir, progress, state, seed)
+    if isinstance(algo, GRPOConfig):
+        return _train_grpo(algo, env, model, runner, run_dir, progress, state, seed)
+    raise TypeError(f"train: unknown algorithm config {type(algo).__name__}")
+
+
+def _loop(
+    run: _Run,
+    body: Callable[[], dict[str, float]],
+    state_fn: Callable[[], dict[str, Any]],
+    policy_fn: Callable[[], dict[str, Any]],
+) -> dict[str, Any]:
+    total = run.runner.total_steps
+    extra: dict[str, float] = {}
+    try:
+        while run.stepper.steps < total:
+            extra = body() or extra
+            run.maybe_log(extra)
+            run.maybe_checkpoint(state_fn)
+    except KeyboardInterrupt:
+        run.maybe_checkpoint(state_fn, force=True)
+        run.finish(policy_fn(), interrupted=True)
+        run.stepper.close()
+        raise
+    if run.stepper.steps != run.last_log_step:
+        run.maybe_log(extra, force=True)
+    if run.runner.checkpoint_interval and run.stepper.steps != run.last_ckpt_step:
+        run.maybe_checkpoint(state_fn, force=True)
+    run.stepper.close()
+    return run.finish(policy_fn())
+
+
+def _train_ppo(
+    cfg: PPOConfig,
+    env_cfg: EnvConfig,
+    model_cfg: ModelConfig,
+    runner: RunnerConfig,
+    run_dir: Path,
+    progress: ProgressFn | None,
+    state: dict[str, Any] | None,
+    seed: int,
+) -> dict[str, Any]:
+    stepper = _stepper(env_cfg, seed)
+    hidden, activation = _model_defaults(model_cfg, [64, 64], "tanh")
+    spec = {
+        "cls": "GaussianActorCritic",
+        "obs_dim": stepper.obs_dim,
+        "act_dim": stepper.act_dim,
+        "hidden": hidden,
+        "activation": activation,
+        "log_std_init": model_cfg.log_std_init,
+        "normalize_obs": cfg.normalize_obs,
+    }
+    model = GaussianActorCritic(
+        stepper.obs_dim, stepper.act_dim, hidden, activation, model_cfg.log_std_init, cfg.normalize_obs
+    )
+    scaler = RewardScaler(stepper.num_envs, cfg.gamma) if cfg.normalize_reward else None
+    collector = PPOCollector(stepper, model, cfg.rollout_steps, scaler)
+    learner = PPOLearner(model, cfg, seed=runner.seed)
+    run = _Run("ppo", run_dir, runner, stepper, progress, resume=state is not None)
+    if state is not None:
+        learner.load_state_dict(state["learner"])
+        if scaler is not None and state.get("reward_scaler"):
+            scaler.load_state_dict(state["reward_scaler"])
+        run.load_run_state(state["run"])
+    batch = cfg.rollout_steps * stepper.num_envs
+    iterations = max(1, math.ceil(runner.total_steps / batch))
+
+    def body() -> dict[str, float]:
+        it = stepper.steps // batch
+        if cfg.anneal_lr:
+            learner.set_lr_fraction(1.0 - it / iterations)
+        t0 = time.perf_counter()
+        rollout = collector.collect()
+        t1 = time.perf_counter()
+        metrics = learner.update(rollout)
+        collector.version = learner.version
+        metrics["rollout_s"] = t1 - t0
+        metrics["update_s"] = time.perf_counter() - t1
+        return metrics
+
+    def state_fn() -> dict[str, Any]:
+        return {"learner": learner.state_dict(), "reward_scaler": scaler.state_dict() if scaler else None}
+
+    def policy_fn() -> dict[str, Any]:
+        return {"algorithm": "ppo", "env_id": env_cfg.id, "spec": spec, "state_dict": model.state_dict()}
+
+    return _loop(run, body, state_fn, policy_fn)
+
+
+def _train_sac(
+    cfg: SACConfig,
+    env_cfg: EnvConfig,
+    model_cfg: ModelConfig,
+    runner: RunnerConfig,
+    run_dir: Path,
+    progress: ProgressFn | None,
+    state: dict[str, Any] | None,
+    seed: int,
+) -> dict[str, Any]:
+    stepper = _stepper(env_cfg, seed)
+    hidden, activation = _model_defaults(model_cfg, [256, 256], "relu")
+    spec = {
+        "cls": "SquashedGaussianActor",
+        "obs_dim": stepper.obs_dim,
+        "act_dim": stepper.act_dim,
+        "action_low": stepper.action_low.tolist(),
+        "action_high": stepper.action_high.tolist(),
+        "hidden": hidden,
+        "activation": activation,
+    }
+    actor = SquashedGaussianActor(
+        stepper.obs_dim, stepper.act_dim, stepper.action_low, stepper.action_high, hidden, activation
+    )
+    critic = TwinQ(stepper.obs_dim, stepper.act_dim, hidden, activation)
+    learner = SACLearner(actor, critic, cfg, runner.device)
+    buffer = ReplayBuffer(
+        min(cfg.buffer_size, max(runner.total_steps, 1)),
+        (stepper.obs_dim,),
+        (stepper.act_dim,),
+        seed=runner.seed,
+    )
+    collector = SACCollector(stepper, learner.actor, buffer, cfg.learning_starts)
+    run = _Run("sac", run_dir, runner, stepper, progress, resume=state is not None)
+    debt = 0.0
+    if state is not None:
+        learner.load_state_dict(state["learner"])
+        buffer.load_state_dict(state["buffer"])
+        debt = float(state["update_debt"])
+        run.load_run_state(state["run"])
+    sums: dict[str, Tensor] = {}
+    counts = 0
+
+    def body() -> dict[str, float] | None:
+        nonlocal debt, sums, counts
+        collector.step()
+        if stepper.steps < cfg.learning_starts or len(buffer) < cfg.batch_size:
+            return None
+        debt += stepper.num_envs * cfg.updates_per_step
+        while debt >= 1.0:
+            out = learner.update(buffer.sample(cfg.batch_size))
+            for k, v in out.items():
+                sums[k] = sums[k] + v if k in sums else v
+            counts += 1
+            debt -= 1.0
+        if stepper.steps - run.last_log_step >= runner.log_interval or stepper.steps >= runner.total_steps:
+            row = {k: float(v) / counts for k, v in sums.items()}
+            row["updates"] = float(learner.updates)
+            sums, counts = {}, 0
+            return row
+        return None
+
+    def state_fn() -> dict[str, Any]:
+        return {"learner": learner.state_dict(), "buffer": buffer.state_dict(), "update_debt": debt}
+
+    def policy_fn() -> dict[str, Any]:
+        return {
+            "algorithm": "sac",
+            "env_id": env_cfg.id,
+            "spec": spec,
+            "state_dict": learner.actor.state_dict(),
+        }
+
+    return _loop(run, body, state_fn, policy_fn)
+
+
+def _train_grpo(
+    cfg: GRPOConfig,
+    env_cfg: EnvConfig,
+    model_cfg: ModelConfig,
+    runner: RunnerConfig,
+    run_dir: Path,
+    progress: ProgressFn | None,
+    state: dict[str, Any] | None,
+    seed: int,
+) -> dict[str, Any]:
+    need = cfg.group_size * cfg.num_groups
+    if env_cfg.num_envs != need:
+        raise ConfigError(
+            f"GRPO runs one group per {cfg.group_size} envs and {cfg.num_groups} groups per iteration, "
+            f"so it needs num_envs = algorithm.group_size * algorithm.num_groups = {need}, got {env_cfg.num_envs}",
+            path="env.num_envs",
+        )
+    stepper = _stepper(env_cfg, seed)
+    spec_limit = getattr(getattr(stepper.envs, "spec", None), "max_episode_steps", None)
+    max_steps = env_cfg.max_episode_steps or spec_limit
+    if not max_steps:
+        stepper.close()
+        raise ConfigError(
+            f"{env_cfg.id!r} has no time limit; GRPO needs whole episodes: set env.max_episode_steps",
+            path="env.max_episode_steps",
+        )
+    hidden, activation = _model_defaults(model_cfg, [64, 64], "tanh")
+    spec = {
+        "cls": "GaussianActorCritic",
+        "obs_dim": stepper.obs_dim,
+        "act_dim": stepper.act_dim,
+        "hidden": hidden,
+        "activation": activation,
+        "log_std_init": model_cfg.log_std_init,
+        "normalize_obs": True,
+    }
+    model = GaussianActorCritic(stepper.obs_dim, stepper.act_dim, hidden, activation, model_cfg.log_std_init)
+    collector = GRPOCollector(stepper, model, cfg.group_size, seed, int(max_steps))
+    learner = GRPOLearner(model, cfg, seed=runner.seed)
+    run = _Run("grpo", run_dir, runner, stepper, progress, resume=state is not None)
+    if state is not None:
+        learner.load_state_dict(state["learner"])
+        collector.iteration = int(state["collector_iteration"])
+        run.load_run_state(state["run"])
+
+    def body() -> dict[str, float]:
+        rollout = collector.collect()
+        metrics = learner.update(rollout)
+        collector.version = learner.version
+        metrics["group_return_mean"] = float(rollout.returns.mean())
+        return metrics
+
+    def state_fn() -> dict[str, Any]:
+        return {"learner": learner.state_dict(), "collector_iteration": collector.iteration}
+
+    def policy_fn() -> dict[str, Any]:
+        return {"algorithm": "grpo", "env_id": env_cfg.id, "spec": spec, "state_dict": model.state_dict()}
+
+    return _loop(run, body, state_fn, policy_fn)
+
+
+# -- saved policies ----------------------------------------------------------------------------
+
+
+def load_policy(path: Path) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """Rebuild the policy saved as ``policy.pt`` by :func:`train`: ``(module, record)``; the
+    module's ``predict(raw_obs, deterministic)`` maps ``[B, D]`` observations to actions."""
+    path = Path(path)
+    if not path.is_file():
+        raise RlinfError(
+            f"no saved policy at {path} (a finished or interrupted run writes RUN_DIR/policy.pt)"
+        )
+    record = torch.load(path, map_location="cpu", weights_only=False)
+    spec = dict(record["spec"])
+    cls = spec.pop("cls")
+    if cls == "GaussianActorCritic":
+        module: torch.nn.Module = GaussianActorCritic(
+            spec["obs_dim"],
+            spec["act_dim"],
+            spec["hidden"],
+            spec["activation"],
+            spec["log_std_init"],
+            spec["normalize_obs"],
+        )
+    elif cls == "SquashedGaussianActor":
+        module = SquashedGaussianActor(
+            spec["obs_dim"],
+            spec["act_dim"],
+            spec["action_low"],
+            spec["action_high"],
+            spec["hidden"],
+            spec["activation"],
+        )
+    else:
+        raise RlinfError(f"{path}: unknown policy class {cls!r}")
+    module.load_state_dict(record["state_dict"])
+    module.eval()
+    return module, record
+
+
+def evaluate_policy(
+    path: Path, episodes: int = 10, seed: int = 10_000, num_envs: int = 1, deterministic: bool = True
+) -> dict[str, Any]:
+    """Run the saved policy for ``episodes`` whole episodes; returns ``mean``, ``std`` and the
+    list of ``returns`` (raw environment rewards)."""
+    if episodes < 1:
+        raise ValueError("evaluate_policy: episodes must be at least 1")
+    module, record = load_policy(path)
+    stepper = VectorEnvStepper(record["env_id"], min(num_envs, episodes), seed)
+    returns: list[float] = []
+    try:
+        with torch.no_grad():
+            while len(returns) < episodes:
+                actions = module.predict(torch.from_numpy(stepper.obs), deterministic)  # type: ignore[operator]
+                returns.extend(stepper.step(actions.numpy()).episode_returns)
+    finally:
+        stepper.close()
+    returns = returns[:episodes]
+    return {
+        "episodes": episodes,
+        "mean": float(np.mean(returns)),
+        "std": float(np.std(returns)),
+        "returns": returns,
+    }

@@ -1,0 +1,273 @@
+"""Policy, value and Q networks for continuous control, kept lean for fast updates.
+
+The networks RL uses on MuJoCo are tiny (two hidden layers of 64 or 256 units), so an update is
+dominated by per-call overhead, not arithmetic. The modules here keep the number of kernel calls
+down: Gaussian log-probabilities and entropies are written out instead of going through
+``torch.distributions`` (which validates and allocates per call), and the twin critics are one
+batched ensemble (:class:`EnsembleLinear`, one ``baddbmm`` per layer for both critics), so a
+Polyak update touches a handful of tensors.
+
+Observation normalisation (:class:`RunningNorm`) is a submodule of the policy, so the statistics
+travel with the weights when they are broadcast to rollout workers and saved in checkpoints.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "ACTIVATIONS",
+    "EnsembleLinear",
+    "GaussianActorCritic",
+    "RunningNorm",
+    "SquashedGaussianActor",
+    "TwinQ",
+    "gaussian_entropy",
+    "gaussian_log_prob",
+    "layer_init",
+    "mlp",
+]
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
+
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def layer_init(layer: nn.Linear, std: float = math.sqrt(2.0), bias: float = 0.0) -> nn.Linear:
+    """Orthogonal weights with gain ``std`` and a constant bias (the PPO implementation detail)."""
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+def mlp(
+    in_dim: int, hidden: Sequence[int], out_dim: int, activation: str = "tanh", out_std: float = 1.0
+) -> nn.Sequential:
+    """``Linear -> act`` per hidden size, then a ``Linear`` to ``out_dim`` (orthogonal init: gain
+    ``sqrt(2)`` on hidden layers, ``out_std`` on the last)."""
+    act = ACTIVATIONS[activation]
+    layers: list[nn.Module] = []
+    last = in_dim
+    for h in hidden:
+        layers += [layer_init(nn.Linear(last, h)), act()]
+        last = h
+    layers.append(layer_init(nn.Linear(last, out_dim), std=out_std))
+    return nn.Sequential(*layers)
+
+
+def gaussian_log_prob(x: Tensor, mean: Tensor, log_std: Tensor) -> Tensor:
+    """Log-density of a diagonal Gaussian, summed over the last axis: ``[B, A] -> [B]``."""
+    z = (x - mean) * torch.exp(-log_std)
+    return (-0.5 * z.pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
+
+
+def gaussian_entropy(log_std: Tensor) -> Tensor:
+    """Entropy of a diagonal Gaussian, summed over the last axis: ``[..., A] -> [...]``."""
+    return (0.5 + _LOG_SQRT_2PI + log_std).sum(-1)
+
+
+class RunningNorm(nn.Module):
+    """Running mean/variance of observations (Chan et al.'s parallel update) used to normalise
+    them: ``clamp((x - mean) / sqrt(var + eps), -clip, clip)``.
+
+    The statistics are buffers (``mean``, ``var`` ``[D]``, ``count`` scalar, float64), so they are
+    part of ``state_dict``. :meth:`update` is called by the process that sees fresh observations
+    (the rollout side); the learner only reads them.
+    """
+
+    def __init__(self, shape: int | Sequence[int], clip: float = 10.0, eps: float = 1e-8) -> None:
+        super().__init__()
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        self.clip = clip
+        self.eps = eps
+        self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(eps, dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, batch: np.ndarray | Tensor) -> None:
+        """Fold a ``[B, *shape]`` batch into the statistics."""
+        x = torch.as_tensor(batch, dtype=torch.float64)
+        b_mean = x.mean(0)
+        b_var = x.var(0, unbiased=False)
+        n = x.shape[0]
+        delta = b_mean - self.mean
+        total = self.count + n
+        self.mean += delta * (n / total)
+        m2 = self.var * self.count + b_var * n + delta.pow(2) * self.count * n / total
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
+
+    def forward(self, x: Tensor) -> Tensor:
+        mean = self.mean.to(x.dtype)
+        inv_std = torch.rsqrt(self.var + self.eps).to(x.dtype)
+        return torch.clamp((x - mean) * inv_std, -self.clip, self.clip)
+
+
+class GaussianActorCritic(nn.Module):
+    """PPO's policy and value networks: a Gaussian policy with a state-independent ``log_std``
+    and a separate critic MLP, over normalised observations.
+
+    Methods take *normalised* observations (``self.obs_norm(raw)``), so a learner recomputes
+    exactly the log-probabilities the rollout computed, whatever the statistics did since.
+
+    Args:
+        obs_dim: observation size ``D``.
+        act_dim: action size ``A``.
+        hidden: hidden layer sizes of both networks.
+        activation: a key of :data:`ACTIVATIONS`.
+        log_std_init: initial ``log_std``.
+        normalize_obs: keep :class:`RunningNorm` statistics (else ``obs_norm`` is the identity).
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        log_std_init: float = 0.0,
+        normalize_obs: bool = True,
+    ) -> None:
+        super().__init__()
+        self.obs_dim, self.act_dim = obs_dim, act_dim
+        self.obs_norm: nn.Module = RunningNorm(obs_dim) if normalize_obs else nn.Identity()
+        self.actor_mean = mlp(obs_dim, hidden, act_dim, activation, out_std=0.01)
+        self.actor_log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
+        self.critic = mlp(obs_dim, hidden, 1, activation, out_std=1.0)
+
+    def value(self, obs: Tensor) -> Tensor:
+        """``[B, D] -> [B]``."""
+        return self.critic(obs).squeeze(-1)
+
+    @torch.no_grad()
+    def act(self, obs: Tensor, deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """Sample actions for the rollout: ``[B, D] -> (actions [B, A], log_prob [B], value [B])``
+        (without gradient; actions are not clipped to the action space, the env side does that)."""
+        mean = self.actor_mean(obs)
+        log_std = self.actor_log_std.expand_as(mean)
+        action = mean if deterministic else mean + torch.randn_like(mean) * torch.exp(log_std)
+        return action, gaussian_log_prob(action, mean, log_std), self.value(obs)
+
+    def evaluate(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """For the update: ``obs [B, D], actions [B, A] -> (log_prob [B], entropy [B], value [B])``."""
+        mean = self.actor_mean(obs)
+        log_std = self.actor_log_std.expand_as(mean)
+        return gaussian_log_prob(actions, mean, log_std), gaussian_entropy(log_std), self.value(obs)
+
+    @torch.no_grad()
+    def predict(self, raw_obs: Tensor, deterministic: bool = True) -> Tensor:
+        """Actions for raw (unnormalised) observations ``[B, D] -> [B, A]`` (evaluation)."""
+        return self.act(self.obs_norm(raw_obs), deterministic)[0]
+
+
+class SquashedGaussianActor(nn.Module):
+    """SAC's actor: ``a = low + (tanh(u) + 1) / 2 * (high - low)`` with ``u ~ N(mu(s), sigma(s))``.
+
+    ``log_std`` is squashed into ``[log_std_min, log_std_max]`` with a tanh (as CleanRL does), and
+    the log-probability includes the change-of-variables term of the tanh and the rescaling.
+
+    Args:
+        obs_dim, act_dim: sizes.
+        action_low, action_high: ``[A]`` bounds of the action space.
+        hidden: hidden layer sizes.
+        activation: a key of :data:`ACTIVATIONS`.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        action_low: Sequence[float] | np.ndarray,
+        action_high: Sequence[float] | np.ndarray,
+        hidden: Sequence[int] = (256, 256),
+        activation: str = "relu",
+        log_std_min: float = -5.0,
+        log_std_max: float = 2.0,
+    ) -> None:
+        super().__init__()
+        self.obs_dim, self.act_dim = obs_dim, act_dim
+        act = ACTIVATIONS[activation]
+        layers: list[nn.Module] = []
+        last = obs_dim
+        for h in hidden:
+            layers += [layer_init(nn.Linear(last, h)), act()]
+            last = h
+        self.trunk = nn.Sequential(*layers)
+        self.head = layer_init(nn.Linear(last, 2 * act_dim), std=0.01)
+        low = torch.as_tensor(np.asarray(action_low, dtype=np.float32))
+        high = torch.as_tensor(np.asarray(action_high, dtype=np.float32))
+        self.register_buffer("action_scale", (high - low) / 2.0)
+        self.register_buffer("action_bias", (high + low) / 2.0)
+        self.log_std_min, self.log_std_max = log_std_min, log_std_max
+
+    def _dist(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        mean, raw = self.head(self.trunk(obs)).chunk(2, dim=-1)
+        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(raw) + 1.0)
+        return mean, log_std
+
+    def sample(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        """Reparameterised sample: ``[B, D] -> (actions [B, A], log_prob [B])``."""
+        mean, log_std = self._dist(obs)
+        u = mean + torch.randn_like(mean) * torch.exp(log_std)
+        # log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)), stable for large |u|
+        log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u)) + torch.log(self.action_scale)
+        log_prob = gaussian_log_prob(u, mean, log_std) - log_det.sum(-1)
+        return torch.tanh(u) * self.action_scale + self.action_bias, log_prob
+
+    @torch.no_grad()
+    def predict(self, obs: Tensor, deterministic: bool = True) -> Tensor:
+        """Actions without gradient: the squashed mean, or a sample."""
+        if not deterministic:
+            return self.sample(obs)[0]
+        mean, _ = self._dist(obs)
+        return torch.tanh(mean) * self.action_scale + self.action_bias
+
+
+class EnsembleLinear(nn.Module):
+    """``E`` independent linear layers applied in one ``baddbmm``: ``[E, B, in] -> [E, B, out]``
+    (each member orthogonally initialised with gain ``std``)."""
+
+    def __init__(self, ensemble: int, in_dim: int, out_dim: int, std: float = math.sqrt(2.0)) -> None:
+        super().__init__()
+        w = torch.empty(ensemble, out_dim, in_dim)
+        for i in range(ensemble):
+            nn.init.orthogonal_(w[i], std)
+        self.weight = nn.Parameter(w.transpose(1, 2).contiguous())
+        self.bias = nn.Parameter(torch.zeros(ensemble, 1, out_dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class TwinQ(nn.Module):
+    """``E`` (2 by default) Q networks ``Q_i(s, a)`` evaluated together: ``obs [B, D], actions
+    [B, A] -> [E, B]``."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden: Sequence[int] = (256, 256),
+        activation: str = "relu",
+        ensemble: int = 2,
+    ) -> None:
+        super().__init__()
+        self.ensemble = ensemble
+        act = ACTIVATIONS[activation]
+        layers: list[nn.Module] = []
+        last = obs_dim + act_dim
+        for h in hidden:
+            layers += [EnsembleLinear(ensemble, last, h), act()]
+            last = h
+        layers.append(EnsembleLinear(ensemble, last, 1, std=1.0))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, obs: Tensor, actions: Tensor) -> Tensor:
+        x = torch.cat([obs, actions], dim=-1)
+        return self.net(x.unsqueeze(0).expand(self.ensemble, -1, -1)).squeeze(-1)
