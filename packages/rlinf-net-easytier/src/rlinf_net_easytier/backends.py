@@ -102,8 +102,9 @@ def parse_routes(routes: list[dict[str, Any]], peers: list[dict[str, Any]]) -> l
     """Routes and connections (easytier's ``routes()`` / ``peers()`` JSON) -> one row per peer:
     ``ipv4, hostname, peer_id, next_hop, cost, latency_ms, loss_rate, direct``.
 
-    ``latency_ms`` is the measured latency of the direct connection when there is one, otherwise
-    the route's path latency; ``loss_rate`` comes from the direct connection.
+    ``latency_ms`` and ``loss_rate`` are measured on the direct connection to the peer; for a peer
+    reached through another (``next_hop``) they are ``None`` (easytier's ``path_latency`` is a
+    routing cost of 500 per hop, not a measurement). ``rlinf net verify`` measures those with ICMP.
     """
     direct: dict[int, tuple[float | None, float | None]] = {}
     for peer in peers:
@@ -125,9 +126,8 @@ def parse_routes(routes: list[dict[str, Any]], peers: list[dict[str, Any]]) -> l
     for r in routes:
         pid = r.get("peer_id")
         lat, loss = direct.get(pid, (None, None)) if isinstance(pid, int) else (None, None)
-        if lat is None:
-            path_lat = _num(r.get("path_latency", r.get("latency_ms")))
-            lat = path_lat
+        if lat is None and "latency_ms" in r:  # easytier-cli rows; easytier's own path_latency is a
+            lat = _num(r.get("latency_ms"))  # per-hop cost, not a measurement, so it is not used
         hop = r.get("next_hop_peer_id")
         hop_name = None
         if hop is not None and hop != pid and hop in by_id:
@@ -359,7 +359,9 @@ class CoreBinaryBackend(Backend):
 
     def _query(self, *args: str) -> Any:
         try:
-            out = subprocess.run(self.cli_command(*args), capture_output=True, text=True, timeout=5, check=False)
+            out = subprocess.run(
+                self.cli_command(*args), capture_output=True, text=True, timeout=5, check=False
+            )
         except (OSError, subprocess.TimeoutExpired) as err:
             raise NetworkError(f"easytier-cli {' '.join(args)} failed: {err}") from None
         if out.returncode != 0:

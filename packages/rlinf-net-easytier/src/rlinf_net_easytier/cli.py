@@ -51,22 +51,32 @@ def _node_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             type=click.Path(dir_okay=False, path_type=Path),
             help="YAML file with these settings (top level or a `network:` section); options override it.",
         ),
-        click.option("--name", help="Instance name (default: this host's name); several may run on one host."),
-        click.option("--role", type=click.Choice(["bootstrap", "node"]), help="bootstrap (listens) or node (dials)."),
+        click.option(
+            "--name", help="Instance name (default: this host's name); several may run on one host."
+        ),
+        click.option(
+            "--role", type=click.Choice(["bootstrap", "node"]), help="bootstrap (listens) or node (dials)."
+        ),
         click.option("--network-name", help="Overlay network name, the same on every node."),
         click.option(
             "--secret-file",
             type=click.Path(dir_okay=False, path_type=Path),
             help="File holding the shared network secret (mode 600).",
         ),
-        click.option("--secret-env", metavar="VAR", help="Name of the environment variable holding the secret."),
-        click.option("--ipv4", help="This node's fixed overlay address, e.g. 10.10.0.11 (prefix /24 unless given)."),
+        click.option(
+            "--secret-env", metavar="VAR", help="Name of the environment variable holding the secret."
+        ),
+        click.option(
+            "--ipv4", help="This node's fixed overlay address, e.g. 10.10.0.11 (prefix /24 unless given)."
+        ),
         click.option(
             "--listen",
             multiple=True,
             help="Port or listener URL (repeatable); bootstrap default 11010, e.g. --listen tcp://0.0.0.0:11010.",
         ),
-        click.option("--peer", "peers", multiple=True, help="Peer to dial (repeatable), e.g. tcp://203.0.113.7:11010."),
+        click.option(
+            "--peer", "peers", multiple=True, help="Peer to dial (repeatable), e.g. tcp://203.0.113.7:11010."
+        ),
         click.option("--hostname", help="Name shown to peers (default: the instance name)."),
         click.option("--dev-name", help="TUN device name (default et0)."),
         click.option(
@@ -74,8 +84,12 @@ def _node_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             default=None,
             help="Refuse nodes of other networks (default: on).",
         ),
-        click.option("--no-tun", is_flag=True, default=None, help="Run without a TUN device (no root needed)."),
-        click.option("--public-stun", is_flag=True, default=None, help="Use EasyTier's public STUN servers (off)."),
+        click.option(
+            "--no-tun", is_flag=True, default=None, help="Run without a TUN device (no root needed)."
+        ),
+        click.option(
+            "--public-stun", is_flag=True, default=None, help="Use EasyTier's public STUN servers (off)."
+        ),
         click.option("--upnp", is_flag=True, default=None, help="Map ports with UPnP (off)."),
         click.option("--mtu", type=int, help="TUN MTU (default: easytier's)."),
         click.option(
@@ -124,7 +138,9 @@ def _build_config(opts: dict[str, Any]) -> EasyTierConfig:
             EasyTierConfig.model_validate({**file_values, **cli_values})
         except ValidationError as err:
             problems = validation_problems(err, prefix)
-            from_file = [p for p in problems if p.path.removeprefix(f"{prefix}.").split("[")[0] in file_values]
+            from_file = [
+                p for p in problems if p.path.removeprefix(f"{prefix}.").split("[")[0] in file_values
+            ]
             if from_file:
                 raise ConfigError(
                     [type(p)(f"{config_file}: {p.path}", p.message) for p in from_file]
@@ -170,7 +186,9 @@ def _print_status(status: dict[str, Any], *, header: str | None = None) -> None:
         click.echo(header)
     click.echo(f"  overlay ipv4: {status.get('ipv4')}")
     click.echo(f"  device:       {status.get('device') or 'none (--no-tun)'}")
-    click.echo(f"  network:      {status.get('network_name')} ({status.get('role')}, {status.get('backend')})")
+    click.echo(
+        f"  network:      {status.get('network_name')} ({status.get('role')}, {status.get('backend')})"
+    )
     if status.get("listeners"):
         click.echo(f"  listening:    {', '.join(status['listeners'])}")
     routes = status.get("routes") or []
@@ -196,7 +214,9 @@ def _print_status(status: dict[str, Any], *, header: str | None = None) -> None:
 
 @net.command("up")
 @_node_options
-@click.option("--detach", is_flag=True, help="Run in the background (pidfile, log and status in the state dir).")
+@click.option(
+    "--detach", is_flag=True, help="Run in the background (pidfile, log and status in the state dir)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON once up.")
 def up_cmd(detach: bool, as_json: bool, **opts: Any) -> None:
     """Start an overlay node; print its overlay IP, device and peers once it is up.
@@ -227,7 +247,9 @@ def up_cmd(detach: bool, as_json: bool, **opts: Any) -> None:
         show(status)
         if not as_json:
             paths = instance_paths(cfg.name)
-            click.echo(f"  pid {status.get('pid')}, log {paths.log}; stop with `rlinf net down --name {cfg.name}`")
+            click.echo(
+                f"  pid {status.get('pid')}, log {paths.log}; stop with `rlinf net down --name {cfg.name}`"
+            )
         return
     from rlinf_net_easytier.daemon import run_instance
 
@@ -243,7 +265,9 @@ def up_cmd(detach: bool, as_json: bool, **opts: Any) -> None:
 
 @net.command("down")
 @click.option("--name", help="Instance name (default: this host's name, or the only running instance).")
-@click.option("--timeout", type=float, default=10.0, show_default=True, help="Seconds to wait before SIGKILL.")
+@click.option(
+    "--timeout", type=float, default=10.0, show_default=True, help="Seconds to wait before SIGKILL."
+)
 def down_cmd(name: str | None, timeout: float) -> None:
     """Stop a running overlay node and remove its device."""
     from rlinf_net_easytier.api import resolve_instance_name
@@ -272,12 +296,18 @@ def status_cmd(name: str | None, as_json: bool) -> None:
 
 
 @net.command("verify")
-@click.option("--peers", "peers_text", required=True, help="Overlay addresses to check, e.g. 10.10.0.1,10.10.0.11.")
-@click.option("--ports", "ports_text", help="TCP ports that must accept connections on every peer, e.g. 6379.")
+@click.option(
+    "--peers", "peers_text", required=True, help="Overlay addresses to check, e.g. 10.10.0.1,10.10.0.11."
+)
+@click.option(
+    "--ports", "ports_text", help="TCP ports that must accept connections on every peer, e.g. 6379."
+)
 @click.option("--name", help="Local instance whose routes to consult (default: as for status).")
 @click.option("--timeout", type=float, default=5.0, show_default=True, help="Seconds per check.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def verify_cmd(peers_text: str, ports_text: str | None, name: str | None, timeout: float, as_json: bool) -> None:
+def verify_cmd(
+    peers_text: str, ports_text: str | None, name: str | None, timeout: float, as_json: bool
+) -> None:
     """Check that peers are reachable through the overlay; exit 1 naming the unreachable ones."""
     from rlinf_net_easytier.api import instance_status
     from rlinf_net_easytier.reach import check_peers, parse_peer_list, parse_port_list
@@ -370,7 +400,17 @@ def render_unit(cfg: EasyTierConfig, *, exec_kind: str = "rlinf", config_path: s
         note = f"# {path}: `rlinf net config ... --output {path}` (mode 600, holds the secret)"
     else:
         binary = shutil.which("rlinf") or "rlinf"
-        args = [binary, "net", "up", "--name", cfg.name, "--role", cfg.role, "--network-name", cfg.network_name]
+        args = [
+            binary,
+            "net",
+            "up",
+            "--name",
+            cfg.name,
+            "--role",
+            cfg.role,
+            "--network-name",
+            cfg.network_name,
+        ]
         if cfg.secret_file is not None:
             args += ["--secret-file", str(Path(cfg.secret_file).expanduser().absolute())]
         else:
@@ -397,10 +437,10 @@ def render_unit(cfg: EasyTierConfig, *, exec_kind: str = "rlinf", config_path: s
         if cfg.backend != "pyo3":
             args += ["--backend", cfg.backend]
         exec_start = shlex.join(args)
-        note = (
-            f"# {cfg.secret_source()}: {'a file of mode 600' if cfg.secret_file else f'set {cfg.secret_env}=... in the EnvironmentFile (mode 600)'}"
-        )
-    caps = "" if cfg.no_tun else "AmbientCapabilities=CAP_NET_ADMIN CAP_NET_RAW\nDeviceAllow=/dev/net/tun rw\n"
+        note = f"# {cfg.secret_source()}: {'a file of mode 600' if cfg.secret_file else f'set {cfg.secret_env}=... in the EnvironmentFile (mode 600)'}"
+    caps = (
+        "" if cfg.no_tun else "AmbientCapabilities=CAP_NET_ADMIN CAP_NET_RAW\nDeviceAllow=/dev/net/tun rw\n"
+    )
     return (
         f"# systemd unit for rlinf overlay instance {cfg.name}; install as "
         f"/etc/systemd/system/rlinf-net-{cfg.name}.service\n"
@@ -412,9 +452,7 @@ def render_unit(cfg: EasyTierConfig, *, exec_kind: str = "rlinf", config_path: s
         "Wants=network-online.target\n"
         "\n"
         "[Service]\n"
-        "Type=simple\n"
-        + "".join(f"{line}\n" for line in env_lines)
-        + f"ExecStart={exec_start}\n"
+        "Type=simple\n" + "".join(f"{line}\n" for line in env_lines) + f"ExecStart={exec_start}\n"
         "Restart=on-failure\n"
         "RestartSec=5\n"
         f"{caps}"

@@ -150,11 +150,15 @@ class EasyTierConfig(BaseModel):
             ) from None
         ip = iface.ip
         if iface.network.prefixlen > 30 and "/" in text:
-            raise ValueError(f"prefix /{iface.network.prefixlen} of {v!r} is too narrow; use /8 to /30 (default /24)")
+            raise ValueError(
+                f"prefix /{iface.network.prefixlen} of {v!r} is too narrow; use /8 to /30 (default /24)"
+            )
         if ip.is_loopback or ip.is_multicast or ip.is_unspecified or ip.is_link_local or ip.is_reserved:
             raise ValueError(f"{v!r} cannot be an overlay address; use a private address such as 10.10.0.11")
         if ip in (iface.network.network_address, iface.network.broadcast_address):
-            raise ValueError(f"{v!r} is the network or broadcast address of {iface.network}; pick a host address")
+            raise ValueError(
+                f"{v!r} is the network or broadcast address of {iface.network}; pick a host address"
+            )
         return str(iface)
 
     @field_validator("listen", mode="before")
@@ -180,7 +184,9 @@ class EasyTierConfig(BaseModel):
     @classmethod
     def _dev_name(cls, v: str) -> str:
         if not _IFNAME_RE.match(v):
-            raise ValueError(f"device name {v!r} is invalid; use 1-15 letters, digits, '_', '.' or '-' (e.g. et0)")
+            raise ValueError(
+                f"device name {v!r} is invalid; use 1-15 letters, digits, '_', '.' or '-' (e.g. et0)"
+            )
         return v
 
     @model_validator(mode="after")
@@ -268,9 +274,13 @@ def load_secret(cfg: EasyTierConfig) -> str:
         try:
             raw = path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise ConfigError(f"--secret-file {path}: no such file; write the shared secret into it (mode 600)") from None
+            raise ConfigError(
+                f"--secret-file {path}: no such file; write the shared secret into it (mode 600)"
+            ) from None
         except (OSError, UnicodeDecodeError) as err:
-            raise ConfigError(f"--secret-file {path}: cannot read it: {getattr(err, 'strerror', None) or err}") from None
+            raise ConfigError(
+                f"--secret-file {path}: cannot read it: {getattr(err, 'strerror', None) or err}"
+            ) from None
         secret = raw.strip()
         if not secret:
             raise ConfigError(f"--secret-file {path} is empty; write the shared network secret into it")

@@ -34,7 +34,14 @@ def _log(msg: str) -> None:
     print(f"{stamp} rlinf-net: {msg}", file=sys.stderr, flush=True)
 
 
-_EVENT_KINDS = ("PeerAdded", "PeerRemoved", "TunDeviceReady", "ConnectError", "ConnectionError", "ListenerAdded")
+_EVENT_KINDS = (
+    "PeerAdded",
+    "PeerRemoved",
+    "TunDeviceReady",
+    "ConnectError",
+    "ConnectionError",
+    "ListenerAdded",
+)
 
 
 def _describe_event(ev: dict[str, Any]) -> str | None:
@@ -84,7 +91,9 @@ def run_instance(
             failed = True  # keep the status file: it tells `net up --detach` why
             write_status(paths, {**base, "state": "failed", "error": str(err)})
             raise
-        status = {**base, **provider.status_dict(), "state": "up", "up_seconds": provider.up_seconds}
+        base["up_seconds"] = provider.up_seconds
+        base["first_peer_seconds"] = provider.first_peer_seconds
+        status = {**base, **provider.status_dict(), "state": "up"}
         write_status(paths, status)
         assert provider.backend is not None
         for ev in list(provider.backend.event_log):
@@ -129,7 +138,8 @@ def start_detached(cfg: EasyTierConfig, *, timeout: float | None = None) -> dict
     if paths.is_running():
         pid = paths.read_pid()
         raise NetworkError(
-            f"instance {cfg.name!r} is already running" + (f" (pid {pid})" if pid else "")
+            f"instance {cfg.name!r} is already running"
+            + (f" (pid {pid})" if pid else "")
             + f"; stop it with `rlinf net down --name {cfg.name}` or pick another --name"
         )
     paths.remove_files()
@@ -158,7 +168,9 @@ def start_detached(cfg: EasyTierConfig, *, timeout: float | None = None) -> dict
             data = _read_json(paths)
             if data and data.get("state") == "failed":
                 raise NetworkError(str(data.get("error")))
-            raise NetworkError(f"the detached node exited with status {rc} before it came up; see {paths.log}")
+            raise NetworkError(
+                f"the detached node exited with status {rc} before it came up; see {paths.log}"
+            )
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
@@ -192,7 +204,9 @@ def stop_instance(name: str, *, timeout: float = 10.0) -> int | None:
         return None
     pid = paths.read_pid()
     if pid is None:
-        raise NetworkError(f"instance {name!r} is running but its pidfile {paths.pid} is missing; stop it by hand")
+        raise NetworkError(
+            f"instance {name!r} is running but its pidfile {paths.pid} is missing; stop it by hand"
+        )
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout

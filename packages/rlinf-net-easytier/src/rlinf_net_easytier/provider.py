@@ -80,7 +80,9 @@ class EasyTierProvider(NetworkProvider):
         while True:
             snap = self.backend.snapshot()
             if not snap.running:
-                raise NetworkError(f"easytier node {cfg.name!r} stopped while starting: {snap.error or 'no reason given'}")
+                raise NetworkError(
+                    f"easytier node {cfg.name!r} stopped while starting: {snap.error or 'no reason given'}"
+                )
             self._check_duplicate(snap)
             now = time.monotonic()
             if snap.routes and self.first_peer_seconds is None:
@@ -147,7 +149,8 @@ class EasyTierProvider(NetworkProvider):
     def _to_status(self, snap: Snapshot) -> NetworkStatus:
         peers = [PeerInfo(r["ipv4"], r["hostname"], r["latency_ms"], r["loss_rate"]) for r in snap.routes]
         routes = [
-            RouteInfo(r["ipv4"], r["hostname"], r["next_hop"], r["cost"], r["latency_ms"]) for r in snap.routes
+            RouteInfo(r["ipv4"], r["hostname"], r["next_hop"], r["cost"], r["latency_ms"])
+            for r in snap.routes
         ]
         return NetworkStatus(
             running=snap.running,

@@ -46,7 +46,9 @@ def parse_port_list(text: str | Iterable[str] | None) -> list[int]:
         if not item:
             continue
         if not item.isdigit() or not 1 <= int(item) <= 65535:
-            raise ValueError(f"{item!r} is not a TCP port; use numbers from 1 to 65535, e.g. --ports 6379,8265")
+            raise ValueError(
+                f"{item!r} is not a TCP port; use numbers from 1 to 65535, e.g. --ports 6379,8265"
+            )
         out.append(int(item))
     return out
 
@@ -145,7 +147,10 @@ def check_peers(
         res: dict[str, Any] = {"ok": True, "reason": None, "rtt_ms": None, "method": ""}
         route = by_ip.get(ip)
         if routes is not None and route is None:
-            res.update(ok=False, reason="no overlay route (the peer is offline, not admitted, or uses another network)")
+            res.update(
+                ok=False,
+                reason="no overlay route (the peer is offline, not admitted, or uses another network)",
+            )
             results[ip] = res
             continue
         if route is not None:
