@@ -1,0 +1,160 @@
+"""Networks (log-probabilities, squashing, ensembles, running statistics) and the replay buffer."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rlinf_algos.models import (
+    GaussianActorCritic,
+    RunningNorm,
+    SquashedGaussianActor,
+    TwinQ,
+    gaussian_entropy,
+    gaussian_log_prob,
+    mlp,
+)
+from rlinf_algos.replay import ReplayBuffer
+
+
+def test_gaussian_log_prob_and_entropy_by_hand() -> None:
+    # at the mean, each dim contributes -log_std - 0.5 * log(2 pi)
+    mean = torch.zeros(1, 2)
+    log_std = torch.tensor([[0.0, math.log(2.0)]])
+    expected = -(0 + math.log(2.0)) - math.log(2 * math.pi)
+    assert float(gaussian_log_prob(mean, mean, log_std)) == pytest.approx(expected, rel=1e-6)
+    # one std away in dim 0 costs 0.5 more
+    x = torch.tensor([[1.0, 0.0]])
+    assert float(gaussian_log_prob(x, mean, log_std)) == pytest.approx(expected - 0.5, rel=1e-6)
+    ref = torch.distributions.Normal(mean, log_std.exp())
+    assert float(gaussian_entropy(log_std)) == pytest.approx(float(ref.entropy().sum()), rel=1e-6)
+
+
+def test_mlp_orthogonal_init() -> None:
+    net = mlp(5, [8], 3, "tanh", out_std=0.01)
+    w = net[0].weight  # [8, 5]: orthogonal rows scaled by sqrt(2)
+    assert torch.allclose(w.T @ w, 2.0 * torch.eye(5), atol=1e-5)
+    assert float(net[-1].weight.detach().abs().max()) < 0.02
+    assert float(net[0].bias.detach().abs().sum()) == 0.0
+
+
+def test_actor_critic_act_and_evaluate_agree() -> None:
+    torch.manual_seed(0)
+    model = GaussianActorCritic(4, 2, (16, 16))
+    obs = torch.randn(5, 4)
+    action, logp, value = model.act(obs)
+    logp2, entropy, value2 = model.evaluate(obs, action)
+    assert action.shape == (5, 2) and logp.shape == (5,) and value.shape == (5,)
+    assert torch.allclose(logp, logp2) and torch.allclose(value, value2)
+    assert entropy.shape == (5,)
+    assert float(entropy[0]) == pytest.approx(2 * (0.5 + 0.5 * math.log(2 * math.pi)))
+
+
+def test_running_norm_matches_batch_statistics() -> None:
+    rng = np.random.default_rng(0)
+    data = rng.normal(3.0, 2.0, size=(300, 3))
+    norm = RunningNorm(3)
+    for chunk in np.split(data, [7, 100, 180]):
+        norm.update(chunk)
+    assert norm.mean.numpy() == pytest.approx(data.mean(0), rel=1e-6)
+    assert norm.var.numpy() == pytest.approx(data.var(0), rel=1e-5)
+    out = norm(torch.as_tensor(data, dtype=torch.float32))
+    assert out.mean(0).abs().max() < 1e-4 and (out.std(0) - 1).abs().max() < 1e-2
+    # the statistics are state: they travel with the weights
+    fresh = RunningNorm(3)
+    fresh.load_state_dict(norm.state_dict())
+    assert torch.equal(fresh(out), norm(out))
+
+
+def test_squashed_actor_bounds_and_log_prob() -> None:
+    torch.manual_seed(0)
+    low, high = np.array([-1.0, 0.0]), np.array([1.0, 4.0])
+    actor = SquashedGaussianActor(3, 2, low, high, hidden=(16,))
+    obs = torch.randn(64, 3)
+    torch.manual_seed(1)
+    a, logp = actor.sample(obs)
+    assert a.shape == (64, 2) and logp.shape == (64,)
+    assert (a[:, 0] > -1).all() and (a[:, 0] < 1).all() and (a[:, 1] > 0).all() and (a[:, 1] < 4).all()
+    # change of variables done by hand: u = atanh((a - bias) / scale)
+    mean, log_std = actor._dist(obs)
+    scale = torch.tensor([1.0, 2.0])
+    y = (a - torch.tensor([0.0, 2.0])) / scale
+    u = torch.atanh(y)
+    ref = torch.distributions.Normal(mean, log_std.exp()).log_prob(u).sum(-1) - torch.log(scale * (1 - y**2)).sum(-1)
+    assert torch.allclose(logp, ref, atol=1e-3)
+    det = actor.predict(obs)
+    assert torch.allclose(det, torch.tanh(mean) * scale + torch.tensor([0.0, 2.0]))
+
+
+def test_twin_q_members_are_independent() -> None:
+    torch.manual_seed(0)
+    q = TwinQ(3, 2, hidden=(8, 8))
+    obs, act = torch.randn(4, 3), torch.randn(4, 2)
+    out = q(obs, act)
+    assert out.shape == (2, 4)
+    assert not torch.allclose(out[0], out[1])
+    # a loss on member 0 only leaves member 1's gradients at zero
+    out[0].sum().backward()
+    first = q.net[0].weight.grad
+    assert first is not None and first[0].abs().sum() > 0 and float(first[1].abs().sum()) == 0.0
+
+
+def filled_buffer(capacity: int = 4, n: int = 6, seed: int = 0) -> ReplayBuffer:
+    buf = ReplayBuffer(capacity, (2,), (1,), seed=seed)
+    for i in range(n):
+        buf.add(
+            np.full((1, 2), i, np.float32),
+            np.full((1, 1), i, np.float32),
+            np.array([float(i)]),
+            np.full((1, 2), i + 0.5, np.float32),
+            np.array([i % 3 == 0]),
+            np.array([i % 3 == 1]),
+        )
+    return buf
+
+
+def test_replay_buffer_ring_and_flags() -> None:
+    buf = filled_buffer()
+    assert len(buf) == 4 and buf.pos == 2
+    # slots 0, 1 were overwritten by transitions 4, 5
+    assert buf.rewards.tolist() == [4.0, 5.0, 2.0, 3.0]
+    assert buf.terminated.tolist() == [False, False, False, True]
+    assert buf.truncated.tolist() == [True, False, False, False]
+    assert buf.next_obs[:, 0].tolist() == [4.5, 5.5, 2.5, 3.5]
+    batch = buf.sample(32)
+    assert batch.obs.shape == (32, 2) and batch.actions.shape == (32, 1)
+    assert set(batch.rewards.tolist()) <= {2.0, 3.0, 4.0, 5.0}
+    # every sampled row is one consistent transition
+    assert np.array_equal(batch.next_obs[:, 0], batch.obs[:, 0] + 0.5)
+    assert np.array_equal(batch.terminated, batch.rewards % 3 == 0)
+
+
+def test_replay_buffer_batch_add_larger_than_capacity() -> None:
+    buf = ReplayBuffer(3, (1,), (1,))
+    x = np.arange(5, dtype=np.float32).reshape(5, 1)
+    buf.add(x, x, x[:, 0], x, np.zeros(5, bool), np.zeros(5, bool))
+    assert sorted(buf.rewards.tolist()) == [2.0, 3.0, 4.0] and len(buf) == 3
+
+
+def test_replay_buffer_seeded_and_state_roundtrip() -> None:
+    a, b = filled_buffer(seed=7), filled_buffer(seed=7)
+    assert np.array_equal(a.sample(8).rewards, b.sample(8).rewards)
+    state = a.state_dict()
+    expected = a.sample(16).rewards
+    c = ReplayBuffer(4, (2,), (1,), seed=123)
+    c.load_state_dict(state)
+    assert (c.pos, len(c)) == (a.pos, len(a))
+    assert np.array_equal(c.sample(16).rewards, expected)
+    with pytest.raises(ValueError, match="capacity is 4 in the state, 5 here"):
+        ReplayBuffer(5, (2,), (1,)).load_state_dict(state)
+
+
+def test_replay_buffer_rejects_bad_shapes() -> None:
+    buf = ReplayBuffer(4, (2,), (1,))
+    with pytest.raises(ValueError, match="actions"):
+        buf.add(np.zeros((2, 2)), np.zeros((2, 3)), np.zeros(2), np.zeros((2, 2)), np.zeros(2, bool), np.zeros(2, bool))
+    with pytest.raises(ValueError, match="empty"):
+        buf.sample(1)
