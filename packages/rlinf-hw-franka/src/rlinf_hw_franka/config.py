@@ -40,6 +40,18 @@ ENV_ROBOT_IP = "ROBOT_IP"
 ENV_CAMERA_SERIALS = "CAMERA_SERIALS"
 
 
+def parse_ip(value: Any) -> str:
+    """A robot address, normalised; :class:`ValueError` saying what is valid otherwise."""
+    if not isinstance(value, str):
+        raise ValueError(f'robot_ip must be an IP address in quotes, e.g. "10.10.10.1" (got {value!r})')
+    try:
+        return str(ipaddress.ip_address(value.strip()))
+    except ValueError:
+        raise ValueError(
+            f'robot_ip must be an IPv4 or IPv6 address such as "172.16.0.2", not a hostname (got {value!r})'
+        ) from None
+
+
 class FrankaConfig(HardwareConfig):
     """One Franka arm (Panda or FR3) attached to node ``node_rank``."""
 
@@ -149,15 +161,35 @@ def _split_env(environ: Mapping[str, str], var: str) -> list[str] | None:
     return [part.strip() for part in raw.split(",")]
 
 
+def missing_ip_message(local_rank: int, node_rank: int) -> str:
+    return (
+        f"robot {local_rank} on node {node_rank} has no robot_ip: set robot_ip in its hardware config entry "
+        f"or export {ENV_ROBOT_IP} (one comma-separated address per robot, in config order) on node {node_rank}"
+    )
+
+
+def robot_ip_from_env(local_rank: int, node_rank: int, environ: Mapping[str, str]) -> str:
+    """The address of robot ``local_rank`` of this node from ``ROBOT_IP``; :class:`ConfigError`
+    if it is unset, too short or not an IP address."""
+    ips = _split_env(environ, ENV_ROBOT_IP)
+    if ips is None or local_rank >= len(ips):
+        raise ConfigError(missing_ip_message(local_rank, node_rank))
+    try:
+        return parse_ip(ips[local_rank])
+    except ValueError as err:
+        raise ConfigError(f"{ENV_ROBOT_IP} on node {node_rank}, value {local_rank}: {err}") from None
+
+
 def resolve_node_configs(
-    node_rank: int, configs: Sequence[FrankaConfig], environ: Mapping[str, str]
+    node_rank: int, configs: Sequence[FrankaConfig], environ: Mapping[str, str], *, require_ip: bool = False
 ) -> list[FrankaConfig]:
     """The entries of node ``node_rank`` in config order, with ``robot_ip`` and ``camera_serials``
     that were left out filled from ``ROBOT_IP`` / ``CAMERA_SERIALS`` (one comma-separated value per
     robot on the node, in config order).
 
-    Raises :class:`ConfigError` when a list has the wrong number of values, a value is invalid,
-    or a robot ends up without an IP.
+    Raises :class:`ConfigError` when a list has the wrong number of values or a value is invalid,
+    and with ``require_ip`` when a robot ends up without an IP. (Planning on the driver does not
+    require it: the node that drives the robot resolves ``ROBOT_IP`` from its own environment.)
     """
     mine = [c for c in configs if c.node_rank == node_rank]
     if not mine:
@@ -194,10 +226,7 @@ def resolve_node_configs(
                         f"robot {i} on node {node_rank}: invalid value from {ENV_ROBOT_IP}/{ENV_CAMERA_SERIALS}: {msgs}"
                     ) from None
                 raise
-        if cfg.robot_ip is None:
-            raise ConfigError(
-                f"robot {i} on node {node_rank} has no robot_ip: set robot_ip in its hardware config entry "
-                f"or export {ENV_ROBOT_IP} (one comma-separated address per robot) on node {node_rank}"
-            )
+        if cfg.robot_ip is None and require_ip:
+            raise ConfigError(missing_ip_message(i, node_rank))
         out.append(cfg)
     return out

@@ -165,6 +165,13 @@ class FrankaEnv(gym.Env):
             from rlinf_hw_franka.cameras import RealSenseCamera
 
             ip = robot_ip or hw.get("robot_ip")
+            if not ip and hw:
+                # Left out of the config: this node's ROBOT_IP names it (one address per robot).
+                import os
+
+                from rlinf_hw_franka.config import robot_ip_from_env
+
+                ip = robot_ip_from_env(int(hw.get("local_rank", 0)), int(hw.get("node_rank", 0)), os.environ)
             if not ip:
                 raise ConfigError(
                     "the franky backend needs robot_ip= (or the hardware info of a worker placed on a Franka)"

@@ -133,6 +133,9 @@ class FrankaSimServer:
             distinct ``127.x.y.z`` per concurrent server).
         gripper: also serve the Franka Hand on port 1338.
         version: the franka-sim release.
+        enforce_motion_limits: abort a motion that breaks the FCI's joint position, velocity,
+            acceleration, jerk or torque limits with the robot's error, as the real robot does
+            (franka-sim only logs them by default).
         startup_timeout: seconds to wait for the command port to accept connections.
         log_path: where the server's stdout/stderr go (default: a file in its temp directory,
             quoted in errors).
@@ -144,6 +147,7 @@ class FrankaSimServer:
         *,
         gripper: bool = False,
         version: str = FRANKA_SIM_VERSION,
+        enforce_motion_limits: bool = False,
         startup_timeout: float = 120.0,
         log_path: str | os.PathLike[str] | None = None,
     ) -> None:
@@ -152,6 +156,7 @@ class FrankaSimServer:
         self.host = host
         self.gripper = gripper
         self.version = version
+        self.enforce_motion_limits = enforce_motion_limits
         self.startup_timeout = startup_timeout
         self._tmp = tempfile.TemporaryDirectory(prefix="rlinf-franka-sim-")
         self.mjcf_path = write_mjcf(Path(self._tmp.name) / "panda_arm.xml", hand=False, scene=False)
@@ -181,6 +186,7 @@ class FrankaSimServer:
         env = dict(os.environ)
         env["FR3_MJCF"] = str(self.mjcf_path)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        env["FRANKA_SIM_ENFORCE_MOTION_LIMITS"] = "1" if self.enforce_motion_limits else "0"
         cmd = [
             *uvx_command(self.version),
             "python",

@@ -17,7 +17,13 @@ from typing import Any, ClassVar
 
 from rlinf_core.errors import HardwareError
 from rlinf_core.hardware import HardwareConfig, HardwarePlugin, HardwareResource
-from rlinf_hw_franka.config import COMMAND_PORT, GRIPPER_PORT, FrankaConfig, resolve_node_configs
+from rlinf_hw_franka.config import (
+    COMMAND_PORT,
+    GRIPPER_PORT,
+    FrankaConfig,
+    missing_ip_message,
+    resolve_node_configs,
+)
 
 __all__ = ["Check", "Franka", "tcp_probe"]
 
@@ -104,7 +110,9 @@ class Franka(HardwarePlugin):
         if cfg.disable_validate:
             return [Check("validation", None, "disabled (disable_validate: true)")]
         ip = cfg.robot_ip or "?"
-        if here == cfg.controller_node:
+        if here == cfg.controller_node and cfg.robot_ip is None:
+            out.append(Check("robot", False, missing_ip_message(resource.local_rank, resource.node_rank)))
+        elif here == cfg.controller_node:
             why = tcp_probe(ip, COMMAND_PORT, timeout)
             out.append(
                 Check(
