@@ -445,7 +445,7 @@ def test_inventory_forms():
             {"nodes": [{"node_ranks": 0, "gpu": 1}]},
             "inventory.nodes[0].gpu: unknown key (check its spelling; it is not a setting here)",
         ),
-        ({"node": []}, "inventory.node: unknown key (check its spelling; it is not a setting here)"),
+        ({"node": []}, "inventory.node: unknown key (valid keys: nodes)"),
     ],
 )
 def test_inventory_errors(data, expected):

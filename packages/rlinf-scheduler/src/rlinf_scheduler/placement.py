@@ -76,12 +76,6 @@ class _InventoryNodes(BaseModel):
         return value
 
 
-class _InventoryFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    nodes: list[_InventoryNodes] = Field(default_factory=list)
-
-
 @dataclass(frozen=True)
 class Inventory:
     """What the machines have: accelerators per node rank (nodes not listed have none).
@@ -110,17 +104,36 @@ class Inventory:
         """Validate ``{nodes: [{node_ranks: "0-7", gpus: 8}, ...]}``; node ranks must lie in
         ``0..num_nodes-1`` (when given) and appear in one entry only. :class:`ConfigError` lists
         every problem, paths prefixed with ``prefix``."""
-        try:
-            model = _InventoryFile.model_validate(data if data is not None else {})
-        except ValidationError as err:
-            raise ConfigError(validation_problems(err, prefix)) from None
         problems: list[ConfigProblem] = []
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"expected a mapping with `nodes`, got {type(data).__name__}", prefix)
+        for key in data:
+            if key != "nodes":
+                problems.append(ConfigProblem(join_path(prefix, str(key)), "unknown key (valid keys: nodes)"))
+        entries = data.get("nodes") or []
+        if not isinstance(entries, list):
+            problems.append(
+                ConfigProblem(join_path(prefix, "nodes"), "expected a list of {node_ranks, gpus}")
+            )
+            entries = []
         gpus: dict[int, int] = {}
         where: dict[int, int] = {}
-        for i, entry in enumerate(model.nodes):
+        for i, raw in enumerate(entries):
+            try:
+                entry = _InventoryNodes.model_validate(raw)
+            except ValidationError as err:
+                problems.extend(validation_problems(err, join_path(prefix, f"nodes[{i}]")))
+                if not isinstance(raw, Mapping) or "node_ranks" not in raw:
+                    continue
+                entry = None
             path = join_path(prefix, f"nodes[{i}].node_ranks")
             ranks, rank_problems = rank_expr_problems(
-                entry.node_ranks, num_nodes, path=path, what="node rank"
+                raw["node_ranks"] if entry is None else entry.node_ranks,
+                num_nodes,
+                path=path,
+                what="node rank",
             )
             problems.extend(rank_problems)
             again: dict[int, list[int]] = {}
@@ -129,7 +142,7 @@ class Inventory:
                     again.setdefault(where[r], []).append(r)
                 else:
                     where[r] = i
-                    gpus[r] = entry.gpus
+                    gpus[r] = entry.gpus if entry is not None else 0
             for other, rs in again.items():
                 problems.append(
                     ConfigProblem(

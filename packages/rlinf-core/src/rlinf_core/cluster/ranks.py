@@ -63,12 +63,9 @@ def _parse_token(
             return []
         if size is not None and b >= size:
             first = max(a, size)
-            bad = f"{first}" if first == b else f"{first}-{b}"
-            problems.append(
-                ConfigProblem(path, f"range {a}-{b}: {what}s {bad} are outside {_bound_text(size)}")
-                if first != b or a != b
-                else ConfigProblem(path, f"{what} {b} is outside {_bound_text(size)}")
-            )
+            bad = f"{what} {b} is" if first == b else f"{what}s {first}-{b} are"
+            where = "" if a == b else f"range {a}-{b}: "
+            problems.append(ConfigProblem(path, f"{where}{bad} outside {_bound_text(size)}"))
             return []
         if b - a >= MAX_RANKS:
             problems.append(ConfigProblem(path, f"range {a}-{b} has more than {MAX_RANKS} ranks"))
