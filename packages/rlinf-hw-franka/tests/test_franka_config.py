@@ -79,7 +79,7 @@ def test_env_count_mismatch_is_a_clear_error() -> None:
     assert "ROBOT_IP" in msg and "1 value(s)" in msg and "2 Franka robot(s)" in msg and "node 16" in msg
     with pytest.raises(ConfigError, match="CAMERA_SERIALS"):
         Franka.enumerate(16, configs, environ={"CAMERA_SERIALS": "a,b,c"})
-    with pytest.raises(ConfigError, match="ROBOT_IP/CAMERA_SERIALS.*hostname"):
+    with pytest.raises(ConfigError, match=r"ROBOT_IP/CAMERA_SERIALS.*hostname"):
         Franka.enumerate(16, configs, environ={"ROBOT_IP": "a.b,10.0.0.2"})
 
 
@@ -89,7 +89,7 @@ def test_missing_ip_resolves_on_the_robot_node() -> None:
     assert res[0].info["robot_ip"] is None
     # ... the robot's node takes it from its ROBOT_IP, and says what to do if it is missing.
     assert robot_ip_from_env(1, 16, {"ROBOT_IP": "10.0.0.1,10.0.0.2"}) == "10.0.0.2"
-    with pytest.raises(ConfigError, match="robot 0 on node 16 has no robot_ip.*export ROBOT_IP"):
+    with pytest.raises(ConfigError, match=r"robot 0 on node 16 has no robot_ip.*export ROBOT_IP"):
         robot_ip_from_env(0, 16, {})
     checks = Franka.checks(res[0], timeout=0.1)
     assert checks[0].ok is False and "no robot_ip" in checks[0].detail

@@ -22,7 +22,8 @@ Reward: ``-distance(ee_pos, target_pos)`` (metres, dense). ``info["is_success"]`
 Control rate: each step is one period of ``control_hz``. With ``realtime`` (the default for a
 real robot) the env sleeps until the period's deadline, never a negative time; a step whose work
 (including the policy's time between steps) ran past the deadline is an overrun, counted in
-``info["overruns"]`` (per episode) and flagged in ``info["step_overrun"]``.
+``info["overruns"]`` (per episode) and flagged in ``info["step_overrun"]``, next to
+``period_s``, ``period_error_s`` and ``work_s`` (``timing_info``, on by default when paced).
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ class FrankaEnv(gym.Env):
         render_mode: ``"rgb_array"`` renders the ``front`` camera (twin only).
         sim_timestep: physics step of the twin (s).
         dynamics_factor, realtime_kernel, motion_timeout: franky settings.
+        timing_info: put the control-loop timing (``overruns``, ``step_overrun``, ``period_s``,
+            ``period_error_s``, ``work_s``) into ``info``; default: when ``realtime``. (Off for
+            unpaced simulation, whose info must be deterministic for a given seed.)
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
@@ -121,6 +125,7 @@ class FrankaEnv(gym.Env):
         dynamics_factor: float = 0.2,
         realtime_kernel: bool = False,
         motion_timeout: float = 20.0,
+        timing_info: bool | None = None,
     ) -> None:
         super().__init__()
         hw = dict(hardware or {})
@@ -202,6 +207,7 @@ class FrankaEnv(gym.Env):
 
         self.realtime = self.backend.physical if realtime is None else bool(realtime)
         self.rate = RateKeeper(self.control_hz, realtime=self.realtime)
+        self.timing_info = self.realtime if timing_info is None else bool(timing_info)
 
         n_act = 3 + (3 if rotation else 0) + (1 if self.gripper else 0)
         self.action_space = spaces.Box(-1.0, 1.0, shape=(n_act,), dtype=np.float32)
@@ -314,14 +320,18 @@ class FrankaEnv(gym.Env):
 
     def _info(self, st: RobotState, *, overran: bool, clipped: bool) -> dict[str, Any]:
         dist = float(np.linalg.norm(st.ee_pos - self.target))
-        s = self.rate.stats
-        return {
+        info: dict[str, Any] = {
             "is_success": dist < self.success_threshold,
             "distance": dist,
             "safety_clipped": clipped,
-            "step_overrun": overran,
-            "overruns": s.overruns,
-            "period_s": s.last_period_s,
-            "period_error_s": s.last_error_s,
-            "work_s": s.last_work_s,
         }
+        if self.timing_info:
+            s = self.rate.stats
+            info.update(
+                step_overrun=overran,
+                overruns=s.overruns,
+                period_s=s.last_period_s,
+                period_error_s=s.last_error_s,
+                work_s=s.last_work_s,
+            )
+        return info

@@ -295,7 +295,7 @@ def panda_mjcf(*, hand: bool = True, scene: bool = True, timestep: float = 0.002
             kp = gains[j - 1]
             lo, hi = JOINT_LIMITS[j - 1]
             acts.append(
-                f'    <position name="actuator{j}" class="{cls}" joint="joint{j}" kp="{kp}" kv="{kp // 10}" ctrlrange="{lo:.9g} {hi:.9g}"/>'
+                f'    <position name="actuator{j}" class="{cls}" joint="joint{j}" kp="{kp}" kv="{kp // 20}" ctrlrange="{lo:.9g} {hi:.9g}"/>'
             )
         if hand:
             for side in ("left", "right"):

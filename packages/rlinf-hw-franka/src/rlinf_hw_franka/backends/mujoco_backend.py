@@ -10,6 +10,7 @@ only for the cameras asked for.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,6 +23,10 @@ __all__ = ["MujocoBackend"]
 
 
 def _import_mujoco():  # type: ignore[no-untyped-def]
+    # MuJoCo picks its OpenGL platform when it is first imported; on a headless node (no
+    # DISPLAY) offscreen rendering needs EGL.
+    if "mujoco" not in sys.modules and "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
+        os.environ["MUJOCO_GL"] = "egl"
     try:
         import mujoco
     except ImportError:
@@ -183,10 +188,14 @@ class MujocoBackend(Backend):
     def render(self) -> dict[str, np.ndarray]:
         """RGB images (H, W, 3, uint8) of the configured cameras."""
         if self._renderer is None:
-            if "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
-                os.environ["MUJOCO_GL"] = "egl"  # headless: render through EGL
             h, w = self.image_size
-            self._renderer = self._mj.Renderer(self.model, height=h, width=w)
+            try:
+                self._renderer = self._mj.Renderer(self.model, height=h, width=w)
+            except Exception as err:
+                raise ConfigError(
+                    f"MuJoCo cannot render offscreen ({type(err).__name__}: {err}); on a headless machine "
+                    "set MUJOCO_GL=egl (or osmesa) before mujoco is first imported"
+                ) from None
         out = {}
         for name in self.camera_names:
             self._renderer.update_scene(self.data, camera=name)
