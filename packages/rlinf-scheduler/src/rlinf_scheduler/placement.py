@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rlinf_core.cluster import (
     ComponentSpec,
+    NodeEnv,
     ResolvedCluster,
     ResolvedGroup,
     compress_ranks,
@@ -351,27 +352,22 @@ def _segment(group: ResolvedGroup, inventory: Inventory, offset: int) -> _Segmen
     return _Segment(group, NODE, offset, ranks, [0] * len(ranks))
 
 
-def _physical_key(seg: _Segment, i: int) -> tuple[Any, ...]:
-    if seg.kind == ACCELERATOR:
-        return (ACCELERATOR, seg.nodes[i], seg.locals[i])
-    if seg.kind == NODE:
-        return (NODE, seg.nodes[i])
-    return (seg.kind.casefold(), seg.nodes[i], seg.locals[i])
-
-
 def _overlap_problem(segments: list[_Segment], spec: ComponentSpec) -> ConfigProblem | None:
-    seen: dict[tuple[Any, ...], str] = {}
+    """Groups listed together must not offer the same physical resource twice. Accelerator and
+    node resources of a node are all in any group containing it, so sharing a node of the same
+    kind means sharing resources; plugin hardware of one type cannot be in two groups at all."""
+    seen: dict[tuple[str, int], str] = {}
     for seg in segments:
-        for i in range(seg.size):
-            key = _physical_key(seg, i)
-            other = seen.get(key)
-            if other is not None and other != seg.group.label:
+        if seg.kind not in (ACCELERATOR, NODE):
+            continue
+        for node in dict.fromkeys(seg.nodes):
+            other = seen.setdefault((seg.kind, node), seg.group.label)
+            if other != seg.group.label:
                 return ConfigProblem(
                     join_path(spec.key_path, "node_group"),
-                    f"groups {other!r} and {seg.group.label!r} share node {key[1]}'s resources; groups "
+                    f"groups {other!r} and {seg.group.label!r} share node {node}'s resources; groups "
                     "listed together must not overlap, or processes would share resources unasked",
                 )
-            seen[key] = seg.group.label
     return None
 
 
@@ -497,6 +493,8 @@ def _plan_component(
             got = gpu_cache[n] = tuple(range(inventory.gpus(n)))
         return got
 
+    empty_env = NodeEnv()
+    append = out.append
     for rank, res in enumerate(assignment):
         if single:
             seg = segments[0]
@@ -505,19 +503,21 @@ def _plan_component(
             if res[-1] >= seg.offset + seg.size:
                 mixed.append(rank)
                 continue
-        idx = [r - seg.offset for r in res]
-        node = seg.nodes[idx[0]]
-        if len(idx) > 1 and seg.nodes[idx[-1]] != node:  # resources are contiguous and node-ordered
+        i0 = res[0] - seg.offset
+        i1 = res[-1] - seg.offset + 1  # a process's resources are contiguous (see expand_placement)
+        nodes = seg.nodes
+        node = nodes[i0]
+        if i1 - i0 > 1 and nodes[i1 - 1] != node:  # resources are node-ordered within a segment
             spanning.append(rank)
             continue
         group = seg.group
-        env = group.env_for(node)
-        locs = tuple(seg.locals[i] for i in idx)
+        env = group.env_by_node.get(node, empty_env)
+        locs = tuple(seg.locals[i0:i1])
         hw: tuple[HardwareResource, ...] = ()
         if seg.kind == ACCELERATOR:
             visible = locs
         elif seg.hardware is not None:
-            hw = tuple(seg.hardware[i] for i in idx)
+            hw = tuple(seg.hardware[i0:i1])
             plugin = group.hardware_plugin
             if plugin is not None and plugin.isolates_accelerators:
                 visible = tuple(sorted({int(a) for h in hw for a in h.info.get("accelerators", ())}))
@@ -525,19 +525,9 @@ def _plan_component(
                 visible = node_gpus(node)
         else:
             visible = node_gpus(node)
-        out.append(
+        append(
             ProcessPlacement(
-                name,
-                rank,
-                node,
-                group.label,
-                seg.kind,
-                tuple(res),
-                locs,
-                visible,
-                env.python,
-                env.env,
-                hw,
+                name, rank, node, group.label, seg.kind, res, locs, visible, env.python, env.env, hw
             )
         )
     if spanning:
