@@ -56,7 +56,7 @@ def test_reach_succeeds_with_a_proportional_policy(env) -> None:
         start = np.linalg.norm(obs["target_pos"] - obs["ee_pos"])
         rewards = []
         for _ in range(40):
-            obs, reward, terminated, truncated, info = env.step(towards(obs, extra=[1.0]))
+            obs, reward, _terminated, _truncated, info = env.step(towards(obs, extra=[1.0]))
             rewards.append(reward)
         assert info["is_success"], info
         assert info["distance"] < 0.01 < start
