@@ -53,19 +53,26 @@ class Runner:
         return proc
 
     def stop_all(self) -> None:
-        for name, _ in reversed(self.started):
-            with contextlib.suppress(Exception):
-                subprocess.run(
-                    [RLINF, "net", "down", "--name", name, "--timeout", "5"],
-                    env=self.env,
-                    capture_output=True,
-                    timeout=30,
-                    check=False,
-                )
-        # anything left (a node that never wrote its pidfile) is killed by its recorded pid
-        for pidfile in (self.state / "net").glob("*.pid"):
-            with contextlib.suppress(Exception):
-                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+        """Stop every instance still running in this test's state directory (SIGTERM, then
+        SIGKILL), judged by the instance lock, so nothing outlives the test."""
+        from rlinf_net_easytier.state import InstancePaths
+
+        root = self.state / "net"
+        running = [InstancePaths(p.stem, root) for p in root.glob("*.lock")] if root.is_dir() else []
+        running = [p for p in running if p.is_running()]
+        for paths in running:
+            pid = paths.read_pid()
+            if pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(p.is_running() for p in running):
+            time.sleep(0.05)
+        for paths in running:
+            pid = paths.read_pid()
+            if paths.is_running() and pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture
