@@ -270,11 +270,25 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         """``{"num_nodes": N, "components": {name: [process, ...]}}``."""
+
+        def one(p: ProcessPlacement) -> dict[str, Any]:
+            if p.hardware:
+                return p.to_dict()
+            return {
+                "rank": p.rank,
+                "node_rank": p.node_rank,
+                "node_group": p.node_group,
+                "hardware_type": p.hardware_type,
+                "hardware_ranks": list(p.hardware_ranks),
+                "local_hardware_ranks": list(p.local_hardware_ranks),
+                "visible_accelerators": list(p.visible_accelerators),
+                "python": p.python,
+                "env": dict(p.env) if p.env else {},
+            }
+
         return {
             "num_nodes": self.num_nodes,
-            "components": {
-                name: [p.to_dict() for p in comp.processes] for name, comp in self.components.items()
-            },
+            "components": {name: [one(p) for p in comp.processes] for name, comp in self.components.items()},
         }
 
     def to_json(self, indent: int | None = 2) -> str:
