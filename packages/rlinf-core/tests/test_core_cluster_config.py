@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlinf_core import HardwareConfig, HardwarePlugin, HardwareResource, hookimpl, load_plugins
-from rlinf_core.cluster import ClusterConfig, resolve_cluster
+from rlinf_core.cluster import ClusterConfig, resolve_cluster, resolve_cluster_partial
 from rlinf_core.errors import ConfigError
 
 
@@ -491,6 +491,20 @@ def test_a_broken_group_does_not_cascade_into_unknown_group_errors(host):
     raw["node_groups"][0]["node_ranks"] = "0-99"
     msgs = problems_of(raw, host)
     assert len(msgs) == 1 and "node_groups[0].node_ranks" in msgs[0]
+
+
+def test_partial_resolution_keeps_the_sound_groups(host):
+    raw = seed()
+    raw["node_groups"][1]["env_configs"][0]["node_ranks"] = "7-15"  # 7 is not in group 4090
+    resolved, problems = resolve_cluster_partial(raw, host)
+    assert [str(p) for p in problems] == [
+        "cluster.node_groups[1].env_configs[0].node_ranks: node ranks 7 are not in the group's node_ranks "
+        "(8-15); an env config covers a subset of its group"
+    ]
+    assert set(resolved.groups) == {"cluster", "node", "a800", "franka"} and resolved.config is None
+    assert [c.names[0] for c in resolved.components] == ["actor", "rollout", "env", "agent"]
+    good, none = resolve_cluster_partial(seed(), host)
+    assert none == [] and isinstance(good.config, ClusterConfig)
 
 
 def test_planning_never_calls_hardware_validate(host):

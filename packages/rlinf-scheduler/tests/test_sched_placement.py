@@ -388,6 +388,23 @@ def test_every_component_problem_is_reported(host, seed18, inv18):
     ]
 
 
+def test_group_and_placement_problems_are_reported_together(host, seed18, inv18):
+    cfg = copy.deepcopy(seed18)
+    cfg["node_groups"][2]["hardware"]["configs"][1]["node_rank"] = 3  # breaks group 'franka'
+    cfg["component_placement"]["actor"]["placement"] = "0-64"  # a800 is sound: planned and checked
+    msgs = problems_of(cfg, inv18, hardware=host)
+    assert [m.split(":")[0] for m in msgs] == [
+        "cluster.node_groups[2].hardware.configs[1].node_rank",
+        "cluster.component_placement.actor.placement",
+    ]
+
+
+def test_invalid_inventory_mapping_is_reported_with_config_problems():
+    msgs = problems_of({"num_nodes": 0}, {"nodes": [{"node_ranks": "x", "gpus": 1}]})
+    assert msgs[0] == "cluster.num_nodes: must be a positive integer (got 0)"
+    assert msgs[1].startswith("inventory.nodes[0].node_ranks: 'x' is not a rank or range")
+
+
 def test_shared_key_places_each_component_identically():
     plan = plan_placement(_cfg([], {"actor,rollout": "0-3"}, 1), Inventory.uniform(4))
     assert [p.hardware_ranks for p in plan["actor"]] == [p.hardware_ranks for p in plan["rollout"]]

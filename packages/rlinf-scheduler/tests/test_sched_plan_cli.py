@@ -230,8 +230,13 @@ def test_every_problem_one_line_each_starting_with_its_path(tmp_path):
         line.startswith("cluster.component_placement.rollout.node_group: unknown node group 'nope'")
         for line in lines
     )
-    assert len(lines) == 3, lines
-    # once those are fixed, the placement string's own problem is reported
+    # the placement string of a component on a sound group is checked in the same run
+    assert (
+        "cluster.component_placement.actor.placement: part '0-3:1-4': process ranks must be contiguous and "
+        "ascending from 0; this part must start at 0, not 1" in lines
+    )
+    assert len(lines) == 4, lines
+    # once the others are fixed, only the placement string's problem is left
     text = (
         Path(cfg).read_text().replace(",19", "").replace("label: node", "label: cpu").replace("nope", "4090")
     )
@@ -241,6 +246,16 @@ def test_every_problem_one_line_each_starting_with_its_path(tmp_path):
         "cluster.component_placement.actor.placement: part '0-3:1-4': process ranks must be contiguous and "
         "ascending from 0; this part must start at 0, not 1"
     ]
+
+
+def test_inventory_and_config_problems_are_reported_together(tmp_path):
+    inv = write(tmp_path, "inv.yaml", "nodes:\n  - {node_ranks: 5, gpus: 4}\n")
+    cfg = write(
+        tmp_path, "c.yaml", "cluster:\n  num_nodes: 2\n  node_groups: [{label: node, node_ranks: 0}]\n"
+    )
+    lines = assert_clean_failure(rlinf("cluster", "plan", cfg, "--inventory", inv))
+    assert lines[0].startswith("cluster.node_groups[0].label: 'node' is reserved")
+    assert lines[1] == "inventory.nodes[0].node_ranks: node rank 5 is outside 0..1"
 
 
 def test_bad_inventory(tmp_path):

@@ -45,7 +45,7 @@ def plan_cmd(
     robots come from the config's hardware.configs, accelerators from the inventory.
     """
     from rlinf_core.config import load_yaml
-    from rlinf_scheduler.placement import Inventory, load_inventory, plan_placement, render_table
+    from rlinf_scheduler.placement import Inventory, plan_placement, render_table
 
     if inventory_path is not None and gpus_per_node is not None:
         raise click.UsageError("give --inventory or --gpus-per-node, not both")
@@ -56,15 +56,15 @@ def plan_cmd(
             "cluster",
         )
     section = data["cluster"]
-    num_nodes = section.get("num_nodes") if isinstance(section, dict) else None
-    if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or num_nodes <= 0:
-        num_nodes = None
+    inventory: Inventory | dict | None
     if inventory_path is not None:
-        inventory = load_inventory(inventory_path, num_nodes)
+        inventory = load_yaml(
+            inventory_path
+        )  # validated by the planner, its problems reported with the config's
     elif gpus_per_node is not None:
         inventory = Inventory.uniform(gpus_per_node)
     else:
-        inventory = Inventory()
+        inventory = None
     plan = plan_placement(section, inventory, hardware=get_host(ctx))
     if as_json:
         click.echo(plan.to_json())

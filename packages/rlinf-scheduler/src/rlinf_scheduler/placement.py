@@ -36,7 +36,7 @@ from rlinf_core.cluster import (
     compress_ranks,
     expand_placement,
     rank_expr_problems,
-    resolve_cluster,
+    resolve_cluster_partial,
 )
 from rlinf_core.config import load_yaml, validation_problems
 from rlinf_core.errors import ConfigError, ConfigProblem, join_path
@@ -412,23 +412,32 @@ def plan_placement(
     Returns a :class:`Plan`. Raises :class:`ConfigError` listing every problem (YAML paths first).
     Never contacts hardware.
     """
-    resolved = resolve_cluster(cluster_config, hardware, prefix=prefix)
+    resolved, problems = resolve_cluster_partial(cluster_config, hardware, prefix=prefix)
+    inventory_ok = True
     if inventory is None:
         inventory = Inventory()
     elif not isinstance(inventory, Inventory):
-        inventory = Inventory.from_data(inventory, resolved.num_nodes)
-    else:
+        try:
+            inventory = Inventory.from_data(inventory, resolved.num_nodes or None)
+        except ConfigError as err:
+            problems.extend(err.problems)
+            inventory, inventory_ok = Inventory(), False
+    elif resolved.num_nodes:
         beyond = sorted(r for r in inventory.gpus_by_node if r >= resolved.num_nodes)
         if beyond:
-            raise ConfigError(
-                f"node ranks {compress_ranks(beyond)} are outside 0..{resolved.num_nodes - 1} "
-                f"({join_path(prefix, 'num_nodes')} is {resolved.num_nodes})",
-                "inventory.nodes",
+            problems.append(
+                ConfigProblem(
+                    "inventory.nodes",
+                    f"node ranks {compress_ranks(beyond)} are outside 0..{resolved.num_nodes - 1} "
+                    f"({join_path(prefix, 'num_nodes')} is {resolved.num_nodes})",
+                )
             )
+            inventory_ok = False
 
-    problems: list[ConfigProblem] = []
     components: dict[str, ComponentPlacement] = {}
     for spec in resolved.components:
+        if not inventory_ok or any(label not in resolved.groups for label in spec.node_groups):
+            continue  # its group's problems are reported already; planning it would only add noise
         processes = _plan_component(spec, resolved, inventory, problems)
         if processes is None:
             continue

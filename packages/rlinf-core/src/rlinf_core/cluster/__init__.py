@@ -33,6 +33,7 @@ from rlinf_core.cluster.resolve import (
     ResolvedCluster,
     ResolvedGroup,
     resolve_cluster,
+    resolve_cluster_partial,
 )
 
 __all__ = [
@@ -55,4 +56,5 @@ __all__ = [
     "parse_rank_expr",
     "rank_expr_problems",
     "resolve_cluster",
+    "resolve_cluster_partial",
 ]

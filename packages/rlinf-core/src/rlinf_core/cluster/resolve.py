@@ -28,7 +28,14 @@ from rlinf_core.config import validation_problems
 from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError, join_path
 from rlinf_core.hardware import HardwarePlugin, HardwareResource
 
-__all__ = ["ComponentSpec", "NodeEnv", "ResolvedCluster", "ResolvedGroup", "resolve_cluster"]
+__all__ = [
+    "ComponentSpec",
+    "NodeEnv",
+    "ResolvedCluster",
+    "ResolvedGroup",
+    "resolve_cluster",
+    "resolve_cluster_partial",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +101,8 @@ class ResolvedCluster:
     num_nodes: int
     groups: Mapping[str, ResolvedGroup]
     components: tuple[ComponentSpec, ...]
-    config: ClusterConfig
+    config: ClusterConfig | None
+    """The validated model (``None`` in a partial result with problems)."""
     prefix: str = "cluster"
 
     @property
@@ -171,8 +179,25 @@ def resolve_cluster(raw: Any, hardware: Any = None, *, prefix: str = "cluster") 
 
     Raises :class:`ConfigError` with one problem per rule broken, each with its YAML path.
     """
+    resolved, problems = resolve_cluster_partial(raw, hardware, prefix=prefix)
+    if problems:
+        raise ConfigError(problems)
+    return resolved
+
+
+def resolve_cluster_partial(
+    raw: Any, hardware: Any = None, *, prefix: str = "cluster"
+) -> tuple[ResolvedCluster, list[ConfigProblem]]:
+    """Like :func:`resolve_cluster`, but return ``(resolved, problems)`` instead of raising, so a
+    caller can go on checking what is sound (the planner plans the components whose groups are
+    fine and reports all problems together).
+
+    With problems, ``resolved`` holds only the groups that have none (the reserved groups only if
+    ``num_nodes`` is valid), the component entries that parsed, and ``config`` is ``None``. A raw
+    value that is not a mapping raises :class:`ConfigError` at once.
+    """
     if isinstance(raw, ResolvedCluster):
-        return raw
+        return raw, []
     if isinstance(raw, ClusterConfig):
         raw = raw.model_dump()
     if not isinstance(raw, Mapping):
@@ -218,8 +243,10 @@ def resolve_cluster(raw: Any, hardware: Any = None, *, prefix: str = "cluster") 
     if not isinstance(groups_raw, list):
         add(p("node_groups"), f"expected a list of node groups, got {type(groups_raw).__name__}")
         groups_raw = []
+    seen_labels: dict[str, None] = {}
     for i, item in enumerate(groups_raw):
         gpath = p(f"node_groups[{i}]")
+        n_before = len(problems)
         try:
             g = NodeGroup.model_validate(item)
         except ValidationError as err:
@@ -227,6 +254,7 @@ def resolve_cluster(raw: Any, hardware: Any = None, *, prefix: str = "cluster") 
             label = _label_of(item)
             if label:
                 broken_labels.add(label)
+                seen_labels.setdefault(label)
             continue
         label = g.label
         if label in RESERVED_LABELS:
@@ -244,6 +272,7 @@ def resolve_cluster(raw: Any, hardware: Any = None, *, prefix: str = "cluster") 
             )
             continue
         label_index[label] = i
+        seen_labels.setdefault(label)
         ranks, rank_problems = rank_expr_problems(
             g.node_ranks, num_nodes, path=join_path(gpath, "node_ranks")
         )
@@ -360,6 +389,9 @@ def resolve_cluster(raw: Any, hardware: Any = None, *, prefix: str = "cluster") 
                             hw_ok = False
                 if not hw_ok:
                     broken_labels.add(label)
+        if len(problems) > n_before:
+            broken_labels.add(label)
+            continue
         groups[label] = ResolvedGroup(
             label=label,
             node_ranks=tuple(ranks),
@@ -413,7 +445,7 @@ def resolve_cluster(raw: Any, hardware: Any = None, *, prefix: str = "cluster") 
             continue
         is_short = not isinstance(value, Mapping)
         ppath = kpath if is_short else join_path(kpath, "placement")
-        defined = [g for g in groups if g not in RESERVED_LABELS]
+        defined = [g for g in seen_labels if g not in RESERVED_LABELS]
         for label in spec.node_group:
             if label in groups or label in broken_labels or (num_nodes is None and label in RESERVED_LABELS):
                 continue
@@ -433,10 +465,11 @@ def resolve_cluster(raw: Any, hardware: Any = None, *, prefix: str = "cluster") 
             continue
         components.append(ComponentSpec(tuple(names), spec.node_group, spec.placement, parts, ppath, kpath))
 
-    if problems:
-        raise ConfigError(problems)
-    try:
-        config = ClusterConfig.model_validate(raw)
-    except ValidationError as err:  # pragma: no cover - every structural rule is checked above
-        raise ConfigError(validation_problems(err, prefix)) from None
-    return ResolvedCluster(num_nodes or 0, MappingProxyType(groups), tuple(components), config, prefix)
+    config: ClusterConfig | None = None
+    if not problems:
+        try:
+            config = ClusterConfig.model_validate(raw)
+        except ValidationError as err:  # pragma: no cover - every structural rule is checked above
+            problems.extend(validation_problems(err, prefix))
+    resolved = ResolvedCluster(num_nodes or 0, MappingProxyType(groups), tuple(components), config, prefix)
+    return resolved, problems
