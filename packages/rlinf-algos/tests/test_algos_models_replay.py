@@ -50,7 +50,7 @@ def test_actor_critic_act_and_evaluate_agree() -> None:
     assert action.shape == (5, 2) and logp.shape == (5,) and value.shape == (5,)
     assert torch.allclose(logp, logp2) and torch.allclose(value, value2)
     assert entropy.shape == (5,)
-    assert float(entropy[0]) == pytest.approx(2 * (0.5 + 0.5 * math.log(2 * math.pi)))
+    assert float(entropy[0].detach()) == pytest.approx(2 * (0.5 + 0.5 * math.log(2 * math.pi)))
 
 
 def test_running_norm_matches_batch_statistics() -> None:
@@ -83,7 +83,9 @@ def test_squashed_actor_bounds_and_log_prob() -> None:
     scale = torch.tensor([1.0, 2.0])
     y = (a - torch.tensor([0.0, 2.0])) / scale
     u = torch.atanh(y)
-    ref = torch.distributions.Normal(mean, log_std.exp()).log_prob(u).sum(-1) - torch.log(scale * (1 - y**2)).sum(-1)
+    ref = torch.distributions.Normal(mean, log_std.exp()).log_prob(u).sum(-1) - torch.log(
+        scale * (1 - y**2)
+    ).sum(-1)
     assert torch.allclose(logp, ref, atol=1e-3)
     det = actor.predict(obs)
     assert torch.allclose(det, torch.tanh(mean) * scale + torch.tensor([0.0, 2.0]))
@@ -155,6 +157,13 @@ def test_replay_buffer_seeded_and_state_roundtrip() -> None:
 def test_replay_buffer_rejects_bad_shapes() -> None:
     buf = ReplayBuffer(4, (2,), (1,))
     with pytest.raises(ValueError, match="actions"):
-        buf.add(np.zeros((2, 2)), np.zeros((2, 3)), np.zeros(2), np.zeros((2, 2)), np.zeros(2, bool), np.zeros(2, bool))
+        buf.add(
+            np.zeros((2, 2)),
+            np.zeros((2, 3)),
+            np.zeros(2),
+            np.zeros((2, 2)),
+            np.zeros(2, bool),
+            np.zeros(2, bool),
+        )
     with pytest.raises(ValueError, match="empty"):
         buf.sample(1)

@@ -109,7 +109,9 @@ def test_entropy_loss_and_approx_kl() -> None:
 
 
 def test_normalize_advantages() -> None:
-    assert ppo.normalize_advantages(torch.tensor([1.0, 2.0, 3.0])).tolist() == pytest.approx([-1, 0, 1], abs=1e-6)
+    assert ppo.normalize_advantages(torch.tensor([1.0, 2.0, 3.0])).tolist() == pytest.approx(
+        [-1, 0, 1], abs=1e-6
+    )
     assert ppo.normalize_advantages(torch.tensor([5.0])).tolist() == [0.0]
 
 

@@ -650,26 +650,42 @@ class GRPOLearner:
 # -- the loop ----------------------------------------------------------------------------------
 
 
-class _MetricsLog:
-    """``metrics.csv`` with a fixed header (columns fixed at the first row; later keys are ignored)."""
+BASE_COLUMNS = ("step", "wall_s", "episode_return_mean", "episode_length_mean", "episodes", "env_steps_per_s")
+LEARNER_COLUMNS: dict[str, tuple[str, ...]] = {
+    "ppo": (
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "clip_fraction",
+        "grad_norm",
+        "approx_kl",
+        "epochs",
+        "explained_variance",
+        "lr",
+        "rollout_s",
+        "update_s",
+    ),
+    "sac": ("critic_loss", "q_mean", "actor_loss", "entropy", "alpha_loss", "alpha", "updates"),
+    "grpo": ("policy_loss", "kl_ref", "clip_fraction", "grad_norm", "group_return_mean"),
+}
 
-    def __init__(self, path: Path, append: bool) -> None:
+
+class _MetricsLog:
+    """``metrics.csv`` with a fixed header: :data:`BASE_COLUMNS` then the algorithm's
+    :data:`LEARNER_COLUMNS` (empty cells where a row has no value, e.g. before SAC learns)."""
+
+    def __init__(self, path: Path, columns: tuple[str, ...], append: bool) -> None:
         self.path = path
-        self.columns: list[str] | None = None
+        self.columns = list(columns)
         self._file = None
-        self.append = append and path.exists()
-        if self.append:
-            with path.open(encoding="utf-8") as f:
-                header = f.readline().strip()
-            self.columns = header.split(",") if header else None
+        self.append = append and path.exists() and path.stat().st_size > 0
 
     def write(self, row: dict[str, float]) -> None:
         if self._file is None:
             self._file = self.path.open("a" if self.append else "w", newline="", encoding="utf-8")
-            if self.columns is None:
-                self.columns = list(row)
+            if not self.append:
                 csv.writer(self._file).writerow(self.columns)
-        csv.writer(self._file).writerow([_fmt(row.get(c, "")) for c in self.columns or []])
+        csv.writer(self._file).writerow([_fmt(row.get(c, "")) for c in self.columns])
         self._file.flush()
 
     def close(self) -> None:
@@ -701,7 +717,7 @@ class _Run:
             progress,
         )
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.log = _MetricsLog(run_dir / "metrics.csv", append=resume)
+        self.log = _MetricsLog(run_dir / "metrics.csv", BASE_COLUMNS + LEARNER_COLUMNS[name], append=resume)
         self.t0 = time.perf_counter()
         self.wall_offset = 0.0
         self.best = -math.inf
@@ -961,12 +977,8 @@ def _train_sac(
     )
     critic = TwinQ(stepper.obs_dim, stepper.act_dim, hidden, activation)
     learner = SACLearner(actor, critic, cfg, runner.device)
-    buffer = ReplayBuffer(
-        min(cfg.buffer_size, max(runner.total_steps, 1)),
-        (stepper.obs_dim,),
-        (stepper.act_dim,),
-        seed=runner.seed,
-    )
+    # np.zeros pages are only committed when written, so a large buffer_size costs what is used
+    buffer = ReplayBuffer(cfg.buffer_size, (stepper.obs_dim,), (stepper.act_dim,), seed=runner.seed)
     collector = SACCollector(stepper, learner.actor, buffer, cfg.learning_starts)
     run = _Run("sac", run_dir, runner, stepper, progress, resume=state is not None)
     debt = 0.0

@@ -1,0 +1,191 @@
+"""The in-process runner on a real MuJoCo task (InvertedPendulum-v5): one short run of each
+algorithm, the run directory, checkpoint/resume equality, and Ctrl-C."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rlinf_algos.algorithms import GRPO, PPO, SAC, GRPOConfig, PPOConfig, SACConfig, load_sections
+from rlinf_algos.local_runner import (
+    PPOLearner,
+    PPORollout,
+    SACLearner,
+    atomic_torch_save,
+    evaluate_policy,
+    latest_checkpoint,
+    load_policy,
+    train,
+)
+from rlinf_algos.models import GaussianActorCritic, SquashedGaussianActor, TwinQ
+from rlinf_algos.replay import ReplayBuffer
+
+ENV = "InvertedPendulum-v5"
+SUMMARY_KEYS = {"total_env_steps", "wall_s", "env_steps_per_s", "final_return_mean", "best_return_mean"}
+
+
+def rows(run_dir: Path) -> list[dict[str, str]]:
+    with (run_dir / "metrics.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def sac_sections(total: int, **runner: object) -> dict[str, object]:
+    return {
+        "env": {"id": ENV, "num_envs": 2},
+        "model": {"hidden_sizes": [32, 32]},
+        "runner": {"total_steps": total, "log_interval": 100, **runner},
+    }
+
+
+SAC_SMALL = SACConfig(learning_starts=200, batch_size=32, updates_per_step=0.5)
+
+
+def test_ppo_run_writes_the_run_directory(tmp_path: Path) -> None:
+    cfg = PPOConfig(rollout_steps=64, update_epochs=2)
+    sections = {"env": {"id": ENV, "num_envs": 4}, "runner": {"total_steps": 1024, "log_interval": 256}}
+    summary = PPO(cfg).run(None, sections, tmp_path)
+    assert set(summary) >= SUMMARY_KEYS and summary["total_env_steps"] == 1024
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+    table = rows(tmp_path)
+    assert [int(r["step"]) for r in table] == [256, 512, 768, 1024]
+    assert {"step", "wall_s", "episode_return_mean", "policy_loss", "approx_kl"} <= set(table[0])
+    assert all(np.isfinite(float(r["value_loss"])) for r in table)
+    module, record = load_policy(tmp_path / "policy.pt")
+    assert record["env_id"] == ENV and isinstance(module, GaussianActorCritic)
+    ev = evaluate_policy(tmp_path / "policy.pt", episodes=2)
+    assert len(ev["returns"]) == 2 and ev["mean"] > 0
+
+
+def test_sac_run_respects_learning_starts_and_update_ratio(tmp_path: Path) -> None:
+    summary = SAC(SAC_SMALL).run(None, sac_sections(500), tmp_path)
+    assert summary["total_env_steps"] == 500 and summary["episodes"] > 0
+    table = rows(tmp_path)
+    # no learner metrics before learning_starts; then 0.5 updates per env step
+    assert table[0]["critic_loss"] == ""
+    assert float(table[-1]["updates"]) == pytest.approx((500 - 200) * 0.5, abs=1)
+    module, _ = load_policy(tmp_path / "policy.pt")
+    assert isinstance(module, SquashedGaussianActor)
+
+
+def test_grpo_run(tmp_path: Path) -> None:
+    cfg = GRPOConfig(group_size=2, num_groups=2, update_epochs=1, kl_coef=0.1)
+    sections = {
+        "env": {"id": ENV, "num_envs": 4, "max_episode_steps": 30},
+        "runner": {"total_steps": 100, "log_interval": 1},
+    }
+    summary = GRPO(cfg).run(None, sections, tmp_path)
+    assert summary["total_env_steps"] >= 100
+    table = rows(tmp_path)
+    assert table and all(float(r["kl_ref"]) >= 0 for r in table)
+
+
+def test_sac_checkpoint_and_resume(tmp_path: Path) -> None:
+    algo, env, model = SAC_SMALL, *load_sections(sac_sections(400, checkpoint_interval=200))[:2]
+    _, _, runner = load_sections(sac_sections(400, checkpoint_interval=200))
+    train(algo, env, model, runner, tmp_path)
+    ckpts = sorted(p.name for p in (tmp_path / "checkpoints").glob("*.pt"))
+    assert ckpts == ["step_0000000200.pt", "step_0000000400.pt"]
+    state = torch.load(latest_checkpoint(tmp_path), weights_only=False)
+    assert state["run"]["steps"] == 400 and len(state["buffer"]["rewards"]) == 400
+    _, _, longer = load_sections(sac_sections(600, checkpoint_interval=200))
+    summary = train(algo, env, model, longer, tmp_path, resume=True)
+    assert summary["total_env_steps"] == 600
+    steps = [int(r["step"]) for r in rows(tmp_path)]
+    assert steps == sorted(steps) and steps[-1] == 600 and steps.count(400) == 1
+    resumed = torch.load(latest_checkpoint(tmp_path), weights_only=False)
+    assert resumed["learner"]["updates"] == pytest.approx(state["learner"]["updates"] + 100, abs=1)
+
+
+def test_sac_learner_state_roundtrip_continues_identically(tmp_path: Path) -> None:
+    def make(seed: int) -> tuple[SACLearner, ReplayBuffer]:
+        torch.manual_seed(seed)
+        learner = SACLearner(SquashedGaussianActor(3, 1, [-1.0], [1.0], (8,)), TwinQ(3, 1, (8,)), SAC_SMALL)
+        return learner, ReplayBuffer(50, (3,), (1,), seed=seed)
+
+    a, buf_a = make(0)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        buf_a.add(rng.normal(size=(4, 3)), rng.uniform(-1, 1, (4, 1)), rng.normal(size=4),
+                  rng.normal(size=(4, 3)), rng.random(4) < 0.2, rng.random(4) < 0.2)  # fmt: skip
+    for _ in range(3):
+        a.update(buf_a.sample(8))
+    atomic_torch_save({"learner": a.state_dict(), "buffer": buf_a.state_dict()}, tmp_path / "c.pt")
+    b, buf_b = make(99)
+    saved = torch.load(tmp_path / "c.pt", weights_only=False)
+    b.load_state_dict(saved["learner"])
+    buf_b.load_state_dict(saved["buffer"])
+    for learner, buf in ((a, buf_a), (b, buf_b)):
+        torch.manual_seed(5)
+        learner.update(buf.sample(8))
+    for x, y in zip(a.state_dict()["critic"].values(), b.state_dict()["critic"].values(), strict=True):
+        assert torch.equal(x, y)
+    for x, y in zip(a.actor.parameters(), b.actor.parameters(), strict=True):
+        assert torch.equal(x, y)
+    assert torch.equal(a.log_alpha, b.log_alpha)
+
+
+def test_ppo_learner_state_roundtrip_continues_identically() -> None:
+    def rollout() -> PPORollout:
+        g = torch.Generator().manual_seed(1)
+        T, N = 8, 2
+        z = torch.zeros(T, N, dtype=torch.bool)
+        return PPORollout(torch.randn(T, N, 3, generator=g), torch.randn(T, N, 1, generator=g),
+                          torch.randn(T, N, generator=g) - 1, torch.randn(T, N, generator=g),
+                          torch.randn(T, N, generator=g), z, z, torch.zeros(T, N), torch.zeros(N))  # fmt: skip
+
+    cfg = PPOConfig(minibatch_size=4, update_epochs=2)
+    torch.manual_seed(0)
+    a = PPOLearner(GaussianActorCritic(3, 1, (8,)), cfg, seed=0)
+    a.update(rollout())
+    state = copy.deepcopy(a.state_dict())  # what a checkpoint file holds: no shared tensors
+    torch.manual_seed(1)
+    b = PPOLearner(GaussianActorCritic(3, 1, (8,)), cfg, seed=3)
+    b.load_state_dict(state)
+    ma, mb = a.update(rollout()), b.update(rollout())
+    assert ma == mb
+    for x, y in zip(a.model.parameters(), b.model.parameters(), strict=True):
+        assert torch.equal(x, y)
+
+
+def test_ctrl_c_writes_checkpoint_and_summary(tmp_path: Path) -> None:
+    seen: list[int] = []
+
+    def progress(row: dict[str, float]) -> None:
+        seen.append(int(row["step"]))
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    env, model, runner = load_sections(sac_sections(10_000))
+    with pytest.raises(KeyboardInterrupt):
+        train(SAC_SMALL, env, model, runner, tmp_path, progress=progress)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["total_env_steps"] == 200
+    assert latest_checkpoint(tmp_path) == tmp_path / "checkpoints" / "step_0000000200.pt"
+    assert (tmp_path / "policy.pt").is_file()
+    assert not list((tmp_path / "checkpoints").glob(".*tmp"))
+
+
+@pytest.mark.slow
+def test_ppo_learns_inverted_pendulum(tmp_path: Path) -> None:
+    cfg = PPOConfig(rollout_steps=256)
+    sections = {"env": {"id": ENV, "num_envs": 8}, "runner": {"total_steps": 100_000, "log_interval": 10_000}}
+    summary = PPO(cfg).run(None, sections, tmp_path)
+    assert summary["final_return_mean"] >= 500, summary
+
+
+@pytest.mark.slow
+def test_sac_learns_inverted_pendulum(tmp_path: Path) -> None:
+    cfg = SACConfig(learning_starts=1000, batch_size=128)
+    sections = {
+        "env": {"id": ENV, "num_envs": 1},
+        "model": {"hidden_sizes": [64, 64]},
+        "runner": {"total_steps": 8_000, "log_interval": 1000},
+    }
+    summary = SAC(cfg).run(None, sections, tmp_path)
+    assert summary["best_return_mean"] >= 200, summary
