@@ -164,6 +164,12 @@ def test_num_nodes_must_be_a_positive_integer(host, bad):
     assert problems_of(raw, host) == [f"cluster.num_nodes: must be a positive integer (got {bad!r})"]
 
 
+def test_num_nodes_has_a_sane_upper_bound(host):
+    assert problems_of({"num_nodes": 10**12}, host) == [
+        "cluster.num_nodes: must be at most 1000000 (got 1000000000000)"
+    ]
+
+
 def test_num_nodes_is_required(host):
     assert problems_of({}, host) == ["cluster.num_nodes: required: the total number of nodes in the cluster"]
 
@@ -548,7 +554,7 @@ _values = st.recursive(
 )
 
 
-@settings(max_examples=250, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(st.dictionaries(_keys, _values, max_size=4), _values))
 def test_random_invalid_input_raises_only_config_error(host, raw):
     try:
@@ -558,7 +564,11 @@ def test_random_invalid_input_raises_only_config_error(host, raw):
         assert all(p.path.startswith("cluster") for p in err.problems)
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(st.data())
 def test_random_mutations_of_the_seed_raise_only_config_error(host, data):
     raw = seed()

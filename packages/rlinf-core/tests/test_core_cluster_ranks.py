@@ -100,13 +100,14 @@ def test_compress_ranks():
     assert compress_ranks([]) == ""
 
 
+@settings(deadline=None)
 @given(st.sets(st.integers(0, 200), min_size=1))
 def test_compress_then_parse_round_trips(ranks):
     ordered = sorted(ranks)
     assert parse_rank_expr(compress_ranks(ordered), 201) == ordered
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(
     st.one_of(
         st.text(alphabet="0123456789-, al\t", max_size=20),
@@ -221,12 +222,17 @@ def test_placement_rules_rejected(text, n, fragment):
     assert any(fragment in p.message for p in problems), problems
 
 
+def test_a_placement_may_not_ask_for_absurdly_many_processes():
+    _, problems = expand_placement(parse_placement("0:0-99999999"), 1)
+    assert "asks for 100000000 processes; at most 1000000 per component" in problems[0].message
+
+
 def test_out_of_range_hint_is_appended():
     _, problems = expand_placement(parse_placement("0-9"), 8, out_of_range_hint=lambda r: f" [hint {r}]")
     assert problems[0].message.endswith("outside 0..7 [hint 8]")
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(st.text(alphabet="0123456789-:, al", max_size=24), st.integers(0, 20))
 def test_placement_parser_raises_only_config_error(text, n):
     try:

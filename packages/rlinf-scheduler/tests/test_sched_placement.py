@@ -478,9 +478,12 @@ def test_inventory_beyond_num_nodes_is_rejected_by_the_planner():
     ]
 
 
-def test_gpus_per_node_must_be_non_negative():
-    with pytest.raises(ConfigError, match="--gpus-per-node: must be a whole number"):
-        Inventory.uniform(-1)
+@pytest.mark.parametrize("n", [-1, 5000, True])
+def test_gpus_per_node_must_be_in_range(n):
+    with pytest.raises(ConfigError, match="--gpus-per-node: must be a whole number from 0 to 4096"):
+        Inventory.uniform(n)
+    with pytest.raises(ConfigError, match=r"inventory.nodes\[0\].gpus: "):
+        Inventory.from_data({"nodes": [{"node_ranks": 0, "gpus": n}]})
 
 
 # -- output and import hygiene -------------------------------------------------------------------

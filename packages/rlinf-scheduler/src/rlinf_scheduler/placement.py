@@ -61,13 +61,18 @@ NODE = "node"
 
 _EMPTY_ENV: Mapping[str, str] = MappingProxyType({})
 
+MAX_GPUS_PER_NODE = 4096
+"""The most accelerators one node may have in an inventory (a guard against typos)."""
+
 
 # -- inventory -----------------------------------------------------------------------------------
 class _InventoryNodes(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     node_ranks: Any = Field(description="A rank expression.")
-    gpus: int = Field(ge=0, strict=True, description="Accelerators on each of these nodes.")
+    gpus: int = Field(
+        ge=0, le=MAX_GPUS_PER_NODE, strict=True, description="Accelerators on each of these nodes."
+    )
 
     @field_validator("node_ranks")
     @classmethod
@@ -96,8 +101,15 @@ class Inventory:
     @classmethod
     def uniform(cls, gpus_per_node: int) -> Inventory:
         """Every node has ``gpus_per_node`` accelerators (``--gpus-per-node``)."""
-        if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 0:
-            raise ConfigError(f"must be a whole number >= 0 (got {gpus_per_node!r})", "--gpus-per-node")
+        if (
+            isinstance(gpus_per_node, bool)
+            or not isinstance(gpus_per_node, int)
+            or not 0 <= gpus_per_node <= MAX_GPUS_PER_NODE
+        ):
+            raise ConfigError(
+                f"must be a whole number from 0 to {MAX_GPUS_PER_NODE} (got {gpus_per_node!r})",
+                "--gpus-per-node",
+            )
         return cls({}, gpus_per_node, f"--gpus-per-node {gpus_per_node}")
 
     @classmethod

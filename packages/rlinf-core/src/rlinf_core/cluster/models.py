@@ -211,6 +211,8 @@ class ComponentPlacementSpec(_Model):
 class ClusterConfig(_Model):
     """The ``cluster`` section: nodes, node groups and component placement."""
 
-    num_nodes: int = Field(gt=0, strict=True, description="Total number of nodes (RLINF_NODE_RANK 0..N-1).")
+    num_nodes: int = Field(
+        gt=0, le=1_000_000, strict=True, description="Total number of nodes (RLINF_NODE_RANK 0..N-1)."
+    )
     node_groups: list[NodeGroup] = Field(default_factory=list)
     component_placement: dict[str, ComponentPlacementSpec] = Field(default_factory=dict)

@@ -22,7 +22,10 @@ from dataclasses import dataclass
 
 from rlinf_core.errors import ConfigError, ConfigProblem
 
-__all__ = ["PLACEMENT_HELP", "PlacementPart", "expand_placement", "parse_placement"]
+__all__ = ["MAX_PROCESSES", "PLACEMENT_HELP", "PlacementPart", "expand_placement", "parse_placement"]
+
+MAX_PROCESSES = 1_000_000
+"""The most processes one placement may ask for (a guard against typos such as ``0:0-99999999``)."""
 
 PLACEMENT_HELP = "a placement string such as '0-7', '0-3:0-7,4-7:8-9', 'all' or '0-1:0-199'"
 
@@ -166,6 +169,15 @@ def expand_placement(
                 bad = True
         n_proc = p1 - p0 + 1
         next_proc = max(next_proc, p1 + 1)
+        if next_proc > MAX_PROCESSES:
+            problems.append(
+                ConfigProblem(
+                    path,
+                    f"part {part.text!r}: the placement asks for {next_proc} processes; at most "
+                    f"{MAX_PROCESSES} per component",
+                )
+            )
+            break
         if n_res % n_proc and n_proc % n_res:
             problems.append(
                 ConfigProblem(

@@ -110,6 +110,9 @@ class ResolvedCluster:
         return [g for g in self.groups.values() if not g.reserved]
 
 
+MAX_NODES = 1_000_000
+"""The largest ``num_nodes`` accepted (a guard against typos that would allocate for billions)."""
+
 HardwareLookup = Callable[[str], "tuple[type[HardwarePlugin] | None, str | None]"]
 
 
@@ -228,6 +231,8 @@ def resolve_cluster_partial(
         value = raw["num_nodes"]
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             add(p("num_nodes"), f"must be a positive integer (got {value!r})")
+        elif value > MAX_NODES:
+            add(p("num_nodes"), f"must be at most {MAX_NODES} (got {value})")
         else:
             num_nodes = value
 
