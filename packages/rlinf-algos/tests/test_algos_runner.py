@@ -185,7 +185,9 @@ def test_sac_learns_inverted_pendulum(tmp_path: Path) -> None:
     sections = {
         "env": {"id": ENV, "num_envs": 1},
         "model": {"hidden_sizes": [64, 64]},
-        "runner": {"total_steps": 8_000, "log_interval": 1000},
+        "runner": {"total_steps": 12_000, "log_interval": 1000},
     }
-    summary = SAC(cfg).run(None, sections, tmp_path)
-    assert summary["best_return_mean"] >= 200, summary
+    SAC(cfg).run(None, sections, tmp_path)
+    # the 100-episode window of the training log lags far behind once episodes get long: evaluate
+    ev = evaluate_policy(tmp_path / "policy.pt", episodes=3)
+    assert ev["mean"] >= 300, ev
