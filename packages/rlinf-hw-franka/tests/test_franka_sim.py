@@ -62,7 +62,7 @@ def test_frankaenv_reaches_a_target_through_franky(franka_sim) -> None:
     resource = Franka.enumerate(
         0, [Franka.parse_config({"node_rank": 0, "robot_ip": franka_sim.host})], environ={}
     )[0]
-    env = FrankaEnv("franky", hardware=resource.info, control_hz=10, home_q=(0, 0, 0, -1.57, 0, 1.57, 0.785))
+    env = FrankaEnv("franky", hardware=resource.info, control_hz=10)  # reset to the ready pose
     try:
         assert env.realtime and env.gripper
         obs, info = env.reset(options={"target": [0.45, 0.1, 0.6]})

@@ -38,11 +38,23 @@ FRANKA_SIM_VERSION = "1.1.7"
 COMMAND_PORT = 1337
 GRIPPER_PORT = 1338
 
-# Runs inside franka-sim's own environment: the single-arm server bound to one address.
+# Runs inside franka-sim's own environment: the single-arm server bound to one address. It stops
+# by itself when the process that started it is gone (killed without cleaning up).
 _SERVER_SCRIPT = """
-import sys
+import os, signal, sys, threading, time
 from franka_sim import FrankaSimServer
-host, gripper = sys.argv[1], sys.argv[2] == "1"
+host, gripper, owner = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3])
+
+def watch_owner():
+    while True:
+        time.sleep(0.5)
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            os.kill(os.getpid(), signal.SIGINT)
+            return
+
+threading.Thread(target=watch_owner, daemon=True).start()
 server = FrankaSimServer(host=host, enable_gripper=gripper)
 print(f"franka-sim serving on {host}:1337 (gripper {'on' if gripper else 'off'})", flush=True)
 try:
@@ -194,6 +206,7 @@ class FrankaSimServer:
             _SERVER_SCRIPT,
             self.host,
             "1" if self.gripper else "0",
+            str(os.getpid()),
         ]
         log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed below
         try:

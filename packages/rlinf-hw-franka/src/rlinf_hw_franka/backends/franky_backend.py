@@ -87,6 +87,10 @@ class FrankyBackend(Backend):
             raise HardwareError(f"{self.label}: cannot connect: {type(err).__name__}: {err}") from None
         self.gripper = None
         self._last_width: float | None = None
+        #: Planner (Ruckig) failures so far; a run of more than ``max_planner_failures`` is an error.
+        self.planner_failures = 0
+        self.max_planner_failures = 3
+        self._consecutive_planner_failures = 0
         if gripper:
             try:
                 self.gripper = fr.Gripper(robot_ip)
@@ -132,9 +136,24 @@ class FrankyBackend(Backend):
         target = fr.Affine(np.asarray(ee_pos, dtype=np.float64), np.array([x, y, z, w]))
         try:
             self.robot.poll_motion()  # raises what went wrong during the previous motion
+        except fr.Exception as err:  # libfranka: a reflex, a limit violation, a lost connection
+            raise self._fail("the robot reported an error", err) from None
+        except RuntimeError as err:
+            # franky's trajectory planner (Ruckig) could not replan from the measured state; the
+            # robot itself is fine and holds still, and the new target below starts a new
+            # motion. Tolerated unless it keeps happening.
+            self.planner_failures += 1
+            self._consecutive_planner_failures += 1
+            if self._consecutive_planner_failures > self.max_planner_failures:
+                raise self._fail(
+                    f"the motion planner failed {self._consecutive_planner_failures} times in a row", err
+                ) from None
+        else:
+            self._consecutive_planner_failures = 0
+        try:
             self.robot.move(fr.CartesianMotion(target, fr.ReferenceType.Absolute), asynchronous=True)
         except Exception as err:
-            raise self._fail("the robot reported an error", err) from None
+            raise self._fail("the robot rejected the motion", err) from None
         if gripper_width is not None and self.gripper is not None:
             self._move_gripper(gripper_width)
 
@@ -179,9 +198,15 @@ class FrankyBackend(Backend):
             raise self._fail("the robot reported an error", err) from None
 
     def close(self) -> None:
-        try:
-            self.robot.stop()
-        except Exception:
-            pass
+        """Stop the motion and disconnect (the robot accepts one client at a time)."""
+        robot, self.robot = getattr(self, "robot", None), None
+        if robot is not None:
+            try:
+                robot.stop()
+            except Exception:
+                pass
+            del robot  # the connection closes when the last reference goes
+        self.gripper = None
         for cam in self.cameras:
             cam.close()
+        self.cameras = []
