@@ -1,6 +1,6 @@
 """rlinf plugin of rlinf-scheduler (entry point ``scheduler``).
 
-Registers the ``rlinf cluster`` commands (the ``ray`` scheduler comes with the runtime). Must
+Registers the ``rlinf cluster`` and ``rlinf node`` commands and the ``ray`` scheduler. Must
 import without ray: command modules are imported inside the hook, and they import ray lazily too.
 """
 
@@ -13,11 +13,15 @@ from rlinf_core.plugins import hookimpl
 
 @hookimpl
 def rlinf_register_schedulers() -> list[type]:
-    return []
+    from rlinf_scheduler.runtime.scheduler import RayScheduler  # imports ray only when started
+
+    return [RayScheduler]
 
 
 @hookimpl
 def rlinf_register_commands(cli: Any) -> None:
     from rlinf_scheduler.cli import register
+    from rlinf_scheduler.runtime_cli import register as register_runtime
 
     register(cli)
+    register_runtime(cli)

@@ -1,0 +1,27 @@
+"""Importing Ray the way rlinf needs it.
+
+Ray 2.x propagates a driver started with ``uv run`` to every worker by rewriting the job's
+``runtime_env`` (``py_executable = "uv run ..."`` plus the whole working directory). rlinf manages
+interpreters per node itself (``python_interpreter_path``) and ships code only when asked
+(``RLINF_CODE_WORKING_DIR``), so it turns that hook off unless the user set
+``RAY_ENABLE_UV_RUN_RUNTIME_ENV`` explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+UV_HOOK_ENV = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
+
+
+def import_ray() -> Any:
+    """``import ray`` with the ``uv run`` runtime-env hook off (unless the user chose otherwise)."""
+    user_choice = UV_HOOK_ENV in os.environ
+    os.environ.setdefault(UV_HOOK_ENV, "0")
+    import ray
+    from ray._private import ray_constants
+
+    if not user_choice:
+        ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False  # ray may have been imported earlier
+    return ray

@@ -1,0 +1,389 @@
+"""``rlinf node start`` / ``rlinf node stop``: start and stop Ray on this node, tracked by PID.
+
+``start`` runs ``ray start`` in a new session with ``RLINF_NODE_RANK`` (and
+``RLINF_COMM_NET_DEVICES`` when a net device is given) in its environment, so Ray freezes them for
+every process it launches on the node, exactly like the documented
+``export RLINF_NODE_RANK=R; ray start ...``. It records the session id and the PIDs of the Ray
+processes in a state file (``$RLINF_STATE_DIR``, default ``~/.local/state/rlinf/nodes``).
+
+``stop`` terminates only the processes of sessions that ``start`` recorded (SIGTERM, then SIGKILL
+after a grace period). It never runs ``ray stop``, which would kill every Ray on the machine.
+
+Token authentication: with ``--auth token`` (the default), ``start`` passes ``RAY_AUTH_MODE=token``
+and ``RAY_AUTH_TOKEN_PATH=FILE`` to ``ray start`` through its environment; the token itself never
+appears on a command line, in output or in the state file. The head creates the token file when
+it is missing (mode 0600); every other node needs a copy of it (same path, or ``--token-file``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rlinf_core.errors import ConfigError, NetworkError, SchedulerError, WaitTimeout
+
+__all__ = [
+    "NodeRecord",
+    "NodeStartOptions",
+    "build_ray_start",
+    "default_token_path",
+    "interface_ipv4",
+    "join_instructions",
+    "load_records",
+    "session_pids",
+    "start_node",
+    "state_dir",
+    "stop_nodes",
+]
+
+STATE_DIR_ENV = "RLINF_STATE_DIR"
+
+
+def state_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where node records live: ``$RLINF_STATE_DIR`` or ``$XDG_STATE_HOME/rlinf/nodes``
+    (default ``~/.local/state/rlinf/nodes``)."""
+    env = os.environ if env is None else env
+    if env.get(STATE_DIR_ENV):
+        return Path(env[STATE_DIR_ENV]).expanduser()
+    base = Path(env.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return base / "rlinf" / "nodes"
+
+
+def default_token_path() -> Path:
+    """Ray's default token file (``~/.ray/auth_token``) unless ``RAY_AUTH_TOKEN_PATH`` names one."""
+    if os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return Path(os.environ["RAY_AUTH_TOKEN_PATH"]).expanduser()
+    return Path.home() / ".ray" / "auth_token"
+
+
+def interface_ipv4(device: str) -> str:
+    """The IPv4 address of network interface ``device`` (Linux)."""
+    import fcntl
+    import struct
+
+    if not device or len(device) > 15 or "/" in device:
+        raise ConfigError(f"{device!r} is not a network interface name", "--net-device")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", device.encode()))  # SIOCGIFADDR
+        except OSError as err:
+            names = sorted(name for _, name in socket.if_nameindex())
+            raise NetworkError(
+                f"network interface {device!r} has no IPv4 address or does not exist ({err.strerror}); "
+                f"interfaces here: {', '.join(names)}"
+            ) from None
+    return socket.inet_ntoa(packed[20:24])
+
+
+@dataclass
+class NodeStartOptions:
+    """What ``rlinf node start`` was asked for."""
+
+    rank: int
+    head: bool = False
+    port: int = 6379
+    address: str | None = None
+    node_ip: str | None = None
+    net_device: str | None = None
+    num_gpus: int | None = None
+    num_cpus: int | None = None
+    temp_dir: str | None = None
+    auth: str = "token"
+    token_file: str | None = None
+    extra_args: Sequence[str] = ()
+    timeout: float = 300.0
+
+
+@dataclass
+class NodeRecord:
+    """A node that ``rlinf node start`` started on this machine (its state file's content)."""
+
+    rank: int
+    head: bool
+    node_ip: str
+    address: str
+    """The head's ``host:port`` (what other nodes join and drivers attach to)."""
+    sid: int
+    """The session id of the Ray processes (``ray start`` ran as a session leader)."""
+    pids: list[int]
+    auth_mode: str
+    token_path: str | None
+    temp_dir: str | None
+    log_path: str
+    started_at: float
+    net_device: str | None = None
+    path: str = field(default="", compare=False)
+
+    @property
+    def gcs_address(self) -> str:
+        return self.address
+
+    def to_dict(self) -> dict[str, object]:
+        out = asdict(self)
+        out.pop("path", None)
+        return out
+
+
+def _ray_executable() -> list[str]:
+    candidate = Path(sys.executable).with_name("ray")
+    if candidate.is_file() and os.access(candidate, os.X_OK):
+        return [str(candidate)]
+    return [sys.executable, "-m", "ray.scripts.scripts"]
+
+
+def _resolve_auth(opts: NodeStartOptions) -> tuple[str, str | None]:
+    mode = opts.auth.lower()
+    if mode not in ("token", "disabled"):
+        raise ConfigError(f"--auth must be token or disabled, got {opts.auth!r}", "--auth")
+    if mode == "disabled":
+        return "disabled", None
+    if not opts.token_file and os.environ.get("RAY_AUTH_TOKEN"):
+        return "token", None  # the token is in the environment; it is inherited as it is
+    path = Path(opts.token_file).expanduser() if opts.token_file else default_token_path()
+    if not path.is_absolute():
+        path = path.resolve()
+    if path.is_file():
+        if not path.read_text(encoding="utf-8").strip():
+            raise ConfigError(f"the Ray auth token file {path} is empty", "--token-file")
+        return "token", str(path)
+    if not opts.head:
+        raise ConfigError(
+            f"token authentication is on but there is no token file at {path}: copy the head's token "
+            f"file to this node (same path, or pass --token-file FILE), or use --auth disabled on every node",
+            "--token-file",
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(secrets.token_hex(32))
+    os.replace(tmp, path)
+    return "token", str(path)
+
+
+def build_ray_start(opts: NodeStartOptions) -> tuple[list[str], dict[str, str], str, str]:
+    """``(command, environment additions, node ip, head address)`` for ``ray start``.
+
+    The environment additions carry ``RLINF_NODE_RANK``, ``RLINF_COMM_NET_DEVICES`` and the auth
+    settings; the command never contains a secret."""
+    if isinstance(opts.rank, bool) or opts.rank < 0:
+        raise ConfigError(f"--rank must be a whole number >= 0, got {opts.rank!r}", "--rank")
+    if opts.head == bool(opts.address):
+        raise ConfigError(
+            "give --head (this node is the head) or --address HEAD:PORT (join a head), not both", "--head"
+        )
+    if opts.head and opts.rank != 0:
+        # Allowed, but unusual: the seed's convention is that the head is rank 0.
+        pass
+    node_ip = opts.node_ip or (interface_ipv4(opts.net_device) if opts.net_device else None)
+    cmd = [*_ray_executable(), "start"]
+    if opts.head:
+        if not 0 < opts.port < 65536:
+            raise ConfigError(f"--port must be 1..65535, got {opts.port}", "--port")
+        cmd += ["--head", f"--port={opts.port}"]
+        if node_ip is None:
+            from rlinf_scheduler.runtime._ray import import_ray
+
+            import_ray()
+            from ray._private.services import get_node_ip_address
+
+            node_ip = get_node_ip_address()
+        address = f"{node_ip}:{opts.port}"
+    else:
+        assert opts.address is not None
+        host, sep, port = opts.address.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ConfigError(f"--address must be HOST:PORT, got {opts.address!r}", "--address")
+        cmd += [f"--address={opts.address}"]
+        address = opts.address
+    if node_ip:
+        cmd += [f"--node-ip-address={node_ip}"]
+    if opts.num_gpus is not None:
+        cmd += [f"--num-gpus={opts.num_gpus}"]
+    if opts.num_cpus is not None:
+        cmd += [f"--num-cpus={opts.num_cpus}"]
+    if opts.temp_dir:
+        cmd += [f"--temp-dir={opts.temp_dir}"]
+    cmd += ["--disable-usage-stats", *opts.extra_args]
+    env = {"RLINF_NODE_RANK": str(opts.rank), "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    if opts.net_device:
+        env["RLINF_COMM_NET_DEVICES"] = opts.net_device
+    mode, token_path = _resolve_auth(opts)
+    env["RAY_AUTH_MODE"] = mode
+    if token_path:
+        env["RAY_AUTH_TOKEN_PATH"] = token_path
+    return cmd, env, node_ip or "", address
+
+
+def session_pids(sid: int) -> list[int]:
+    """PIDs of the live processes in session ``sid`` (Linux ``/proc``)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # fields after the command (which may contain spaces) start after the last ')'
+        rest = stat[stat.rfind(")") + 2 :].split()
+        if len(rest) > 3 and rest[0] != "Z" and int(rest[3]) == sid:
+            out.append(int(entry))
+    return sorted(out)
+
+
+def _write_record(rec: NodeRecord, directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"node-{rec.node_ip or 'local'}-{rec.sid}.json"
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(rec.to_dict(), indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def load_records(directory: Path | None = None) -> list[NodeRecord]:
+    """The nodes ``rlinf node start`` recorded on this machine (unreadable files are skipped)."""
+    directory = state_dir() if directory is None else directory
+    out = []
+    if not directory.is_dir():
+        return out
+    for path in sorted(directory.glob("node-*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            rec = NodeRecord(**data)
+        except (OSError, ValueError, TypeError):
+            continue
+        rec.path = str(path)
+        out.append(rec)
+    return out
+
+
+def start_node(opts: NodeStartOptions, *, directory: Path | None = None) -> NodeRecord:
+    """Run ``ray start`` for ``opts`` and record what it started. Raises :class:`SchedulerError`
+    with the tail of Ray's output when it fails, :class:`WaitTimeout` after ``opts.timeout``."""
+    directory = state_dir() if directory is None else directory
+    cmd, env_add, node_ip, address = build_ray_start(opts)
+    directory.mkdir(parents=True, exist_ok=True)
+    log_path = directory / f"ray-start-{node_ip or 'local'}-{int(time.time())}-{os.getpid()}.log"
+    env = dict(os.environ)
+    env.update(env_add)
+    if env_add["RAY_AUTH_MODE"] == "disabled":
+        env.pop("RAY_AUTH_TOKEN_PATH", None)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            rc = proc.wait(timeout=opts.timeout)
+        except subprocess.TimeoutExpired:
+            _terminate_session(proc.pid, grace=5.0)
+            raise WaitTimeout(
+                f"`ray start` did not finish within {opts.timeout:g} s (its processes were stopped); log: {log_path}"
+            ) from None
+    if rc != 0:
+        _terminate_session(proc.pid, grace=5.0)
+        tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-15:]
+        raise SchedulerError(f"`ray start` failed (exit {rc}); its output ends with:\n  " + "\n  ".join(tail))
+    rec = NodeRecord(
+        rank=opts.rank,
+        head=opts.head,
+        node_ip=node_ip,
+        address=address,
+        sid=proc.pid,
+        pids=session_pids(proc.pid),
+        auth_mode=env_add["RAY_AUTH_MODE"],
+        token_path=env_add.get("RAY_AUTH_TOKEN_PATH"),
+        temp_dir=opts.temp_dir,
+        log_path=str(log_path),
+        started_at=time.time(),
+        net_device=opts.net_device,
+    )
+    rec.path = str(_write_record(rec, directory))
+    return rec
+
+
+def _sid_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    rest = stat[stat.rfind(")") + 2 :].split()
+    return int(rest[3]) if len(rest) > 3 and rest[0] != "Z" else None
+
+
+def _terminate_session(sid: int, *, grace: float = 15.0, extra: Sequence[int] = ()) -> list[int]:
+    """SIGTERM every process of session ``sid`` (and ``extra`` PIDs still in that session), SIGKILL
+    what is left after ``grace`` seconds. Returns the PIDs signalled."""
+    targets = set(session_pids(sid)) | {p for p in extra if _sid_of(p) == sid}
+    for pid in targets:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and session_pids(sid):
+        time.sleep(0.2)
+    for pid in session_pids(sid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return sorted(targets)
+
+
+def stop_nodes(
+    *, node_ip: str | None = None, directory: Path | None = None, grace: float = 15.0
+) -> list[tuple[NodeRecord, list[int]]]:
+    """Stop the Ray processes of the nodes ``rlinf node start`` recorded on this machine (only the
+    one bound to ``node_ip`` when given) and remove their records. Returns each record with the
+    PIDs it signalled."""
+    out = []
+    for rec in load_records(directory):
+        if node_ip is not None and rec.node_ip != node_ip:
+            continue
+        pids = _terminate_session(rec.sid, grace=grace, extra=rec.pids)
+        if rec.path:
+            Path(rec.path).unlink(missing_ok=True)
+        out.append((rec, pids))
+    return out
+
+
+def join_instructions(rec: NodeRecord) -> str:
+    """What to tell the user after a node started (never the token)."""
+    lines = [
+        f"Ray {'head' if rec.head else 'worker'} node started: rank {rec.rank}, {rec.node_ip or 'default ip'}, "
+        f"{len(rec.pids)} processes (session {rec.sid}); `rlinf node stop` stops them."
+    ]
+    if rec.head:
+        dev = f" --net-device {rec.net_device}" if rec.net_device else ""
+        lines.append("On every other node run (R = 1, 2, ... unique per node):")
+        lines.append(f"  rlinf node start --rank R --address {rec.address}{dev}")
+        if rec.node_ip.startswith("127."):
+            lines.append(
+                f"Note: the head is bound to the loopback address {rec.node_ip}; only this machine can join. "
+                "Use --node-ip or --net-device with an address the other nodes can reach."
+            )
+        if rec.auth_mode == "token":
+            where = rec.token_path or "RAY_AUTH_TOKEN (from the environment)"
+            lines.append(
+                f"Token authentication is on: copy the token file {where} to each node first (same path, or "
+                "pass --token-file FILE there). The token is never printed."
+            )
+        lines.append("Then check with `rlinf cluster wait --nodes N` and `rlinf cluster status`.")
+    return "\n".join(lines)
