@@ -110,8 +110,13 @@ class _Tensor:
 _TORCH_VIEWS = {"torch.bfloat16": "int16", "torch.float8_e4m3fn": "uint8", "torch.float8_e5m2": "uint8"}
 
 
+_SCALARS = frozenset({int, float, bool, complex, type(None)})
+
+
 def _pack(obj: Any, torch: Any) -> tuple[Any, int, bool]:
     """(packed object, payload bytes, whether it holds torch tensors)."""
+    if type(obj) in _SCALARS:
+        return obj, 0, False
     np = sys.modules.get("numpy")
     if np is not None and isinstance(obj, np.ndarray):
         return obj, obj.nbytes, False
@@ -556,6 +561,11 @@ class ChannelCore:
         self._check_open()
         k = self._key(key)
         k.producers.add(peer)
+        if self.maxsize == 0 or len(k.items) + len(entries) <= self.maxsize:
+            k.items.extend(entries)  # one wake-up for the whole batch
+            k.weight += sum(e[2] for e in entries)
+            self._wake(k)
+            return None
         i = 0
         while i < len(entries) and not self._is_full(k):
             self._append(k, entries[i])
@@ -611,10 +621,13 @@ class ChannelCore:
         if k.weight >= target:
             taken: list[tuple[Any, ...]] = []
             got = 0.0
-            while got < target:
-                entry = self._popleft(k)
+            items = k.items
+            while got < target and items:
+                entry = items.popleft()
                 taken.append(entry)
                 got += entry[2]
+            k.weight -= got
+            self._wake(k)
             return taken
         self._check_open()
         if nowait:
@@ -1003,6 +1016,7 @@ class RayChannel(Channel):
         self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
         self._closed_local = False
         self._disconnected = False
+        self._desc = _peer_desc()
         self._control = _SyncConn(self._address, self._token, True, 30.0)
         _CLIENTS.add(self)
 
@@ -1178,20 +1192,25 @@ class RayChannel(Channel):
     # -- payloads ----------------------------------------------------------------------------------------
     def _encode(self, item: Any, weight: float) -> tuple[tuple[Any, ...], Any]:
         """(entry, ObjectRef or None). Large payloads go to the object store once."""
-        _check_weight(weight)
+        if not weight > 0:
+            _check_weight(weight)
+        if type(item) in _SCALARS:  # the fast path of small control items
+            return ("b", pickle.dumps(item, _PICKLE), weight, self._desc), None
         packed, nbytes, has_torch = pack_payload(item)
         if nbytes >= self.inline_limit:
             import ray
 
             ref = ray.put(packed)
-            return ("rt" if has_torch else "r", uuid.uuid4().bytes, weight, _peer_desc()), ref
-        return ("t" if has_torch else "b", pickle.dumps(packed, _PICKLE), weight, _peer_desc()), None
+            return ("rt" if has_torch else "r", uuid.uuid4().bytes, weight, self._desc), ref
+        return ("t" if has_torch else "b", pickle.dumps(packed, _PICKLE), weight, self._desc), None
 
     def _hold(self, entry: tuple[Any, ...], ref: Any) -> None:
         if ref is not None:
             self._actor.hold.remote(entry[1], [ref])
 
     def _decode(self, entries: list[tuple[Any, ...]]) -> list[Any]:
+        if all(e[0] == "b" for e in entries):
+            return [pickle.loads(e[1]) for e in entries]
         slots = [e for e in entries if e[0] in ("r", "rt")]
         fetched: dict[bytes, Any] = {}
         if slots:
