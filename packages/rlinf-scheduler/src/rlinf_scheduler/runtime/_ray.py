@@ -16,12 +16,11 @@ UV_HOOK_ENV = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
 
 
 def import_ray() -> Any:
-    """``import ray`` with the ``uv run`` runtime-env hook off (unless the user chose otherwise)."""
-    user_choice = UV_HOOK_ENV in os.environ
+    """``import ray`` with the ``uv run`` runtime-env hook off (unless the user turned it on)."""
     os.environ.setdefault(UV_HOOK_ENV, "0")
     import ray
     from ray._private import ray_constants
 
-    if not user_choice:
+    if os.environ[UV_HOOK_ENV].strip().lower() in ("0", "false", "no", "off", ""):
         ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False  # ray may have been imported earlier
     return ray

@@ -81,10 +81,11 @@ class RayScheduler(Scheduler):
             section = section.model_dump()
         if self.cluster is not None:
             raise SchedulerError("this scheduler is already started; call shutdown() first")
-        from rlinf_scheduler.placement import plan_placement
+        from rlinf_core.cluster import resolve_cluster
 
-        # Validate the section (and report every config problem) before touching Ray.
-        plan_placement(section, None, hardware=self.hardware)
+        # Report every configuration problem before touching Ray (the GPU counts come later,
+        # from the probed nodes).
+        resolve_cluster(section, self.hardware)
         cluster = Cluster(
             _section_num_nodes(section), address=self.address, timeout=timeout, ray_init=self.ray_init
         )
