@@ -232,7 +232,7 @@ def run_bulk(kind: str, q: Any, prod: Any, nbytes: int, reps: int, torch_tensor:
     """Median GB/s over ``reps`` transfers, one at a time: from the start of the producer's put
     to the consumer holding the array (one element read)."""
     rates = []
-    for rep in range(-1, reps):  # rep -1 is a warm-up, not timed
+    for rep in range(-1 if nbytes < 256 * MB else 0, reps):  # rep -1 is a warm-up, not timed
         ref = prod.bulk.remote(kind, q, nbytes, torch_tensor)
         if kind == "rlinf":
             arr = q.get("bulk", timeout=300)
@@ -327,7 +327,7 @@ def main() -> None:
     )
     n_lat = 300 if quick else 1000
     sizes = [1 * MB, 64 * MB, 256 * MB]
-    reps = {1 * MB: 5 if quick else 20, 64 * MB: 3 if quick else 7, 256 * MB: 1 if quick else 3}
+    reps = {1 * MB: 5 if quick else 20, 64 * MB: 2 if quick else 7, 256 * MB: 1 if quick else 3}
     batch = 100
 
     prod = Producer.remote()
@@ -351,12 +351,12 @@ def main() -> None:
         for size in sizes:
             r[f"bandwidth_{size // MB}mb_gbps"] = run_bulk(kind, q, prod, size, reps[size], False)
         if have_torch:
-            r["bandwidth_64mb_torch_gbps"] = run_bulk(kind, q, prod, 64 * MB, reps[64 * MB], True)
+            r["bandwidth_64mb_torch_gbps"] = run_bulk(kind, q, prod, 64 * MB, 1 if quick else 5, True)
         print(f"[{time.monotonic() - t_start:5.1f} s] {kind} measured", file=sys.stderr)
 
     sd = state_dict_10m(have_torch)
-    bc = run_broadcast(workers, sd, 3 if quick else 7)
-    bc_np = run_broadcast(workers, state_dict_10m(False), 3 if quick else 7) if have_torch else bc
+    bc = run_broadcast(workers, sd, 2 if quick else 7)
+    bc_np = run_broadcast(workers, state_dict_10m(False), 2 if quick else 7) if have_torch else bc
 
     result = {
         "items_per_s": rows["rlinf"]["items_per_s"],
