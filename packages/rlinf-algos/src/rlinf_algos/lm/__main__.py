@@ -1,0 +1,38 @@
+"""``python -m rlinf_algos.lm RUN.yaml [--run-dir DIR] [key.path=value ...]``: run an LLM GRPO
+example in this process (what ``rlinf train`` will do once it dispatches ``grpo_lm``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from rlinf_core.config import apply_overrides, load_yaml
+from rlinf_core.errors import RlinfError
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m rlinf_algos.lm", description=__doc__)
+    ap.add_argument("config", help="run YAML (examples/grpo_arith.yaml, examples/grpo_multiagent.yaml)")
+    ap.add_argument("--run-dir", default=None, help="output directory (default runs/<yaml stem>-<time>)")
+    ap.add_argument("overrides", nargs="*", help="key.path=value overrides, e.g. algorithm.iterations=10")
+    args = ap.parse_intermixed_args(argv)
+    try:
+        from rlinf_algos.lm.config import load_lm_sections
+
+        data = apply_overrides(load_yaml(args.config), args.overrides)
+        run = load_lm_sections(data)
+        run_dir = Path(args.run_dir or f"runs/{Path(args.config).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+        from rlinf_algos.lm.trainer import train_lm
+
+        train_lm(run, run_dir)
+        print(f"run directory: {run_dir} (summary.json, metrics.csv, policy.pt)")
+    except RlinfError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return getattr(err, "exit_code", 1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

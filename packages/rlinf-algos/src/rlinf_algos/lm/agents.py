@@ -1,0 +1,202 @@
+"""Agents: how episodes are played against a generation function (pure Python, no torch).
+
+An agent turns problems into token sequences for training. It never touches the model: it calls
+``generate(prompts, max_new_tokens, stop_ids) -> responses`` (lists of token ids), which in
+process is the rollout worker's :meth:`~rlinf_algos.lm.workers.RolloutWorker.generate` and, in a
+distributed run, a request over a Channel to the rollout workers. So agents are light and can
+run as many small processes.
+
+- :class:`SingleAgent`: one prompt, one response (``mode: single`` and the ``flat`` baseline).
+- :class:`HierarchicalAgent` (WideSeek-R1 style): a lead splits the task into ``<call>``
+  sub-tasks, one subagent per call answers it in an isolated context (its own prompt only), the
+  lead sums their answers. Every agent samples from the same policy. Every sequence of an
+  episode (the lead's and each subagent's) is returned for training with the episode's index, so
+  one GRPO loss runs over the whole hierarchical trace.
+
+The result of both is an :class:`EpisodeBatch`, plain lists that serialise as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rlinf_algos.lm.task import Problem, combine_prompt, final_answer, parse_calls, prompt_text
+from rlinf_algos.lm.tokenizer import CharTokenizer
+
+__all__ = ["EpisodeBatch", "GenerateFn", "HierarchicalAgent", "SingleAgent", "make_agent"]
+
+GenerateFn = Callable[[list[list[int]], int, Sequence[int]], list[list[int]]]
+"""``generate(prompts, max_new_tokens, stop_ids) -> responses``: token ids in, token ids out."""
+
+
+@dataclass
+class EpisodeBatch:
+    """Episodes of one iteration (``E = P * G``, group after group) and their training sequences.
+
+    Attributes:
+        sequences: every sequence to train on (prompt included), ``N >= E`` of them.
+        loss_masks: per sequence, 1 on the tokens the policy generated (trained on), 0 on the
+            prompt and on text the orchestrator wrote into a context.
+        episode_index: per sequence, the episode it belongs to (``0..E-1``).
+        agent_kind: per sequence, ``"agent"``, ``"lead"`` or ``"sub"``.
+        final_responses: per episode, the ids of the response the verifier scores (empty when
+            the episode failed before its final turn).
+        answers: per episode, the exact answer.
+        failures: per episode, why it ended before its final turn (``""`` when it did not).
+        generated_tokens: tokens sampled for these episodes.
+    """
+
+    sequences: list[list[int]] = field(default_factory=list)
+    loss_masks: list[list[int]] = field(default_factory=list)
+    episode_index: list[int] = field(default_factory=list)
+    agent_kind: list[str] = field(default_factory=list)
+    final_responses: list[list[int]] = field(default_factory=list)
+    answers: list[int] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    generated_tokens: int = 0
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.answers)
+
+    def add(self, seq: list[int], mask: list[int], episode: int, kind: str) -> None:
+        self.sequences.append(seq)
+        self.loss_masks.append(mask)
+        self.episode_index.append(episode)
+        self.agent_kind.append(kind)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _trim(ids: list[int], pad_id: int) -> list[int]:
+    return [t for t in ids if t != pad_id]
+
+
+class SingleAgent:
+    """One agent, one context: the prompt, then the whole chain."""
+
+    def __init__(self, tokenizer: CharTokenizer, max_new_tokens: int) -> None:
+        self.tok = tokenizer
+        self.max_new_tokens = max_new_tokens
+
+    def run(self, problems: Sequence[Problem], group_size: int, generate: GenerateFn) -> EpisodeBatch:
+        """Play ``group_size`` episodes of every problem (episodes of one problem adjacent)."""
+        out = EpisodeBatch()
+        prompts: list[list[int]] = []
+        for p in problems:
+            ids = self.tok.encode(prompt_text(p), bos=True)
+            for _ in range(group_size):
+                prompts.append(ids)
+                out.answers.append(p.answer)
+        responses = generate(prompts, self.max_new_tokens, [self.tok.eos_id])
+        for e, (prompt, resp) in enumerate(zip(prompts, responses, strict=True)):
+            resp = _trim(resp, self.tok.pad_id)
+            out.generated_tokens += len(resp)
+            out.add(prompt + resp, [0] * len(prompt) + [1] * len(resp), e, "agent")
+            out.final_responses.append(resp)
+            out.failures.append("")
+        return out
+
+
+class HierarchicalAgent:
+    """A lead agent and its subagents sharing one policy, each with an isolated context.
+
+    Turn 1, the lead sees the grouped problem and writes ``<call>EXPR`` per sub-task, then
+    ``<ret>``. Each call becomes a subagent whose context is only ``<bos>EXPR=``; it answers with
+    a chain. The orchestrator writes the subagents' answers into the lead's context as
+    ``r1+r2+...=`` and the lead (turn 2) answers with a chain: the episode's final response. A
+    malformed turn 1 or a subagent without a well-formed answer ends the episode there (reward 0).
+    All episodes of a batch advance turn by turn, so each turn is one batched generation.
+    """
+
+    def __init__(
+        self, tokenizer: CharTokenizer, max_new_tokens: int, max_calls: int, max_context: int
+    ) -> None:
+        self.tok = tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.max_calls = max_calls
+        self.max_context = max_context
+
+    def run(self, problems: Sequence[Problem], group_size: int, generate: GenerateFn) -> EpisodeBatch:
+        tok = self.tok
+        out = EpisodeBatch()
+        lead_prompts: list[list[int]] = []
+        for p in problems:
+            ids = tok.encode(prompt_text(p), bos=True)
+            for _ in range(group_size):
+                lead_prompts.append(ids)
+                out.answers.append(p.answer)
+        n = len(lead_prompts)
+        out.failures = [""] * n
+        out.final_responses = [[] for _ in range(n)]
+        # turn 1: the lead splits the task
+        turn1 = [
+            _trim(r, tok.pad_id)
+            for r in generate(lead_prompts, self.max_new_tokens, [tok.ret_id, tok.eos_id])
+        ]
+        out.generated_tokens += sum(len(r) for r in turn1)
+        sub_prompts: list[list[int]] = []
+        sub_owner: list[int] = []
+        for e, r in enumerate(turn1):
+            calls, why = parse_calls(tok.decode(r), self.max_calls)
+            if calls is None:
+                out.failures[e] = f"lead turn 1: {why}"
+                continue
+            for c in calls:
+                sub_prompts.append(tok.encode(c + "=", bos=True))
+                sub_owner.append(e)
+        # the subagents, each in its own context
+        sub_resp = [_trim(r, tok.pad_id) for r in generate(sub_prompts, self.max_new_tokens, [tok.eos_id])]
+        out.generated_tokens += sum(len(r) for r in sub_resp)
+        results: dict[int, list[int | None]] = {}
+        sub_seqs: dict[int, list[tuple[list[int], list[int]]]] = {}
+        for prompt, resp, e in zip(sub_prompts, sub_resp, sub_owner, strict=True):
+            results.setdefault(e, []).append(final_answer(tok.decode(resp)))
+            sub_seqs.setdefault(e, []).append((prompt + resp, [0] * len(prompt) + [1] * len(resp)))
+        # turn 2: the lead combines the answers
+        combine_ctx: list[list[int]] = []
+        combine_owner: list[int] = []
+        inserted: dict[int, list[int]] = {}
+        for e, res in results.items():
+            if any(r is None for r in res):
+                bad = [i for i, r in enumerate(res) if r is None]
+                out.failures[e] = f"subagent(s) {bad} gave no well-formed answer"
+                continue
+            inserted[e] = tok.encode(combine_prompt([int(r) for r in res if r is not None]))
+            if len(lead_prompts[e]) + len(turn1[e]) + len(inserted[e]) >= self.max_context:
+                out.failures[e] = f"lead context longer than {self.max_context} tokens"
+                continue
+            combine_ctx.append(lead_prompts[e] + turn1[e] + inserted[e])
+            combine_owner.append(e)
+        turn2: dict[int, list[int]] = {}
+        if combine_ctx:
+            for e, r in zip(
+                combine_owner, generate(combine_ctx, self.max_new_tokens, [tok.eos_id]), strict=True
+            ):
+                turn2[e] = _trim(r, tok.pad_id)
+                out.generated_tokens += len(turn2[e])
+        # the trace: the lead's sequence, then its subagents'
+        for e in range(n):
+            prompt, t1 = lead_prompts[e], turn1[e]
+            seq, mask = prompt + t1, [0] * len(prompt) + [1] * len(t1)
+            if e in turn2:
+                seq = seq + inserted[e] + turn2[e]
+                mask = mask + [0] * len(inserted[e]) + [1] * len(turn2[e])
+                out.final_responses[e] = turn2[e]
+            out.add(seq, mask, e, "lead")
+            for s, m in sub_seqs.get(e, []):
+                out.add(s, m, e, "sub")
+        return out
+
+
+def make_agent(
+    mode: str, tokenizer: CharTokenizer, max_new_tokens: int, max_calls: int, max_context: int
+) -> SingleAgent | HierarchicalAgent:
+    """The agent of ``task.mode``: hierarchical for ``multiagent``, single otherwise;
+    ``max_context`` is the model's ``max_seq_len``."""
+    if mode == "multiagent":
+        return HierarchicalAgent(tokenizer, max_new_tokens, max_calls, max_context)
+    return SingleAgent(tokenizer, max_new_tokens)

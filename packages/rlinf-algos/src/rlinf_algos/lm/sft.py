@@ -1,0 +1,86 @@
+"""The supervised warm start: next-token cross-entropy on generated reference solutions.
+
+Deliberately short (``sft.steps``), so the policy GRPO starts from is sometimes right: it knows
+the format and is partly right on the arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from rlinf_algos.grpo import masked_mean
+from rlinf_algos.lm.config import SFTConfig
+from rlinf_algos.lm.model import TinyLM, sequence_log_probs
+from rlinf_algos.lm.task import Problem, ProblemSampler, sft_example
+from rlinf_algos.lm.tokenizer import CharTokenizer
+from rlinf_algos.lm.workers import pack_batch
+
+__all__ = ["sft_batch", "warm_start"]
+
+
+def sft_batch(
+    problems: Sequence[Problem], mode: str, width: int, tokenizer: CharTokenizer
+) -> dict[str, Tensor]:
+    """Packed ``input_ids``/``loss_mask`` of the reference solutions of ``problems`` (in
+    multi-agent mode, one lead trace and one subagent chain per group for each problem)."""
+    seqs: list[list[int]] = []
+    masks: list[list[int]] = []
+    for p in problems:
+        for _kind, segments in sft_example(p, mode, width):
+            ids: list[int] = []
+            m: list[int] = []
+            for text, trained in segments:
+                seg = tokenizer.encode(text)
+                ids += seg
+                m += [int(trained)] * len(seg)
+            seqs.append(ids)
+            masks.append(m)
+    return pack_batch(seqs, masks, tokenizer.pad_id)
+
+
+def warm_start(
+    model: TinyLM,
+    tokenizer: CharTokenizer,
+    mode: str,
+    width: int,
+    cfg: SFTConfig,
+    sampler: ProblemSampler,
+    log: Callable[[str], None] | None = None,
+    log_every: int = 100,
+) -> dict[str, Any]:
+    """Train ``model`` in place for ``cfg.steps`` steps of ``cfg.batch_size`` problems (AdamW,
+    linear warm-up then cosine decay). Returns ``steps``, ``seconds`` and the last ``loss``."""
+    if cfg.steps == 0:
+        return {"steps": 0, "seconds": 0.0, "loss": float("nan")}
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.99))
+
+    def lr_at(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return cfg.lr * (step + 1) / cfg.warmup_steps
+        frac = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+        return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+    t0 = time.perf_counter()
+    model.train()
+    loss_v = float("nan")
+    for step in range(cfg.steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        batch = sft_batch(sampler.sample(cfg.batch_size), mode, width, tokenizer)
+        lp = sequence_log_probs(model, batch["input_ids"])
+        loss = -masked_mean(lp, batch["loss_mask"])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        loss_v = float(loss.detach())
+        if log is not None and ((step + 1) % log_every == 0 or step + 1 == cfg.steps):
+            log(f"sft step {step + 1}/{cfg.steps}  loss {loss_v:.4f}  ({time.perf_counter() - t0:.0f}s)")
+    model.eval()
+    return {"steps": cfg.steps, "seconds": time.perf_counter() - t0, "loss": loss_v}

@@ -1,0 +1,182 @@
+"""The GRPO components of the LLM path: agents (single and hierarchical) driven by a scripted
+policy, the reward worker, advantages through the actor, and the actor's update."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+import torch
+
+from rlinf_algos.lm.agents import HierarchicalAgent, SingleAgent
+from rlinf_algos.lm.config import ArithTaskConfig, LMGRPOConfig, LMModelConfig
+from rlinf_algos.lm.model import TinyLM, sequence_log_probs
+from rlinf_algos.lm.reward import RewardWorker
+from rlinf_algos.lm.task import Problem, chain_text, heldout_problems, lead_calls_text, step_width
+from rlinf_algos.lm.tokenizer import CharTokenizer
+from rlinf_algos.lm.workers import (
+    ActorWorker,
+    ReferenceWorker,
+    RolloutWorker,
+    pack_batch,
+    sequence_advantages,
+)
+
+TOK = CharTokenizer()
+W = 3
+
+
+def scripted_policy(wrong_subagent: bool = False, bad_lead: bool = False):
+    """A generate function that answers like the reference solver (a test policy, not a model):
+    lead turn 1 splits into calls, subagents and the lead's turn 2 write the chain."""
+
+    def gen(prompts: list[list[int]], max_new: int, stop: Sequence[int]) -> list[list[int]]:
+        out = []
+        for p in prompts:
+            text = TOK.decode(p).removeprefix("<bos>")
+            if "<ret>" in text:  # the lead's turn 2: sum the inserted answers
+                terms = [int(x) for x in text.split("<ret>")[1].rstrip("=").split("+")]
+                resp = chain_text(terms, W)
+            elif text.startswith("("):  # the lead's turn 1: one call per group
+                groups = tuple(
+                    tuple(int(x) for x in g.strip("()").split("+")) for g in text.rstrip("=").split(")+(")
+                )
+                resp = "<call>12<ret>" if bad_lead else lead_calls_text(Problem(groups))
+            else:  # a subagent
+                terms = [int(x) for x in text.rstrip("=").split("+")]
+                resp = chain_text(terms, W)
+                if wrong_subagent:
+                    resp = resp.replace("<eos>", "")
+            out.append(TOK.encode(resp)[:max_new])
+        return out
+
+    return gen
+
+
+PROBLEMS = [Problem(((12, 34, 56), (78, 90, 11))), Problem(((1, 2), (3, 4), (5, 6)))]
+
+
+def test_hierarchical_agent_trace_and_isolated_contexts() -> None:
+    seen: list[str] = []
+    policy = scripted_policy()
+
+    def gen(prompts: list[list[int]], n: int, stop: Sequence[int]) -> list[list[int]]:
+        seen.extend(TOK.decode(p) for p in prompts)
+        return policy(prompts, n, stop)
+
+    eps = HierarchicalAgent(TOK, 64, max_calls=8, max_context=256).run(PROBLEMS, 2, gen)
+    assert eps.num_episodes == 4 and eps.failures == [""] * 4
+    # subagents see only their own sub-task
+    assert "<bos>12+34+56=" in seen and "<bos>5+6=" in seen
+    assert not any(s.startswith("<bos>12+34+56=") and "78" in s for s in seen)
+    # episode 0: the lead's sequence then its two subagents', all with episode index 0
+    kinds = [(e, k) for e, k in zip(eps.episode_index, eps.agent_kind, strict=True) if e == 0]
+    assert kinds == [(0, "lead"), (0, "sub"), (0, "sub")]
+    lead = TOK.decode(eps.sequences[0])
+    assert lead == (
+        "<bos>(12+34+56)+(78+90+11)=<call>12+34+56<call>78+90+11<ret>102+179=" + chain_text([102, 179], W)
+    )
+    # the orchestrator's insertion and the prompt are not trained on
+    trained = TOK.decode([t for t, m in zip(eps.sequences[0], eps.loss_masks[0], strict=True) if m])
+    assert trained == "<call>12+34+56<call>78+90+11<ret>" + chain_text([102, 179], W)
+    r = RewardWorker(TOK).compute({"response_ids": eps.final_responses, "answers": eps.answers})
+    assert r["rewards"].tolist() == [1.0] * 4
+
+
+@pytest.mark.parametrize(
+    ("kw", "why"), [({"bad_lead": True}, "lead turn 1"), ({"wrong_subagent": True}, "subagent")]
+)
+def test_hierarchical_agent_failures_end_the_episode_with_zero_reward(kw: dict, why: str) -> None:
+    eps = HierarchicalAgent(TOK, 64, max_calls=8, max_context=256).run(PROBLEMS[:1], 2, scripted_policy(**kw))
+    assert all(why in f for f in eps.failures)
+    assert eps.final_responses == [[], []]
+    r = RewardWorker(TOK).compute({"response_ids": eps.final_responses, "answers": eps.answers})
+    assert r["rewards"].tolist() == [0.0, 0.0]
+    # the trace still holds what was generated, for the (negative or zero) advantage
+    assert set(eps.episode_index) == {0, 1}
+
+
+def test_single_agent_on_grouped_prompt() -> None:
+    eps = SingleAgent(TOK, 64).run(
+        PROBLEMS[:1], 3, lambda p, n, s: [TOK.encode("<step>1+1=2<ans>2<eos>")] * len(p)
+    )
+    assert eps.episode_index == [0, 1, 2] and eps.answers == [281] * 3
+    assert sum(eps.loss_masks[0]) == len(TOK.encode("<step>1+1=2<ans>2<eos>"))
+
+
+def test_reward_worker_scores_and_checks_lengths() -> None:
+    rw = RewardWorker(TOK.to_dict(), format_reward=0.1)
+    ids = [
+        TOK.encode("<step>1+1=2<ans>2<eos>"),
+        TOK.encode("<step>1+1=2<ans>3<eos>"),
+        TOK.encode("<ans>2"),
+        [],
+    ]
+    r = rw.compute({"response_ids": [torch.tensor(ids[0]), *ids[1:]], "answers": [2, 2, 2, 2]})
+    assert r["rewards"].tolist() == pytest.approx([1.0, 0.1, 0.0, 0.0])
+    assert r["well_formed"].tolist() == [True, True, False, False]
+    with pytest.raises(ValueError, match="2 responses but 1 answers"):
+        rw.compute({"response_ids": ids[:2], "answers": [2]})
+
+
+def test_group_advantages_hand_computed_through_the_actor() -> None:
+    # two groups of G=4: rewards [1,0,0,1] -> mean .5, unbiased std 1/sqrt(3) -> +-0.866;
+    # [1,1,1,1] -> all zero (and marked uniform)
+    cfg = LMGRPOConfig(group_size=4)
+    actor = ActorWorker(TinyLM(LMModelConfig(d_model=16, n_layers=1, n_heads=2), TOK.vocab_size), cfg)
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    # episode 0 has a lead and two subagents; every sequence gets its episode's advantage
+    episode_index = torch.tensor([0, 0, 0, 1, 2, 3, 4, 5, 6, 7])
+    adv, uniform = actor.advantages({"rewards": rewards, "episode_index": episode_index})
+    a = 0.5 / (1 / 3**0.5 + 1e-6)
+    expect = torch.tensor([a, a, a, -a, -a, a, 0, 0, 0, 0])
+    assert torch.allclose(adv, expect, atol=1e-5)
+    assert uniform.tolist() == [False] * 6 + [True] * 4
+    adv2, _ = sequence_advantages(rewards, episode_index, 4, scale=False)
+    assert torch.allclose(adv2, torch.tensor([0.5, 0.5, 0.5, -0.5, -0.5, 0.5, 0, 0, 0, 0]))
+
+
+def test_actor_update_moves_towards_rewarded_responses() -> None:
+    torch.manual_seed(0)
+    cfg = LMGRPOConfig(group_size=2, lr=1e-2, minibatch_size=4, update_epochs=4, kl_coef=0.1)
+    model = TinyLM(LMModelConfig(d_model=16, n_layers=1, n_heads=2), TOK.vocab_size)
+    actor = ActorWorker(model, cfg)
+    ref = ReferenceWorker(model.cfg, TOK.vocab_size, actor.get_weights()[0])
+    good, bad = TOK.encode("<bos>1+1=<step>1+1=2<ans>2<eos>"), TOK.encode("<bos>1+1=<step>1+1=3<ans>3<eos>")
+    p = len(TOK.encode("<bos>1+1="))
+    mask = [[0] * p + [1] * (len(good) - p)] * 2
+    batch = pack_batch([good, bad], mask, TOK.pad_id)
+    batch["episode_index"] = torch.tensor([0, 1])
+    batch["rewards"] = torch.tensor([1.0, 0.0])
+    batch.update(ref.compute_log_probs(batch))
+    before = actor.compute_log_probs(batch)["log_probs"]
+    stats = actor.update(batch)
+    after = actor.compute_log_probs(batch)["log_probs"]
+    m = batch["loss_mask"]
+    assert float((after * m)[0].sum()) > float((before * m)[0].sum())  # the rewarded answer is likelier
+    assert float((after * m)[1].sum()) < float((before * m)[1].sum())
+    assert stats["trained_sequences"] == 2 and stats["kl"] >= 0.0 and actor.version == 1
+    # the rollout worker receives the new weights through get/set_weights
+    rollout = RolloutWorker(model.cfg, TOK.vocab_size)
+    rollout.set_weights(*actor.get_weights())
+    with torch.no_grad():
+        assert torch.allclose(sequence_log_probs(rollout.model, batch["input_ids"]), after, atol=1e-6)
+    assert rollout.version == 1
+    # a batch whose groups all tie trains on nothing
+    batch["rewards"] = torch.tensor([1.0, 1.0])
+    assert actor.update(batch)["trained_sequences"] == 0
+
+
+def test_rollout_generate_batch_dict_form() -> None:
+    rollout = RolloutWorker(LMModelConfig(d_model=16, n_layers=1, n_heads=2, max_seq_len=32), TOK.vocab_size)
+    out = rollout.generate_batch(
+        {"prompts": [[1, 8], [1]], "max_new_tokens": 5, "stop_ids": [], "temperature": 0.0}
+    )
+    assert [len(r) for r in out["responses"]] == [5, 5] and out["version"] == -1
+    assert rollout.tokens == 10
+
+
+def test_sft_reference_solutions_are_what_the_tests_assume() -> None:
+    cfg = ArithTaskConfig(mode="multiagent", num_groups=2, num_terms=[3], max_digits=2)
+    assert step_width(cfg) == 3
+    assert len(heldout_problems(cfg)) == cfg.eval_size
