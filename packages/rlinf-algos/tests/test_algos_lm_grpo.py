@@ -180,3 +180,32 @@ def test_sft_reference_solutions_are_what_the_tests_assume() -> None:
     cfg = ArithTaskConfig(mode="multiagent", num_groups=2, num_terms=[3], max_digits=2)
     assert step_width(cfg) == 3
     assert len(heldout_problems(cfg)) == cfg.eval_size
+
+
+def test_warm_start_stops_at_the_target_accuracy() -> None:
+    from rlinf_algos.lm.config import SFTConfig
+    from rlinf_algos.lm.sft import warm_start
+    from rlinf_algos.lm.task import ProblemSampler
+
+    task = ArithTaskConfig(num_terms=[2], max_digits=2)
+    model = TinyLM(LMModelConfig(d_model=16, n_layers=1, n_heads=2), TOK.vocab_size)
+    sampler = ProblemSampler(task, 0)
+    calls: list[int] = []
+
+    def check(m: TinyLM) -> float:
+        calls.append(1)
+        return 0.1 * len(calls)  # 0.1, 0.2, 0.3: reaches 0.25 at the third check
+
+    cfg = SFTConfig(steps=50, batch_size=2, target_accuracy=0.25, check_interval=4)
+    out = warm_start(model, TOK, "single", step_width(task), cfg, sampler, check=check)
+    assert out["steps"] == 12 and out["check_accuracy"] == pytest.approx(0.3)
+    out = warm_start(
+        model,
+        TOK,
+        "single",
+        step_width(task),
+        cfg.model_copy(update={"target_accuracy": None}),
+        sampler,
+        check=check,
+    )
+    assert out["steps"] == 50 and out["check_accuracy"] is None

@@ -151,6 +151,14 @@ class SFTConfig(BaseModel):
     batch_size: int = Field(64, ge=1)
     lr: float = Field(1e-3, gt=0.0)
     warmup_steps: int = Field(20, ge=0)
+    target_accuracy: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="stop early once greedy accuracy on a small validation draw (not the held-out set) reaches it",
+    )
+    check_interval: int = Field(50, ge=1, description="steps between target_accuracy checks")
+    check_size: int = Field(64, ge=1, description="validation problems per target_accuracy check")
     init_checkpoint: str | None = Field(
         None, description="start from this saved policy instead of a fresh one (then SFT continues from it)"
     )

@@ -53,11 +53,15 @@ def warm_start(
     sampler: ProblemSampler,
     log: Callable[[str], None] | None = None,
     log_every: int = 100,
+    check: Callable[[TinyLM], float] | None = None,
 ) -> dict[str, Any]:
     """Train ``model`` in place for ``cfg.steps`` steps of ``cfg.batch_size`` problems (AdamW,
-    linear warm-up then cosine decay). Returns ``steps``, ``seconds`` and the last ``loss``."""
+    linear warm-up then cosine decay). With ``cfg.target_accuracy`` and a ``check`` (the
+    model's accuracy on a validation draw), stop once the check reaches the target, every
+    ``cfg.check_interval`` steps. Returns ``steps`` (taken), ``seconds``, the last ``loss`` and
+    the last ``check_accuracy`` (or ``None``)."""
     if cfg.steps == 0:
-        return {"steps": 0, "seconds": 0.0, "loss": float("nan")}
+        return {"steps": 0, "seconds": 0.0, "loss": float("nan"), "check_accuracy": None}
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.99))
 
     def lr_at(step: int) -> float:
@@ -69,6 +73,8 @@ def warm_start(
     t0 = time.perf_counter()
     model.train()
     loss_v = float("nan")
+    acc: float | None = None
+    taken = 0
     for step in range(cfg.steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
@@ -80,7 +86,15 @@ def warm_start(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         loss_v = float(loss.detach())
-        if log is not None and ((step + 1) % log_every == 0 or step + 1 == cfg.steps):
-            log(f"sft step {step + 1}/{cfg.steps}  loss {loss_v:.4f}  ({time.perf_counter() - t0:.0f}s)")
+        taken = step + 1
+        if log is not None and (taken % log_every == 0 or taken == cfg.steps):
+            log(f"sft step {taken}/{cfg.steps}  loss {loss_v:.4f}  ({time.perf_counter() - t0:.0f}s)")
+        if check is not None and cfg.target_accuracy is not None and taken % cfg.check_interval == 0:
+            acc = check(model)
+            model.train()
+            if log is not None:
+                log(f"sft step {taken}: validation accuracy {acc:.3f} (target {cfg.target_accuracy})")
+            if acc >= cfg.target_accuracy:
+                break
     model.eval()
-    return {"steps": cfg.steps, "seconds": time.perf_counter() - t0, "loss": loss_v}
+    return {"steps": taken, "seconds": time.perf_counter() - t0, "loss": loss_v, "check_accuracy": acc}

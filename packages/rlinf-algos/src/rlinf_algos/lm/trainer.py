@@ -147,6 +147,7 @@ def train_lm(
     torch.manual_seed(rcfg.seed)
     random.seed(rcfg.seed)
     t_start = time.perf_counter()
+    cpu_start = time.process_time()
 
     tok = CharTokenizer()
     width = step_width(task)
@@ -166,13 +167,21 @@ def train_lm(
         f"task {task.mode}: {model.num_parameters():,} parameters, step width {width}, "
         f"max {max_new} new tokens per turn, held-out set of {len(heldout)}"
     )
-    sft_stats = warm_start(model, tok, task.mode, width, run.sft, sampler, log=say)
-    save_policy(run_dir / "warm_start.pt", model, tok, {"sft": sft_stats})
-
-    actor = ActorWorker(model, alg, seed=rcfg.seed)
     rollout = RolloutWorker(
         run.model, tok.vocab_size, alg.temperature, alg.top_p, seed=rcfg.seed, pad_id=tok.pad_id
     )
+    reward = RewardWorker(tok, task.format_reward)
+    agent = make_agent(task.mode, tok, max_new, task.max_calls, run.model.max_seq_len)
+    validation = ProblemSampler(task, seed=rcfg.seed + 2, exclude=heldout).sample(run.sft.check_size)
+
+    def check(m: TinyLM) -> float:
+        rollout.set_weights(m.state_dict(), -1)
+        return evaluate(agent, rollout, reward, validation, 0.0)["accuracy"]
+
+    sft_stats = warm_start(model, tok, task.mode, width, run.sft, sampler, log=say, check=check)
+    save_policy(run_dir / "warm_start.pt", model, tok, {"sft": sft_stats})
+
+    actor = ActorWorker(model, alg, seed=rcfg.seed)
     weights, version = actor.get_weights()
     rollout.set_weights(weights, version)
     reference = (
@@ -180,9 +189,6 @@ def train_lm(
         if alg.kl_coef > 0
         else None
     )
-    reward = RewardWorker(tok, task.format_reward)
-    agent = make_agent(task.mode, tok, max_new, task.max_calls, run.model.max_seq_len)
-
     t_eval = time.perf_counter()
     before = evaluate(agent, rollout, reward, heldout, rcfg.eval_temperature)
     eval_s = time.perf_counter() - t_eval
@@ -288,10 +294,12 @@ def train_lm(
         "iterations": len(rows),
         "stopped_early": stopped_early,
         "sft_steps": sft_stats["steps"],
+        "sft_check_accuracy": sft_stats["check_accuracy"],
         "sft_s": round(sft_stats["seconds"], 2),
         "eval_s": round(eval_s, 2),
         "grpo_s": round(grpo_s, 2),
         "total_s": round(total_s, 2),
+        "cpu_s": round(time.process_time() - cpu_start, 2),
         "tokens_per_s": sum(r["generated_tokens"] for r in rows)
         / max(sum(r["generate_s"] for r in rows), 1e-9),
         "phase_s_mean": {k: sum(r[f"{k}_s"] for r in rows) / n for k in PHASES},

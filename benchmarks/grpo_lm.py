@@ -1,0 +1,176 @@
+"""LLM GRPO on CPU: rollout generation throughput, and the time of one GRPO iteration by phase.
+
+Part 1, generation (``tokens/s``): the example's policy (d_model 128, 4 layers) generating
+``NEW`` tokens after a 12-token prompt, side by side:
+
+- ``kv-cache`` (what the rollout worker runs): batched, left-padded prefill, preallocated KV
+  cache, ``torch.inference_mode``;
+- ``no-cache``: the same sampler recomputing the whole sequence every step (the naive peer);
+- at batch 1, 32 and 256 (one at a time vs batched).
+
+Part 2, GRPO iteration (seconds per phase: ``generate``, ``reward``, ``reference``, ``update``,
+``sync``): the in-process loop of ``examples/grpo_arith.yaml`` (single agent),
+``examples/grpo_multiagent.yaml`` (lead + subagents) and its ``flat`` baseline, with their
+batch sizes (prompts x group size), ``kl_coef`` 0.01 so the reference phase runs, after a short
+warm start so responses are well formed (an untrained policy rambles to ``max_new_tokens``).
+
+The machine is shared, so wall-clock figures move with its load; CPU time is reported too.
+
+    uv run python benchmarks/grpo_lm.py [--quick] [--json PATH] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlinf_algos.lm.config import LMModelConfig, load_lm_sections
+from rlinf_algos.lm.model import TinyLM, generate
+from rlinf_algos.lm.tokenizer import CharTokenizer
+from rlinf_algos.lm.trainer import PHASES, train_lm
+from rlinf_core.config import apply_overrides, load_yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _no_cache_generate(model: TinyLM, prompts: list[list[int]], new: int, gen: torch.Generator) -> int:
+    """The naive peer: one full forward over the whole (equal-length) batch per new token."""
+    ids = torch.tensor(prompts)
+    with torch.inference_mode():
+        for _ in range(new):
+            probs = torch.softmax(model(ids)[:, -1], dim=-1)
+            nxt = torch.multinomial(probs, 1, generator=gen)
+            ids = torch.cat([ids, nxt], dim=1)
+    return len(prompts) * new
+
+
+def bench_generation(quick: bool) -> list[dict[str, Any]]:
+    tok = CharTokenizer()
+    torch.manual_seed(0)
+    model = TinyLM(LMModelConfig(d_model=128, n_layers=4, n_heads=4, max_seq_len=256), tok.vocab_size).eval()
+    new = 32 if quick else 64
+    prompt = tok.encode("12+34+56+78=", bos=True)
+    rows = []
+    for batch in (1, 32, 256):
+        prompts = [prompt] * batch
+        for name in ("kv-cache", "no-cache"):
+            reps = 1 if quick or batch == 256 else 3
+            walls, cpus = [], []
+            n_tok = 0
+            for r in range(reps):
+                gen = torch.Generator().manual_seed(r)
+                t, c = time.perf_counter(), time.process_time()
+                if name == "kv-cache":
+                    n_tok = generate(model, prompts, new, [], temperature=1.0, generator=gen).num_tokens
+                else:
+                    n_tok = _no_cache_generate(model, prompts, new, gen)
+                walls.append(time.perf_counter() - t)
+                cpus.append(time.process_time() - c)
+            wall, cpu = statistics.median(walls), statistics.median(cpus)
+            rows.append(
+                {
+                    "batch": batch,
+                    "sampler": name,
+                    "new_tokens": n_tok,
+                    "wall_s": wall,
+                    "tokens_per_s": n_tok / wall,
+                    "tokens_per_cpu_s": n_tok / max(cpu, 1e-9),
+                }
+            )
+    return rows
+
+
+def bench_iteration(quick: bool) -> list[dict[str, Any]]:
+    cases = [
+        ("single", "grpo_arith.yaml", []),
+        ("multiagent", "grpo_multiagent.yaml", []),
+        ("flat", "grpo_multiagent.yaml", ["task.mode=flat"]),
+    ]
+    iters = 2 if quick else 4
+    rows = []
+    for label, name, extra in cases:
+        overrides = [
+            *extra,
+            f"sft.steps={60 if quick else 300}",
+            f"algorithm.iterations={iters}",
+            "algorithm.kl_coef=0.01",
+            "task.eval_size=16",
+            "runner.eval_interval=0",
+            "runner.time_limit_s=null",
+        ]
+        if quick:
+            overrides += ["algorithm.prompts_per_iter=8"]
+        run = load_lm_sections(apply_overrides(load_yaml(ROOT / "examples" / name), overrides))
+        with tempfile.TemporaryDirectory() as d:
+            train_lm(run, d, log=None)
+            metrics = [json.loads(x) for x in (Path(d) / "metrics.jsonl").read_text().splitlines()]
+        metrics = metrics[1:] or metrics  # the first iteration warms up allocators
+        row: dict[str, Any] = {
+            "mode": label,
+            "episodes": run.algorithm.prompts_per_iter * run.algorithm.group_size,
+            "sequences": statistics.mean(m["sequences"] for m in metrics),
+            "gen_tokens": statistics.mean(m["generated_tokens"] for m in metrics),
+            "tokens_per_s": statistics.mean(m["tokens_per_s"] for m in metrics),
+        }
+        for p in PHASES:
+            row[f"{p}_s"] = statistics.mean(m[f"{p}_s"] for m in metrics)
+        row["iteration_s"] = sum(row[f"{p}_s"] for p in PHASES)
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller batches, fewer repetitions")
+    ap.add_argument("--json", type=Path, help="write the figures here")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+
+    gen_rows = bench_generation(args.quick)
+    print(f"rollout generation (TinyLM d128 x4 layers, {gen_rows[0]['new_tokens']} new tokens per sequence)")
+    print(f"{'batch':>6} {'sampler':>9} {'tokens':>7} {'wall s':>8} {'tokens/s':>10} {'tokens/cpu-s':>13}")
+    for r in gen_rows:
+        print(
+            f"{r['batch']:>6} {r['sampler']:>9} {r['new_tokens']:>7} {r['wall_s']:>8.3f} "
+            f"{r['tokens_per_s']:>10.0f} {r['tokens_per_cpu_s']:>13.0f}"
+        )
+    it_rows = bench_iteration(args.quick)
+    print("\nGRPO iteration, mean seconds per phase (in-process loop)")
+    head = f"{'mode':>11} {'episodes':>8} {'seqs':>6} {'gen tok':>8} {'tok/s':>7}"
+    print(head + "".join(f" {p:>9}" for p in PHASES) + f" {'total':>8}")
+    for r in it_rows:
+        line = (
+            f"{r['mode']:>11} {r['episodes']:>8} {r['sequences']:>6.0f} {r['gen_tokens']:>8.0f} "
+            f"{r['tokens_per_s']:>7.0f}"
+        )
+        print(line + "".join(f" {r[f'{p}_s']:>9.3f}" for p in PHASES) + f" {r['iteration_s']:>8.3f}")
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "machine": {
+                        "python": platform.python_version(),
+                        "torch": torch.__version__,
+                        "threads": args.threads,
+                    },
+                    "quick": args.quick,
+                    "generation": gen_rows,
+                    "iteration": it_rows,
+                },
+                indent=2,
+            )
+        )
+        print(f"\nwrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
