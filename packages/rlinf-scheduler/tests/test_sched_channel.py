@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import math
 import pickle
@@ -266,15 +267,21 @@ def test_async_api_several_waiters_in_order(chan: RayChannel) -> None:
 
 def test_cancelled_aget_loses_nothing(chan: RayChannel) -> None:
     async def main() -> None:
-        task = asyncio.create_task(chan.aget("c", timeout=10))
-        await asyncio.sleep(0.2)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        await chan.aput("kept", "c")
+        for i in range(20):  # cancellation racing with the item's arrival, in many interleavings
+            task = asyncio.create_task(chan.aget("c", timeout=10))
+            await asyncio.sleep(0.05 if i % 2 else 0.002)
+            task.cancel()
+            if i % 3 == 0:
+                await chan.aput(i, "c")
+            with contextlib.suppress(asyncio.CancelledError):
+                got = await task
+                await chan.aput(got, "c")  # it won the race: hand it back ourselves
+            if i % 3:
+                await chan.aput(i, "c")
 
     asyncio.run(main())
-    assert chan.get("c", timeout=5) == "kept"
+    assert sorted(chan.get_batch(20, "c", timeout=10)) == list(range(20))
+    assert chan.qsize("c") == 0
 
 
 @dataclasses.dataclass
@@ -371,3 +378,30 @@ def test_dead_channel_actor_is_reported(ray_session) -> None:
     threading.Timer(0.5, ray.kill, args=(ch._actor,)).start()
     with pytest.raises(ChannelPeerDied, match="lost the connection to the actor of channel"):
         ch.get(timeout=30)
+
+
+class _Touch:
+    """Unpickling this creates a file: proof that a frame was unpickled."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        import pathlib
+
+        return (pathlib.Path.touch, (pathlib.Path(self.path),))
+
+
+def test_data_plane_rejects_a_wrong_token_before_unpickling(chan: RayChannel, tmp_path) -> None:
+    import socket
+    import struct
+
+    marker = tmp_path / "unpickled"
+    body = pickle.dumps(_Touch(str(marker)))
+    for first in (b"0" * 32, struct.pack("!I", len(body)) + body):
+        with socket.create_connection(chan._address, timeout=10) as s:
+            s.sendall(first + struct.pack("!I", len(body)) + body)
+            assert s.recv(100) == b""  # closed without a reply
+    time.sleep(0.2)
+    assert not marker.exists()
+    assert chan.qsize("never") == 0  # the channel still serves its real clients

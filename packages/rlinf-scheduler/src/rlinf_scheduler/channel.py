@@ -218,7 +218,7 @@ def unpack_payload(obj: Any) -> Any:
 
 # ------------------------------------------------------------------------------------------------
 # Wire format: 4-byte big-endian length + pickle of a tuple.
-#   hello    (token, peer_id, peer_desc, control)
+#   hello    32 raw token bytes, then (peer_id, peer_desc, control)
 #   request  (rid, op, args)
 #   reply    (rid, ok, value)     value: result, or (error class name, message, peer)
 # Entries (what a queue holds): (kind, data, weight, producer_desc); kind "b": pickled payload
@@ -239,6 +239,13 @@ _ERRORS: dict[str, type[Exception]] = {
 def _frame(obj: Any) -> bytes:
     body = pickle.dumps(obj, _PICKLE)
     return _HDR.pack(len(body)) + body
+
+
+_TOKEN_BYTES = 32  # secrets.token_hex(16)
+
+
+def _hello(token: str, control: bool) -> bytes:
+    return token.encode() + _frame((_PEER_ID, _peer_desc(), control))
 
 
 def _raise_remote(value: tuple[str, str, str]) -> None:
@@ -321,13 +328,17 @@ class ChannelCore:
         control = False
         said_bye = False
         tasks: dict[int, asyncio.Task[None]] = {}
+        cancelled: set[int] = set()
         try:
+            # The token comes first, as raw bytes: nothing from the network is unpickled before
+            # the peer proved it got the token through Ray's authenticated RPC.
+            token = await asyncio.wait_for(reader.readexactly(_TOKEN_BYTES), 10.0)
+            if not hmac.compare_digest(token, self.token.encode()):
+                return
             n = _HDR.unpack(await reader.readexactly(4))[0]
             if n > 4096:
                 return
-            token, peer_id, desc, control = pickle.loads(await reader.readexactly(n))
-            if not hmac.compare_digest(str(token), self.token):
-                return
+            peer_id, desc, control = pickle.loads(await reader.readexactly(n))
             self._hello(peer_id, desc, control)
             writer.write(_frame((0, True, None)))
             while True:
@@ -340,9 +351,10 @@ class ChannelCore:
                     task = tasks.pop(args, None)
                     if task is not None:
                         task.cancel()
+                        cancelled.add(args)
                     continue
-                self._dispatch(writer, tasks, peer_id, rid, op, args)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError, pickle.UnpicklingError):
+                self._dispatch(writer, tasks, cancelled, peer_id, rid, op, args)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError, pickle.UnpicklingError, TimeoutError):
             pass
         finally:
             for task in tasks.values():
@@ -392,6 +404,7 @@ class ChannelCore:
         self,
         writer: asyncio.StreamWriter,
         tasks: dict[int, asyncio.Task[None]],
+        cancelled: set[int],
         peer: str,
         rid: int,
         op: str,
@@ -419,13 +432,22 @@ class ChannelCore:
 
         async def run() -> None:
             try:
-                reply(True, await result)
+                value = await result
+                if rid in cancelled:
+                    # The client gave up while the item arrived (asyncio.wait_for returns a
+                    # result that raced with the cancellation): the item goes back to the head.
+                    if op in ("get", "get_batch"):
+                        self._give_back(self._key(args[0]), [value] if op == "get" else list(value))
+                    return
+                reply(True, value)
             except (ChannelError, ValueError) as exc:
-                fail(exc)
+                if rid not in cancelled:
+                    fail(exc)
             except asyncio.CancelledError:
                 pass
             finally:
                 tasks.pop(rid, None)
+                cancelled.discard(rid)
 
         tasks[rid] = asyncio.get_running_loop().create_task(run())
 
@@ -864,7 +886,7 @@ class _SyncConn:
         self.sock = socket.create_connection(address, timeout=connect_timeout)
         _keepalive(self.sock)
         self.file = self.sock.makefile("rb", buffering=1 << 16)
-        self.sock.sendall(_frame((token, _PEER_ID, _peer_desc(), control)))
+        self.sock.sendall(_hello(token, control))
         self._read(connect_timeout)
 
     def _read(self, timeout: float | None) -> Any:
@@ -906,7 +928,6 @@ class _AsyncConn:
         self.next_id = 1
         self.error: BaseException | None = None
         self.task = asyncio.get_running_loop().create_task(self._read_loop())
-        self.on_orphan: Any = None
 
     @classmethod
     async def open(cls, address: tuple[str, int], token: str, timeout: float) -> _AsyncConn:
@@ -914,7 +935,7 @@ class _AsyncConn:
         sock = writer.get_extra_info("socket")
         if sock is not None:
             _keepalive(sock)
-        writer.write(_frame((token, _PEER_ID, _peer_desc(), False)))
+        writer.write(_hello(token, False))
         n = _HDR.unpack(await asyncio.wait_for(reader.readexactly(4), timeout))[0]
         _, ok, value = pickle.loads(await reader.readexactly(n))
         if not ok:
@@ -931,8 +952,11 @@ class _AsyncConn:
                     continue
                 fut, op, key = item
                 if fut.cancelled():
-                    if ok and self.on_orphan is not None:
-                        self.on_orphan(op, key, value)
+                    # The reply of a get the caller cancelled was already on its way: put its
+                    # item(s) back at the head of the queue, in order, on this connection.
+                    if ok and op in ("get", "get_batch") and not self.writer.is_closing():
+                        entries = [value] if op == "get" else value
+                        self.writer.write(_frame((0, "unget", (key, entries))))
                     continue
                 if ok:
                     fut.set_result(value)
@@ -961,7 +985,7 @@ class _AsyncConn:
             return await asyncio.wait_for(asyncio.shield(fut), wait)
         except asyncio.CancelledError:
             # Cancelled by the caller: stop the server-side wait; an item already on its way is
-            # put back at the head by on_orphan.
+            # put back at the head by the read loop.
             fut.cancel()
             if not self.writer.is_closing():
                 self.writer.write(_frame((0, "cancel", rid)))
@@ -1157,7 +1181,6 @@ class RayChannel(Channel):
             self._async[loop] = opening
             try:
                 conn = await _AsyncConn.open(self._address, self._token, _REPLY_SLACK)
-                conn.on_orphan = self._orphan
                 self._async[loop] = conn
                 opening.set_result(conn)
             except BaseException as exc:
@@ -1171,13 +1194,6 @@ class RayChannel(Channel):
             return await conn.call(op, args, key, wait)
         except (ConnectionError, OSError, TimeoutError) as exc:
             raise self._lost(exc) from exc
-
-    def _orphan(self, op: str, key: Hashable, value: Any) -> None:
-        """A get was cancelled after the actor had sent its item: put the item back at the head."""
-        entries = [value] if op == "get" else value if op == "get_batch" else None
-        if entries:
-            with contextlib.suppress(Exception):
-                self._call("unget", (key, entries))
 
     def _timeout_of(self, timeout: float | None) -> float:
         t = self.default_timeout if timeout is None else timeout
