@@ -22,7 +22,9 @@ pytestmark = pytest.mark.network
 
 def mlp_10m() -> nn.Module:
     """2560 -> 1920 -> 2560 -> 128: 10,162,688 parameters."""
-    m = nn.Sequential(nn.Linear(2560, 1920), nn.ReLU(), nn.Linear(1920, 2560), nn.ReLU(), nn.Linear(2560, 128))
+    m = nn.Sequential(
+        nn.Linear(2560, 1920), nn.ReLU(), nn.Linear(1920, 2560), nn.ReLU(), nn.Linear(2560, 128)
+    )
     return m
 
 
