@@ -362,6 +362,9 @@ class TestOnOneConnection:
             assert sched.plan is not None and sched.plan["env"].world_size == 2
             group = sched.launch("env", Probe, 5)
             assert group.times(1).wait(60) == [5, 10]
+            ch = sched.channel("rlinf-runtime-test", node_rank=2)
+            ch.put({"step": 1})
+            assert ch.get(timeout=60) == {"step": 1}
         finally:
             sched.shutdown()
 

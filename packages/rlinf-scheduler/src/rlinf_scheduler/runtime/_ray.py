@@ -15,12 +15,19 @@ from typing import Any
 UV_HOOK_ENV = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
 
 
+_RAY: Any = None
+
+
 def import_ray() -> Any:
     """``import ray`` with the ``uv run`` runtime-env hook off (unless the user turned it on)."""
+    global _RAY
+    if _RAY is not None:
+        return _RAY
     os.environ.setdefault(UV_HOOK_ENV, "0")
     import ray
     from ray._private import ray_constants
 
     if os.environ[UV_HOOK_ENV].strip().lower() in ("0", "false", "no", "off", ""):
         ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False  # ray may have been imported earlier
+    _RAY = ray
     return ray

@@ -930,4 +930,9 @@ def adopt_local_auth(addr: str | None) -> None:
                 and "RAY_AUTH_TOKEN" not in os.environ
             ):
                 os.environ["RAY_AUTH_TOKEN_PATH"] = rec.token_path
+            import_ray()
+            from ray._raylet import AuthenticationTokenLoader, Config
+
+            Config.initialize("")  # Ray caches its configuration (the auth mode) at import
+            AuthenticationTokenLoader.instance().reset_cache()
             return

@@ -327,24 +327,34 @@ def _sid_of(pid: int) -> int | None:
     return int(rest[3]) if len(rest) > 3 and rest[0] != "Z" else None
 
 
-def _terminate_session(sid: int, *, grace: float = 15.0, extra: Sequence[int] = ()) -> list[int]:
-    """SIGTERM every process of session ``sid`` (and ``extra`` PIDs still in that session), SIGKILL
-    what is left after ``grace`` seconds. Returns the PIDs signalled."""
-    targets = set(session_pids(sid)) | {p for p in extra if _sid_of(p) == sid}
-    for pid in targets:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+def _terminate_sessions(
+    sessions: Mapping[int, Sequence[int]], *, grace: float = 15.0
+) -> dict[int, list[int]]:
+    """SIGTERM every process of each session id (and the recorded PIDs still in that session),
+    then SIGKILL what is left after ``grace`` seconds. Returns the PIDs signalled per session."""
+    signalled: dict[int, list[int]] = {}
+    for sid, extra in sessions.items():
+        targets = set(session_pids(sid)) | {p for p in extra if _sid_of(p) == sid}
+        for pid in targets:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        signalled[sid] = sorted(targets)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and session_pids(sid):
+    while time.monotonic() < deadline and any(session_pids(sid) for sid in sessions):
         time.sleep(0.2)
-    for pid in session_pids(sid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return sorted(targets)
+    for sid in sessions:
+        for pid in session_pids(sid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return signalled
+
+
+def _terminate_session(sid: int, *, grace: float = 15.0) -> list[int]:
+    return _terminate_sessions({sid: ()}, grace=grace)[sid]
 
 
 def stop_nodes(
@@ -353,14 +363,14 @@ def stop_nodes(
     """Stop the Ray processes of the nodes ``rlinf node start`` recorded on this machine (only the
     one bound to ``node_ip`` when given) and remove their records. Returns each record with the
     PIDs it signalled."""
+    records = [r for r in load_records(directory) if node_ip is None or r.node_ip == node_ip]
+    signalled = _terminate_sessions({r.sid: r.pids for r in records}, grace=grace)
     out = []
-    for rec in load_records(directory):
-        if node_ip is not None and rec.node_ip != node_ip:
-            continue
-        pids = _terminate_session(rec.sid, grace=grace, extra=rec.pids)
-        if rec.path:
-            Path(rec.path).unlink(missing_ok=True)
-        out.append((rec, pids))
+    for rec in records:
+        for path in (rec.path, rec.log_path):
+            if path:
+                Path(path).unlink(missing_ok=True)
+        out.append((rec, signalled[rec.sid]))
     return out
 
 

@@ -114,18 +114,23 @@ class RayScheduler(Scheduler):
         return cluster.launch(self.plan[component], worker_cls, *args, **kwargs)
 
     def channel(self, name: str, *, maxsize: int = 0, **options: Any) -> Channel:
-        """Create the Ray-backed channel ``name`` or connect to it (rlinf_scheduler.channel)."""
-        self._require()
+        """Create the Ray-backed channel ``name`` or connect to it
+        (:class:`rlinf_scheduler.channel.RayChannel`).
+
+        Options: ``node_rank`` puts the channel actor on that node (default: the driver's node);
+        ``distributed=True`` makes a :class:`~rlinf_scheduler.channel.DistributedRayChannel` (one
+        replica per node); the rest (``default_timeout``, ``detached``...) go to ``create``.
+        """
+        cluster = self._require()
         if name in self._channels:
             return self._channels[name]
-        try:
-            from rlinf_scheduler import channel as channel_module
-        except ImportError as err:
-            raise SchedulerError(f"the Ray channel is not available in this rlinf-scheduler: {err}") from err
-        factory = getattr(channel_module, "create_channel", None) or getattr(channel_module, "connect", None)
-        if factory is None:
-            raise SchedulerError("rlinf_scheduler.channel provides no create_channel()")
-        ch = factory(name, maxsize=maxsize, **options)
+        from rlinf_scheduler.channel import DistributedRayChannel, RayChannel
+
+        node_rank = options.pop("node_rank", None)
+        if node_rank is not None:
+            options["node_id"] = cluster.node(int(node_rank)).node_id
+        factory = DistributedRayChannel if options.pop("distributed", False) else RayChannel
+        ch = factory.create(name, maxsize=maxsize, **options)
         self._channels[name] = ch
         return ch
 

@@ -361,7 +361,7 @@ class _GroupState:
     worker_cls: type[Worker]
     stopped: bool = False
     stop_on_failure: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)
+    methods: set[str] = field(default_factory=set)
 
 
 class RayWorkerGroup(WorkerGroup):
@@ -413,14 +413,19 @@ class RayWorkerGroup(WorkerGroup):
     def call(self, method: str, *args: Any, **kwargs: Any) -> RayGroupCall:
         if self._state.stopped:
             raise SchedulerError(f"component {self.component!r} was shut down; launch it again")
+        if method not in self._state.methods:
+            self._check_method(method)
+        # async methods run on the actor's event loop (Ray makes a class with one an async actor)
+        refs = [getattr(m.actor, method).remote(*args, **kwargs) for m in self._view]
+        return RayGroupCall(self, method, self._view, refs)
+
+    def _check_method(self, method: str) -> None:
         target = getattr(self._state.worker_cls, method, None)
         if method.startswith("_") or not callable(target):
             raise AttributeError(
                 f"component {self.component!r} ({self._state.worker_cls.__name__}) has no public method {method!r}"
             )
-        # async methods run on the actor's event loop (Ray makes a class with one an async actor)
-        refs = [getattr(m.actor, method).remote(*args, **kwargs) for m in self._view]
-        return RayGroupCall(self, method, self._view, refs)
+        self._state.methods.add(method)
 
     def _stop_after_failure(self, exclude: set[int]) -> list[int]:
         if not self._state.stop_on_failure or self._state.stopped:
