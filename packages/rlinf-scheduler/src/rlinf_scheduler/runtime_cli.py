@@ -160,9 +160,13 @@ _ADDRESS = click.option(
 
 
 def _connect(address: str | None) -> Any:
+    import logging
+
     from rlinf_scheduler.runtime.cluster import Cluster
 
-    return Cluster(address=address, wait=False, embedded=False)
+    # inspection commands: no Ray INFO lines, no worker output forwarded
+    quiet = {"logging_level": logging.WARNING, "log_to_driver": False}
+    return Cluster(address=address, wait=False, embedded=False, ray_init=quiet)
 
 
 def _status(address: str | None, num_nodes: int | None) -> dict[str, Any]:
