@@ -228,6 +228,9 @@ class _Member:
     node: NodeInfo
     placement: ProcessPlacement
     pid: int | None = None
+    # how the actor was built, so restart() can build an identical one
+    options: dict[str, Any] = field(default_factory=dict, repr=False)
+    spec: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
 class RayGroupCall(GroupCall[Any]):
@@ -362,6 +365,7 @@ class _GroupState:
     stopped: bool = False
     stop_on_failure: bool = True
     methods: set[str] = field(default_factory=set)
+    args_ref: Any = None
 
 
 class RayWorkerGroup(WorkerGroup):
@@ -396,6 +400,46 @@ class RayWorkerGroup(WorkerGroup):
     @property
     def worker_cls(self) -> type[Worker]:
         return self._state.worker_cls
+
+    @property
+    def stop_on_failure(self) -> bool:
+        """Whether a failed call stops the whole group (the default). Set it to ``False`` for a
+        component whose ranks are restarted one by one (:meth:`restart`), such as preemptible
+        rollout workers: the other ranks then keep running."""
+        return self._state.stop_on_failure
+
+    @stop_on_failure.setter
+    def stop_on_failure(self, value: bool) -> None:
+        self._state.stop_on_failure = bool(value)
+
+    def restart(self, ranks: int | Sequence[int] | None = None, *, timeout: float = 300.0) -> None:
+        """Replace the processes of ``ranks`` (default: every rank of this view) with fresh ones on
+        the same placement, built with the same constructor arguments, and wait until each ran
+        ``__init__`` and ``setup``. A process still alive is killed first. Calls in flight on a
+        replaced rank fail; later calls go to the new process."""
+        ray = import_ray()
+        wanted = self._ranks if ranks is None else ([ranks] if isinstance(ranks, int) else list(ranks))
+        bad = [r for r in wanted if not (isinstance(r, int) and 0 <= r < self.world_size)]
+        if bad:
+            raise ValueError(
+                f"component {self.component!r} has ranks 0..{self.world_size - 1}; not {', '.join(map(repr, bad))}"
+            )
+        members = [self._state.members[r] for r in sorted(set(wanted))]
+        if any(not m.options for m in members) or self._state.args_ref is None:
+            raise SchedulerError(f"component {self.component!r} was not launched by rlinf; cannot restart it")
+        actor_cls = _actor_class(self._state.worker_cls)
+        for m in members:
+            try:
+                ray.kill(m.actor, no_restart=True)
+            except Exception:  # already dead
+                pass
+            m.actor = actor_cls.options(**m.options).remote(m.spec)
+        self._state.stopped = False
+        refs = [m.actor._rlinf_start.remote(self._state.args_ref) for m in members]
+        answers = RayGroupCall(self, "_rlinf_start", members, refs).wait(timeout)
+        for m, a in zip(members, answers, strict=True):
+            m.pid = a.get("pid")
+        log.info("component %r: restarted ranks %s", self.component, [m.rank for m in members])
 
     def on(self, ranks: int | Sequence[int]) -> RayWorkerGroup:
         wanted = [ranks] if isinstance(ranks, int) else list(ranks)
@@ -572,18 +616,19 @@ def launch_worker_group(
             "hardware": hardware,
         }
         spec = {"info": info, "versions": versions, "node_ip": node.ip, "worker_cls": worker_cls}
-        actor = actor_cls.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
-            num_gpus=0,
-            runtime_env=runtime_env,
-            name=None,
+        options = {
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(node.node_id, soft=False),
+            "num_gpus": 0,
+            "runtime_env": runtime_env,
+            "name": None,
             **base_options,
-        ).remote(spec)
-        members.append(_Member(p.rank, actor, node, p))
+        }
+        actor = actor_cls.options(**options).remote(spec)
+        members.append(_Member(p.rank, actor, node, p, options=options, spec=spec))
 
-    state = _GroupState(members, worker_cls)
-    group = RayWorkerGroup(component, state)
     args_ref = ray.put((tuple(args), dict(kwargs or {})))
+    state = _GroupState(members, worker_cls, args_ref=args_ref)
+    group = RayWorkerGroup(component, state)
     refs = [m.actor._rlinf_start.remote(args_ref) for m in members]
     call = RayGroupCall(group, "_rlinf_start", members, refs)
     started = time.monotonic()
