@@ -10,6 +10,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
+from rlinf_core.errors import NetworkError
+
 __all__ = ["NetworkProvider", "NetworkStatus", "PeerInfo", "RouteInfo"]
 
 
@@ -85,3 +87,19 @@ class NetworkProvider(ABC):
     def bind_address(self) -> tuple[str, str]:
         """``(device, ipv4)`` that Ray (``--node-ip-address``) and collectives
         (``RLINF_COMM_NET_DEVICES``) should bind to on this node."""
+
+    @classmethod
+    def bind_address_of(cls, name: str | None = None) -> tuple[str, str]:
+        """``(device, ipv4)`` of this provider's instance ``name`` that is already running on this
+        host (started by another process, e.g. ``rlinf net up --detach --name NAME``); ``None``
+        means the provider's default instance. This is how ``rlinf node start --network PROVIDER``
+        binds Ray without owning the overlay node.
+
+        Raises :class:`~rlinf_core.errors.NetworkError` saying why when the instance is not
+        running, not up yet, or has no device that carries its address. Providers that cannot
+        look up running instances keep this default, which says so.
+        """
+        raise NetworkError(
+            f"network provider {getattr(cls, 'PLUGIN_NAME', cls.__name__)!r} cannot look up a running "
+            "instance by name; bind Ray with --node-ip and --net-device instead"
+        )

@@ -211,6 +211,16 @@ class EasyTierProvider(NetworkProvider):
         res = check_peers(peers, ports, routes=snap.routes, tun=not self.config.no_tun, timeout=timeout)
         return {ip: (None if r["ok"] else r["reason"]) for ip, r in res.items()}
 
+    @classmethod
+    def bind_address_of(cls, name: str | None = None) -> tuple[str, str]:
+        """``(device, ipv4)`` of the running instance ``name`` (``rlinf net up --name NAME``,
+        default: the host name, or the only running instance), read from its status file in the
+        state directory without importing easytier. :class:`NetworkError` when it is not running,
+        not up, or runs with ``--no-tun``."""
+        from rlinf_net_easytier.api import overlay_address
+
+        return overlay_address(name)
+
     def bind_address(self) -> tuple[str, str]:
         cfg = self.config
         if cfg.no_tun:

@@ -40,6 +40,17 @@ def node() -> None:
 @click.option("--address", help="HOST:PORT of the head to join (worker nodes).")
 @click.option("--node-ip", help="The address other nodes reach this node at (default: from --net-device).")
 @click.option("--net-device", help="Interface for Ray and collectives; sets RLINF_COMM_NET_DEVICES.")
+@click.option(
+    "--network",
+    metavar="PROVIDER",
+    help="Bind Ray to an overlay network (e.g. easytier): node IP and RLINF_COMM_NET_DEVICES come from "
+    "the provider's instance running on this host (`rlinf net up --detach`).",
+)
+@click.option(
+    "--net-instance",
+    metavar="NAME",
+    help="The overlay instance to bind to (`rlinf net up --name NAME`; default: the host name).",
+)
 @click.option("--num-gpus", type=click.IntRange(min=0), help="Accelerators Ray reports on this node.")
 @click.option("--num-cpus", type=click.IntRange(min=0), help="CPUs Ray reports on this node.")
 @click.option("--temp-dir", type=click.Path(file_okay=False), help="Ray's temporary directory on this node.")
@@ -67,6 +78,8 @@ def node_start(
     address: str | None,
     node_ip: str | None,
     net_device: str | None,
+    network: str | None,
+    net_instance: str | None,
     num_gpus: int | None,
     num_cpus: int | None,
     temp_dir: str | None,
@@ -81,11 +94,22 @@ def node_start(
     Head:   rlinf node start --rank 0 --head [--port 6379] [--node-ip IP | --net-device IFACE]
 
     Worker: rlinf node start --rank R --address HEAD_IP:6379 [--net-device IFACE]
+
+    Over an overlay: add --network easytier [--net-instance NAME] on every node instead of
+    --node-ip/--net-device (the worker's --address is the head's overlay IP).
     """
+    from rlinf_core.cli import get_host
     from rlinf_scheduler.runtime.node import NodeStartOptions, join_instructions, start_node
 
     if head == bool(address):
         raise click.UsageError("give --head (start the head) or --address HEAD:PORT (join it), not both")
+    if net_instance and not network:
+        raise click.UsageError("--net-instance needs --network PROVIDER (e.g. --network easytier)")
+    if network and (node_ip or net_device):
+        raise click.UsageError(
+            "--network takes the node IP and the net device from the overlay instance; "
+            "drop --node-ip / --net-device"
+        )
     opts = NodeStartOptions(
         rank=rank,
         head=head,
@@ -100,8 +124,10 @@ def node_start(
         token_file=token_file,
         extra_args=ray_args,
         timeout=timeout,
+        network=network,
+        net_instance=net_instance,
     )
-    rec = start_node(opts)
+    rec = start_node(opts, providers=get_host().network_providers if network else None)
     if as_json:
         click.echo(json.dumps(rec.to_dict(), indent=2))
     else:
@@ -147,8 +173,9 @@ def node_list(as_json: bool) -> None:
     if not rows:
         click.echo("no node started by `rlinf node start` is recorded on this machine")
     for d in rows:
+        on = f" on the {d['network']} overlay ({d['net_device']})" if d.get("network") else ""
         click.echo(
-            f"rank {d['rank']} {'head' if d['head'] else 'worker'} {d['node_ip']} -> {d['address']}: "
+            f"rank {d['rank']} {'head' if d['head'] else 'worker'} {d['node_ip']}{on} -> {d['address']}: "
             f"{d['running_processes']} processes running (session {d['sid']})"
         )
 
@@ -169,12 +196,104 @@ def _connect(address: str | None) -> Any:
     return Cluster(address=address, wait=False, embedded=False, ray_init=quiet)
 
 
+def _make_net_probe() -> Any:
+    # nested, so it is pickled by value: a node without rlinf installed can still answer
+    def net_probe(provider_env: str) -> dict[str, Any]:
+        import fcntl
+        import os
+        import socket
+        import struct
+
+        def ipv4(dev: str) -> str | None:
+            try:
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                    packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", dev.encode()[:15]))
+            except OSError:
+                return None
+            return socket.inet_ntoa(packed[20:24])
+
+        return {
+            "provider": os.environ.get(provider_env) or None,
+            "interfaces": {name: ipv4(name) for _, name in socket.if_nameindex()},
+        }
+
+    return net_probe
+
+
+def _probe_networks(nodes: list[Any], timeout: float = 30.0) -> dict[str, dict[str, Any]]:
+    """For every alive, probed node: the overlay provider it was started with
+    (``RLINF_NET_PROVIDER``) and the IPv4 address of each of its interfaces, read on the node."""
+    from rlinf_scheduler.runtime._ray import import_ray
+    from rlinf_scheduler.runtime.node import NET_PROVIDER_ENV
+
+    ray = import_ray()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    fn = ray.remote(num_cpus=0, max_retries=0)(_make_net_probe())
+    refs = {
+        n.node_id: fn.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False)
+        ).remote(NET_PROVIDER_ENV)
+        for n in nodes
+        if n.alive and not n.probe_error
+    }
+    if not refs:
+        return {}
+    ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
+    out: dict[str, dict[str, Any]] = {}
+    for node_id, ref in refs.items():
+        if ref not in ready:
+            ray.cancel(ref, force=True)
+            continue
+        try:
+            out[node_id] = ray.get(ref)
+        except Exception:  # the main probe already reports nodes that cannot run tasks
+            continue
+    return out
+
+
+def _network_view(node: Any, net: dict[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
+    """The ``ip_device``, ``net_addresses`` and ``overlay`` keys of one node for ``cluster status``,
+    and what is wrong with how it is bound (Ray's address not on its RLINF_COMM_NET_DEVICES)."""
+    from rlinf_scheduler.runtime.cluster import NET_DEVICES_ENV
+
+    if net is None:
+        return {"ip_device": None, "overlay": None}, []
+    interfaces: dict[str, str | None] = net["interfaces"]
+    ip_device = next((dev for dev, ip in interfaces.items() if ip == node.ip), None)
+    keys: dict[str, Any] = {"ip_device": ip_device}
+    problems: list[str] = []
+    devices = [d.strip() for d in (node.env.get(NET_DEVICES_ENV) or "").split(",") if d.strip()]
+    if devices:
+        keys["net_addresses"] = {d: interfaces.get(d) for d in devices}
+        for d in devices:
+            if not interfaces.get(d):
+                problems.append(
+                    f"{node.where}: {NET_DEVICES_ENV} names {d!r}, which has no IPv4 address on that node"
+                    + (" (is its overlay instance down?)" if net["provider"] else "")
+                )
+        if ip_device not in devices and any(interfaces.get(d) for d in devices):
+            carried = ", ".join(f"{d} {interfaces[d]}" for d in devices if interfaces.get(d))
+            problems.append(
+                f"{node.where}: Ray is bound to {node.ip}"
+                + (f" on {ip_device}" if ip_device else "")
+                + f" but {NET_DEVICES_ENV} is {','.join(devices)} ({carried}): Ray and collectives would use "
+                "different networks; restart Ray there with `rlinf node start --network PROVIDER` (overlay) or "
+                "`--net-device DEV`"
+            )
+    provider = net["provider"]
+    on_overlay = bool(provider) and ip_device is not None and ip_device in devices
+    keys["overlay"] = {"provider": provider, "device": ip_device, "ipv4": node.ip} if on_overlay else None
+    return keys, problems
+
+
 def _status(address: str | None, num_nodes: int | None) -> dict[str, Any]:
     from rlinf_scheduler.runtime.cluster import cluster_problems
 
     c = _connect(address)
     try:
         nodes = c.probe()
+        nets = _probe_networks(nodes)
     finally:
         c.shutdown()
     nodes.sort(key=lambda n: (n.rank is None, n.rank if n.rank is not None else 0, not n.alive))
@@ -183,7 +302,13 @@ def _status(address: str | None, num_nodes: int | None) -> dict[str, Any]:
         from dataclasses import replace
 
         nodes = [replace(n, rank=0) if n is alive[0] else n for n in nodes]
-    return {"nodes": [n.to_dict() for n in nodes], "problems": cluster_problems(nodes, num_nodes)}
+    rows = []
+    problems = cluster_problems(nodes, num_nodes)
+    for n in nodes:
+        keys, found = _network_view(n, nets.get(n.node_id))
+        rows.append({**n.to_dict(), **keys})
+        problems.extend(found)
+    return {"nodes": rows, "problems": problems}
 
 
 @cluster.command("status")
@@ -193,7 +318,8 @@ def _status(address: str | None, num_nodes: int | None) -> dict[str, Any]:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def status_cmd(address: str | None, num_nodes: int | None, as_json: bool) -> None:
-    """List every node: rank, IP, alive, CPUs, GPUs, Python, versions; flag what is wrong."""
+    """List every node: rank, IP (and the device carrying it, with the overlay provider when Ray is
+    bound to an overlay), alive, CPUs, GPUs, Python, versions; flag what is wrong."""
     data = _status(address, num_nodes)
     if as_json:
         click.echo(json.dumps(data, indent=2))
@@ -204,13 +330,15 @@ def status_cmd(address: str | None, num_nodes: int | None, as_json: bool) -> Non
 
     dists = sorted({d for n in data["nodes"] for d in n["versions"]}, key=lambda d: (d != "ray", d))
     table = Table(title="Ray cluster", box=box.SIMPLE_HEAD)
-    for col in ("rank", "ip", "alive", "cpus", "gpus", "python", *dists):
+    for col in ("rank", "ip", "device", "alive", "cpus", "gpus", "python", *dists):
         table.add_column(col, overflow="fold")
     for n in data["nodes"]:
         gpus = str(n["gpus"]) + (f" {n['gpu_model']}" if n["gpu_model"] else "")
         table.add_row(
             "-" if n["rank"] is None else str(n["rank"]),
             n["ip"],
+            (n.get("ip_device") or "?")
+            + (f" ({n['overlay']['provider']} overlay)" if n.get("overlay") else ""),
             "yes" if n["alive"] else "NO",
             str(n["cpus"]),
             gpus,

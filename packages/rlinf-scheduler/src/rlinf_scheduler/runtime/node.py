@@ -13,6 +13,14 @@ Token authentication: with ``--auth token`` (the default), ``start`` passes ``RA
 and ``RAY_AUTH_TOKEN_PATH=FILE`` to ``ray start`` through its environment; the token itself never
 appears on a command line, in output or in the state file. The head creates the token file when
 it is missing (mode 0600); every other node needs a copy of it (same path, or ``--token-file``).
+
+Overlay networks: with ``--network PROVIDER`` (e.g. ``easytier``), ``start`` asks the network
+provider plugin for the ``(device, ipv4)`` of its instance already running on this host
+(:meth:`rlinf_core.network.NetworkProvider.bind_address_of`, e.g. ``rlinf net up --detach``),
+checks that this host's ``device`` really carries ``ipv4``, and binds Ray to it:
+``--node-ip-address=ipv4``, ``RLINF_COMM_NET_DEVICES=device`` and ``RLINF_NET_PROVIDER=PROVIDER``
+(so ``rlinf cluster status`` can tell overlay nodes). This package never imports a provider's
+package: it goes through the plugin registry.
 """
 
 from __future__ import annotations
@@ -26,14 +34,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from rlinf_core.errors import ConfigError, NetworkError, SchedulerError, WaitTimeout
 
 __all__ = [
     "NodeRecord",
     "NodeStartOptions",
+    "bind_to_network",
     "build_ray_start",
     "default_token_path",
     "interface_ipv4",
@@ -46,6 +56,8 @@ __all__ = [
 ]
 
 STATE_DIR_ENV = "RLINF_STATE_DIR"
+NET_PROVIDER_ENV = "RLINF_NET_PROVIDER"
+"""Set on the nodes started with ``--network PROVIDER``: the overlay provider Ray is bound to."""
 
 
 def state_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -101,6 +113,10 @@ class NodeStartOptions:
     token_file: str | None = None
     extra_args: Sequence[str] = ()
     timeout: float = 300.0
+    network: str | None = None
+    """A network provider (``easytier``): take ``node_ip`` and ``net_device`` from its running instance."""
+    net_instance: str | None = None
+    """The provider's instance name (``rlinf net up --name``); ``None``: the provider's default."""
 
 
 @dataclass
@@ -121,6 +137,8 @@ class NodeRecord:
     log_path: str
     started_at: float
     net_device: str | None = None
+    network: str | None = None
+    """The overlay network provider the node is bound to (``--network``), if any."""
     path: str = field(default="", compare=False)
 
     @property
@@ -170,6 +188,57 @@ def _resolve_auth(opts: NodeStartOptions) -> tuple[str, str | None]:
     return "token", str(path)
 
 
+def bind_to_network(opts: NodeStartOptions, providers: Any | None = None) -> NodeStartOptions:
+    """``opts`` with ``node_ip`` and ``net_device`` taken from the running instance of overlay
+    provider ``opts.network`` (unchanged when ``opts.network`` is unset).
+
+    ``providers`` is the network-provider registry (default: ``load_plugins().network_providers``).
+    Raises :class:`ConfigError` for ``--network`` together with ``--node-ip``/``--net-device``,
+    :class:`~rlinf_core.errors.PluginError` for an unknown provider (naming what is installed and
+    which package provides it), and :class:`NetworkError` when the instance is not running, not up,
+    has no device (``--no-tun``), or its device here does not carry its address (it runs in another
+    network namespace or on another host).
+    """
+    if not opts.network:
+        if opts.net_instance:
+            raise ConfigError("--net-instance needs --network PROVIDER", "--net-instance")
+        return opts
+    if opts.node_ip or opts.net_device:
+        given = " and ".join(
+            o for o, v in (("--node-ip", opts.node_ip), ("--net-device", opts.net_device)) if v
+        )
+        raise ConfigError(
+            f"--network {opts.network} takes the node IP and the net device from the overlay instance; "
+            f"drop {given}",
+            "--network",
+        )
+    if providers is None:
+        from rlinf_core.plugins import load_plugins
+
+        providers = load_plugins().network_providers
+    cls = providers.get(opts.network)
+    name = getattr(cls, "PLUGIN_NAME", opts.network)
+    which = f"instance {opts.net_instance!r}" if opts.net_instance else "its default instance"
+    try:
+        device, ipv4 = cls.bind_address_of(opts.net_instance)
+    except NetworkError as err:
+        raise NetworkError(f"--network {name}: {err}") from None
+    try:
+        here = interface_ipv4(device)
+    except (NetworkError, ConfigError) as err:
+        raise NetworkError(
+            f"--network {name}: {which} reports device {device!r} with {ipv4}, but {err}. Run "
+            "`rlinf node start` in the host (or network namespace) where that instance runs"
+        ) from None
+    if here != ipv4:
+        raise NetworkError(
+            f"--network {name}: {which} reports {ipv4} on {device!r}, but {device!r} here has {here}: "
+            "another overlay node owns this device name on this host. Give each instance its own "
+            "--dev-name, or pick the right one with --net-instance"
+        )
+    return replace(opts, node_ip=ipv4, net_device=device, network=name)
+
+
 def build_ray_start(opts: NodeStartOptions) -> tuple[list[str], dict[str, str], str, str]:
     """``(command, environment additions, node ip, head address)`` for ``ray start``.
 
@@ -217,6 +286,8 @@ def build_ray_start(opts: NodeStartOptions) -> tuple[list[str], dict[str, str], 
     env = {"RLINF_NODE_RANK": str(opts.rank), "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
     if opts.net_device:
         env["RLINF_COMM_NET_DEVICES"] = opts.net_device
+    if opts.network:
+        env[NET_PROVIDER_ENV] = opts.network
     mode, token_path = _resolve_auth(opts)
     env["RAY_AUTH_MODE"] = mode
     if token_path:
@@ -268,11 +339,33 @@ def load_records(directory: Path | None = None) -> list[NodeRecord]:
     return out
 
 
-def start_node(opts: NodeStartOptions, *, directory: Path | None = None) -> NodeRecord:
-    """Run ``ray start`` for ``opts`` and record what it started. Raises :class:`SchedulerError`
-    with the tail of Ray's output when it fails, :class:`WaitTimeout` after ``opts.timeout``."""
+def _check_head_reachable(address: str, network: str, timeout: float = 10.0) -> None:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return
+    except OSError as err:
+        why = err.strerror or str(err) or type(err).__name__
+    raise NetworkError(
+        f"the Ray head {address} cannot be reached from this node over the {network} overlay ({why}). "
+        f"Check that the head runs (`rlinf node start --head --network {network}` there), that --address "
+        f"is its overlay address, and `rlinf net verify --peers {host} --ports {port}`"
+    )
+
+
+def start_node(
+    opts: NodeStartOptions, *, directory: Path | None = None, providers: Any | None = None
+) -> NodeRecord:
+    """Run ``ray start`` for ``opts`` and record what it started. With ``opts.network``, Ray is
+    bound to the overlay instance's address first (:func:`bind_to_network`; ``providers`` is the
+    network-provider registry, default from the installed plugins) and a worker checks that the
+    head answers over the overlay. Raises :class:`SchedulerError` with the tail of Ray's output
+    when it fails, :class:`WaitTimeout` after ``opts.timeout``."""
     directory = state_dir() if directory is None else directory
+    opts = bind_to_network(opts, providers)
     cmd, env_add, node_ip, address = build_ray_start(opts)
+    if opts.network and not opts.head:
+        _check_head_reachable(address, opts.network)
     directory.mkdir(parents=True, exist_ok=True)
     log_path = directory / f"ray-start-{node_ip or 'local'}-{int(time.time())}-{os.getpid()}.log"
     env = dict(os.environ)
@@ -312,6 +405,7 @@ def start_node(opts: NodeStartOptions, *, directory: Path | None = None) -> Node
         log_path=str(log_path),
         started_at=time.time(),
         net_device=opts.net_device,
+        network=opts.network,
     )
     rec.path = str(_write_record(rec, directory))
     return rec
@@ -376,13 +470,21 @@ def stop_nodes(
 
 def join_instructions(rec: NodeRecord) -> str:
     """What to tell the user after a node started (never the token)."""
+    on = f" on the {rec.network} overlay ({rec.net_device})" if rec.network else ""
     lines = [
-        f"Ray {'head' if rec.head else 'worker'} node started: rank {rec.rank}, {rec.node_ip or 'default ip'}, "
+        f"Ray {'head' if rec.head else 'worker'} node started{on}: rank {rec.rank}, {rec.node_ip or 'default ip'}, "
         f"{len(rec.pids)} processes (session {rec.sid}); `rlinf node stop` stops them."
     ]
     if rec.head:
-        dev = f" --net-device {rec.net_device}" if rec.net_device else ""
-        lines.append("On every other node run (R = 1, 2, ... unique per node):")
+        if rec.network:
+            dev = f" --network {rec.network}"
+            lines.append(
+                f"On every other node bring up its own {rec.network} instance (`rlinf net up --role node ... "
+                "--detach`), then run (R = 1, 2, ... unique per node):"
+            )
+        else:
+            dev = f" --net-device {rec.net_device}" if rec.net_device else ""
+            lines.append("On every other node run (R = 1, 2, ... unique per node):")
         lines.append(f"  rlinf node start --rank R --address {rec.address}{dev}")
         if rec.node_ip.startswith("127."):
             lines.append(
