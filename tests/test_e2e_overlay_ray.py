@@ -40,7 +40,7 @@ pytest.importorskip("ray")
 pytest.importorskip("rlinf_net_easytier")
 pytest.importorskip("rlinf_scheduler")
 
-pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.network, pytest.mark.timeout(900)]
 
 RLINF = str(Path(sys.executable).with_name("rlinf"))
 
@@ -145,6 +145,7 @@ def _ray_ports(head: bool) -> list[str]:
     return args
 
 
+@pytest.mark.slow  # 80 s on the 2-core development machine: two Ray nodes and five overlay nodes
 def test_ray_head_and_worker_join_over_the_easytier_overlay(lab: Lab) -> None:
     base = Path(tempfile.mkdtemp(prefix="rle2e", dir="/tmp"))  # short: Ray's socket paths live here
     state = base / "state"
@@ -224,8 +225,22 @@ def test_ray_head_and_worker_join_over_the_easytier_overlay(lab: Lab) -> None:
             for n in status["nodes"]
         ]
         assert got == [
-            (0, overlay["h"], True, "et0", "et0", {"provider": "easytier", "device": "et0", "ipv4": overlay["h"]}),
-            (1, overlay["w"], True, "et0", "et0", {"provider": "easytier", "device": "et0", "ipv4": overlay["w"]}),
+            (
+                0,
+                overlay["h"],
+                True,
+                "et0",
+                "et0",
+                {"provider": "easytier", "device": "et0", "ipv4": overlay["h"]},
+            ),
+            (
+                1,
+                overlay["w"],
+                True,
+                "et0",
+                "et0",
+                {"provider": "easytier", "device": "et0", "ipv4": overlay["w"]},
+            ),
         ], status
         assert all(n["net_addresses"] == {"et0": n["ip"]} for n in status["nodes"])
         assert status["problems"] == [], status["problems"]
@@ -258,3 +273,44 @@ def test_ray_head_and_worker_join_over_the_easytier_overlay(lab: Lab) -> None:
                 check=False,
             )
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_node_start_refuses_an_overlay_instance_that_cannot_carry_ray(tmp_path: Path) -> None:
+    """No root needed: an instance that is not running, and a real --no-tun instance on loopback."""
+    import socket
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "RLINF_"))}
+    env["RLINF_STATE_DIR"] = str(tmp_path / "state")
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(secrets.token_hex(16))
+    secret_file.chmod(0o600)
+
+    def rlinf(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [RLINF, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+
+    start = ("node", "start", "--rank", "0", "--head", "--auth", "disabled", "--network", "easytier")
+    proc = rlinf(*start, "--net-instance", "nowhere")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "--network easytier: overlay instance 'nowhere' is not running" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    up = rlinf(
+        "net", "up", "--name", "notun", "--role", "bootstrap", "--network-name", "rlinf-e2e",
+        "--secret-file", str(secret_file), "--ipv4", "10.148.0.1", "--no-tun",
+        "--listen", f"tcp://127.0.0.1:{port}", "--timeout", "15", "--detach",
+    )  # fmt: skip
+    try:
+        assert up.returncode == 0, up.stderr
+        for extra in (("--net-instance", "notun"), ()):  # by name, and as the only running instance
+            proc = rlinf(*start, *extra)
+            assert proc.returncode == 1, proc.stdout + proc.stderr
+            assert "--network easytier: overlay instance 'notun' runs with --no-tun" in proc.stderr
+            assert "Traceback" not in proc.stderr
+        assert not list((tmp_path / "state").glob("node-*.json"))  # Ray was never started
+    finally:
+        rlinf("net", "down", "--name", "notun")

@@ -261,6 +261,8 @@ def _network_view(node: Any, net: dict[str, Any] | None) -> tuple[dict[str, Any]
         return {"ip_device": None, "overlay": None}, []
     interfaces: dict[str, str | None] = net["interfaces"]
     ip_device = next((dev for dev, ip in interfaces.items() if ip == node.ip), None)
+    if ip_device is None and node.ip.startswith("127."):  # all of 127/8 is local on the loopback device
+        ip_device = next((dev for dev, ip in interfaces.items() if ip and ip.startswith("127.")), None)
     keys: dict[str, Any] = {"ip_device": ip_device}
     problems: list[str] = []
     devices = [d.strip() for d in (node.env.get(NET_DEVICES_ENV) or "").split(",") if d.strip()]

@@ -188,6 +188,15 @@ def _resolve_auth(opts: NodeStartOptions) -> tuple[str, str | None]:
     return "token", str(path)
 
 
+def _is_loopback(ip: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(ip).is_loopback
+    except ValueError:
+        return False
+
+
 def bind_to_network(opts: NodeStartOptions, providers: Any | None = None) -> NodeStartOptions:
     """``opts`` with ``node_ip`` and ``net_device`` taken from the running instance of overlay
     provider ``opts.network`` (unchanged when ``opts.network`` is unset).
@@ -230,7 +239,7 @@ def bind_to_network(opts: NodeStartOptions, providers: Any | None = None) -> Nod
             f"--network {name}: {which} reports device {device!r} with {ipv4}, but {err}. Run "
             "`rlinf node start` in the host (or network namespace) where that instance runs"
         ) from None
-    if here != ipv4:
+    if here != ipv4 and not (_is_loopback(here) and _is_loopback(ipv4)):  # 127/8 is all on lo
         raise NetworkError(
             f"--network {name}: {which} reports {ipv4} on {device!r}, but {device!r} here has {here}: "
             "another overlay node owns this device name on this host. Give each instance its own "
