@@ -11,8 +11,9 @@ Part 1, generation (``tokens/s``): the example's policy (d_model 128, 4 layers) 
 Part 2, GRPO iteration (seconds per phase: ``generate``, ``reward``, ``reference``, ``update``,
 ``sync``): the in-process loop of ``examples/grpo_arith.yaml`` (single agent),
 ``examples/grpo_multiagent.yaml`` (lead + subagents) and its ``flat`` baseline, with their
-batch sizes (prompts x group size), ``kl_coef`` 0.01 so the reference phase runs, after a short
-warm start so responses are well formed (an untrained policy rambles to ``max_new_tokens``).
+batch sizes (prompts x group size), ``kl_coef`` 0.01 so the reference phase runs and no group
+left out of the update, after a short warm start so responses are well formed (an untrained
+policy rambles to ``max_new_tokens``).
 
 The machine is shared, so wall-clock figures move with its load; CPU time is reported too.
 
@@ -102,6 +103,7 @@ def bench_iteration(quick: bool) -> list[dict[str, Any]]:
             f"sft.steps={60 if quick else 300}",
             f"algorithm.iterations={iters}",
             "algorithm.kl_coef=0.01",
+            "algorithm.skip_uniform_groups=false",  # time the update on every sequence
             "task.eval_size=16",
             "runner.eval_interval=0",
             "runner.time_limit_s=null",

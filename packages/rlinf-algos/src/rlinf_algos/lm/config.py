@@ -58,6 +58,11 @@ class LMGRPOConfig(BaseModel):
     prompts_per_iter: int = Field(32, ge=1, description="prompts (groups) per iteration")
     iterations: int = Field(100, ge=1, description="GRPO iterations (the training budget)")
     lr: float = Field(2e-4, gt=0.0, description="AdamW learning rate")
+    lr_warmup_iters: int = Field(
+        5,
+        ge=0,
+        description="iterations of linear learning-rate warm-up (a fresh Adam's first steps are sign steps)",
+    )
     weight_decay: float = Field(0.0, ge=0.0)
     update_epochs: int = Field(1, ge=1, description="passes over each iteration's batch")
     minibatch_size: int = Field(256, ge=1, description="sequences per gradient step")

@@ -250,6 +250,9 @@ class ActorWorker(Worker):
         self.version += 1
         if len(idx) == 0:
             return stats
+        warm = min(1.0, self.version / cfg.lr_warmup_iters) if cfg.lr_warmup_iters else 1.0
+        for g in self.opt.param_groups:
+            g["lr"] = cfg.lr * warm
         ids = batch["input_ids"][idx]
         mask = batch["loss_mask"][idx]
         adv = adv[idx]
