@@ -145,7 +145,7 @@ def _ray_ports(head: bool) -> list[str]:
     return args
 
 
-@pytest.mark.slow  # 80 s on the 2-core development machine: two Ray nodes and five overlay nodes
+@pytest.mark.slow  # 80-140 s on the 2-core development machine: two Ray nodes, three overlay nodes
 def test_ray_head_and_worker_join_over_the_easytier_overlay(lab: Lab) -> None:
     base = Path(tempfile.mkdtemp(prefix="rle2e", dir="/tmp"))  # short: Ray's socket paths live here
     state = base / "state"
