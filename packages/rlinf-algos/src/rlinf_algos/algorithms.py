@@ -30,8 +30,11 @@ __all__ = [
     "GRPOConfig",
     "ModelConfig",
     "PPOConfig",
+    "RolloutConfig",
+    "RunSections",
     "RunnerConfig",
     "SACConfig",
+    "load_run_sections",
     "load_sections",
 ]
 
@@ -163,6 +166,55 @@ class RunnerConfig(BaseModel):
     checkpoint_interval: int = Field(0, ge=0, description="env steps between checkpoints; 0 turns them off")
     torch_threads: int = Field(1, ge=1, description="intra-op threads; 1 is fastest for small MLPs")
     device: str = Field("cpu", description="torch device of the learner")
+    scheduler: str = Field(
+        "ray",
+        min_length=1,
+        description="a registered scheduler (`ray`: embedded Ray, or the cluster at RAY_ADDRESS), "
+        "or `local` to train in the rlinf process without workers",
+    )
+    max_restarts: int = Field(
+        10, ge=0, description="env/rollout worker restarts allowed in one run before giving up"
+    )
+    worker_timeout: float = Field(
+        300.0, gt=0.0, description="seconds a worker waits on a channel before reporting what it waited for"
+    )
+
+
+class RolloutConfig(BaseModel):
+    """``rollout`` section: how the distributed runner (``runner.scheduler: ray``) pipelines
+    env stepping, inference and learning. The in-process runner ignores it."""
+
+    model_config = _STRICT
+
+    pipeline_stages: int = Field(
+        1,
+        ge=1,
+        description="split each env worker's envs into this many stages, so one stage steps while "
+        "the rollout worker runs inference for another",
+    )
+    max_staleness: int = Field(
+        1,
+        ge=0,
+        description="how many weight versions the rollout policy may lag the learner (1 overlaps "
+        "collecting the next batch with the update of this one; 0 is strictly on-policy)",
+    )
+    steps_per_iteration: int = Field(
+        64, ge=1, description="SAC: vector steps per env per driver iteration (logging, checkpoints)"
+    )
+    chunk_steps: int = Field(
+        8, ge=1, description="SAC: vector steps per message of transitions to the learner"
+    )
+
+
+class RunSections(BaseModel):
+    """The validated ``env``, ``model``, ``runner`` and ``rollout`` sections of a run."""
+
+    model_config = ConfigDict(frozen=True)
+
+    env: EnvConfig
+    model: ModelConfig
+    runner: RunnerConfig
+    rollout: RolloutConfig
 
 
 def _as_mapping(obj: Any, name: str) -> Any:
@@ -203,25 +255,99 @@ def load_sections(run_config: Any) -> tuple[EnvConfig, ModelConfig, RunnerConfig
     return out["env"], out["model"], out["runner"]
 
 
+def load_run_sections(run_config: Any) -> RunSections:
+    """:func:`load_sections` plus the ``rollout`` section (optional), every problem at once."""
+    problems: list[ConfigProblem] = []
+    try:
+        env, model, runner = load_sections(run_config)
+    except ConfigError as err:
+        problems.extend(err.problems)
+    raw = (
+        run_config.get("rollout") if isinstance(run_config, Mapping) else getattr(run_config, "rollout", None)
+    )
+    try:
+        rollout = validate_model(RolloutConfig, _as_mapping(raw, "rollout") or {}, prefix="rollout")
+    except ConfigError as err:
+        problems.extend(err.problems)
+    if problems:
+        raise ConfigError(problems)
+    return RunSections(env=env, model=model, runner=runner, rollout=rollout)
+
+
 class _LocalAlgorithm(Algorithm):
     components: ClassVar[tuple[str, ...]] = ("env", "rollout", "actor")
+    distributed: ClassVar[bool] = True
 
-    def _check_scheduler(self, scheduler: Any) -> None:
-        if scheduler is not None:
-            raise RlinfError(
-                f"algorithm {self.PLUGIN_NAME!r}: the distributed runner (env, rollout and actor workers over "
-                "channels) lands with the runtime; call run(scheduler=None, ...) to train in this process"
+    @classmethod
+    def run_config_problems(cls, run_config: Mapping[str, Any]) -> list[ConfigProblem]:
+        """Every problem of the ``env``, ``model``, ``runner`` and ``rollout`` sections and of how
+        they fit the algorithm (``rlinf train`` calls this before starting anything)."""
+        try:
+            sections = load_run_sections(run_config)
+        except ConfigError as err:
+            return list(err.problems)
+        return cls._fit_problems(sections)
+
+    @classmethod
+    def _fit_problems(cls, sections: RunSections) -> list[ConfigProblem]:
+        problems = []
+        stages = sections.rollout.pipeline_stages
+        if sections.env.num_envs % stages:
+            problems.append(
+                ConfigProblem(
+                    "rollout.pipeline_stages",
+                    f"{stages} stages do not divide env.num_envs={sections.env.num_envs}; "
+                    "each env worker's envs are split evenly into stages",
+                )
             )
+        return problems
 
-    def run(self, scheduler: Any, run_config: Any, run_dir: Any) -> dict[str, Any]:
-        """Train in this process (``scheduler`` must be ``None`` for now) over the ``env``,
-        ``model`` and ``runner`` sections of ``run_config``; write metrics, checkpoints, the final
-        policy and ``summary.json`` under ``run_dir``; return the summary."""
-        self._check_scheduler(scheduler)
-        env, model, runner = load_sections(run_config)
-        from rlinf_algos import local_runner
+    def run(
+        self,
+        scheduler: Any,
+        run_config: Any,
+        run_dir: Any,
+        *,
+        resume: bool = False,
+        progress: Any = None,
+        callbacks: Any = None,
+        rollout_only: bool = False,
+    ) -> dict[str, Any]:
+        """Train over the ``env``, ``model``, ``runner`` (and ``rollout``) sections of
+        ``run_config``; write metrics, checkpoints, the final policy and ``summary.json`` under
+        ``run_dir``; return the summary.
 
-        return local_runner.train(self.config, env, model, runner, Path(run_dir))
+        With ``scheduler=None`` the loop runs in this process (:mod:`rlinf_algos.local_runner`);
+        with a started scheduler the env, rollout and actor workers run where the ``cluster``
+        section places them and talk over channels (:mod:`rlinf_algos.runner`). ``resume``
+        continues from the newest checkpoint of ``run_dir``; ``progress`` is called with every
+        metrics row.
+        """
+        if scheduler is None:
+            if rollout_only:
+                raise RlinfError("rollout_only needs a scheduler (the distributed runner)")
+            env, model, runner = load_sections(run_config)
+            from rlinf_algos import local_runner
+
+            return local_runner.train(
+                self.config, env, model, runner, Path(run_dir), progress=progress, resume=resume
+            )
+        sections = load_run_sections(run_config)
+        problems = self._fit_problems(sections)
+        if problems:
+            raise ConfigError(problems)
+        from rlinf_algos.runner import run_distributed
+
+        return run_distributed(
+            self.config,
+            sections,
+            scheduler,
+            Path(run_dir),
+            resume=resume,
+            progress=progress,
+            callbacks=callbacks,
+            rollout_only=rollout_only,
+        )
 
 
 class PPO(_LocalAlgorithm):
@@ -240,8 +366,22 @@ class SAC(_LocalAlgorithm):
 
 class GRPO(_LocalAlgorithm):
     """Group relative policy optimisation: groups of episodes from one initial state, their returns
-    normalised within the group as advantages, a clipped ratio and a k3 KL to a frozen reference."""
+    normalised within the group as advantages, a clipped ratio and a k3 KL to a frozen reference.
+
+    On embedded (MuJoCo) tasks it trains in the rlinf process: ``rlinf train`` runs it with
+    ``runner.scheduler: local`` (the default for ``grpo``); the distributed GRPO with reward and
+    reference workers is ``grpo_lm`` (:mod:`rlinf_algos.lm`)."""
 
     PLUGIN_NAME: ClassVar[str] = "grpo"
     config_model: ClassVar[type[BaseModel]] = GRPOConfig
     components: ClassVar[tuple[str, ...]] = ("env", "rollout", "actor", "reward", "reference")
+    distributed: ClassVar[bool] = False
+
+    def run(self, scheduler: Any, run_config: Any, run_dir: Any, **kwargs: Any) -> dict[str, Any]:
+        if scheduler is not None:
+            raise ConfigError(
+                "algorithm 'grpo' on embodied tasks trains in the rlinf process; set runner.scheduler: local "
+                "(the distributed GRPO with reward and reference workers is algorithm 'grpo_lm')",
+                path="runner.scheduler",
+            )
+        return super().run(None, run_config, run_dir, **kwargs)

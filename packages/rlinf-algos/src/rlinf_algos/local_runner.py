@@ -71,6 +71,7 @@ __all__ = [
     "SACCollector",
     "SACLearner",
     "atomic_torch_save",
+    "build_policy",
     "evaluate_policy",
     "latest_checkpoint",
     "load_policy",
@@ -1087,6 +1088,31 @@ def _train_grpo(
 # -- saved policies ----------------------------------------------------------------------------
 
 
+def build_policy(spec: dict[str, Any]) -> torch.nn.Module:
+    """A fresh policy module from a ``spec`` (``cls`` plus constructor arguments), as saved in
+    ``policy.pt`` and sent to the distributed runner's workers. Extra keys are ignored."""
+    cls = spec["cls"]
+    if cls == "GaussianActorCritic":
+        return GaussianActorCritic(
+            spec["obs_dim"],
+            spec["act_dim"],
+            spec["hidden"],
+            spec["activation"],
+            spec["log_std_init"],
+            spec["normalize_obs"],
+        )
+    if cls == "SquashedGaussianActor":
+        return SquashedGaussianActor(
+            spec["obs_dim"],
+            spec["act_dim"],
+            spec["action_low"],
+            spec["action_high"],
+            spec["hidden"],
+            spec["activation"],
+        )
+    raise RlinfError(f"unknown policy class {cls!r}")
+
+
 def load_policy(path: Path) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Rebuild the policy saved as ``policy.pt`` by :func:`train`: ``(module, record)``; the
     module's ``predict(raw_obs, deterministic)`` maps ``[B, D]`` observations to actions."""
@@ -1096,28 +1122,10 @@ def load_policy(path: Path) -> tuple[torch.nn.Module, dict[str, Any]]:
             f"no saved policy at {path} (a finished or interrupted run writes RUN_DIR/policy.pt)"
         )
     record = torch.load(path, map_location="cpu", weights_only=False)
-    spec = dict(record["spec"])
-    cls = spec.pop("cls")
-    if cls == "GaussianActorCritic":
-        module: torch.nn.Module = GaussianActorCritic(
-            spec["obs_dim"],
-            spec["act_dim"],
-            spec["hidden"],
-            spec["activation"],
-            spec["log_std_init"],
-            spec["normalize_obs"],
-        )
-    elif cls == "SquashedGaussianActor":
-        module = SquashedGaussianActor(
-            spec["obs_dim"],
-            spec["act_dim"],
-            spec["action_low"],
-            spec["action_high"],
-            spec["hidden"],
-            spec["activation"],
-        )
-    else:
-        raise RlinfError(f"{path}: unknown policy class {cls!r}")
+    try:
+        module = build_policy(dict(record["spec"]))
+    except RlinfError as err:
+        raise RlinfError(f"{path}: {err}") from None
     module.load_state_dict(record["state_dict"])
     module.eval()
     return module, record

@@ -1,11 +1,14 @@
 """rlinf plugin of rlinf-algos (entry point ``algos``).
 
-Registers the ``ppo``, ``sac`` and ``grpo`` algorithms. Must import without torch, gymnasium or
+Registers the ``ppo``, ``sac`` and ``grpo`` algorithms and the ``rlinf train|eval|plot`` commands.
+Must import without torch, gymnasium or
 mujoco: the classes live in :mod:`rlinf_algos.algorithms`, which imports only pydantic and
 rlinf_core and loads the training code inside ``run()``.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from rlinf_core.plugins import hookimpl
 
@@ -15,3 +18,10 @@ def rlinf_register_algorithms() -> list[type]:
     from rlinf_algos.algorithms import GRPO, PPO, SAC
 
     return [PPO, SAC, GRPO]
+
+
+@hookimpl
+def rlinf_register_commands(cli: Any) -> None:
+    from rlinf_algos.cli import register
+
+    register(cli)

@@ -1,0 +1,88 @@
+"""``rlinf plot RUN_DIR``: learning curves of a run as PNG files (matplotlib, Agg backend).
+
+Reads ``RUN_DIR/metrics.csv`` and writes ``RUN_DIR/plots/return.png`` (episode return against
+env steps, with the episode length on a second axis when present) and
+``RUN_DIR/plots/metrics.png`` (one small panel per other numeric column).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+from rlinf_core.errors import RlinfError
+
+__all__ = ["plot_run", "read_metrics"]
+
+_SKIP = {"step", "wall_s", "episode_return_mean", "episode_length_mean"}
+
+
+def read_metrics(run_dir: str | Path) -> dict[str, list[float]]:
+    """Columns of ``metrics.csv`` as float lists (``nan`` for empty cells)."""
+    path = Path(run_dir) / "metrics.csv"
+    if not path.is_file():
+        raise RlinfError(f"no metrics.csv in {run_dir}: is it a run directory written by `rlinf train`?")
+    with path.open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise RlinfError(f"{path} has no rows yet: the run logs one every runner.log_interval env steps")
+    cols: dict[str, list[float]] = {k: [] for k in rows[0]}
+    for row in rows:
+        for k in cols:
+            try:
+                cols[k].append(float(row.get(k) or "nan"))
+            except ValueError:
+                cols[k].append(math.nan)
+    return cols
+
+
+def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
+    """Write the PNGs; returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    run_dir = Path(run_dir)
+    cols = read_metrics(run_dir)
+    out = Path(out_dir) if out_dir is not None else run_dir / "plots"
+    out.mkdir(parents=True, exist_ok=True)
+    steps = cols["step"]
+    written = []
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    ax.plot(steps, cols["episode_return_mean"], color="tab:blue", label="episode return (mean of last 100)")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("episode return")
+    ax.grid(alpha=0.3)
+    if "episode_length_mean" in cols:
+        ax2 = ax.twinx()
+        ax2.plot(steps, cols["episode_length_mean"], color="tab:gray", alpha=0.5, label="episode length")
+        ax2.set_ylabel("episode length")
+    ax.set_title(f"{run_dir.name}: learning curve")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    path = out / "return.png"
+    fig.savefig(path)
+    plt.close(fig)
+    written.append(path)
+
+    others = [k for k, v in cols.items() if k not in _SKIP and any(not math.isnan(x) for x in v)]
+    if others:
+        ncols = 3
+        nrows = math.ceil(len(others) / ncols)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(4 * ncols, 2.6 * nrows), dpi=100, squeeze=False)
+        for ax, key in zip(axes.flat, others, strict=False):
+            ax.plot(steps, cols[key])
+            ax.set_title(key, fontsize=9)
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+        for ax in list(axes.flat)[len(others) :]:
+            ax.axis("off")
+        fig.tight_layout()
+        path = out / "metrics.png"
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(path)
+    return written

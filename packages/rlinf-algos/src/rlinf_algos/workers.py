@@ -1,0 +1,828 @@
+"""The workers of the distributed runner: :class:`EnvWorker`, :class:`RolloutWorker` and
+:class:`ActorWorker` (DESIGN.md section 5). They talk only through channels and the versioned
+weight broadcast; where each runs is the ``cluster`` section's business, so the same code runs
+collocated, disaggregated or hybrid.
+
+Data flow of one PPO iteration (``T`` = ``algorithm.rollout_steps`` vector steps)::
+
+    EnvWorker e, stage s  --obs/reward/done-->  RolloutWorker r   (key g<gen>/o/<s>/<e>><r>)
+    RolloutWorker r       --actions-->          EnvWorker e        (key g<gen>/a/<s>/<r>><e>)
+    RolloutWorker r       --trajectory-->       ActorWorker        (key g<gen>/t/<r>)
+    ActorWorker rank 0    --weights (versioned)--> every RolloutWorker
+
+- **Pipeline stages.** Each env worker splits its environments into ``rollout.pipeline_stages``
+  stages, each its own vector env and its own channel keys: while the rollout worker runs the
+  policy on stage ``s``, the env worker steps stage ``s + 1``. One channel item per stage step in
+  each direction (never one per env).
+- **Routing.** With ``M`` env ranks and ``N`` rollout ranks every stage's global batch of env
+  slots is routed with :func:`rlinf_scheduler.routing.route_plan` (contiguous shards, stable
+  keys), so the group sizes may differ.
+- **Generations.** Keys carry a generation number. When a worker dies the driver aborts the
+  iteration (an :data:`ABORT` item on every key of the generation, so no survivor waits on the
+  dead one), restarts the worker, and starts the next generation: a partial batch is never mixed
+  into a later one.
+- **Observation statistics** are weights: rollout workers normalise with the statistics of the
+  version they hold, send the normalised observations and the raw batch moments, and the learner
+  folds the moments in (:func:`merge_moments`) before publishing the next version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import time
+from typing import Any
+
+import numpy as np
+
+from rlinf_core.errors import ChannelError, RlinfError
+from rlinf_core.worker import Worker
+
+__all__ = ["ABORT", "ActorWorker", "EnvWorker", "RolloutWorker", "act_key", "merge_moments", "obs_key"]
+
+ABORT = "__rlinf_abort__"
+"""The item the driver puts on a generation's keys to end an iteration early."""
+
+
+def obs_key(gen: int, stage: int, env_rank: int, rollout_rank: int) -> str:
+    return f"g{gen}/o/{stage}/{env_rank}>{rollout_rank}"
+
+
+def act_key(gen: int, stage: int, rollout_rank: int, env_rank: int) -> str:
+    return f"g{gen}/a/{stage}/{rollout_rank}>{env_rank}"
+
+
+def traj_key(gen: int, rollout_rank: int) -> str:
+    return f"g{gen}/t/{rollout_rank}"
+
+
+def _shards(stage_slots: int, env_world: int, rollout_world: int) -> list[Any]:
+    from rlinf_scheduler.routing import route_plan
+
+    return route_plan(stage_slots * env_world, env_world, rollout_world)
+
+
+def merge_moments(norm: Any, mean: np.ndarray, var: np.ndarray, count: float) -> None:
+    """Fold batch moments (``mean``/``var`` ``[D]`` float64 over ``count`` rows) into a
+    :class:`~rlinf_algos.models.RunningNorm` (Chan et al.'s parallel update, as
+    ``RunningNorm.update`` does for a batch)."""
+    import torch
+
+    if count <= 0 or not hasattr(norm, "update"):
+        return
+    with torch.no_grad():
+        b_mean = torch.as_tensor(mean, dtype=torch.float64)
+        b_var = torch.as_tensor(var, dtype=torch.float64)
+        delta = b_mean - norm.mean
+        total = norm.count + count
+        norm.mean += delta * (count / total)
+        m2 = norm.var * norm.count + b_var * count + delta.pow(2) * norm.count * count / total
+        norm.var.copy_(m2 / total)
+        norm.count.copy_(total)
+
+
+class _Moments:
+    """Running sum / sum of squares of raw observations (float64) of one batch."""
+
+    def __init__(self, dim: int) -> None:
+        self.s = np.zeros(dim)
+        self.ss = np.zeros(dim)
+        self.n = 0
+
+    def add(self, x: np.ndarray) -> None:
+        x64 = x.astype(np.float64, copy=False)
+        self.s += x64.sum(0)
+        self.ss += np.square(x64).sum(0)
+        self.n += x.shape[0]
+
+    def result(self) -> dict[str, Any]:
+        if self.n == 0:
+            return {"mean": self.s, "var": self.ss, "count": 0}
+        mean = self.s / self.n
+        return {"mean": mean, "var": np.maximum(self.ss / self.n - mean**2, 0.0), "count": self.n}
+
+
+def _set_threads(n: int) -> None:
+    import torch
+
+    torch.set_num_threads(n)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set in this process
+        pass
+
+
+# -- env ---------------------------------------------------------------------------------------
+
+
+class EnvWorker(Worker):
+    """A seeded vector env of any registered gymnasium id, split into pipeline stages.
+
+    Args:
+        env_cfg: the validated ``env`` section (as a dict).
+        seed: the run seed; global env slot ``g`` is reset with ``seed + g``.
+        stages: ``rollout.pipeline_stages``.
+        rollout_world: the number of rollout workers.
+        obs_ch, act_ch: the observation and action channels.
+        timeout: seconds to wait for actions before reporting it.
+    """
+
+    def __init__(
+        self,
+        env_cfg: dict[str, Any],
+        seed: int,
+        stages: int,
+        rollout_world: int,
+        obs_ch: Any,
+        act_ch: Any,
+        timeout: float = 300.0,
+    ) -> None:
+        self.env_cfg, self.seed, self.stages = env_cfg, seed, stages
+        self.rollout_world = rollout_world
+        self.obs_ch, self.act_ch, self.timeout = obs_ch, act_ch, timeout
+
+    def setup(self) -> None:
+        from rlinf_algos.envs import VectorEnvStepper
+
+        cfg = self.env_cfg
+        per_rank = cfg["num_envs"] // self.world_size
+        self.per_stage = per_rank // self.stages
+        self.steppers = []
+        for s in range(self.stages):
+            first_slot = (self.rank * self.stages + s) * self.per_stage
+            self.steppers.append(
+                VectorEnvStepper(
+                    cfg["id"],
+                    self.per_stage,
+                    self.seed + first_slot,
+                    vectorization=cfg.get("vectorization", "sync"),
+                    env_kwargs=cfg.get("kwargs") or {},
+                    max_episode_steps=cfg.get("max_episode_steps"),
+                )
+            )
+        shards = _shards(self.per_stage, self.world_size, self.rollout_world)
+        self.my_shards = [sh for sh in shards if sh.src == self.rank]
+
+    def spaces(self) -> dict[str, Any]:
+        """Sizes and bounds of the observation and action spaces (for building the networks)."""
+        st = self.steppers[0]
+        return {
+            "obs_dim": st.obs_dim,
+            "act_dim": st.act_dim,
+            "action_low": st.action_low.tolist(),
+            "action_high": st.action_high.tolist(),
+        }
+
+    def reseed(self, seed: int) -> None:
+        """Reset every stage with a new base seed (resume: the simulator state is not saved)."""
+        for s, st in enumerate(self.steppers):
+            first_slot = (self.rank * self.stages + s) * self.per_stage
+            obs, _ = st.envs.reset(seed=seed + first_slot)
+            st.obs = obs.astype(np.float32, copy=False)
+
+    def _send(self, gen: int, s: int, msg: dict[str, Any]) -> None:
+        for sh in self.my_shards:
+            a, b = sh.src_offset, sh.src_offset + sh.size
+            part = {k: v[a:b] for k, v in msg.items() if k != "final"}
+            if "final" in msg:
+                idx, rows = msg["final"]
+                keep = (idx >= a) & (idx < b)
+                part["final"] = (idx[keep] - a, rows[keep])
+            self.obs_ch.put(part, obs_key(gen, s, self.rank, sh.dst), timeout=self.timeout)
+
+    def _recv(self, gen: int, s: int) -> np.ndarray | None:
+        parts = []
+        for sh in self.my_shards:
+            item = self.act_ch.get(act_key(gen, s, sh.dst, self.rank), timeout=self.timeout)
+            if isinstance(item, str) and item == ABORT:
+                return None
+            parts.append(item)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts, 0)
+
+    def run(self, gen: int, steps: int) -> dict[str, Any]:
+        """Serve one iteration: send every stage's observations, then ``steps`` times per stage
+        receive actions, step, and send the result. Returns the episodes that ended and the env
+        steps taken; ``aborted`` if the driver or a dead peer ended the iteration early."""
+        returns: list[float] = []
+        lengths: list[int] = []
+        taken = 0
+        try:
+            for s, st in enumerate(self.steppers):
+                self._send(gen, s, {"obs": st.obs})
+            for _ in range(steps):
+                for s, st in enumerate(self.steppers):
+                    actions = self._recv(gen, s)
+                    if actions is None:
+                        return {"aborted": True, "steps": taken, "returns": returns, "lengths": lengths}
+                    step = st.step(actions)
+                    taken += st.num_envs
+                    msg: dict[str, Any] = {
+                        "obs": step.obs,
+                        "rew": step.rewards,
+                        "term": step.terminated,
+                        "trunc": step.truncated,
+                    }
+                    done = step.terminated | step.truncated
+                    if done.any():
+                        idx = np.flatnonzero(done)
+                        msg["final"] = (idx, step.final_obs[idx])
+                        returns.extend(step.episode_returns)
+                        lengths.extend(step.episode_lengths)
+                    self._send(gen, s, msg)
+        except ChannelError as err:  # a peer died or the channel closed: this iteration is lost
+            return {
+                "aborted": True,
+                "steps": taken,
+                "returns": returns,
+                "lengths": lengths,
+                "error": str(err),
+            }
+        return {"aborted": False, "steps": taken, "returns": returns, "lengths": lengths}
+
+    def teardown(self) -> None:
+        for st in getattr(self, "steppers", []):
+            st.close()
+
+
+# -- rollout -----------------------------------------------------------------------------------
+
+
+class RolloutWorker(Worker):
+    """Policy inference with a versioned copy of the weights. :meth:`configure` builds the
+    policy once the env's sizes are known.
+
+    Args:
+        algo: ``"ppo"`` or ``"sac"``.
+        env_world: the number of env workers; ``per_stage``: envs per stage of each.
+        stages: ``rollout.pipeline_stages``.
+        obs_ch, act_ch, traj_ch: channels; ``weights``: the weight broadcast's name.
+        seed: base seed of the sampling noise (``seed + rank``).
+        timeout: seconds to wait on a channel or for weights.
+    """
+
+    def __init__(
+        self,
+        algo: str,
+        env_world: int,
+        per_stage: int,
+        stages: int,
+        obs_ch: Any,
+        act_ch: Any,
+        traj_ch: Any,
+        weights: str,
+        seed: int,
+        timeout: float = 300.0,
+    ) -> None:
+        self.algo = algo
+        self.env_world, self.per_stage, self.stages = env_world, per_stage, stages
+        self.obs_ch, self.act_ch, self.traj_ch = obs_ch, act_ch, traj_ch
+        self.weights_name, self.seed, self.timeout = weights, seed, timeout
+        self.model: Any = None
+
+    def setup(self) -> None:
+        import torch
+
+        import rlinf_algos.local_runner  # noqa: F401 - the heavy imports, while the envs start
+
+        _set_threads(1)
+        torch.manual_seed(self.seed + 7919 * self.rank)
+        self.generator = torch.Generator().manual_seed(self.seed + 7919 * self.rank)
+        self.np_rng = np.random.default_rng(self.seed + 7919 * self.rank)
+        shards = _shards(self.per_stage, self.env_world, self.world_size)
+        self.my_shards = [sh for sh in shards if sh.dst == self.rank]
+        self.slots = sum(sh.size for sh in self.my_shards)  # env slots of each stage
+
+    def configure(self, spec: dict[str, Any]) -> int:
+        """Build the policy from ``spec`` (the env's sizes are known once an env worker runs)
+        and pull the newest weights (a restarted worker catches up here). Returns the version."""
+        from rlinf_algos.local_runner import build_policy
+        from rlinf_scheduler.weights import WeightBroadcast
+
+        self.spec = spec
+        self.model = build_policy(spec)
+        self.model.eval()
+        self.wb = WeightBroadcast.connect(
+            self.weights_name, timeout=self.timeout, default_timeout=self.timeout
+        )
+        self.version = -1
+        self._sync(0)
+        return self.version
+
+    def _sync(self, min_version: int) -> None:
+        if self.version < min_version:
+            version, sd = self.wb.fetch(min_version=min_version, timeout=self.timeout)
+        else:
+            got = self.wb.fetch_if_newer(self.version)
+            if got is None:
+                return
+            version, sd = got
+        self.model.load_state_dict(sd)
+        self.version = version
+
+    def rng_state(self) -> dict[str, Any]:
+        import torch
+
+        return {
+            "generator": self.generator.get_state(),
+            "torch": torch.get_rng_state(),
+            "numpy": self.np_rng.bit_generator.state,
+        }
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        import torch
+
+        self.generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch"])
+        self.np_rng.bit_generator.state = state["numpy"]
+
+    def _recv(self, gen: int, s: int) -> dict[str, Any] | None:
+        parts = []
+        for sh in self.my_shards:
+            item = self.obs_ch.get(obs_key(gen, s, sh.src, self.rank), timeout=self.timeout)
+            if isinstance(item, str) and item == ABORT:
+                return None
+            parts.append(item)
+        if len(parts) == 1:
+            return parts[0]
+        out: dict[str, Any] = {}
+        for k in parts[0]:
+            if k == "final":
+                continue
+            out[k] = np.concatenate([p[k] for p in parts], 0)
+        finals = [
+            (p["final"][0] + off, p["final"][1])
+            for p, off in zip(parts, self._offsets(), strict=True)
+            if "final" in p
+        ]
+        if finals:
+            out["final"] = (np.concatenate([f[0] for f in finals]), np.concatenate([f[1] for f in finals]))
+        return out
+
+    def _offsets(self) -> list[int]:
+        return [sh.dst_offset for sh in self.my_shards]
+
+    def _send(self, gen: int, s: int, actions: np.ndarray) -> None:
+        for sh in self.my_shards:
+            a = sh.dst_offset
+            self.act_ch.put(
+                actions[a : a + sh.size], act_key(gen, s, self.rank, sh.src), timeout=self.timeout
+            )
+
+    def collect(self, gen: int, steps: int, min_version: int, **kw: Any) -> dict[str, Any]:
+        """One iteration of ``steps`` vector steps per stage; the trajectory (PPO) or the
+        transitions (SAC, in chunks) go to the actor. Returns timing and the weight version used,
+        or ``aborted``."""
+        t0 = time.perf_counter()
+        try:
+            self._sync(min_version)
+            if self.algo == "ppo":
+                out = self._collect_ppo(gen, steps, **kw)
+            else:
+                out = self._collect_sac(gen, steps, **kw)
+        except ChannelError as err:
+            return {"aborted": True, "error": str(err)}
+        out["rollout_s"] = time.perf_counter() - t0
+        return out
+
+    def _collect_ppo(self, gen: int, T: int, send: bool = True) -> dict[str, Any]:
+        import torch
+
+        from rlinf_algos.models import gaussian_log_prob
+
+        model, S, n = self.model, self.stages, self.slots
+        D, A = self.spec["obs_dim"], self.spec["act_dim"]
+        obs_buf = np.empty((S, T, n, D), np.float32)
+        act_buf = np.empty((S, T, n, A), np.float32)
+        logp_buf = np.empty((S, T, n), np.float32)
+        rew_buf = np.empty((S, T, n), np.float32)
+        term_buf = np.zeros((S, T, n), bool)
+        trunc_buf = np.zeros((S, T, n), bool)
+        final_t: list[np.ndarray] = []  # (stage, t, slot) of truncated steps, and their obs
+        final_obs: list[np.ndarray] = []
+        moments = _Moments(D)
+        current: list[np.ndarray] = [None] * S  # type: ignore[list-item]
+        norm = model.obs_norm
+
+        def absorb(s: int, t: int, msg: dict[str, Any]) -> None:
+            rew_buf[s, t] = msg["rew"]
+            term_buf[s, t] = msg["term"]
+            trunc_buf[s, t] = msg["trunc"]
+            if "final" in msg:
+                idx, rows = msg["final"]
+                tr = msg["trunc"][idx]
+                if tr.any():
+                    sel = idx[tr]
+                    final_t.append(np.stack([np.full_like(sel, s), np.full_like(sel, t), sel], 1))
+                    with torch.no_grad():
+                        final_obs.append(norm(torch.from_numpy(np.ascontiguousarray(rows[tr]))).numpy())
+
+        for s in range(S):
+            msg = self._recv(gen, s)
+            if msg is None:
+                return {"aborted": True}
+            current[s] = msg["obs"]
+        log_std = model.actor_log_std.detach()
+        std = log_std.exp()
+        with torch.no_grad():
+            for t in range(T):
+                for s in range(S):
+                    if t > 0:
+                        msg = self._recv(gen, s)
+                        if msg is None:
+                            return {"aborted": True}
+                        absorb(s, t - 1, msg)
+                        current[s] = msg["obs"]
+                    raw = current[s]
+                    moments.add(raw)
+                    obs = norm(torch.from_numpy(raw))
+                    mean = model.actor_mean(obs)
+                    noise = torch.randn(mean.shape, generator=self.generator)
+                    action = mean + noise * std
+                    logp = gaussian_log_prob(action, mean, log_std.expand_as(mean))
+                    a_np = action.numpy()
+                    self._send(gen, s, a_np)
+                    obs_buf[s, t] = obs.numpy()
+                    act_buf[s, t] = a_np
+                    logp_buf[s, t] = logp.numpy()
+            last = np.empty((S, n, D), np.float32)
+            for s in range(S):
+                msg = self._recv(gen, s)
+                if msg is None:
+                    return {"aborted": True}
+                absorb(s, T - 1, msg)
+                last[s] = norm(torch.from_numpy(msg["obs"])).numpy()
+
+        # [S, T, n, ...] -> [T, S*n, ...]: stage-major slot order, stable across iterations
+        def flat(x: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(np.moveaxis(x, 0, 1).reshape(T, S * n, *x.shape[3:]))
+
+        if final_t:
+            ft = np.concatenate(final_t)
+            fidx = np.stack([ft[:, 1], ft[:, 0] * n + ft[:, 2]], 1)  # (t, slot)
+            fobs = np.concatenate(final_obs)
+        else:
+            fidx = np.zeros((0, 2), np.int64)
+            fobs = np.zeros((0, D), np.float32)
+        traj = {
+            "obs": flat(obs_buf),
+            "actions": flat(act_buf),
+            "log_probs": flat(logp_buf),
+            "rewards": flat(rew_buf),
+            "terminated": flat(term_buf),
+            "truncated": flat(trunc_buf),
+            "last_obs": last.reshape(S * n, D),
+            "final_idx": fidx,
+            "final_obs": fobs,
+            "moments": moments.result(),
+            "version": self.version,
+        }
+        if send:
+            self.traj_ch.put(traj, traj_key(gen, self.rank), timeout=self.timeout)
+        return {"aborted": False, "version": self.version, "steps": T * S * n}
+
+    def _collect_sac(
+        self, gen: int, T: int, random_actions: bool = False, chunk_steps: int = 8, send: bool = True
+    ) -> dict[str, Any]:
+        import torch
+
+        model, S, n = self.model, self.stages, self.slots
+        low = np.asarray(self.spec["action_low"], np.float32)
+        high = np.asarray(self.spec["action_high"], np.float32)
+        current: list[np.ndarray] = [None] * S  # type: ignore[list-item]
+        pending: list[tuple[np.ndarray, np.ndarray]] = [None] * S  # type: ignore[list-item]
+        chunk: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
+        }
+
+        def absorb(s: int, msg: dict[str, Any]) -> None:
+            obs, actions = pending[s]
+            nxt = msg["obs"]
+            if "final" in msg:
+                nxt = nxt.copy()
+                idx, rows = msg["final"]
+                nxt[idx] = rows
+            chunk["obs"].append(obs)
+            chunk["actions"].append(actions)
+            chunk["rewards"].append(msg["rew"])
+            chunk["next_obs"].append(nxt)
+            chunk["terminated"].append(msg["term"])
+            chunk["truncated"].append(msg["trunc"])
+
+        def flush() -> None:
+            if not chunk["obs"]:
+                return
+            item = {k: np.concatenate(v, 0) for k, v in chunk.items()}
+            for v in chunk.values():
+                v.clear()
+            if send:
+                self.traj_ch.put(item, traj_key(gen, self.rank), timeout=self.timeout)
+            self._sync(0)  # newer weights, if the learner published some since
+
+        for s in range(S):
+            msg = self._recv(gen, s)
+            if msg is None:
+                return {"aborted": True}
+            current[s] = msg["obs"]
+        with torch.no_grad():
+            for t in range(T):
+                for s in range(S):
+                    if t > 0:
+                        msg = self._recv(gen, s)
+                        if msg is None:
+                            return {"aborted": True}
+                        absorb(s, msg)
+                        current[s] = msg["obs"]
+                    obs = current[s]
+                    if random_actions:
+                        actions = self.np_rng.uniform(low, high, size=(obs.shape[0], low.shape[0])).astype(
+                            np.float32
+                        )
+                    else:
+                        actions = model.predict(torch.from_numpy(obs), deterministic=False).numpy()
+                    self._send(gen, s, actions)
+                    pending[s] = (obs, actions)
+                if t > 0 and t % chunk_steps == 0:
+                    flush()
+            for s in range(S):
+                msg = self._recv(gen, s)
+                if msg is None:
+                    return {"aborted": True}
+                absorb(s, msg)
+            flush()
+        return {"aborted": False, "version": self.version, "steps": T * S * n}
+
+
+# -- actor -------------------------------------------------------------------------------------
+
+
+def _digest(obj: Any) -> str:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return hashlib.sha256(buf.getvalue()).hexdigest()[:16]
+
+
+class ActorWorker(Worker):
+    """The learner: PPO (policy and critic, GAE, reward scaling, observation statistics) or SAC
+    (replay buffer, twin critics, temperature; learning while collection goes on). Rank 0
+    publishes the weights.
+
+    Args:
+        algo_cfg: the validated ``algorithm`` section (dict, with ``name``).
+        model_cfg, runner_cfg: the ``model`` and ``runner`` sections (dicts).
+        traj_ch: the trajectory channel; ``weights``: the weight broadcast's name.
+        rollout_world: the number of rollout workers.
+    """
+
+    def __init__(
+        self,
+        algo_cfg: dict[str, Any],
+        model_cfg: dict[str, Any],
+        runner_cfg: dict[str, Any],
+        traj_ch: Any,
+        weights: str,
+        rollout_world: int,
+    ) -> None:
+        self.algo_cfg, self.model_cfg, self.runner_cfg = algo_cfg, model_cfg, runner_cfg
+        self.traj_ch, self.weights_name = traj_ch, weights
+        self.rollout_world = rollout_world
+        self.timeout = float(runner_cfg.get("worker_timeout", 300.0))
+
+    def setup(self) -> None:
+        if self.world_size != 1:
+            raise RlinfError("the actor runs as one process; place it with one process (e.g. '0-3:0')")
+        import torch
+
+        import rlinf_algos.local_runner  # noqa: F401 - the heavy imports, while the envs start
+
+        try:  # torch optimisers import torch._dynamo on first use (seconds): do it now, in parallel
+            import torch._dynamo
+        except Exception:  # pragma: no cover - a torch without dynamo
+            pass
+        _set_threads(int(self.runner_cfg.get("torch_threads", 1)))
+        torch.manual_seed(int(self.runner_cfg.get("seed", 0)))
+
+    def configure(self, spec: dict[str, Any]) -> int:
+        """Build the networks, optimisers (and replay buffer) from ``spec``, create the weight
+        broadcast and publish version 0. Returns the published version."""
+        from rlinf_algos.algorithms import PPOConfig, SACConfig
+        from rlinf_algos.local_runner import PPOLearner, RewardScaler, SACLearner, build_policy
+        from rlinf_algos.models import TwinQ
+        from rlinf_algos.replay import ReplayBuffer
+        from rlinf_scheduler.weights import WeightBroadcast
+
+        self.spec = spec
+        seed = int(self.runner_cfg.get("seed", 0))
+        self.name = self.algo_cfg["name"]
+        self.model = build_policy(self.spec)
+        if self.name == "ppo":
+            self.cfg = PPOConfig(**self.algo_cfg)
+            self.learner: Any = PPOLearner(self.model, self.cfg, seed=seed)
+            self.scaler = (
+                RewardScaler(self.spec["num_slots"], self.cfg.gamma) if self.cfg.normalize_reward else None
+            )
+        else:
+            self.cfg = SACConfig(**self.algo_cfg)
+            critic = TwinQ(
+                self.spec["obs_dim"], self.spec["act_dim"], self.spec["hidden"], self.spec["activation"]
+            )
+            self.learner = SACLearner(self.model, critic, self.cfg, self.runner_cfg.get("device", "cpu"))
+            self.buffer = ReplayBuffer(
+                self.cfg.buffer_size, (self.spec["obs_dim"],), (self.spec["act_dim"],), seed=seed
+            )
+            self.debt = 0.0
+            self.received = 0
+            self._sums: dict[str, Any] = {}
+            self._count = 0
+        self.wb = WeightBroadcast.create(self.weights_name, default_timeout=self.timeout)
+        self.published = -1
+        self._publish()
+        return self.published
+
+    def _publish(self) -> None:
+        v = int(self.learner.version)
+        if v > self.published:
+            self.wb.publish(self.model.state_dict(), version=v)
+            self.published = v
+
+    def version(self) -> int:
+        return int(self.learner.version)
+
+    # -- PPO ---------------------------------------------------------------------------------
+    def _gather(self, gen: int) -> list[Any] | None:
+        items = []
+        for r in range(self.rollout_world):
+            item = self.traj_ch.get(traj_key(gen, r), timeout=self.timeout)
+            if isinstance(item, str) and item == ABORT:
+                return None
+            items.append(item)
+        return items
+
+    def train(self, gen: int, lr_frac: float = 1.0, **kw: Any) -> dict[str, Any]:
+        """One iteration of learning on the data of generation ``gen``; publishes the new
+        weights. Returns the learner's metrics, or ``aborted``."""
+        try:
+            if self.name == "ppo":
+                return self._train_ppo(gen, lr_frac)
+            return self._train_sac(gen, **kw)
+        except ChannelError as err:
+            return {"aborted": True, "error": str(err)}
+
+    def _train_ppo(self, gen: int, lr_frac: float) -> dict[str, Any]:
+        import torch
+
+        from rlinf_algos.local_runner import PPORollout
+
+        t0 = time.perf_counter()
+        items = self._gather(gen)
+        if items is None:
+            return {"aborted": True}
+        t1 = time.perf_counter()
+        cat = {
+            k: np.concatenate([it[k] for it in items], 1)
+            for k in ("obs", "actions", "log_probs", "rewards", "terminated", "truncated")
+        }
+        last_obs = np.concatenate([it["last_obs"] for it in items], 0)
+        T, N = cat["rewards"].shape
+        # final observations of truncated steps, with slot offsets of each rollout rank
+        fidx, fobs, off = [], [], 0
+        for it in items:
+            if len(it["final_idx"]):
+                idx = it["final_idx"].copy()
+                idx[:, 1] += off
+                fidx.append(idx)
+                fobs.append(it["final_obs"])
+            off += it["last_obs"].shape[0]
+        rewards = cat["rewards"]
+        if self.scaler is not None:
+            done = cat["terminated"] | cat["truncated"]
+            rewards = np.stack([self.scaler(rewards[t].astype(np.float64), done[t]) for t in range(T)])
+        model = self.model
+        obs_t = torch.from_numpy(cat["obs"])
+        with torch.no_grad():
+            values = model.value(obs_t.reshape(T * N, -1)).reshape(T, N)
+            last_value = model.value(torch.from_numpy(last_obs))
+            final_values = torch.zeros(T, N)
+            if fidx:
+                idx = torch.from_numpy(np.concatenate(fidx)).long()
+                final_values[idx[:, 0], idx[:, 1]] = model.value(torch.from_numpy(np.concatenate(fobs)))
+        rollout = PPORollout(
+            obs_t,
+            torch.from_numpy(cat["actions"]),
+            torch.from_numpy(cat["log_probs"]),
+            values,
+            torch.from_numpy(np.asarray(rewards, np.float32)),
+            torch.from_numpy(cat["terminated"]),
+            torch.from_numpy(cat["truncated"]),
+            final_values,
+            last_value,
+        )
+        if self.cfg.anneal_lr:
+            self.learner.set_lr_fraction(lr_frac)
+        metrics = self.learner.update(rollout)
+        for it in items:  # observation statistics of this batch, for the next version
+            m = it["moments"]
+            merge_moments(model.obs_norm, m["mean"], m["var"], m["count"])
+        self._publish()
+        metrics["update_s"] = time.perf_counter() - t1
+        metrics["wait_s"] = t1 - t0
+        metrics["policy_lag"] = float(self.learner.version - 1 - min(it["version"] for it in items))
+        metrics["aborted"] = False
+        return metrics
+
+    # -- SAC ---------------------------------------------------------------------------------
+    def _train_sac(self, gen: int, chunks: int, global_step: int) -> dict[str, Any]:
+        """Consume ``chunks`` transition messages per rollout rank as they arrive, doing
+        ``updates_per_step`` gradient steps per env step received (after ``learning_starts``)
+        and publishing after each message that changed the weights."""
+        cfg, learner, buffer = self.cfg, self.learner, self.buffer
+        t0 = time.perf_counter()
+        waited = 0.0
+        for _ in range(chunks):
+            for r in range(self.rollout_world):
+                tw = time.perf_counter()
+                item = self.traj_ch.get(traj_key(gen, r), timeout=self.timeout)
+                waited += time.perf_counter() - tw
+                if isinstance(item, str) and item == ABORT:
+                    return {"aborted": True}
+                n = item["obs"].shape[0]
+                buffer.add(
+                    item["obs"],
+                    item["actions"],
+                    item["rewards"],
+                    item["next_obs"],
+                    item["terminated"],
+                    item["truncated"],
+                )
+                self.received += n
+                if global_step + self.received < cfg.learning_starts or len(buffer) < cfg.batch_size:
+                    continue
+                self.debt += n * cfg.updates_per_step
+                while self.debt >= 1.0:
+                    out = learner.update(buffer.sample(cfg.batch_size))
+                    for k, v in out.items():
+                        self._sums[k] = self._sums[k] + v if k in self._sums else v
+                    self._count += 1
+                    self.debt -= 1.0
+                self._publish()
+        metrics: dict[str, Any] = {
+            "aborted": False,
+            "update_s": time.perf_counter() - t0 - waited,
+            "wait_s": waited,
+        }
+        if self._count:
+            metrics.update({k: float(v) / self._count for k, v in self._sums.items()})
+            self._sums, self._count = {}, 0
+        metrics["updates"] = float(learner.updates)
+        return metrics
+
+    def discard(self, gen: int) -> int:
+        """Drop whatever generation ``gen`` left in the trajectory channel (after an abort)."""
+        dropped = 0
+        for r in range(self.rollout_world):
+            while True:
+                try:
+                    self.traj_ch.get_nowait(traj_key(gen, r))
+                    dropped += 1
+                except ChannelError:
+                    break
+        return dropped
+
+    # -- state ---------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint holds of the learner: weights, optimiser, RNG, statistics, and (SAC)
+        the replay buffer."""
+        import torch
+
+        out: dict[str, Any] = {"learner": self.learner.state_dict(), "torch_rng": torch.get_rng_state()}
+        if self.name == "ppo":
+            out["reward_scaler"] = self.scaler.state_dict() if self.scaler is not None else None
+        else:
+            out["buffer"] = self.buffer.state_dict()
+            out["update_debt"] = self.debt
+        return out
+
+    def load(self, state: dict[str, Any]) -> str:
+        """Restore :meth:`state` output and publish the restored weights; returns its digest."""
+        import torch
+
+        self.learner.load_state_dict(state["learner"])
+        torch.set_rng_state(state["torch_rng"])
+        if self.name == "ppo":
+            if self.scaler is not None and state.get("reward_scaler"):
+                self.scaler.load_state_dict(state["reward_scaler"])
+        else:
+            self.buffer.load_state_dict(state["buffer"])
+            self.debt = float(state["update_debt"])
+        self._publish()
+        return self.digest()
+
+    def digest(self) -> str:
+        """A short hash of :meth:`state` (tests compare it with the checkpoint's)."""
+        return _digest(self.state())
+
+    def policy(self) -> dict[str, Any]:
+        """The final policy record (``policy.pt``)."""
+        spec = {k: v for k, v in self.spec.items() if k != "num_slots"}
+        return {"algorithm": self.name, "spec": spec, "state_dict": self.model.state_dict()}

@@ -1,0 +1,160 @@
+"""The distributed runner on a real embedded Ray with real MuJoCo envs: one short run of PPO
+(two env workers routed to one rollout worker, two pipeline stages) and SAC, checkpoint/resume
+restoring the learner exactly, and a rollout worker killed mid-run (restarted, its partial batch
+dropped). One Ray serves the whole module; every run starts its own worker processes on it."""
+
+from __future__ import annotations
+
+import csv
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from rlinf_algos.local_runner import latest_checkpoint, load_policy
+from rlinf_algos.runner import run_training
+from rlinf_algos.workers import _digest
+
+pytestmark = pytest.mark.network
+
+ENV = "InvertedPendulum-v5"
+SUMMARY_KEYS = {"total_env_steps", "wall_s", "env_steps_per_s", "final_return_mean", "best_return_mean"}
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Any:
+    """One embedded Ray for the module (runs attach to it instead of starting their own)."""
+    from rlinf_scheduler.runtime.cluster import Cluster
+
+    cluster = Cluster(1, ray_init={"num_cpus": 2})
+    yield cluster
+    cluster.shutdown()
+
+
+def placement(env: str = "0", rollout: str = "0") -> dict[str, Any]:
+    return {
+        "num_nodes": 1,
+        "component_placement": {
+            "env": {"node_group": "node", "placement": env},
+            "rollout": {"node_group": "node", "placement": rollout},
+            "actor": {"node_group": "node", "placement": "0"},
+        },
+    }
+
+
+def ppo_config(**runner: Any) -> dict[str, Any]:
+    return {
+        "cluster": placement(env="0:0-1"),  # two env workers on the node, one rollout worker
+        "algorithm": {"name": "ppo", "rollout_steps": 32, "update_epochs": 2, "minibatch_size": 64},
+        "env": {"id": ENV, "num_envs": 8},
+        "model": {"hidden_sizes": [16, 16]},
+        "rollout": {"pipeline_stages": 2},
+        "runner": {"total_steps": 512, "log_interval": 256, "seed": 3, **runner},
+    }
+
+
+def rows(run_dir: Path) -> list[dict[str, str]]:
+    with (run_dir / "metrics.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_ppo_run_writes_the_run_directory(ray_cluster: Any, tmp_path: Path) -> None:
+    summary = run_training(ppo_config(checkpoint_interval=256), run_dir=tmp_path)
+    assert set(summary) >= SUMMARY_KEYS and summary["total_env_steps"] == 512
+    assert summary["workers"] == {"env": 2, "rollout": 1, "actor": 1, "pipeline_stages": 2}
+    assert summary["restarts"] == 0 and summary["dropped_batches"] == 0
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk["total_env_steps"] == 512 and on_disk["episodes"] > 0
+    table = rows(tmp_path)
+    assert [int(r["step"]) for r in table] == [256, 512]
+    assert {"step", "wall_s", "episode_return_mean", "policy_loss", "policy_lag"} <= set(table[0])
+    assert float(table[-1]["episode_return_mean"]) > 0
+    assert (tmp_path / "config.yaml").is_file()
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    ckpts = sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*.pt"))
+    assert ckpts == ["step_0000000256.pt", "step_0000000512.pt"]
+    module, record = load_policy(tmp_path / "policy.pt")
+    assert record["env_id"] == ENV and record["algorithm"] == "ppo"
+    assert module.predict(torch.zeros(1, 4)).shape == (1, 1)
+
+
+def test_resume_restores_the_learner_exactly(ray_cluster: Any, tmp_path: Path) -> None:
+    run_training(ppo_config(checkpoint_interval=256, total_steps=256), run_dir=tmp_path)
+    saved = torch.load(latest_checkpoint(tmp_path), weights_only=False)
+    assert saved["run"]["steps"] == 256
+    seen: dict[str, Any] = {}
+
+    def on_iteration(run: Any, k: int) -> None:
+        seen.setdefault("digest", run.resume_digest)
+        seen.setdefault("k", k)
+
+    summary = run_training(
+        ppo_config(checkpoint_interval=256),
+        run_dir=tmp_path,
+        resume=True,
+        callbacks={"on_iteration": on_iteration},
+    )
+    # the actor holds exactly the checkpointed weights, optimiser, RNG and statistics
+    assert seen == {"digest": _digest(saved["actor"]), "k": 1}
+    assert summary["total_env_steps"] == 512 and summary["resumed_from"].endswith("step_0000000256.pt")
+    steps = [int(r["step"]) for r in rows(tmp_path)]
+    assert steps == [256, 512]
+    after = torch.load(latest_checkpoint(tmp_path), weights_only=False)
+    opt_before = saved["actor"]["learner"]["optimizer"]["state"][0]["step"]
+    opt_after = after["actor"]["learner"]["optimizer"]["state"][0]["step"]
+    assert float(opt_after) == float(opt_before) * 2  # one more iteration of the same minibatch steps
+    assert after["actor"]["learner"]["version"] == saved["actor"]["learner"]["version"] + 1
+
+
+def test_sac_streams_transitions_to_the_learner(ray_cluster: Any, tmp_path: Path) -> None:
+    config = {
+        "cluster": placement(),
+        "algorithm": {"name": "sac", "learning_starts": 128, "batch_size": 32, "updates_per_step": 0.5},
+        "env": {"id": ENV, "num_envs": 4},
+        "model": {"hidden_sizes": [32, 32]},
+        "rollout": {"steps_per_iteration": 32, "chunk_steps": 8},
+        "runner": {"total_steps": 384, "log_interval": 128, "checkpoint_interval": 384},
+    }
+    summary = run_training(config, run_dir=tmp_path)
+    assert summary["total_env_steps"] == 384
+    table = rows(tmp_path)
+    assert [int(r["step"]) for r in table] == [128, 256, 384]
+    # 0.5 gradient steps per env step received after learning_starts
+    assert float(table[-1]["updates"]) == pytest.approx((384 - 128) * 0.5, abs=1)
+    state = torch.load(latest_checkpoint(tmp_path), weights_only=False)
+    assert len(state["actor"]["buffer"]["rewards"]) == 384
+    _, record = load_policy(tmp_path / "policy.pt")
+    assert record["algorithm"] == "sac"
+
+
+def test_a_killed_rollout_worker_is_restarted_and_its_batch_dropped(ray_cluster: Any, tmp_path: Path) -> None:
+    import ray
+
+    config = ppo_config(total_steps=1024)
+    config["cluster"] = placement()
+    config["algorithm"]["rollout_steps"] = 64
+    config["env"]["num_envs"] = 4
+    killed: list[int] = []
+
+    def on_iteration(run: Any, k: int) -> None:
+        if k == 1 and not killed:
+            actor = run.groups["rollout"].actors[0]
+
+            def kill() -> None:
+                time.sleep(0.2)  # mid-collection
+                ray.kill(actor, no_restart=True)
+
+            killed.append(k)
+            threading.Thread(target=kill, daemon=True).start()
+
+    summary = run_training(config, run_dir=tmp_path, callbacks={"on_iteration": on_iteration})
+    assert killed == [1]
+    assert summary["restarts"] == 1 and summary["dropped_batches"] == 1
+    assert summary["total_env_steps"] == 1024  # the dropped iteration was run again
+    assert any("dropped its partial batch" in e for e in summary["events"])
+    assert any("restarted rollout rank(s) [0]" in e for e in summary["events"])
+    assert summary["iterations"] == 4
