@@ -1,0 +1,1006 @@
+"""PPO throughput on HalfCheetah-v5: rlinf beside Stable-Baselines3 and RLlib, one run, one machine.
+
+Part 1, training (end-to-end env-steps/s, rollout and update included): PPO with the same
+hyperparameters for every peer:
+
+==========================  ==================================================================
+rollout                     8 envs x 256 steps = 2048 env steps per iteration (sync vector env)
+update                      10 epochs of minibatches of 64 (320 gradient steps per iteration)
+networks                    separate 64x64 tanh MLPs for the policy mean and the value;
+                            state-independent log-std
+optimiser                   Adam, lr 3e-4 (constant here), gamma 0.99, GAE lambda 0.95,
+                            clip 0.2, value coef 0.5, entropy coef 0, gradient-norm clip 0.5
+observations / rewards      running mean/std observation normalisation for all three; reward
+                            scaling by the return's std for rlinf and SB3 (``VecNormalize``);
+                            RLlib has no reward scaler on its new API stack
+==========================  ==================================================================
+
+Peers (``--peers``):
+
+- ``rlinf``: ``rlinf_algos.runner.run_training`` (env, rollout and actor workers over channels,
+  what ``rlinf train`` runs) when that module is installed; the in-process runner
+  (``rlinf_algos.local_runner.train``) is measured too, as ``rlinf_inprocess_sps``. Without the
+  distributed runner, ``rlinf_sps`` is the in-process figure and the JSON says so
+  (``rlinf_runner``).
+- ``sb3``: ``stable_baselines3.PPO`` on a ``DummyVecEnv`` wrapped in ``VecNormalize``.
+- ``rllib``: ``ray.rllib`` PPO on the new API stack (``RLModule``/``Learner``/``EnvRunner``),
+  sampling and learning in the driver (``num_env_runners=0``, ``num_learners=0``: on a 2-core
+  machine remote runners only add inter-process hops to a synchronous algorithm), with the
+  ``MeanStdFilter`` connector.
+
+Part 2, rollout only (env-steps/s of collecting PPO rollouts, no update):
+
+- ``rlinf``: env and rollout workers exchanging observations and actions over channels
+  (``run_training`` in rollout-only mode) when available; otherwise the in-process collector
+  (``PPOCollector.collect`` over ``VectorEnvStepper``), labelled as such;
+- ``bare``: one process, a gymnasium sync vector env stepped with the actions of a plain torch
+  64x64 tanh actor (and the value head a PPO rollout needs): the floor of any rollout system.
+
+Fairness: every peer runs in its own subprocess (so imports, thread pools and Ray do not
+interfere), one at a time, with ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` and
+``torch.set_num_threads`` pinned to ``--threads`` (default 1: fastest for MLPs this small on
+a 2-core machine, and what rlinf's ``runner.torch_threads`` defaults to). Each peer runs
+``--warmup`` iterations before the clock starts (first-call allocations, Ray start, worker
+spawn and the first weight sync are not counted) and then ``--iterations`` timed ones. The
+1-minute load average is recorded beside every figure: the development machine is shared.
+
+Part 3, ``--learning`` (long; not run by default): PPO on HalfCheetah-v5 for
+``--learning-steps`` (default 1M) over ``--seeds`` seeds for rlinf and SB3 (and RLlib if listed
+in ``--peers``), with the learning rate annealed linearly to 0 for all; SAC on HalfCheetah-v5
+for 100k steps, rlinf vs SB3 SAC with the same settings and seeds (256x256 relu, batch 256,
+lr 3e-4 for actor, critic and temperature, tau 0.005, 5000 random steps, one update per env
+step). Reports the final training return (mean of the last 100 episodes), the deterministic
+evaluation return of the final policy (rlinf, SB3) and env-steps/s.
+
+Usage::
+
+    uv run --group bench python benchmarks/ppo_throughput.py [--quick] [--json PATH]
+    uv run --group bench python benchmarks/ppo_throughput.py --learning [--learning-steps N] [--seeds 3]
+
+Figures are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ENV_ID = "HalfCheetah-v5"
+NUM_ENVS = 8
+ROLLOUT_STEPS = 256  # per env: 8 x 256 = 2048 env steps per iteration
+BATCH = NUM_ENVS * ROLLOUT_STEPS
+MINIBATCH = 64
+EPOCHS = 10
+HIDDEN = [64, 64]
+LR = 3e-4
+GAMMA, GAE_LAMBDA, CLIP, VF_COEF, ENT_COEF, MAX_GRAD_NORM = 0.99, 0.95, 0.2, 0.5, 0.0, 0.5
+
+SAC_HIDDEN = [256, 256]
+SAC_BATCH, SAC_LR, SAC_TAU, SAC_STARTS, SAC_BUFFER = 256, 3e-4, 0.005, 5000, 1_000_000
+
+PEERS = ("rlinf", "sb3", "rllib")
+
+
+# -- helpers used in the peer subprocesses -----------------------------------------------------
+
+
+def _pin_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set (a parallel region ran)
+        pass
+
+
+def _quiet() -> None:
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger("ray").setLevel(logging.ERROR)
+
+
+def _tree_cpu_s() -> float:
+    """CPU seconds (user + system) used so far by this process and every live descendant
+    (Ray's raylet and workers included), plus the reaped children they waited for. Linux
+    ``/proc``; falls back to this process alone elsewhere."""
+    me = os.getpid()
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+        parent: dict[int, int] = {}
+        ticks: dict[int, int] = {}
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            pid = int(entry.name)
+            parent[pid] = int(fields[1])
+            ticks[pid] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    except (OSError, ValueError):
+        return time.process_time()
+    total = 0
+    for pid in ticks:
+        p, seen = pid, 0
+        while p > 1 and seen < 64:
+            if p == me:
+                total += ticks[pid]
+                break
+            p, seen = parent.get(p, 0), seen + 1
+    return total / tick
+
+
+class _Clock:
+    """Iteration boundaries as ``(perf_counter, env_steps, tree CPU s)``; rates skip ``warmup``."""
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[float, int, float]] = []
+
+    def mark(self, steps: int) -> None:
+        self.marks.append((time.perf_counter(), steps, _tree_cpu_s()))
+
+    def result(self, start: int, t_begin: float) -> dict[str, float]:
+        """``sps`` (wall), ``steps``, ``seconds``, ``cpu_s`` and ``steps_per_cpu_s`` from mark
+        ``start`` to the last; ``untimed_s``: from ``t_begin`` (the peer starting) to mark
+        ``start`` (imports excluded; setup, Ray start and warm-up iterations included)."""
+        if len(self.marks) < start + 2:
+            raise RuntimeError(f"only {len(self.marks)} iteration marks recorded, need {start + 2}")
+        (t0, s0, c0), (t1, s1, c1) = self.marks[start], self.marks[-1]
+        return {
+            "untimed_s": t0 - t_begin,
+            "sps": (s1 - s0) / (t1 - t0),
+            "steps": s1 - s0,
+            "seconds": t1 - t0,
+            "cpu_s": c1 - c0,
+            "steps_per_cpu_s": (s1 - s0) / max(c1 - c0, 1e-9),
+        }
+
+
+def _distributed_runner() -> Any | None:
+    """``rlinf_algos.runner.run_training`` when the distributed runner is installed, else ``None``."""
+    try:
+        from rlinf_algos import runner
+    except ImportError:
+        return None
+    return getattr(runner, "run_training", None)
+
+
+def _rlinf_ppo_sections(total_steps: int, seed: int, anneal: bool) -> dict[str, Any]:
+    return {
+        "algorithm": {
+            "name": "ppo",
+            "lr": LR,
+            "anneal_lr": anneal,
+            "rollout_steps": ROLLOUT_STEPS,
+            "minibatch_size": MINIBATCH,
+            "update_epochs": EPOCHS,
+            "gamma": GAMMA,
+            "gae_lambda": GAE_LAMBDA,
+            "clip_low": CLIP,
+            "clip_high": CLIP,
+            "value_clip": CLIP,
+            "vf_coef": VF_COEF,
+            "ent_coef": ENT_COEF,
+            "max_grad_norm": MAX_GRAD_NORM,
+        },
+        "env": {"id": ENV_ID, "num_envs": NUM_ENVS},
+        "model": {"hidden_sizes": HIDDEN, "activation": "tanh"},
+        "runner": {"total_steps": total_steps, "seed": seed, "log_interval": BATCH, "torch_threads": 1},
+    }
+
+
+def _rlinf_distributed_config(sections: dict[str, Any]) -> dict[str, Any]:
+    """The run configuration ``rlinf train`` would read for ``sections``: one node, the env,
+    rollout and actor workers on it, env stepping in 2 pipeline stages, and the rollout of the next
+    batch overlapping the update on this one (``max_staleness: 1``), as ``examples/quickstart.yaml``."""
+    place = {"node_group": "node", "placement": "0"}
+    return {
+        **sections,
+        "cluster": {
+            "num_nodes": 1,
+            "component_placement": {c: dict(place) for c in ("env", "rollout", "actor")},
+        },
+        "rollout": {"pipeline_stages": 2, "max_staleness": 1},
+    }
+
+
+def _rlinf_inprocess_train(
+    sections: dict[str, Any], run_dir: Path, clock: _Clock | None = None
+) -> dict[str, Any]:
+    from rlinf_algos import local_runner
+    from rlinf_algos.algorithms import PPOConfig, SACConfig, load_sections
+
+    algo_cls = PPOConfig if sections["algorithm"]["name"] == "ppo" else SACConfig
+    algo = algo_cls(**sections["algorithm"])
+    env, model, runner = load_sections(sections)
+    rows: list[dict[str, float]] = []
+
+    def progress(row: dict[str, float]) -> None:
+        rows.append(dict(row))
+        if clock is not None:
+            clock.mark(int(row["step"]))
+
+    summary = local_runner.train(algo, env, model, runner, run_dir, progress=progress)
+    summary["rows"] = rows
+    return summary
+
+
+# -- part 1: training throughput ---------------------------------------------------------------
+
+
+def peer_rlinf_inprocess(warmup: int, iters: int, seed: int) -> dict[str, Any]:
+    clock = _Clock()
+    t_begin = time.perf_counter()
+    with tempfile.TemporaryDirectory() as d:
+        sections = _rlinf_ppo_sections((warmup + iters) * BATCH, seed, anneal=False)
+        summary = _rlinf_inprocess_train(sections, Path(d), clock)
+    timed = summary["rows"][warmup:]
+    rollout = sum(r["rollout_s"] for r in timed)
+    update = sum(r["update_s"] for r in timed)
+    return {
+        **clock.result(warmup - 1, t_begin),
+        "rollout_fraction": rollout / (rollout + update),
+        "runner": "in-process (rlinf_algos.local_runner)",
+    }
+
+
+def peer_rlinf_distributed(warmup: int, iters: int, rollout_iters: int, seed: int) -> dict[str, Any]:
+    """``rlinf train``'s runner, on one embedded Ray started once for both measurements: rollout
+    only (``rollout_iters`` timed; skipped if 0), then PPO training (``iters`` timed; skipped if
+    0). Each ``run_training`` launches its own workers (counted in ``untimed_s``)."""
+    run_training = _distributed_runner()
+    if run_training is None:
+        raise RuntimeError("rlinf_algos.runner.run_training is not installed")
+    from rlinf_core.plugins import load_plugins
+
+    host = load_plugins()
+    t_begin = time.perf_counter()
+    out: dict[str, Any] = {}
+    scheduler = None
+    try:
+        for part, n in (("rollout", rollout_iters), ("train", iters)):
+            if n <= 0:
+                continue
+            # Training rows come one iteration late (the update on k finishes while k + 1 is
+            # collected): one extra iteration, and the clock starts at the first row after warm-up.
+            extra = 0 if part == "rollout" else 1
+            config = _rlinf_distributed_config(
+                _rlinf_ppo_sections((warmup + n + extra) * BATCH, seed, anneal=False)
+            )
+            if scheduler is None:
+                scheduler = host.schedulers.get(config["runner"].get("scheduler", "ray"))(hardware=host)
+                scheduler.start(config)
+            clock = _Clock()
+            t_part = time.perf_counter() if out else t_begin
+            with tempfile.TemporaryDirectory() as d:
+                summary = run_training(
+                    config,
+                    run_dir=d,
+                    rollout_only=part == "rollout",
+                    progress=lambda row, c=clock: c.mark(int(row["step"])),
+                    host=host,
+                    scheduler=scheduler,
+                )
+            first = next(i for i, m in enumerate(clock.marks) if m[1] >= (warmup + extra) * BATCH)
+            out[part] = {
+                **clock.result(first, t_part),
+                "summary_sps": summary.get("env_steps_per_s"),
+                "runner": "distributed (rlinf_algos.runner.run_training)",
+            }
+    finally:
+        if scheduler is not None:
+            scheduler.shutdown()
+    return out
+
+
+def _sb3_ppo(env_seed: int, lr: Any, vec_norm: bool = True) -> Any:
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    venv = make_vec_env(ENV_ID, n_envs=NUM_ENVS, seed=env_seed, vec_env_cls=DummyVecEnv)
+    if vec_norm:
+        venv = VecNormalize(venv, gamma=GAMMA)
+    return PPO(
+        "MlpPolicy",
+        venv,
+        learning_rate=lr,
+        n_steps=ROLLOUT_STEPS,
+        batch_size=MINIBATCH,
+        n_epochs=EPOCHS,
+        gamma=GAMMA,
+        gae_lambda=GAE_LAMBDA,
+        clip_range=CLIP,
+        clip_range_vf=CLIP,
+        ent_coef=ENT_COEF,
+        vf_coef=VF_COEF,
+        max_grad_norm=MAX_GRAD_NORM,
+        policy_kwargs={"net_arch": {"pi": HIDDEN, "vf": HIDDEN}, "activation_fn": torch.nn.Tanh},
+        device="cpu",
+        seed=env_seed,
+        verbose=0,
+    )
+
+
+def peer_sb3(warmup: int, iters: int, seed: int) -> dict[str, Any]:
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Timer(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rollout = self.update = 0.0
+            self.t_start = self.t_end = None
+
+        def _on_rollout_start(self) -> None:
+            now = time.perf_counter()
+            if self.t_end is not None:
+                self.update += now - self.t_end
+            self.t_start = now
+
+        def _on_rollout_end(self) -> None:
+            self.t_end = time.perf_counter()
+            self.rollout += self.t_end - self.t_start
+
+        def _on_step(self) -> bool:
+            return True
+
+    t_begin = time.perf_counter()
+    model = _sb3_ppo(seed, LR)
+    model.learn(warmup * BATCH)
+    clock = _Clock()
+    clock.mark(0)
+    timer = Timer()
+    model.learn(iters * BATCH, reset_num_timesteps=False, callback=timer)
+    clock.mark(iters * BATCH)
+    timer.update += clock.marks[-1][0] - (timer.t_end or clock.marks[0][0])
+    return {
+        **clock.result(0, t_begin),
+        "rollout_fraction": timer.rollout / (timer.rollout + timer.update),
+    }
+
+
+def _rllib_ppo(seed: int, lr: Any) -> Any:
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.connectors.env_to_module import MeanStdFilter
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+    config = (
+        PPOConfig()
+        .environment(ENV_ID)
+        .env_runners(
+            num_env_runners=0,
+            num_envs_per_env_runner=NUM_ENVS,
+            rollout_fragment_length=ROLLOUT_STEPS,
+            env_to_module_connector=lambda env, spaces, device: MeanStdFilter(),
+        )
+        .learners(num_learners=0)
+        .training(
+            train_batch_size_per_learner=BATCH,
+            minibatch_size=MINIBATCH,
+            num_epochs=EPOCHS,
+            lr=lr,
+            gamma=GAMMA,
+            lambda_=GAE_LAMBDA,
+            clip_param=CLIP,
+            vf_loss_coeff=VF_COEF,
+            entropy_coeff=ENT_COEF,
+            grad_clip=MAX_GRAD_NORM,
+            grad_clip_by="global_norm",
+            use_kl_loss=False,
+        )
+        .rl_module(
+            model_config=DefaultModelConfig(
+                fcnet_hiddens=HIDDEN, fcnet_activation="tanh", vf_share_layers=False
+            )
+        )
+        .debugging(seed=seed, log_level="ERROR")
+    )
+    return config.build_algo()
+
+
+def _ray_init() -> None:
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+
+
+def peer_rllib(warmup: int, iters: int, seed: int) -> dict[str, Any]:
+    import ray
+    import torch
+
+    t_begin = time.perf_counter()
+    _ray_init()
+    clock = _Clock()
+    try:
+        algo = _rllib_ppo(seed, LR)
+        for _ in range(warmup):
+            algo.train()
+        clock.mark(0)
+        steps = 0
+        for _ in range(iters):
+            result = algo.train()
+            steps += int(result["env_runners"]["num_env_steps_sampled"])
+        clock.mark(steps)
+        algo.stop()
+    finally:
+        ray.shutdown()
+    return {**clock.result(0, t_begin), "torch_threads_after_build": torch.get_num_threads()}
+
+
+# -- part 2: rollout only ----------------------------------------------------------------------
+
+
+def peer_bare_rollout(warmup: int, iters: int, seed: int) -> dict[str, Any]:
+    """A gymnasium sync vector env and a plain torch 64x64 tanh Gaussian actor plus value head,
+    in one loop: step, forward, sample, step. Nothing stored, nothing normalised."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+    from torch import nn
+
+    envs = gym.make_vec(ENV_ID, num_envs=NUM_ENVS, vectorization_mode="sync")
+    obs, _ = envs.reset(seed=seed)
+    d, a = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
+    low, high = envs.single_action_space.low, envs.single_action_space.high
+    actor = nn.Sequential(nn.Linear(d, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, a))
+    critic = nn.Sequential(nn.Linear(d, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1))
+    log_std = torch.zeros(a)
+    torch.manual_seed(seed)
+
+    def run(n: int) -> None:
+        nonlocal obs
+        with torch.no_grad():
+            for _ in range(n):
+                o = torch.from_numpy(obs.astype(np.float32, copy=False))
+                mean = actor(o)
+                critic(o)
+                act = mean + torch.randn_like(mean) * log_std.exp()
+                obs, *_ = envs.step(np.clip(act.numpy(), low, high))
+
+    t_begin = time.perf_counter()
+    run(warmup * ROLLOUT_STEPS)
+    clock = _Clock()
+    clock.mark(0)
+    run(iters * ROLLOUT_STEPS)
+    clock.mark(iters * BATCH)
+    envs.close()
+    return clock.result(0, t_begin)
+
+
+def peer_rlinf_rollout_inprocess(warmup: int, iters: int, seed: int) -> dict[str, Any]:
+    from rlinf_algos.envs import VectorEnvStepper
+    from rlinf_algos.local_runner import PPOCollector, RewardScaler
+    from rlinf_algos.models import GaussianActorCritic
+
+    t_begin = time.perf_counter()
+    stepper = VectorEnvStepper(ENV_ID, NUM_ENVS, seed)
+    model = GaussianActorCritic(stepper.obs_dim, stepper.act_dim, HIDDEN, "tanh")
+    collector = PPOCollector(stepper, model, ROLLOUT_STEPS, RewardScaler(NUM_ENVS, GAMMA))
+    for _ in range(warmup):
+        collector.collect()
+    clock = _Clock()
+    clock.mark(0)
+    for _ in range(iters):
+        collector.collect()
+    clock.mark(iters * BATCH)
+    stepper.close()
+    return {
+        **clock.result(0, t_begin),
+        "runner": "in-process (PPOCollector over VectorEnvStepper)",
+    }
+
+
+# -- part 3: learning --------------------------------------------------------------------------
+
+
+def learn_ppo_rlinf(steps: int, seed: int) -> dict[str, Any]:
+    from rlinf_algos.local_runner import evaluate_policy
+
+    with tempfile.TemporaryDirectory() as d:
+        sections = _rlinf_ppo_sections(steps, seed, anneal=True)
+        sections["runner"]["log_interval"] = 10 * BATCH
+        run_training = _distributed_runner()
+        if run_training is not None:
+            summary = run_training(_rlinf_distributed_config(sections), run_dir=d)
+            runner = "distributed"
+        else:
+            summary = _rlinf_inprocess_train(sections, Path(d))
+            runner = "in-process"
+        ev = evaluate_policy(Path(d) / "policy.pt", episodes=10, seed=10_000 + seed)
+    return {
+        "final_return": summary["final_return_mean"],
+        "eval_return": ev["mean"],
+        "sps": summary["env_steps_per_s"],
+        "wall_s": summary["wall_s"],
+        "runner": runner,
+    }
+
+
+def _sb3_final_return(model: Any) -> float:
+    buf = [ep["r"] for ep in model.ep_info_buffer]
+    return float(sum(buf) / len(buf)) if buf else float("nan")
+
+
+def _sb3_eval(model: Any, seed: int, episodes: int = 10) -> float:
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    env = make_vec_env(ENV_ID, n_envs=1, seed=10_000 + seed)
+    train_env = model.get_env()
+    if isinstance(train_env, VecNormalize):
+        env = VecNormalize(env, training=False, norm_reward=False)
+        env.obs_rms = train_env.obs_rms
+    mean, _ = evaluate_policy(model, env, n_eval_episodes=episodes, deterministic=True)
+    return float(mean)
+
+
+def learn_ppo_sb3(steps: int, seed: int) -> dict[str, Any]:
+    model = _sb3_ppo(seed, lambda frac: frac * LR)
+    t0 = time.perf_counter()
+    model.learn(steps)
+    wall = time.perf_counter() - t0
+    return {
+        "final_return": _sb3_final_return(model),
+        "eval_return": _sb3_eval(model, seed),
+        "sps": model.num_timesteps / wall,
+        "wall_s": wall,
+    }
+
+
+def learn_ppo_rllib(steps: int, seed: int) -> dict[str, Any]:
+    import ray
+
+    _ray_init()
+    try:
+        algo = _rllib_ppo(seed, [[0, LR], [steps, 0.0]])
+        t0 = time.perf_counter()
+        done = 0
+        ret = float("nan")
+        while done < steps:
+            result = algo.train()
+            done = int(result["env_runners"]["num_env_steps_sampled_lifetime"])
+            ret = float(result["env_runners"].get("episode_return_mean", float("nan")))
+        wall = time.perf_counter() - t0
+        algo.stop()
+    finally:
+        ray.shutdown()
+    return {"final_return": ret, "eval_return": None, "sps": done / wall, "wall_s": wall}
+
+
+def learn_sac_rlinf(steps: int, seed: int) -> dict[str, Any]:
+    from rlinf_algos.local_runner import evaluate_policy
+
+    sections = {
+        "algorithm": {
+            "name": "sac",
+            "gamma": GAMMA,
+            "tau": SAC_TAU,
+            "batch_size": SAC_BATCH,
+            "buffer_size": SAC_BUFFER,
+            "learning_starts": SAC_STARTS,
+            "actor_lr": SAC_LR,
+            "critic_lr": SAC_LR,
+            "alpha_lr": SAC_LR,
+            "updates_per_step": 1.0,
+        },
+        "env": {"id": ENV_ID, "num_envs": 1},
+        "model": {"hidden_sizes": SAC_HIDDEN, "activation": "relu"},
+        "runner": {"total_steps": steps, "seed": seed, "log_interval": 5000, "torch_threads": 1},
+    }
+    with tempfile.TemporaryDirectory() as d:
+        run_training = _distributed_runner()
+        if run_training is not None:
+            summary = run_training(_rlinf_distributed_config(sections), run_dir=d)
+            runner = "distributed"
+        else:
+            summary = _rlinf_inprocess_train(sections, Path(d))
+            runner = "in-process"
+        ev = evaluate_policy(Path(d) / "policy.pt", episodes=10, seed=10_000 + seed)
+    return {
+        "final_return": summary["final_return_mean"],
+        "eval_return": ev["mean"],
+        "sps": summary["env_steps_per_s"],
+        "wall_s": summary["wall_s"],
+        "runner": runner,
+    }
+
+
+def learn_sac_sb3(steps: int, seed: int) -> dict[str, Any]:
+    import torch
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.env_util import make_vec_env
+
+    env = make_vec_env(ENV_ID, n_envs=1, seed=seed)
+    model = SAC(
+        "MlpPolicy",
+        env,
+        learning_rate=SAC_LR,
+        buffer_size=SAC_BUFFER,
+        learning_starts=SAC_STARTS,
+        batch_size=SAC_BATCH,
+        tau=SAC_TAU,
+        gamma=GAMMA,
+        train_freq=1,
+        gradient_steps=1,
+        ent_coef="auto_1.0",
+        policy_kwargs={"net_arch": SAC_HIDDEN, "activation_fn": torch.nn.ReLU},
+        device="cpu",
+        seed=seed,
+        verbose=0,
+    )
+    t0 = time.perf_counter()
+    model.learn(steps)
+    wall = time.perf_counter() - t0
+    return {
+        "final_return": _sb3_final_return(model),
+        "eval_return": _sb3_eval(model, seed),
+        "sps": model.num_timesteps / wall,
+        "wall_s": wall,
+    }
+
+
+TASKS = {
+    "dist:rlinf": peer_rlinf_distributed,
+    "train:rlinf_inprocess": peer_rlinf_inprocess,
+    "train:sb3": peer_sb3,
+    "train:rllib": peer_rllib,
+    "rollout:rlinf_inprocess": peer_rlinf_rollout_inprocess,
+    "rollout:bare": peer_bare_rollout,
+    "learn_ppo:rlinf": learn_ppo_rlinf,
+    "learn_ppo:sb3": learn_ppo_sb3,
+    "learn_ppo:rllib": learn_ppo_rllib,
+    "learn_sac:rlinf": learn_sac_rlinf,
+    "learn_sac:sb3": learn_sac_sb3,
+}
+
+
+def _child(spec: dict[str, Any]) -> None:
+    _quiet()
+    _pin_threads(spec["threads"])
+    fn = TASKS[spec["task"]]
+    args = spec["args"]
+    out = fn(*args)
+    out["load_after"] = os.getloadavg()[0]
+    Path(spec["out"]).write_text(json.dumps(out))
+
+
+# -- the parent: one subprocess per peer -------------------------------------------------------
+
+
+def run_peer(task: str, args: list[Any], threads: int, timeout: float) -> dict[str, Any]:
+    """Run ``TASKS[task](*args)`` in a fresh interpreter with pinned threads; its result dict, or
+    ``{"error": ...}`` with the tail of its output."""
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = str(threads)
+    env.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    env["RAY_DEDUP_LOGS"] = "0"
+    env["PYTHONWARNINGS"] = "ignore"
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "out.json"
+        spec = {"task": task, "args": args, "threads": threads, "out": str(out)}
+        load = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(  # in a temp dir: MuJoCo writes MUJOCO_LOG.TXT to the cwd
+                [sys.executable, os.path.abspath(__file__), "--_child", json.dumps(spec)],
+                cwd=d,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            return {"error": f"timed out after {timeout:.0f} s", "load_before": load}
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0 or not out.exists():
+            tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
+            return {"error": f"exit {proc.returncode}: {tail}", "load_before": load, "process_s": wall}
+        result = json.loads(out.read_text())
+    result["load_before"] = load
+    result["process_s"] = wall
+    return result
+
+
+def _fmt(x: Any, spec: str = ".0f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _median_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in runs if "error" not in r]
+    if not ok:
+        return runs[-1]
+    best = sorted(ok, key=lambda r: r["sps"])[len(ok) // 2]
+    return {**best, "sps_runs": [r["sps"] for r in ok], "sps": statistics.median(r["sps"] for r in ok)}
+
+
+ROWS = (
+    "train:rlinf",
+    "train:rlinf_inprocess",
+    "train:sb3",
+    "train:rllib",
+    "rollout:rlinf",
+    "rollout:rlinf_inprocess",
+    "rollout:bare",
+)
+
+
+def throughput(args: argparse.Namespace) -> dict[str, Any]:
+    distributed = _distributed_runner() is not None
+    train_iters = 0 if args.only_rollout else args.iterations
+    roll_iters = args.rollout_iterations if args.rollout else 0
+    # (task, arguments, the rows its result fills)
+    plan: list[tuple[str, list[Any], tuple[str, ...]]] = []
+    if "rlinf" in args.peers:
+        if distributed:
+            rows = (("train:rlinf",) if train_iters else ()) + (("rollout:rlinf",) if roll_iters else ())
+            plan.append(("dist:rlinf", [args.warmup, train_iters, roll_iters], rows))
+        # the in-process rows are extras beside the distributed runner; --quick skips them then
+        if train_iters and not (distributed and args.quick):
+            plan.append(("train:rlinf_inprocess", [args.warmup, train_iters], ("train:rlinf_inprocess",)))
+        if roll_iters and not (distributed and args.quick):
+            plan.append(("rollout:rlinf_inprocess", [args.warmup, roll_iters], ("rollout:rlinf_inprocess",)))
+    for peer in ("sb3", "rllib"):
+        if peer in args.peers and train_iters:
+            plan.append((f"train:{peer}", [args.warmup, train_iters], (f"train:{peer}",)))
+    if roll_iters:
+        plan.append(("rollout:bare", [args.warmup, roll_iters], ("rollout:bare",)))
+    results: dict[str, list[dict[str, Any]]] = {}
+    # Peers interleave repetition by repetition, so a change of machine load hits all of them.
+    for rep in range(args.repeats):
+        for task, task_args, rows in plan:
+            r = run_peer(task, [*task_args, args.seed + rep], args.threads, args.timeout)
+            for row in rows:
+                rr = r
+                if task.startswith("dist:") and "error" not in r:  # one result per part
+                    rr = {**r[row.split(":")[0]], "load_before": r["load_before"]}
+                results.setdefault(row, []).append(rr)
+                status = rr["error"].splitlines()[0] if "error" in rr else f"{rr['sps']:.0f} steps/s"
+                print(
+                    f"  [{rep + 1}/{args.repeats}] {row:<24} {status}  (load {r['load_before']:.1f})",
+                    flush=True,
+                )
+    return {t: _median_runs(results[t]) for t in ROWS if t in results}
+
+
+def print_throughput(res: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    labels = {
+        "train:rlinf": "rlinf (distributed runner)",
+        "train:rlinf_inprocess": "rlinf (in-process runner)",
+        "train:sb3": "Stable-Baselines3 PPO",
+        "train:rllib": "RLlib PPO (new API stack)",
+        "rollout:rlinf": "rlinf env+rollout workers, channels",
+        "rollout:rlinf_inprocess": "rlinf in-process collector",
+        "rollout:bare": "bare loop (vec env + forward)",
+    }
+    sb3 = res.get("train:sb3", {}).get("sps")
+    rllib = res.get("train:rllib", {}).get("sps")
+    bare = res.get("rollout:bare", {}).get("sps")
+    print(
+        f"\nPPO {ENV_ID}: {NUM_ENVS} envs x {ROLLOUT_STEPS} steps, minibatch {MINIBATCH}, {EPOCHS} epochs, "
+        f"64x64 tanh, lr {LR}; torch threads {args.threads}; {args.warmup} warm-up + "
+        f"{args.iterations} timed iterations, median of {args.repeats}"
+    )
+    print(
+        f"{'peer':<37} {'env-steps/s':>11} {'x SB3':>6} {'x RLlib':>7} {'x bare':>6} {'steps/cpu-s':>11} "
+        f"{'cores':>5} {'rollout%':>8} {'untimed s':>9} {'load':>5}"
+    )
+    for task, r in res.items():
+        if task.startswith("rollout") and task == next(t for t in res if t.startswith("rollout")):
+            print(f"-- rollout only: {args.rollout_iterations} timed rollouts of {BATCH} steps, no update")
+        if "error" in r:
+            print(f"{labels[task]:<37} failed: {r['error'].splitlines()[0][:90]}")
+            continue
+        sps = r["sps"]
+        is_train = task.startswith("train")
+        print(
+            f"{labels[task]:<37} {sps:>11.0f} "
+            f"{_fmt(sps / sb3 if sb3 and is_train else None, '.2f'):>6} "
+            f"{_fmt(sps / rllib if rllib and is_train else None, '.2f'):>7} "
+            f"{_fmt(sps / bare if bare and not is_train else None, '.2f'):>6} "
+            f"{r['steps_per_cpu_s']:>11.0f} {r['cpu_s'] / r['seconds']:>5.2f} "
+            f"{_fmt(100 * r['rollout_fraction'] if 'rollout_fraction' in r else None, '.0f'):>8} "
+            f"{r['untimed_s']:>9.1f} {r['load_before']:>5.1f}"
+        )
+    print(
+        "env-steps/s: wall clock over the timed iterations; steps/cpu-s: the same steps over the CPU "
+        "time of the peer's whole process tree (less sensitive to other load on the machine); cores: "
+        "CPU time / wall time; untimed s: setup + warm-up before the clock starts; load: 1-min load "
+        "average when the peer started"
+    )
+
+    def sps(task: str) -> float | None:
+        r = res.get(task)
+        return None if r is None or "error" in r else r["sps"]
+
+    distributed = "train:rlinf" in res
+    summary = {
+        "rlinf_sps": sps("train:rlinf") if distributed else sps("train:rlinf_inprocess"),
+        "rlinf_runner": "distributed" if distributed else "in-process (interim: distributed runner pending)",
+        "rlinf_inprocess_sps": sps("train:rlinf_inprocess"),
+        "sb3_sps": sps("train:sb3"),
+        "rllib_sps": sps("train:rllib"),
+        "rlinf_rollout_sps": sps("rollout:rlinf")
+        if "rollout:rlinf" in res
+        else sps("rollout:rlinf_inprocess"),
+        "rlinf_rollout_runner": "distributed"
+        if "rollout:rlinf" in res
+        else "in-process (interim: channel rollout pending)",
+        "rlinf_inprocess_rollout_sps": sps("rollout:rlinf_inprocess"),
+        "bare_rollout_sps": sps("rollout:bare"),
+        "steps_per_cpu_s": {t: (None if "error" in r else r["steps_per_cpu_s"]) for t, r in res.items()},
+    }
+    r, s, ll, b = summary["rlinf_sps"], summary["sb3_sps"], summary["rllib_sps"], summary["bare_rollout_sps"]
+    print(f"\nrlinf_sps = {_fmt(r)} ({summary['rlinf_runner']})", end="")
+    if r and s:
+        print(f"; {r / s:.2f}x SB3 (target >= 1.3x)", end="")
+    if r and ll:
+        print(f"; {r / ll:.2f}x RLlib (target >= 2.5x)", end="")
+    print()
+    rr = summary["rlinf_rollout_sps"]
+    if rr and b:
+        print(
+            f"rlinf_rollout_sps = {rr:.0f} ({summary['rlinf_rollout_runner']}); "
+            f"{100 * rr / b:.0f}% of the bare loop (target >= 60%)"
+        )
+    return summary
+
+
+def learning(args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    plan = []
+    if args.learning in ("ppo", "all"):
+        plan += [("learn_ppo", p, args.learning_steps) for p in args.peers]
+    if args.learning in ("sac", "all"):
+        plan += [("learn_sac", p, args.sac_steps) for p in args.peers if p in ("rlinf", "sb3")]
+    for kind, peer, steps in plan:
+        for seed in range(args.seeds):
+            r = run_peer(f"{kind}:{peer}", [steps, seed], args.threads, args.learning_timeout)
+            row = {"algo": kind.removeprefix("learn_"), "peer": peer, "seed": seed, "steps": steps, **r}
+            rows.append(row)
+            msg = (
+                r["error"].splitlines()[0]
+                if "error" in r
+                else (f"final {r['final_return']:.0f}, eval {_fmt(r['eval_return'])}, {r['sps']:.0f} steps/s")
+            )
+            print(f"  {kind}:{peer} seed {seed}: {msg}", flush=True)
+    print(
+        f"\n{'algo':<5} {'peer':<6} {'steps':>8} {'seeds':>5} {'final return':>13} {'eval return':>12} "
+        f"{'env-steps/s':>11} {'shortened':>9}"
+    )
+    for kind, peer, steps in plan:
+        ok = [
+            r
+            for r in rows
+            if r["algo"] == kind.removeprefix("learn_") and r["peer"] == peer and "error" not in r
+        ]
+        if not ok:
+            continue
+        fin = statistics.mean(r["final_return"] for r in ok)
+        evs = [r["eval_return"] for r in ok if r["eval_return"] is not None]
+        full = 1_000_000 if kind == "learn_ppo" else 100_000
+        print(
+            f"{kind.removeprefix('learn_'):<5} {peer:<6} {steps:>8} {len(ok):>5} {fin:>13.0f} "
+            f"{_fmt(statistics.mean(evs) if evs else None):>12} "
+            f"{statistics.mean(r['sps'] for r in ok):>11.0f} {'yes' if steps < full else 'no':>9}"
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer iterations, one repetition (under 3 minutes)")
+    ap.add_argument("--json", type=Path, help="write the figures here")
+    ap.add_argument("--peers", default=",".join(PEERS), help=f"comma-separated subset of {','.join(PEERS)}")
+    ap.add_argument("--threads", type=int, default=1, help="torch/OpenMP threads for every peer (default 1)")
+    ap.add_argument("--warmup", type=int, default=None, help="untimed iterations first (default 1)")
+    ap.add_argument("--iterations", type=int, default=None, help="timed PPO iterations (default 10; quick 2)")
+    ap.add_argument(
+        "--rollout-iterations", type=int, default=None, help="timed rollouts (default 20; quick 3)"
+    )
+    ap.add_argument(
+        "--repeats", type=int, default=None, help="runs per peer, interleaved (default 2; quick 1)"
+    )
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per peer subprocess")
+    ap.add_argument("--no-rollout", dest="rollout", action="store_false", help="skip the rollout-only part")
+    ap.add_argument("--only-rollout", action="store_true", help="run the rollout-only part alone")
+    ap.add_argument(
+        "--learning",
+        choices=("ppo", "sac", "all"),
+        help="run the long learning comparison instead of the throughput one",
+    )
+    ap.add_argument(
+        "--learning-steps", type=int, default=1_000_000, help="PPO env steps per seed (default 1M)"
+    )
+    ap.add_argument("--sac-steps", type=int, default=100_000, help="SAC env steps per seed (default 100k)")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--learning-timeout", type=float, default=12 * 3600.0)
+    ap.add_argument("--_child", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args._child:
+        _child(json.loads(args._child))
+        return {}
+    args.peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    bad = [p for p in args.peers if p not in PEERS]
+    if bad:
+        ap.error(f"--peers: unknown peer(s) {', '.join(bad)}; valid: {', '.join(PEERS)}")
+    if args.warmup is None:
+        args.warmup = 1
+    if args.iterations is None:
+        args.iterations = 2 if args.quick else 10
+    if args.rollout_iterations is None:
+        args.rollout_iterations = 3 if args.quick else 20
+    if args.repeats is None:
+        args.repeats = 1 if args.quick else 2
+
+    t0 = time.perf_counter()
+    report: dict[str, Any] = {
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "load_at_start": os.getloadavg(),
+            "threads": args.threads,
+            "versions": _versions(),
+        },
+        "quick": args.quick,
+        "hyperparameters": {
+            "env": ENV_ID,
+            "num_envs": NUM_ENVS,
+            "rollout_steps": ROLLOUT_STEPS,
+            "minibatch": MINIBATCH,
+            "epochs": EPOCHS,
+            "hidden": HIDDEN,
+            "activation": "tanh",
+            "lr": LR,
+        },
+    }
+    if args.learning:
+        report["learning"] = learning(args)
+    else:
+        res = throughput(args)
+        report.update(print_throughput(res, args))
+        report["details"] = res
+    report["machine"]["load_at_end"] = os.getloadavg()
+    report["wall_s"] = time.perf_counter() - t0
+    print(
+        f"\nload average at start {report['machine']['load_at_start'][0]:.1f}, at end "
+        f"{report['machine']['load_at_end'][0]:.1f} ({os.cpu_count()} CPUs); took {report['wall_s']:.0f} s"
+    )
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        print(f"wrote {args.json}")
+    return report
+
+
+def _versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for dist in ("torch", "gymnasium", "mujoco", "stable-baselines3", "ray", "rlinf-algos"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+if __name__ == "__main__":
+    main()
