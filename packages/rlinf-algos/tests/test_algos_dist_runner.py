@@ -158,3 +158,14 @@ def test_a_killed_rollout_worker_is_restarted_and_its_batch_dropped(ray_cluster:
     assert any("dropped its partial batch" in e for e in summary["events"])
     assert any("restarted rollout rank(s) [0]" in e for e in summary["events"])
     assert summary["iterations"] == 4
+
+
+def test_rollout_only_runs_env_and_rollout_workers_without_learning(ray_cluster: Any, tmp_path: Path) -> None:
+    config = ppo_config(total_steps=512)
+    config["cluster"] = placement(rollout="0:0-1")  # one env worker feeding two rollout workers
+    summary = run_training(config, run_dir=tmp_path, rollout_only=True)
+    assert summary["rollout_only"] and summary["total_env_steps"] == 512
+    assert summary["workers"]["rollout"] == 2 and summary["env_steps_per_s"] > 0
+    assert summary["episodes"] > 0
+    assert not (tmp_path / "policy.pt").exists() and not (tmp_path / "checkpoints").exists()
+    assert [int(r["step"]) for r in rows(tmp_path)] == [256, 512]

@@ -274,6 +274,21 @@ def load_run_sections(run_config: Any) -> RunSections:
     return RunSections(env=env, model=model, runner=runner, rollout=rollout)
 
 
+def _env_id_problems(run_config: Any) -> list[ConfigProblem]:
+    """Whether ``env.id`` is a registered gymnasium id (plugin ids included); imports gymnasium."""
+    env = run_config.get("env") if isinstance(run_config, Mapping) else None
+    env_id = env.get("id") if isinstance(env, Mapping) else None
+    if not isinstance(env_id, str) or not env_id:
+        return []
+    from rlinf_algos.envs import ensure_registered
+
+    try:
+        ensure_registered(env_id)
+    except ConfigError as err:
+        return list(err.problems)
+    return []
+
+
 class _LocalAlgorithm(Algorithm):
     components: ClassVar[tuple[str, ...]] = ("env", "rollout", "actor")
     distributed: ClassVar[bool] = True
@@ -282,11 +297,17 @@ class _LocalAlgorithm(Algorithm):
     def run_config_problems(cls, run_config: Mapping[str, Any]) -> list[ConfigProblem]:
         """Every problem of the ``env``, ``model``, ``runner`` and ``rollout`` sections and of how
         they fit the algorithm (``rlinf train`` calls this before starting anything)."""
+        known = ("cluster", "algorithm", "env", "model", "runner", "rollout")
+        unknown = [
+            ConfigProblem(str(key), f"unknown section; a {cls.PLUGIN_NAME} run has {', '.join(known)}")
+            for key in run_config
+            if key not in known
+        ]
         try:
             sections = load_run_sections(run_config)
         except ConfigError as err:
-            return list(err.problems)
-        return cls._fit_problems(sections)
+            return unknown + list(err.problems) + _env_id_problems(run_config)
+        return unknown + cls._fit_problems(sections) + _env_id_problems(run_config)
 
     @classmethod
     def _fit_problems(cls, sections: RunSections) -> list[ConfigProblem]:
@@ -298,6 +319,14 @@ class _LocalAlgorithm(Algorithm):
                     "rollout.pipeline_stages",
                     f"{stages} stages do not divide env.num_envs={sections.env.num_envs}; "
                     "each env worker's envs are split evenly into stages",
+                )
+            )
+        if cls.PLUGIN_NAME == "ppo" and sections.runner.device != "cpu":
+            problems.append(
+                ConfigProblem(
+                    "runner.device",
+                    f"the PPO learner runs on the CPU (got {sections.runner.device!r}): its MLPs are small "
+                    "enough that an update is per-call overhead; use device: cpu",
                 )
             )
         return problems

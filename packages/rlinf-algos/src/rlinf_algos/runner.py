@@ -584,31 +584,36 @@ class DistributedRun:
             self.recent_lengths.extend(res["lengths"])
             self.episodes += len(res["returns"])
 
-    def _row(self, metrics: dict[str, Any], force: bool = False) -> None:
+    def _row(self, metrics: dict[str, Any], step: int | None = None, force: bool = False) -> None:
+        """A metrics row at ``step`` env steps (those the learner has trained on; collected ones
+        in rollout-only mode) if ``runner.log_interval`` steps passed since the last one."""
         import numpy as np
 
-        if not force and self.steps - self.last_log_step < self.runner_cfg.log_interval:
+        step = self.steps if step is None else step
+        if step <= self.last_log_step or (
+            not force and step - self.last_log_step < self.runner_cfg.log_interval
+        ):
             return
         now = time.perf_counter()
         ret = float(np.mean(self.recent_returns)) if self.recent_returns else float("nan")
         if not math.isnan(ret):
             self.best = max(self.best, ret)
         row: dict[str, Any] = {
-            "step": self.steps,
+            "step": step,
             "wall_s": round(self.wall_s, 3),
             "episode_return_mean": ret,
             "episode_length_mean": float(np.mean(self.recent_lengths))
             if self.recent_lengths
             else float("nan"),
             "episodes": self.episodes,
-            "env_steps_per_s": (self.steps - self.last_log_step) / max(now - self.last_log_time, 1e-9),
+            "env_steps_per_s": (step - self.last_log_step) / max(now - self.last_log_time, 1e-9),
         }
         for k, v in metrics.items():
             if k not in row and isinstance(v, int | float) and not isinstance(v, bool):
                 row[k] = v
         self.log.write(row)
         self.last_row = row
-        self.last_log_step, self.last_log_time = self.steps, now
+        self.last_log_step, self.last_log_time = step, now
         if self.progress is not None:
             self.progress(row)
 
@@ -748,7 +753,7 @@ class DistributedRun:
             raise RlinfError(f"the actor lost the batch of iteration {k}: {metrics.get('error', 'aborted')}")
         metrics.setdefault("rollout_s", getattr(self, "rollout_s", float("nan")))
         self.last_metrics = metrics
-        self._row(metrics)
+        self._row(metrics, step=(k + 1) * self.batch)
 
     async def _iteration(self, k: int, staleness: int) -> bool:
         """Collect iteration ``k`` (and start learning on it). ``False`` if it was aborted."""

@@ -29,7 +29,6 @@ Data flow of one PPO iteration (``T`` = ``algorithm.rollout_steps`` vector steps
 from __future__ import annotations
 
 import hashlib
-import io
 import time
 from typing import Any
 
@@ -556,11 +555,36 @@ class RolloutWorker(Worker):
 
 
 def _digest(obj: Any) -> str:
+    """A content hash of nested dicts/lists of tensors, arrays and scalars (keys sorted, tensors by
+    dtype, shape and bytes), equal for equal states wherever they were built."""
     import torch
 
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return hashlib.sha256(buf.getvalue()).hexdigest()[:16]
+    h = hashlib.sha256()
+
+    def walk(x: Any) -> None:
+        if isinstance(x, dict):
+            h.update(b"{")
+            for k in sorted(x, key=repr):
+                h.update(repr(k).encode())
+                walk(x[k])
+            h.update(b"}")
+        elif isinstance(x, list | tuple):
+            h.update(b"[")
+            for v in x:
+                walk(v)
+            h.update(b"]")
+        elif isinstance(x, torch.Tensor):
+            t = x.detach().cpu().contiguous()
+            h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        elif isinstance(x, np.ndarray):
+            h.update(f"A{x.dtype}{x.shape}".encode())
+            h.update(np.ascontiguousarray(x).tobytes())
+        else:
+            h.update(repr(x).encode())
+
+    walk(obj)
+    return h.hexdigest()[:16]
 
 
 class ActorWorker(Worker):
@@ -739,6 +763,7 @@ class ActorWorker(Worker):
         cfg, learner, buffer = self.cfg, self.learner, self.buffer
         t0 = time.perf_counter()
         waited = 0.0
+        got = 0  # env steps received in this iteration (global_step: those before it)
         for _ in range(chunks):
             for r in range(self.rollout_world):
                 tw = time.perf_counter()
@@ -756,9 +781,12 @@ class ActorWorker(Worker):
                     item["truncated"],
                 )
                 self.received += n
-                if global_step + self.received < cfg.learning_starts or len(buffer) < cfg.batch_size:
+                start = global_step + got  # env-step index of this message's first transition
+                got += n
+                eligible = start + n - max(start, cfg.learning_starts)  # those past learning_starts
+                if eligible <= 0 or len(buffer) < cfg.batch_size:
                     continue
-                self.debt += n * cfg.updates_per_step
+                self.debt += eligible * cfg.updates_per_step
                 while self.debt >= 1.0:
                     out = learner.update(buffer.sample(cfg.batch_size))
                     for k, v in out.items():
