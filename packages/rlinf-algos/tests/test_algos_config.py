@@ -78,9 +78,12 @@ def test_plugin_and_algorithms_import_without_heavy_modules() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_run_with_a_scheduler_says_the_distributed_runner_is_not_here() -> None:
-    with pytest.raises(RlinfError, match="distributed runner"):
-        PPO(PPOConfig()).run(object(), {"env": {"id": "x"}, "runner": {"total_steps": 1}}, "/nonexistent")
+def test_run_with_something_that_is_not_a_scheduler_is_explained() -> None:
+    sections = {"env": {"id": "x"}, "runner": {"total_steps": 1}}
+    with pytest.raises(RlinfError, match=r"needs a started rlinf_core\.Scheduler"):
+        PPO(PPOConfig()).run(object(), sections, "/nonexistent")
+    with pytest.raises(ConfigError, match=r"runner\.scheduler: local"):
+        GRPO(GRPOConfig()).run(object(), sections, "/nonexistent")
 
 
 def test_grpo_needs_matching_env_count(tmp_path) -> None:

@@ -108,7 +108,7 @@ def train_cmd(
     The whole configuration is checked before anything starts. Runs on an embedded Ray, or on the
     cluster at RAY_ADDRESS. Ctrl-C writes a checkpoint first; --resume RUN_DIR continues it.
     """
-    from rlinf_algos.runner import run_training
+    from rlinf_algos.runner import TrainingInterrupted, run_training
     from rlinf_core.config import load_yaml
     from rlinf_core.errors import RlinfError
 
@@ -127,14 +127,17 @@ def train_cmd(
             host=get_host(ctx),
             config_path=config,
         )
-    except KeyboardInterrupt:
+    except TrainingInterrupted as stop:
         if bar is not None:
             bar.close()
-        click.echo(
-            "interrupted: checkpoint, policy and summary written; continue with "
-            f"`rlinf train {config} --resume <run dir>`",
-            err=True,
-        )
+        if stop.checkpoint is not None:
+            click.echo(
+                f"interrupted: wrote {stop.checkpoint}, the policy and summary.json; continue with "
+                f"`rlinf train {config} --resume {stop.run_dir}`",
+                err=True,
+            )
+        else:
+            click.echo(f"interrupted before training started (run directory {stop.run_dir})", err=True)
         sys.exit(130)
     except RlinfError:
         if bar is not None:

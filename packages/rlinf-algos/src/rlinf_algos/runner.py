@@ -44,6 +44,7 @@ from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
 
 __all__ = [
     "DistributedRun",
+    "TrainingInterrupted",
     "default_run_dir",
     "run_distributed",
     "run_training",
@@ -54,6 +55,15 @@ ProgressFn = Callable[[dict[str, Any]], None]
 
 LOCAL = "local"
 """``runner.scheduler: local`` trains in the rlinf process, without workers."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C ended a run. ``run_dir`` is its directory; ``checkpoint`` the checkpoint written on
+    the way out (``None`` if training had not started or none could be written)."""
+
+    def __init__(self, run_dir: Path, checkpoint: Path | None) -> None:
+        super().__init__(f"interrupted: {run_dir}")
+        self.run_dir, self.checkpoint = run_dir, checkpoint
 
 
 # -- validation --------------------------------------------------------------------------------
@@ -287,6 +297,7 @@ def run_training(
         kwargs["callbacks"] = callbacks
     if rollout_only:
         kwargs["rollout_only"] = True
+    started = time.time()
     try:
         if _accepts(algo.run, kwargs):
             summary = algo.run(scheduler, data, run_dir, **kwargs)
@@ -294,11 +305,23 @@ def run_training(
             if resume or rollout_only:
                 raise RlinfError(f"algorithm {algo_cls.PLUGIN_NAME!r} does not support resume/rollout-only")
             summary = algo.run(scheduler, data, run_dir)
+    except TrainingInterrupted:
+        raise
+    except KeyboardInterrupt:
+        raise TrainingInterrupted(run_dir, _interrupt_checkpoint(run_dir, started)) from None
     finally:
         board.close()
         if own is not None:
             own.shutdown()
     return {**summary, "run_dir": str(run_dir)}
+
+
+def _interrupt_checkpoint(run_dir: Path, since: float) -> Path | None:
+    """The checkpoint an interrupted run wrote after ``since`` (epoch seconds), if any."""
+    from rlinf_algos.local_runner import latest_checkpoint
+
+    path = latest_checkpoint(run_dir)
+    return path if path is not None and path.stat().st_mtime >= since else None
 
 
 def _accepts(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> bool:
@@ -381,6 +404,13 @@ def run_distributed(
 ) -> dict[str, Any]:
     """Run PPO or SAC on env, rollout and actor workers placed by ``scheduler`` (started); see
     :class:`DistributedRun`."""
+    from rlinf_core.scheduler import Scheduler
+
+    if not isinstance(scheduler, Scheduler):
+        raise RlinfError(
+            f"the distributed runner needs a started rlinf_core.Scheduler (e.g. the `ray` plugin's), "
+            f"got {type(scheduler).__name__}; pass scheduler=None to train in this process"
+        )
     run = DistributedRun(
         algo_cfg, sections, scheduler, Path(run_dir), resume=resume, progress=progress,
         callbacks=callbacks, rollout_only=rollout_only,
@@ -435,6 +465,8 @@ class DistributedRun:
         self.episodes = 0
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=100)
         self.recent_lengths: collections.deque[int] = collections.deque(maxlen=100)
+        # info["is_success"] at the end of the recent episodes, for envs that report it
+        self.recent_successes: collections.deque[float] = collections.deque(maxlen=100)
         self.best = -math.inf
         self.wall_offset = 0.0
         self.last_row: dict[str, Any] = {}
@@ -582,6 +614,7 @@ class DistributedRun:
         for res in results:
             self.recent_returns.extend(res["returns"])
             self.recent_lengths.extend(res["lengths"])
+            self.recent_successes.extend(res.get("successes", ()))
             self.episodes += len(res["returns"])
 
     def _row(self, metrics: dict[str, Any], step: int | None = None, force: bool = False) -> None:
@@ -608,6 +641,8 @@ class DistributedRun:
             "episodes": self.episodes,
             "env_steps_per_s": (step - self.last_log_step) / max(now - self.last_log_time, 1e-9),
         }
+        if self.recent_successes:
+            row["success_rate"] = float(np.mean(self.recent_successes))
         for k, v in metrics.items():
             if k not in row and isinstance(v, int | float) and not isinstance(v, bool):
                 row[k] = v
@@ -625,6 +660,7 @@ class DistributedRun:
             "episodes": self.episodes,
             "recent_returns": list(self.recent_returns),
             "recent_lengths": list(self.recent_lengths),
+            "recent_successes": list(self.recent_successes),
             "wall_s": self.wall_s,
             "best": self.best,
             "restarts": self.restarts,
@@ -680,6 +716,7 @@ class DistributedRun:
         self.episodes = int(run["episodes"])
         self.recent_returns.extend(run["recent_returns"])
         self.recent_lengths.extend(run["recent_lengths"])
+        self.recent_successes.extend(run.get("recent_successes", ()))
         self.wall_offset = float(run["wall_s"])
         self.best = float(run["best"])
         self.restarts = int(run.get("restarts", 0))
@@ -694,7 +731,7 @@ class DistributedRun:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.resume_digest: str | None = None
         self.resumed_from: str | None = None
-        columns = BASE_COLUMNS + LEARNER_COLUMNS[self.name] + _EXTRA_COLUMNS[self.name]
+        columns = BASE_COLUMNS + LEARNER_COLUMNS[self.name] + _EXTRA_COLUMNS[self.name] + ("success_rate",)
         try:
             self.setup()
             self.t0 = time.perf_counter()
@@ -707,8 +744,7 @@ class DistributedRun:
             try:
                 asyncio.run(self._main())
             except (KeyboardInterrupt, asyncio.CancelledError):
-                self._interrupt()
-                raise KeyboardInterrupt from None
+                raise TrainingInterrupted(self.run_dir, self._interrupt()) from None
             if self.steps != self.last_log_step:
                 self._row(self.last_metrics, force=True)
             if (
@@ -883,9 +919,10 @@ class DistributedRun:
         await loop.run_in_executor(None, put_all)
 
     # -- endings ---------------------------------------------------------------------------------
-    def _interrupt(self) -> None:
+    def _interrupt(self) -> Path | None:
         """Ctrl-C: end the iteration in flight, let the learner finish its update, write a
-        checkpoint, the final policy and the summary (``interrupted``)."""
+        checkpoint, the final policy and the summary (``interrupted``); returns the checkpoint."""
+        path = None
         try:
             asyncio.run(self._abort_keys(self.gen))
         except Exception as err:
@@ -893,10 +930,11 @@ class DistributedRun:
         try:
             self.groups["actor"].version().wait(self.timeout)  # queued behind any update in flight
             if not self.rollout_only:
-                self.checkpoint()
-        except Exception as err:
+                path = self.checkpoint()
+        except Exception as err:  # report it; still write the policy and the summary
             self._log(f"could not write the interrupt checkpoint: {err}")
         self._finish(interrupted=True)
+        return path
 
     def _finish(self, interrupted: bool = False) -> dict[str, Any]:
         from rlinf_algos.local_runner import _atomic_write_text, atomic_torch_save
@@ -906,6 +944,8 @@ class DistributedRun:
         if not self.rollout_only and "actor" in self.groups:
             policy = self.groups["actor"].policy().wait(self.timeout)[0]
             policy["env_id"] = self.env_cfg.id
+            policy["env_kwargs"] = dict(self.env_cfg.kwargs)  # `rlinf eval` builds the same env
+            policy["max_episode_steps"] = self.env_cfg.max_episode_steps
             atomic_torch_save(policy, self.run_dir / "policy.pt")
         wall = self.wall_s
         ret = self.last_row.get("episode_return_mean", float("nan")) if self.last_row else float("nan")
@@ -920,6 +960,8 @@ class DistributedRun:
             "env_steps_per_s": self.steps / wall if wall > 0 else 0.0,
             "final_return_mean": None if math.isnan(final) else final,
             "best_return_mean": None if self.best == -math.inf else self.best,
+            # over the last 100 training episodes; None if the env has no info["is_success"]
+            "success_rate": float(np.mean(self.recent_successes)) if self.recent_successes else None,
             "episodes": self.episodes,
             "interrupted": interrupted,
             "rollout_only": self.rollout_only,
