@@ -146,10 +146,12 @@ def train_cmd(
     if bar is not None:
         bar.close()
     ret = summary.get("final_return_mean")
+    success = summary.get("success_rate")
     click.echo(
         f"done: {summary['total_env_steps']} env steps in {summary['wall_s']:.1f} s "
         f"({summary['env_steps_per_s']:,.0f} steps/s); final return "
         f"{'-' if ret is None else f'{ret:.1f}'}, best {summary.get('best_return_mean')}"
+        + ("" if success is None else f", success rate {success:.2f} (last 100 training episodes)")
     )
     click.echo(f"run directory: {target or _run_dir_of(summary)}")
 
@@ -165,14 +167,18 @@ def _run_dir_of(summary: dict[str, Any]) -> str:
 @click.option("--stochastic", is_flag=True, help="Sample actions instead of taking the mean.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def eval_cmd(run_dir: Path, episodes: int, seed: int, stochastic: bool, as_json: bool) -> None:
-    """Run the final policy of RUN_DIR for N episodes; print the mean and std of the return."""
+    """Run the final policy of RUN_DIR for N episodes; print the mean and std of the return (and
+    the success rate, for envs that report info["is_success"])."""
     from rlinf_algos.local_runner import evaluate_policy
 
     res = evaluate_policy(run_dir / "policy.pt", episodes=episodes, seed=seed, deterministic=not stochastic)
     if as_json:
         click.echo(json.dumps(res))
         return
-    click.echo(f"{episodes} episodes: return {res['mean']:.2f} +- {res['std']:.2f}")
+    line = f"{episodes} episodes: return {res['mean']:.2f} +- {res['std']:.2f}"
+    if res.get("success_rate") is not None:
+        line += f", success rate {res['success_rate']:.2f}"
+    click.echo(line)
 
 
 @click.command("plot")

@@ -9,7 +9,9 @@ them with ``seed`` (sub-env ``i`` gets ``seed + i``), and wraps them so that:
   ``info["final_obs"]`` holds the last one of the finished episode, which a learner needs to
   bootstrap through a truncation (:func:`final_observations`);
 - episode returns and lengths are recorded (``RecordEpisodeStatistics``;
-  :class:`VectorEnvStepper` collects them).
+  :class:`VectorEnvStepper` collects them), and so is the success of every episode whose env
+  reports ``info["is_success"]`` (gymnasium-robotics' convention; ``rlinf/FrankaReach-v0``): its
+  value at the episode's last step.
 
 :class:`VectorEnvStepper` is the env side of a rollout: it holds the current observations, clips
 actions to the action space, steps, and returns one :class:`EnvStep` record. An ``EnvWorker``
@@ -128,7 +130,9 @@ class EnvStep:
     ``obs`` ``[N, D]`` float32: the observations to act on next (first of a new episode where one
     ended); ``rewards`` ``[N]`` float32; ``terminated``/``truncated`` ``[N]`` bool; ``final_obs``
     ``[N, D]`` float32: the true successor observation (equal to ``obs`` where nothing ended);
-    ``episode_returns`` / ``episode_lengths``: the episodes that ended in this step.
+    ``episode_returns`` / ``episode_lengths``: the episodes that ended in this step;
+    ``episode_successes``: ``info["is_success"]`` at the last step of those of them whose env
+    reports it (1.0 or 0.0; empty for envs without it).
     """
 
     obs: np.ndarray
@@ -138,6 +142,7 @@ class EnvStep:
     final_obs: np.ndarray
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
+    episode_successes: list[float] = field(default_factory=list)
 
     @property
     def done(self) -> np.ndarray:
@@ -188,6 +193,8 @@ class VectorEnvStepper:
             )
         self.env_id = env_id
         self.num_envs = num_envs
+        self.env_kwargs = dict(env_kwargs or {})
+        self.max_episode_steps = max_episode_steps
         self.obs_dim = int(space.shape[0])
         self.act_dim = int(aspace.shape[0])
         self.action_low = np.asarray(aspace.low, dtype=np.float32)
@@ -198,6 +205,7 @@ class VectorEnvStepper:
         self.episodes = 0
         self.recent_returns: deque[float] = deque(maxlen=stats_window)
         self.recent_lengths: deque[int] = deque(maxlen=stats_window)
+        self.recent_successes: deque[float] = deque(maxlen=stats_window)
 
     def random_actions(self) -> np.ndarray:
         """``[N, A]`` uniform samples from the (seeded) action space."""
@@ -219,12 +227,17 @@ class VectorEnvStepper:
             final_obs=final,
         )
         if "_episode" in info:
+            final_info = info.get("final_info") or {}
+            success, has_success = final_info.get("is_success"), final_info.get("_is_success")
             for i in np.flatnonzero(info["_episode"]):
                 r, n = float(info["episode"]["r"][i]), int(info["episode"]["l"][i])
                 out.episode_returns.append(r)
                 out.episode_lengths.append(n)
+                if success is not None and (has_success is None or has_success[i]):
+                    out.episode_successes.append(float(bool(success[i])))
             self.recent_returns.extend(out.episode_returns)
             self.recent_lengths.extend(out.episode_lengths)
+            self.recent_successes.extend(out.episode_successes)
             self.episodes += len(out.episode_returns)
         self.obs = next_obs
         self.steps += self.num_envs

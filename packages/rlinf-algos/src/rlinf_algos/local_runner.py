@@ -718,7 +718,9 @@ class _Run:
             progress,
         )
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.log = _MetricsLog(run_dir / "metrics.csv", BASE_COLUMNS + LEARNER_COLUMNS[name], append=resume)
+        self.log = _MetricsLog(
+            run_dir / "metrics.csv", BASE_COLUMNS + LEARNER_COLUMNS[name] + ("success_rate",), append=resume
+        )
         self.t0 = time.perf_counter()
         self.wall_offset = 0.0
         self.best = -math.inf
@@ -754,6 +756,8 @@ class _Run:
             "env_steps_per_s": sps,
             **extra,
         }
+        if self.stepper.recent_successes:  # envs that report info["is_success"]
+            row["success_rate"] = float(np.mean(self.stepper.recent_successes))
         self.log.write(row)
         if self.progress is not None:
             self.progress(row)
@@ -765,6 +769,7 @@ class _Run:
             "episodes": self.stepper.episodes,
             "recent_returns": list(self.stepper.recent_returns),
             "recent_lengths": list(self.stepper.recent_lengths),
+            "recent_successes": list(self.stepper.recent_successes),
             "wall_s": self.wall_s,
             "best": self.best,
             "torch_rng": torch.get_rng_state(),
@@ -775,6 +780,7 @@ class _Run:
         self.stepper.episodes = int(s["episodes"])
         self.stepper.recent_returns.extend(s["recent_returns"])
         self.stepper.recent_lengths.extend(s["recent_lengths"])
+        self.stepper.recent_successes.extend(s.get("recent_successes", ()))
         self.wall_offset = float(s["wall_s"])
         self.best = float(s["best"])
         torch.set_rng_state(s["torch_rng"])
@@ -792,6 +798,12 @@ class _Run:
 
     def finish(self, policy: dict[str, Any], interrupted: bool = False) -> dict[str, Any]:
         self.log.close()
+        # `rlinf eval` builds the same env (e.g. FrankaReach's obs_mode: flat)
+        policy = {
+            "env_kwargs": dict(self.stepper.env_kwargs),
+            "max_episode_steps": self.stepper.max_episode_steps,
+            **policy,
+        }
         atomic_torch_save(policy, self.run_dir / "policy.pt")
         wall = self.wall_s
         steps = self.stepper.steps
@@ -803,6 +815,9 @@ class _Run:
             "env_steps_per_s": steps / wall if wall > 0 else 0.0,
             "final_return_mean": _none_if_nan(self.return_mean()),
             "best_return_mean": None if self.best == -math.inf else self.best,
+            "success_rate": float(np.mean(self.stepper.recent_successes))
+            if self.stepper.recent_successes
+            else None,
             "episodes": self.stepper.episodes,
             "interrupted": interrupted,
         }
@@ -1134,24 +1149,37 @@ def load_policy(path: Path) -> tuple[torch.nn.Module, dict[str, Any]]:
 def evaluate_policy(
     path: Path, episodes: int = 10, seed: int = 10_000, num_envs: int = 1, deterministic: bool = True
 ) -> dict[str, Any]:
-    """Run the saved policy for ``episodes`` whole episodes; returns ``mean``, ``std`` and the
-    list of ``returns`` (raw environment rewards)."""
+    """Run the saved policy for ``episodes`` whole episodes in the env it was trained on (its
+    id, ``env.kwargs`` and ``env.max_episode_steps``); returns ``mean``, ``std`` and the list of
+    ``returns`` (raw environment rewards), and ``success_rate`` (the fraction of episodes whose
+    last step had ``info["is_success"]``; ``None`` if the env does not report it)."""
     if episodes < 1:
         raise ValueError("evaluate_policy: episodes must be at least 1")
     module, record = load_policy(path)
-    stepper = VectorEnvStepper(record["env_id"], min(num_envs, episodes), seed)
+    stepper = VectorEnvStepper(
+        record["env_id"],
+        min(num_envs, episodes),
+        seed,
+        env_kwargs=record.get("env_kwargs"),
+        max_episode_steps=record.get("max_episode_steps"),
+    )
     returns: list[float] = []
+    successes: list[float] = []
     try:
         with torch.no_grad():
             while len(returns) < episodes:
                 actions = module.predict(torch.from_numpy(stepper.obs), deterministic)  # type: ignore[operator]
-                returns.extend(stepper.step(actions.numpy()).episode_returns)
+                step = stepper.step(actions.numpy())
+                returns.extend(step.episode_returns)
+                successes.extend(step.episode_successes)
     finally:
         stepper.close()
     returns = returns[:episodes]
+    successes = successes[:episodes]
     return {
         "episodes": episodes,
         "mean": float(np.mean(returns)),
         "std": float(np.std(returns)),
         "returns": returns,
+        "success_rate": float(np.mean(successes)) if len(successes) == episodes else None,
     }

@@ -381,7 +381,7 @@ class _Board:
 
 
 def _tb_tag(key: str) -> str:
-    if key.startswith("episode_") or key in ("episodes",):
+    if key.startswith("episode_") or key in ("episodes", "success_rate"):
         return f"charts/{key}"
     if key in ("env_steps_per_s", "wall_s", "rollout_s", "update_s", "wait_s", "policy_lag"):
         return f"perf/{key}"

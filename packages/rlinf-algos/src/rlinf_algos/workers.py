@@ -200,10 +200,12 @@ class EnvWorker(Worker):
 
     def run(self, gen: int, steps: int) -> dict[str, Any]:
         """Serve one iteration: send every stage's observations, then ``steps`` times per stage
-        receive actions, step, and send the result. Returns the episodes that ended and the env
-        steps taken; ``aborted`` if the driver or a dead peer ended the iteration early."""
+        receive actions, step, and send the result. Returns the episodes that ended (``returns``,
+        ``lengths``, and ``successes`` of those whose env reports ``info["is_success"]``) and the
+        env steps taken; ``aborted`` if the driver or a dead peer ended the iteration early."""
         returns: list[float] = []
         lengths: list[int] = []
+        successes: list[float] = []
         taken = 0
         try:
             for s, st in enumerate(self.steppers):
@@ -212,7 +214,13 @@ class EnvWorker(Worker):
                 for s, st in enumerate(self.steppers):
                     actions = self._recv(gen, s)
                     if actions is None:
-                        return {"aborted": True, "steps": taken, "returns": returns, "lengths": lengths}
+                        return {
+                            "aborted": True,
+                            "steps": taken,
+                            "returns": returns,
+                            "lengths": lengths,
+                            "successes": successes,
+                        }
                     step = st.step(actions)
                     taken += st.num_envs
                     msg: dict[str, Any] = {
@@ -227,6 +235,7 @@ class EnvWorker(Worker):
                         msg["final"] = (idx, step.final_obs[idx])
                         returns.extend(step.episode_returns)
                         lengths.extend(step.episode_lengths)
+                        successes.extend(step.episode_successes)
                     self._send(gen, s, msg)
         except ChannelError as err:  # a peer died or the channel closed: this iteration is lost
             return {
@@ -234,9 +243,16 @@ class EnvWorker(Worker):
                 "steps": taken,
                 "returns": returns,
                 "lengths": lengths,
+                "successes": successes,
                 "error": str(err),
             }
-        return {"aborted": False, "steps": taken, "returns": returns, "lengths": lengths}
+        return {
+            "aborted": False,
+            "steps": taken,
+            "returns": returns,
+            "lengths": lengths,
+            "successes": successes,
+        }
 
     def teardown(self) -> None:
         for st in getattr(self, "steppers", []):
