@@ -291,7 +291,10 @@ def _env_id_problems(run_config: Any) -> list[ConfigProblem]:
 
 class _LocalAlgorithm(Algorithm):
     components: ClassVar[tuple[str, ...]] = ("env", "rollout", "actor")
+    required_components: ClassVar[tuple[str, ...]] = ("env", "rollout", "actor")
     distributed: ClassVar[bool] = True
+    """Runs on workers placed by a scheduler (``rlinf train`` defaults to ``runner.scheduler: ray``);
+    ``False``: in the rlinf process (default ``local``)."""
 
     @classmethod
     def run_config_problems(cls, run_config: Mapping[str, Any]) -> list[ConfigProblem]:

@@ -187,9 +187,11 @@ def _cluster_problems(data: Mapping[str, Any], algo_cls: Any, host: Any) -> list
 
 
 def _required_components(algo_cls: Any) -> tuple[str, ...]:
-    if getattr(algo_cls, "distributed", False) and getattr(algo_cls, "PLUGIN_NAME", "") in ("ppo", "sac"):
-        return ("env", "rollout", "actor")
-    return tuple(getattr(algo_cls, "components", ()))
+    """The components an algorithm class says must be placed (``required_components``), checked
+    only for classes that run on workers (``distributed = True``); others check their own."""
+    if algo_cls is None or not getattr(algo_cls, "distributed", False):
+        return ()
+    return tuple(getattr(algo_cls, "required_components", getattr(algo_cls, "components", ())))
 
 
 # -- the public entry point ----------------------------------------------------------------------
