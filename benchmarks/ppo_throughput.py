@@ -13,12 +13,16 @@ optimiser                   Adam, lr 3e-4 (constant here), gamma 0.99, GAE lambd
 observations / rewards      running mean/std observation normalisation for all three; reward
                             scaling by the return's std for rlinf and SB3 (``VecNormalize``);
                             RLlib has no reward scaler on its new API stack
+value clipping              0.2 around the old value for rlinf and SB3 (``clip_range_vf``);
+                            RLlib clips the value loss instead (its default ``vf_clip_param``)
 ==========================  ==================================================================
 
 Peers (``--peers``):
 
 - ``rlinf``: ``rlinf_algos.runner.run_training`` (env, rollout and actor workers over channels,
-  what ``rlinf train`` runs) when that module is installed; the in-process runner
+  what ``rlinf train`` runs; configured as ``examples/quickstart.yaml``: one node, env stepping
+  in 2 pipeline stages, ``max_staleness: 1`` so the next rollout overlaps the update) when that
+  module is installed; the in-process runner
   (``rlinf_algos.local_runner.train``) is measured too, as ``rlinf_inprocess_sps``. Without the
   distributed runner, ``rlinf_sps`` is the in-process figure and the JSON says so
   (``rlinf_runner``).
@@ -41,12 +45,19 @@ interfere), one at a time, with ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` and
 ``torch.set_num_threads`` pinned to ``--threads`` (default 1: fastest for MLPs this small on
 a 2-core machine, and what rlinf's ``runner.torch_threads`` defaults to). Each peer runs
 ``--warmup`` iterations before the clock starts (first-call allocations, Ray start, worker
-spawn and the first weight sync are not counted) and then ``--iterations`` timed ones. The
-1-minute load average is recorded beside every figure: the development machine is shared.
+spawn and the first weight sync are not counted) and then ``--iterations`` timed ones;
+``--repeats`` runs of every peer are interleaved and the median is reported.
+
+Two figures per peer: ``env-steps/s`` (wall clock, the figure the targets are about) and
+``steps/cpu-s``: the same steps over the CPU time of the peer's whole process tree (Ray's
+processes included, read from ``/proc``). On a machine shared with other jobs the wall-clock
+figure moves with their load, and a peer running several processes (rlinf's workers) gets a
+larger share of a contended CPU than a single-process one; ``cores`` (CPU time / wall time) and
+the 1-minute load average printed beside each figure show how far that went.
 
 Part 3, ``--learning`` (long; not run by default): PPO on HalfCheetah-v5 for
-``--learning-steps`` (default 1M) over ``--seeds`` seeds for rlinf and SB3 (and RLlib if listed
-in ``--peers``), with the learning rate annealed linearly to 0 for all; SAC on HalfCheetah-v5
+``--learning-steps`` (default 1M) over ``--seeds`` seeds for every peer in ``--peers``, with
+the learning rate annealed linearly to 0 for all; SAC on HalfCheetah-v5
 for 100k steps, rlinf vs SB3 SAC with the same settings and seeds (256x256 relu, batch 256,
 lr 3e-4 for actor, critic and temperature, tau 0.005, 5000 random steps, one update per env
 step). Reports the final training return (mean of the last 100 episodes), the deterministic
@@ -55,7 +66,8 @@ evaluation return of the final policy (rlinf, SB3) and env-steps/s.
 Usage::
 
     uv run --group bench python benchmarks/ppo_throughput.py [--quick] [--json PATH]
-    uv run --group bench python benchmarks/ppo_throughput.py --learning [--learning-steps N] [--seeds 3]
+    uv run --group bench python benchmarks/ppo_throughput.py --learning {ppo,sac,all}
+    # options: --peers rlinf,sb3 --learning-steps 1000000 --sac-steps 100000 --seeds 3
 
 Figures are printed, never asserted.
 """
@@ -205,7 +217,7 @@ def _rlinf_ppo_sections(total_steps: int, seed: int, anneal: bool) -> dict[str, 
 
 def _rlinf_distributed_config(sections: dict[str, Any]) -> dict[str, Any]:
     """The run configuration ``rlinf train`` would read for ``sections``: one node, the env,
-    rollout and actor workers on it, env stepping in 2 pipeline stages, and the rollout of the next
+    rollout and actor workers on it, env stepping in 2 pipeline stages (1 for a single env), and the rollout of the next
     batch overlapping the update on this one (``max_staleness: 1``), as ``examples/quickstart.yaml``."""
     place = {"node_group": "node", "placement": "0"}
     return {
@@ -214,7 +226,7 @@ def _rlinf_distributed_config(sections: dict[str, Any]) -> dict[str, Any]:
             "num_nodes": 1,
             "component_placement": {c: dict(place) for c in ("env", "rollout", "actor")},
         },
-        "rollout": {"pipeline_stages": 2, "max_staleness": 1},
+        "rollout": {"pipeline_stages": 2 if sections["env"]["num_envs"] % 2 == 0 else 1, "max_staleness": 1},
     }
 
 
@@ -711,8 +723,14 @@ def run_peer(task: str, args: list[Any], threads: int, timeout: float) -> dict[s
             return {"error": f"timed out after {timeout:.0f} s", "load_before": load}
         wall = time.perf_counter() - t0
         if proc.returncode != 0 or not out.exists():
-            tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
-            return {"error": f"exit {proc.returncode}: {tail}", "load_before": load, "process_s": wall}
+            lines = [x for x in proc.stdout.strip().splitlines() if x.strip()] or ["(no output)"]
+            tail = "\n".join(lines[-15:])
+            # first line: the exception message (the last line of the output); then the traceback
+            return {
+                "error": f"exit {proc.returncode}: {lines[-1]}\n{tail}",
+                "load_before": load,
+                "process_s": wall,
+            }
         result = json.loads(out.read_text())
     result["load_before"] = load
     result["process_s"] = wall
