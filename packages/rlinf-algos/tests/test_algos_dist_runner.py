@@ -131,33 +131,38 @@ def test_sac_streams_transitions_to_the_learner(ray_cluster: Any, tmp_path: Path
     assert record["algorithm"] == "sac"
 
 
-def test_a_killed_rollout_worker_is_restarted_and_its_batch_dropped(ray_cluster: Any, tmp_path: Path) -> None:
+def test_killed_rollout_and_env_workers_are_restarted_and_their_batches_dropped(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
     import ray
 
     config = ppo_config(total_steps=1024)
     config["cluster"] = placement()
     config["algorithm"]["rollout_steps"] = 64
     config["env"]["num_envs"] = 4
-    killed: list[int] = []
+    victims = {1: "rollout", 3: "env"}  # iteration -> the component killed in mid-collection
+    killed: list[tuple[int, str]] = []
 
     def on_iteration(run: Any, k: int) -> None:
-        if k == 1 and not killed:
-            actor = run.groups["rollout"].actors[0]
+        if k in victims and all(k != done for done, _ in killed):
+            component = victims[k]
+            actor = run.groups[component].actors[0]
 
             def kill() -> None:
-                time.sleep(0.2)  # mid-collection
+                time.sleep(0.2)
                 ray.kill(actor, no_restart=True)
 
-            killed.append(k)
+            killed.append((k, component))
             threading.Thread(target=kill, daemon=True).start()
 
     summary = run_training(config, run_dir=tmp_path, callbacks={"on_iteration": on_iteration})
-    assert killed == [1]
-    assert summary["restarts"] == 1 and summary["dropped_batches"] == 1
-    assert summary["total_env_steps"] == 1024  # the dropped iteration was run again
-    assert any("dropped its partial batch" in e for e in summary["events"])
-    assert any("restarted rollout rank(s) [0]" in e for e in summary["events"])
-    assert summary["iterations"] == 4
+    assert killed == [(1, "rollout"), (3, "env")]
+    assert summary["restarts"] == 2 and summary["dropped_batches"] == 2
+    assert summary["total_env_steps"] == 1024 and summary["iterations"] == 4  # dropped ones ran again
+    events = "\n".join(summary["events"])
+    assert events.count("dropped its partial batch") == 2
+    assert "restarted rollout rank(s) [0]" in events and "restarted env rank(s) [0]" in events
+    assert [int(r["step"]) for r in rows(tmp_path)] == [256, 512, 768, 1024]
 
 
 def test_rollout_only_runs_env_and_rollout_workers_without_learning(ray_cluster: Any, tmp_path: Path) -> None:
