@@ -785,6 +785,13 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
     for rep in range(args.repeats):
         for task, task_args, rows in plan:
             r = run_peer(task, [*task_args, args.seed + rep], args.threads, args.timeout)
+            if task.startswith("dist:") and "error" in r:
+                # keep an rlinf figure: add the in-process rows (run later in this repetition)
+                for row in rows:
+                    extra = f"{row}_inprocess"
+                    if all(t != extra for t, _, _ in plan):
+                        n = train_iters if row.startswith("train") else roll_iters
+                        plan.append((extra, [args.warmup, n], (extra,)))
             for row in rows:
                 rr = r
                 if task.startswith("dist:") and "error" not in r:  # one result per part
@@ -848,19 +855,26 @@ def print_throughput(res: dict[str, Any], args: argparse.Namespace) -> dict[str,
         r = res.get(task)
         return None if r is None or "error" in r else r["sps"]
 
-    distributed = "train:rlinf" in res
+    def pick(row: str) -> tuple[float | None, str]:
+        """The distributed figure of ``row``, else the in-process one, with which it is."""
+        if sps(row) is not None:
+            return sps(row), "distributed"
+        if row in res:
+            why = f"the distributed run failed: {res[row]['error'].splitlines()[0][:200]}"
+        else:
+            why = "the distributed runner (rlinf_algos.runner.run_training) is not installed"
+        return sps(f"{row}_inprocess"), f"in-process ({why})"
+
+    rlinf_sps, rlinf_runner = pick("train:rlinf")
+    rollout_sps, rollout_runner = pick("rollout:rlinf")
     summary = {
-        "rlinf_sps": sps("train:rlinf") if distributed else sps("train:rlinf_inprocess"),
-        "rlinf_runner": "distributed" if distributed else "in-process (interim: distributed runner pending)",
+        "rlinf_sps": rlinf_sps,
+        "rlinf_runner": rlinf_runner,
         "rlinf_inprocess_sps": sps("train:rlinf_inprocess"),
         "sb3_sps": sps("train:sb3"),
         "rllib_sps": sps("train:rllib"),
-        "rlinf_rollout_sps": sps("rollout:rlinf")
-        if "rollout:rlinf" in res
-        else sps("rollout:rlinf_inprocess"),
-        "rlinf_rollout_runner": "distributed"
-        if "rollout:rlinf" in res
-        else "in-process (interim: channel rollout pending)",
+        "rlinf_rollout_sps": rollout_sps,
+        "rlinf_rollout_runner": rollout_runner,
         "rlinf_inprocess_rollout_sps": sps("rollout:rlinf_inprocess"),
         "bare_rollout_sps": sps("rollout:bare"),
         "steps_per_cpu_s": {t: (None if "error" in r else r["steps_per_cpu_s"]) for t, r in res.items()},
