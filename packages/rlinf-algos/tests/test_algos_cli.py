@@ -179,3 +179,24 @@ def test_eval_and_plot_explain_a_wrong_directory(host: Any, tmp_path: Path) -> N
     assert "no saved policy" in str(res.exception)
     res = invoke(host, "plot", str(tmp_path))
     assert "no metrics.csv" in str(res.exception)
+
+
+def test_resume_keeps_the_env_and_model_of_the_run(host: Any, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    base = [
+        "train",
+        str(EXAMPLES / "quickstart.yaml"),
+        "runner.scheduler=local",
+        "runner.checkpoint_interval=512",
+        "algorithm.rollout_steps=64",
+    ]
+    res = invoke(host, *base, "runner.total_steps=1024", "--run-dir", str(run_dir))
+    assert res.exit_code == 0, (res.output, res.exception)
+    res = invoke(host, *base, "runner.total_steps=2048", "env.num_envs=4", "--resume", str(run_dir))
+    assert isinstance(res.exception, ConfigError)
+    assert "env.num_envs: is 4, but the run being resumed used 8" in str(res.exception)
+    res = invoke(host, *base, "runner.total_steps=2048", "--resume", str(run_dir))
+    assert res.exit_code == 0, (res.output, res.exception)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["total_env_steps"] == 2048 and not summary["interrupted"]
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["runner"]["total_steps"] == 2048

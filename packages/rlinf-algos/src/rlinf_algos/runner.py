@@ -279,6 +279,8 @@ def run_training(
             raise RlinfError(f"nothing to resume in {run_dir}: no checkpoints/step_*.pt there")
     run_dir.mkdir(parents=True, exist_ok=True)
     resolved = _resolved(data, algo_cfg)
+    if resume:
+        _check_resume_config(run_dir / "config.yaml", resolved)
     _atomic_write(run_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
 
     board = _Board(run_dir)
@@ -316,6 +318,35 @@ def run_training(
         if own is not None:
             own.shutdown()
     return {**summary, "run_dir": str(run_dir)}
+
+
+def _check_resume_config(path: Path, now: Mapping[str, Any]) -> None:
+    """A resumed run must keep the env, the model and the algorithm of the run it continues
+    (``runner`` settings such as ``total_steps`` may change): compare with its ``config.yaml``."""
+    import yaml
+
+    if not path.is_file():
+        return
+    then = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    problems = []
+    for section in ("env", "model"):
+        a, b = then.get(section) or {}, now.get(section) or {}
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                problems.append(
+                    ConfigProblem(
+                        f"{section}.{key}",
+                        f"is {b.get(key)!r}, but the run being resumed used {a.get(key)!r}",
+                    )
+                )
+    name_then = (then.get("algorithm") or {}).get("name")
+    name_now = (now.get("algorithm") or {}).get("name")
+    if name_then != name_now:
+        problems.append(
+            ConfigProblem("algorithm.name", f"is {name_now!r}, but the run being resumed used {name_then!r}")
+        )
+    if problems:
+        raise ConfigError(problems)
 
 
 def _interrupt_checkpoint(run_dir: Path, since: float) -> Path | None:
@@ -681,6 +712,8 @@ class DistributedRun:
             {
                 "algorithm": self.name,
                 "distributed": True,
+                "spec": self.spec,
+                "batch": self.batch,
                 "run": self._run_state(),
                 "actor": actor,
                 "rollout_rng": rngs,
@@ -704,6 +737,20 @@ class DistributedRun:
         if not state.get("distributed"):
             raise RlinfError(
                 f"{path} was written by the in-process runner (runner.scheduler: local); resume it with that"
+            )
+        saved_spec, saved_batch = state.get("spec"), state.get("batch")
+        if saved_spec is not None and (saved_spec != self.spec or saved_batch != self.batch):
+            diff = sorted(
+                k for k in set(saved_spec) | set(self.spec) if saved_spec.get(k) != self.spec.get(k)
+            )
+            what = ", ".join(f"{k}: {saved_spec.get(k)!r} then, {self.spec.get(k)!r} now" for k in diff)
+            if saved_batch != self.batch:
+                what = ", ".join(
+                    filter(None, [what, f"env steps per iteration: {saved_batch} then, {self.batch} now"])
+                )
+            raise RlinfError(
+                f"{path} was written by a run with other env or model settings ({what}); resume with the "
+                "settings of that run (its config.yaml), only runner.total_steps may grow"
             )
         run = state["run"]
         self.resume_digest = self.groups["actor"].load(state["actor"]).wait(self.timeout)[0]
