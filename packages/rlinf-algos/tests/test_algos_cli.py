@@ -200,3 +200,16 @@ def test_resume_keeps_the_env_and_model_of_the_run(host: Any, tmp_path: Path) ->
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["total_env_steps"] == 2048 and not summary["interrupted"]
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["runner"]["total_steps"] == 2048
+
+
+def test_commands_and_runner_import_light() -> None:
+    """`rlinf --help` must not pay for torch, ray, mujoco, tensorboardX or matplotlib."""
+    code = (
+        "import sys, click, rlinf_algos.plugin as p; p.rlinf_register_commands(click.Group()); "
+        "import rlinf_algos.runner, rlinf_algos.cli, rlinf_algos.plot; "
+        "print([m for m in ('torch', 'ray', 'gymnasium', 'mujoco', 'tensorboardX', 'matplotlib') if m in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "[]"
