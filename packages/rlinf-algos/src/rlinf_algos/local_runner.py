@@ -32,8 +32,6 @@ import copy
 import csv
 import json
 import math
-import os
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,6 +57,7 @@ from rlinf_algos.envs import VectorEnvStepper
 from rlinf_algos.models import GaussianActorCritic, SquashedGaussianActor, TwinQ
 from rlinf_algos.replay import ReplayBatch, ReplayBuffer
 from rlinf_core.errors import ConfigError, RlinfError
+from rlinf_core.io import atomic_open, atomic_write_text
 
 __all__ = [
     "GRPOCollector",
@@ -98,25 +97,12 @@ def make_adam(params: Any, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
 def atomic_torch_save(obj: Any, path: Path) -> None:
     """``torch.save`` to a temp file in ``path``'s folder, fsync, then ``os.replace``: a crash
     mid-save never leaves a truncated file at ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_open(path) as f:
+        torch.save(obj, f)
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    atomic_write_text(path, text)
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:

@@ -32,7 +32,6 @@ import asyncio
 import collections
 import json
 import math
-import os
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
+from rlinf_core.io import atomic_write_text
 
 __all__ = [
     "DistributedRun",
@@ -374,17 +374,7 @@ def _total_steps(data: Mapping[str, Any]) -> int | None:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_text(path, text)
 
 
 class _Board:

@@ -34,9 +34,10 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from rlinf_core.io import atomic_write_text
 
 __all__ = [
     "FINGER_TRAVEL",
@@ -321,17 +322,7 @@ def write_mjcf(path: str | os.PathLike[str], *, hand: bool = False, scene: bool 
 
     The defaults write the bare 7-joint arm that franka-sim loads via ``FR3_MJCF``.
     """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(panda_mjcf(hand=hand, scene=scene))
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return atomic_write_text(path, panda_mjcf(hand=hand, scene=scene), perms=0o644)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,13 +28,13 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlinf_core.errors import NetworkError
+from rlinf_core.io import atomic_write_text
 
 __all__ = ["InstancePaths", "atomic_write", "instance_paths", "list_instances", "read_status", "state_dir"]
 
@@ -153,18 +153,7 @@ class InstanceLock:
 
 def atomic_write(path: Path, text: str, mode: int = 0o600) -> None:
     """Write ``text`` to ``path`` atomically (temp file in the same directory + ``os.replace``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fchmod(fh.fileno(), mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    atomic_write_text(path, text, perms=mode)
 
 
 def write_status(paths: InstancePaths, data: dict[str, Any]) -> None:

@@ -19,8 +19,6 @@ Shapes: ``B`` sequences, ``T`` tokens, ``H`` heads, ``Dh`` head size, ``V`` voca
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,6 +32,7 @@ from torch import Tensor, nn
 from rlinf_algos.lm.config import LMModelConfig
 from rlinf_algos.lm.tokenizer import CharTokenizer
 from rlinf_core.errors import RlinfError
+from rlinf_core.io import atomic_open
 
 __all__ = [
     "GenerationOutput",
@@ -331,14 +330,8 @@ def save_policy(
         "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
         "meta": meta or {},
     }
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path) as f:
+        torch.save(payload, f)
     return path
 
 

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import random
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -46,6 +44,7 @@ from rlinf_algos.lm.task import (
 from rlinf_algos.lm.tokenizer import CharTokenizer
 from rlinf_algos.lm.workers import ActorWorker, ReferenceWorker, RolloutWorker, pack_batch
 from rlinf_core.errors import RlinfError
+from rlinf_core.io import atomic_write_text
 
 __all__ = ["ascii_curve", "evaluate", "max_response_tokens", "train_lm"]
 
@@ -129,10 +128,7 @@ def ascii_curve(
 
 
 def _write_json(path: Path, data: Any) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(data, indent=2))
 
 
 def train_lm(

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from rlinf_core.errors import ConfigError, NetworkError, SchedulerError, WaitTimeout
+from rlinf_core.io import atomic_write_text
 
 __all__ = [
     "NodeRecord",
@@ -179,12 +180,7 @@ def _resolve_auth(opts: NodeStartOptions) -> tuple[str, str | None]:
             f"file to this node (same path, or pass --token-file FILE), or use --auth disabled on every node",
             "--token-file",
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(secrets.token_hex(32))
-    os.replace(tmp, path)
+    atomic_write_text(path, secrets.token_hex(32), perms=0o600)
     return "token", str(path)
 
 
@@ -325,10 +321,7 @@ def session_pids(sid: int) -> list[int]:
 def _write_record(rec: NodeRecord, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"node-{rec.node_ip or 'local'}-{rec.sid}.json"
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(rec.to_dict(), indent=2), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return atomic_write_text(path, json.dumps(rec.to_dict(), indent=2))
 
 
 def load_records(directory: Path | None = None) -> list[NodeRecord]:
