@@ -93,6 +93,7 @@ def test_franka_reach_sac_smoke(tmp_path: Path) -> None:
 
 @pytest.mark.network
 @pytest.mark.slow
+@pytest.mark.learning
 def test_franka_reach_sac_learns(tmp_path: Path) -> None:
     """The example's full budget reaches the target: the final policy's deterministic success
     rate over 100 evaluation episodes is at least 0.9 (measured: 1.00, with 30,000 env steps in
