@@ -136,9 +136,11 @@ def test_killed_rollout_and_env_workers_are_restarted_and_their_batches_dropped(
 ) -> None:
     import ray
 
-    config = ppo_config(total_steps=1024)
+    # Iterations long enough (2048 env steps, about a second even on an idle machine) that a kill
+    # 0.2 s into one always lands mid-collection, never after the iteration already finished.
+    config = ppo_config(total_steps=8192, log_interval=2048)
     config["cluster"] = placement()
-    config["algorithm"]["rollout_steps"] = 64
+    config["algorithm"]["rollout_steps"] = 512
     config["env"]["num_envs"] = 4
     victims = {1: "rollout", 3: "env"}  # iteration -> the component killed in mid-collection
     killed: list[tuple[int, str]] = []
@@ -158,11 +160,11 @@ def test_killed_rollout_and_env_workers_are_restarted_and_their_batches_dropped(
     summary = run_training(config, run_dir=tmp_path, callbacks={"on_iteration": on_iteration})
     assert killed == [(1, "rollout"), (3, "env")]
     assert summary["restarts"] == 2 and summary["dropped_batches"] == 2
-    assert summary["total_env_steps"] == 1024 and summary["iterations"] == 4  # dropped ones ran again
+    assert summary["total_env_steps"] == 8192 and summary["iterations"] == 4  # dropped ones ran again
     events = "\n".join(summary["events"])
     assert events.count("dropped its partial batch") == 2
     assert "restarted rollout rank(s) [0]" in events and "restarted env rank(s) [0]" in events
-    assert [int(r["step"]) for r in rows(tmp_path)] == [256, 512, 768, 1024]
+    assert [int(r["step"]) for r in rows(tmp_path)] == [2048, 4096, 6144, 8192]
 
 
 def test_rollout_only_runs_env_and_rollout_workers_without_learning(ray_cluster: Any, tmp_path: Path) -> None:

@@ -75,7 +75,8 @@ def ray_cluster():
     mp = pytest.MonkeyPatch()
     mp.setenv("RAY_TMPDIR", tmp)  # our own ray_current_cluster, not the machine's
     mp.setenv("RLINF_STATE_DIR", os.path.join(tmp, "state"))
-    mp.setenv("RAY_AUTH_MODE", "disabled")
+    # Keep Ray's default (token) auth: Ray caches the auth mode per process at first use, so a
+    # module that switched it would break every Ray test that runs after it in the same process.
     mp.setenv("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     mp.delenv("RAY_ADDRESS", raising=False)
     mp.delenv("RLINF_NODE_RANK", raising=False)
