@@ -167,6 +167,27 @@ def test_cameras_render_only_when_asked() -> None:
     plain.close()
 
 
+def test_rendering_then_importing_triton_does_not_crash() -> None:
+    """Cameras (EGL, Mesa's LLVM on a machine without a GPU) and then torch's triton (its own
+    LLVM) in one process segfaulted at the triton import; the backend now loads triton first."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("triton is not installed (torch CPU build): nothing to clash with")
+    code = (
+        "from rlinf_hw_franka.env import FrankaEnv\n"
+        "env = FrankaEnv('mujoco', cameras=['front'], image_size=(32, 32))\n"
+        "obs, _ = env.reset(seed=0)\n"
+        "assert obs['images']['front'].shape == (32, 32, 3)\n"
+        "import triton\n"
+        "print('survived')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "survived" in out.stdout, (out.returncode, out.stderr[-2000:])
+
+
 @pytest.mark.parametrize(
     ("kwargs", "fragment"),
     [

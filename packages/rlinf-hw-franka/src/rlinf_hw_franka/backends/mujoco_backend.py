@@ -36,6 +36,26 @@ def _import_mujoco():  # type: ignore[no-untyped-def]
     return mujoco
 
 
+def _preload_triton() -> None:
+    """Load triton's LLVM before an offscreen GL context loads Mesa's.
+
+    Mesa's software rasteriser (llvmpipe, what EGL falls back to without a GPU) and triton (which
+    torch pulls in on CUDA builds, and imports through ``torch._dynamo`` the first time an
+    optimiser steps) each carry their own LLVM. Loaded in that order they crash the process with a
+    segmentation fault when triton is imported; the other order works. A process that renders
+    cameras and also trains (the in-process runner) would die mid-run, so when triton is installed
+    it is imported here, before the first renderer exists.
+    """
+    import importlib.util
+
+    if "triton" in sys.modules or importlib.util.find_spec("triton") is None:
+        return
+    try:
+        import triton  # noqa: F401
+    except Exception:  # a broken triton install is torch's problem, not the renderer's
+        pass
+
+
 class MujocoBackend(Backend):
     """The simulated Panda.
 
@@ -189,6 +209,7 @@ class MujocoBackend(Backend):
         """RGB images (H, W, 3, uint8) of the configured cameras."""
         if self._renderer is None:
             h, w = self.image_size
+            _preload_triton()
             try:
                 self._renderer = self._mj.Renderer(self.model, height=h, width=w)
             except Exception as err:
