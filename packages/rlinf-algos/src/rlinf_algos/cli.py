@@ -33,6 +33,8 @@ class _ProgressBar:
         self.t0 = time.perf_counter()
 
     def __call__(self, row: dict[str, Any]) -> None:
+        if "env_steps_per_s" not in row and "episode_return_mean" not in row:
+            return  # an algorithm without env steps (grpo_lm) prints its own progress lines
         total = row.get("total_steps")
         step = int(row["step"])
         ret = row.get("episode_return_mean", math.nan)
@@ -145,6 +147,14 @@ def train_cmd(
         raise
     if bar is not None:
         bar.close()
+    if "accuracy_before" in summary:  # grpo_lm: a verifier's exact-match accuracy, not env steps
+        click.echo(
+            f"done: held-out accuracy {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f} "
+            f"({summary['accuracy_gain_pp']:+.1f} pp) in {summary['total_s']:.1f} s, "
+            f"{summary['iterations']} GRPO iterations"
+        )
+        click.echo(f"run directory: {target or _run_dir_of(summary)}")
+        return
     ret = summary.get("final_return_mean")
     success = summary.get("success_rate")
     click.echo(

@@ -1,9 +1,17 @@
 """The ``grpo_lm`` algorithm class: what ``rlinf train examples/grpo_arith.yaml`` selects with
-``algorithm: {name: grpo_lm}`` once the plugin registers it. Imports pydantic and rlinf_core
-only; the training code loads inside :meth:`GRPOLM.run`."""
+``algorithm: {name: grpo_lm}`` (registered by :mod:`rlinf_algos.plugin`). Imports pydantic and
+rlinf_core only; the training code loads inside :meth:`GRPOLM.run`.
+
+``rlinf train`` (:func:`rlinf_algos.runner.run_training`) validates the whole YAML through
+:meth:`GRPOLM.run_config_problems` before anything starts, writes ``config.yaml``, starts the
+scheduler ``runner.scheduler`` names (none for ``local``) and calls :meth:`GRPOLM.run`, which owns
+the training loop: in this process (:func:`rlinf_algos.lm.trainer.train_lm`) or on workers
+placed by the ``cluster`` section (:mod:`rlinf_algos.lm.distributed`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -11,9 +19,11 @@ from pydantic import BaseModel
 
 from rlinf_algos.lm.config import LMGRPOConfig, load_lm_sections
 from rlinf_core.algorithm import Algorithm
-from rlinf_core.errors import RlinfError
+from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
 
 __all__ = ["GRPOLM"]
+
+SECTIONS = ("cluster", "algorithm", "model", "task", "sft", "runner")
 
 
 class GRPOLM(Algorithm):
@@ -23,16 +33,76 @@ class GRPOLM(Algorithm):
     PLUGIN_NAME: ClassVar[str] = "grpo_lm"
     config_model: ClassVar[type[BaseModel]] = LMGRPOConfig
     components: ClassVar[tuple[str, ...]] = ("rollout", "reward", "reference", "actor", "agent")
+    required_components: ClassVar[tuple[str, ...]] = ("rollout", "reward", "reference", "actor")
+    distributed: ClassVar[bool] = True
+    """``rlinf train`` defaults to ``runner.scheduler: ray`` (workers placed by the ``cluster``
+    section); ``runner.scheduler: local`` trains in the rlinf process."""
 
-    def run(self, scheduler: Any, run_config: Any, run_dir: Any) -> dict[str, Any]:
-        """Train in this process (``scheduler`` must be ``None`` until the distributed runner
-        places the workers) and return the summary (``accuracy_before``, ``accuracy_after``...)."""
-        if scheduler is not None:
-            raise RlinfError(
-                "algorithm 'grpo_lm': the distributed runner lands with the runtime; "
-                "call run(scheduler=None, ...) to train in this process"
+    @classmethod
+    def run_config_problems(cls, run_config: Mapping[str, Any]) -> list[ConfigProblem]:
+        """Every problem of the ``model``, ``task``, ``sft`` and ``runner`` sections (the
+        ``algorithm`` section is validated by the runner), unknown sections, and an ``agent``
+        component missing from the placement of a multi-agent run."""
+        problems = [
+            ConfigProblem(str(key), f"unknown section; a grpo_lm run has {', '.join(SECTIONS)}")
+            for key in run_config
+            if key not in SECTIONS
+        ]
+        try:
+            run = load_lm_sections(run_config)
+        except ConfigError as err:
+            return problems + [p for p in err.problems if not p.path.startswith("algorithm")]
+        scheduler = run.runner.scheduler or "ray"
+        placement = (run_config.get("cluster") or {}).get("component_placement")
+        if scheduler != "local" and run.task.mode == "multiagent" and isinstance(placement, Mapping):
+            placed = {x.strip() for key in placement for x in str(key).split(",")}
+            if "agent" not in placed:
+                problems.append(
+                    ConfigProblem(
+                        "cluster.component_placement",
+                        "task.mode multiagent runs its lead and subagents as `agent` processes: place them, "
+                        'e.g. agent: {node_group: node, placement: "0:0-15"}',
+                    )
+                )
+        return problems
+
+    def run(
+        self,
+        scheduler: Any,
+        run_config: Any,
+        run_dir: Any,
+        *,
+        resume: bool = False,
+        progress: Any = None,
+    ) -> dict[str, Any]:
+        """Warm start, evaluate, train with GRPO, evaluate; return the summary
+        (``accuracy_before``, ``accuracy_after``...; also in ``run_dir/summary.json``).
+
+        ``scheduler=None`` (``runner.scheduler: local``) runs every component in this process;
+        a started scheduler places the rollout, reward, reference, actor (and agent) workers
+        where the ``cluster`` section says. ``progress`` is called with every metrics row.
+        """
+        if resume:
+            raise ConfigError(
+                "grpo_lm runs are short (a warm start and minutes of GRPO) and do not resume; "
+                "start a new run, or continue from a saved policy with sft.init_checkpoint=RUN_DIR/policy.pt",
+                path="--resume",
             )
         run = load_lm_sections(run_config)
-        from rlinf_algos.lm.trainer import train_lm
+        run_dir = Path(run_dir)
+        if scheduler is None:
+            from rlinf_algos.lm.trainer import train_lm
 
-        return train_lm(run, Path(run_dir))
+            return train_lm(run, run_dir, progress=progress, cluster=_cluster_of(run_config))
+        try:
+            from rlinf_algos.lm.distributed import train_lm_distributed
+        except ImportError as err:  # pragma: no cover - a broken install
+            raise RlinfError(f"grpo_lm: the distributed runner cannot load ({err})") from err
+        return train_lm_distributed(
+            run, scheduler, run_dir, progress=progress, cluster=_cluster_of(run_config)
+        )
+
+
+def _cluster_of(run_config: Any) -> dict[str, Any] | None:
+    cluster = run_config.get("cluster") if isinstance(run_config, Mapping) else None
+    return dict(cluster) if isinstance(cluster, Mapping) else None

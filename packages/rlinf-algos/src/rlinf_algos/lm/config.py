@@ -185,6 +185,18 @@ class LMRunnerConfig(BaseModel):
         None, gt=0.0, description="stop GRPO early once this many seconds have passed since the start"
     )
     eval_temperature: float = Field(0.0, ge=0.0, description="0 is greedy decoding (the reported accuracy)")
+    scheduler: str | None = Field(
+        None,
+        min_length=1,
+        description="`local`: every component in the rlinf process; `ray` (or another registered "
+        "scheduler): rollout, reward, reference, actor (and agent) workers placed by the `cluster` "
+        "section, batches over Channels, weights through the broadcast; null: the algorithm's default",
+    )
+    worker_timeout: float = Field(
+        600.0,
+        gt=0.0,
+        description="seconds the distributed runner waits on a worker or channel before saying which",
+    )
 
 
 class LMRunConfig(BaseModel):

@@ -18,16 +18,19 @@ outcomes) and ``summary.json`` (``accuracy_before``, ``accuracy_after``, timings
 from __future__ import annotations
 
 import csv
+import io
 import json
+import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
-from rlinf_algos.lm.agents import HierarchicalAgent, SingleAgent, make_agent
+from rlinf_algos.lm.agents import EpisodeBatch, HierarchicalAgent, SingleAgent, make_agent
 from rlinf_algos.lm.config import LMRunConfig
 from rlinf_algos.lm.model import TinyLM, load_policy, save_policy
 from rlinf_algos.lm.reward import RewardWorker
@@ -46,7 +49,17 @@ from rlinf_algos.lm.workers import ActorWorker, ReferenceWorker, RolloutWorker, 
 from rlinf_core.errors import RlinfError
 from rlinf_core.io import atomic_write_text
 
-__all__ = ["ascii_curve", "evaluate", "max_response_tokens", "train_lm"]
+__all__ = [
+    "LocalComponents",
+    "ascii_curve",
+    "evaluate",
+    "evaluate_components",
+    "grpo_loop",
+    "max_response_tokens",
+    "plot_accuracy",
+    "train_lm",
+    "warm_started_policy",
+]
 
 PHASES = ("generate", "reward", "reference", "update", "sync")
 
@@ -131,26 +144,127 @@ def _write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2))
 
 
-def train_lm(
-    run: LMRunConfig, run_dir: str | Path, log: Callable[[str], None] | None = print
-) -> dict[str, Any]:
-    """Warm start, evaluate, GRPO, evaluate; write the run directory; return the summary."""
-    say = log or (lambda _msg: None)
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    alg, task, rcfg = run.algorithm, run.task, run.runner
-    torch.set_num_threads(rcfg.torch_threads)
+class LocalComponents:
+    """The rollout, reward, reference and actor components (and the agent) in this process:
+    what ``runner.scheduler: local`` runs. :class:`rlinf_algos.lm.distributed.RemoteComponents`
+    is the same interface over placed workers.
+
+    Args:
+        run: the validated sections.
+        tok: the tokenizer.
+        model: the warm-started policy (the actor trains it in place).
+    """
+
+    def __init__(self, run: LMRunConfig, tok: CharTokenizer, model: TinyLM) -> None:
+        alg, rcfg = run.algorithm, run.runner
+        self.tok = tok
+        self.agent = make_agent(
+            run.task.mode, tok, max_response_tokens(run, tok), run.task.max_calls, run.model.max_seq_len
+        )
+        self.rollout = RolloutWorker(
+            run.model, tok.vocab_size, alg.temperature, alg.top_p, seed=rcfg.seed, pad_id=tok.pad_id
+        )
+        self.reward = RewardWorker(tok, run.task.format_reward)
+        self.actor = ActorWorker(model, alg, seed=rcfg.seed)
+        weights, version = self.actor.get_weights()
+        self.rollout.set_weights(weights, version)
+        self.reference = (
+            ReferenceWorker(run.model, tok.vocab_size, weights, temperature=alg.temperature)
+            if alg.kl_coef > 0
+            else None
+        )
+        self.placement = {"everything": "in the rlinf process (runner.scheduler: local)"}
+
+    def episodes(
+        self, problems: Sequence[Problem], group_size: int, temperature: float | None = None
+    ) -> EpisodeBatch:
+        """``group_size`` episodes of every problem, sampled by the rollout worker."""
+
+        def gen(prompts: list[list[int]], n: int, stop: Sequence[int]) -> list[list[int]]:
+            return self.rollout.generate(prompts, n, stop, temperature=temperature)
+
+        return self.agent.run(problems, group_size, gen)
+
+    def iterate(self, problems: Sequence[Problem], group_size: int) -> dict[str, Any]:
+        """One GRPO iteration on ``problems``: generate, reward, reference, update, sync.
+        Returns ``rewards``/``correct``/``well_formed`` (per episode), ``sequences``,
+        ``generated_tokens``, the actor's ``stats`` and the seconds of each ``phase``."""
+        phase: dict[str, float] = {}
+        tokens0 = self.rollout.tokens
+        t = time.perf_counter()
+        eps = self.episodes(problems, group_size)
+        phase["generate"] = time.perf_counter() - t
+        t = time.perf_counter()
+        r = self.reward.compute({"response_ids": eps.final_responses, "answers": eps.answers})
+        phase["reward"] = time.perf_counter() - t
+        batch = pack_batch(eps.sequences, eps.loss_masks, self.tok.pad_id)
+        batch["episode_index"] = torch.tensor(eps.episode_index, dtype=torch.long)
+        batch["rewards"] = torch.as_tensor(r["rewards"], dtype=torch.float32)
+        t = time.perf_counter()
+        if self.reference is not None:
+            batch.update(self.reference.compute_log_probs(batch))
+        phase["reference"] = time.perf_counter() - t
+        t = time.perf_counter()
+        stats = self.actor.update(batch)
+        phase["update"] = time.perf_counter() - t
+        t = time.perf_counter()
+        weights, version = self.actor.get_weights()
+        self.rollout.set_weights(weights, version)
+        phase["sync"] = time.perf_counter() - t
+        return {
+            "rewards": r["rewards"],
+            "correct": r["correct"],
+            "well_formed": r["well_formed"],
+            "sequences": len(eps.sequences),
+            "generated_tokens": self.rollout.tokens - tokens0,
+            "stats": stats,
+            "phase": phase,
+        }
+
+    def evaluate(self, problems: Sequence[Problem], temperature: float = 0.0) -> dict[str, list[bool]]:
+        """One episode per problem at ``temperature``: per problem ``correct`` and ``well_formed``."""
+        out: dict[str, list[bool]] = {"correct": [], "well_formed": []}
+        for i in range(0, len(problems), 256):
+            eps = self.episodes(problems[i : i + 256], 1, temperature)
+            r = self.reward.compute({"response_ids": eps.final_responses, "answers": eps.answers})
+            out["correct"] += [bool(c) for c in r["correct"]]
+            out["well_formed"] += [bool(w) for w in r["well_formed"]]
+        return out
+
+    def policy(self) -> TinyLM:
+        return self.actor.model
+
+    def close(self) -> None:
+        pass
+
+
+def evaluate_components(comps: Any, problems: Sequence[Problem], temperature: float = 0.0) -> dict[str, Any]:
+    """Exact-match accuracy on ``problems`` through ``comps`` (one episode each, greedy at
+    ``temperature=0``): ``accuracy``, ``well_formed`` and per-problem ``outcomes``."""
+    r = comps.evaluate(problems, temperature)
+    correct, formed = r["correct"], r["well_formed"]
+    n = max(len(problems), 1)
+    return {
+        "accuracy": sum(correct) / n,
+        "well_formed": sum(formed) / n,
+        "outcomes": [
+            {"prompt": prompt_text(p), "answer": p.answer, "correct": c}
+            for p, c in zip(problems, correct, strict=True)
+        ],
+    }
+
+
+def warm_started_policy(
+    run: LMRunConfig, log: Callable[[str], None] | None = None
+) -> tuple[TinyLM, CharTokenizer, dict[str, Any]]:
+    """The policy GRPO starts from: a fresh :class:`TinyLM` (or ``sft.init_checkpoint``) after
+    the supervised warm start; returns ``(model, tokenizer, sft_stats)``. Seeds torch and
+    ``random`` from ``runner.seed`` first, so a run's warm start is reproducible."""
+    task, rcfg = run.task, run.runner
     torch.manual_seed(rcfg.seed)
     random.seed(rcfg.seed)
-    t_start = time.perf_counter()
-    cpu_start = time.process_time()
-
     tok = CharTokenizer()
-    width = step_width(task)
     heldout = heldout_problems(task)
-    sampler = ProblemSampler(task, seed=rcfg.seed + 1, exclude=heldout)
-    max_new = max_response_tokens(run, tok)
-
     if run.sft.init_checkpoint:
         model, tok_loaded, _ = load_policy(run.sft.init_checkpoint)
         if tok_loaded.to_dict() != tok.to_dict():
@@ -159,34 +273,85 @@ def train_lm(
             )
     else:
         model = TinyLM(run.model, tok.vocab_size)
-    say(
-        f"task {task.mode}: {model.num_parameters():,} parameters, step width {width}, "
-        f"max {max_new} new tokens per turn, held-out set of {len(heldout)}"
-    )
-    rollout = RolloutWorker(
-        run.model, tok.vocab_size, alg.temperature, alg.top_p, seed=rcfg.seed, pad_id=tok.pad_id
-    )
-    reward = RewardWorker(tok, task.format_reward)
-    agent = make_agent(task.mode, tok, max_new, task.max_calls, run.model.max_seq_len)
+    if run.sft.steps == 0:
+        return model, tok, {"steps": 0, "seconds": 0.0, "loss": float("nan"), "check_accuracy": None}
+    sampler = ProblemSampler(task, seed=rcfg.seed + 1, exclude=heldout)
     validation = ProblemSampler(task, seed=rcfg.seed + 2, exclude=heldout).sample(run.sft.check_size)
+    agent = make_agent(task.mode, tok, max_response_tokens(run, tok), task.max_calls, run.model.max_seq_len)
+    checker = RolloutWorker(run.model, tok.vocab_size, 0.0, 1.0, seed=rcfg.seed, pad_id=tok.pad_id)
+    reward = RewardWorker(tok, task.format_reward)
 
     def check(m: TinyLM) -> float:
-        rollout.set_weights(m.state_dict(), -1)
-        return evaluate(agent, rollout, reward, validation, 0.0)["accuracy"]
+        checker.set_weights(m.state_dict(), -1)
+        return evaluate(agent, checker, reward, validation, 0.0)["accuracy"]
 
-    sft_stats = warm_start(model, tok, task.mode, width, run.sft, sampler, log=say, check=check)
+    stats = warm_start(model, tok, task.mode, step_width(task), run.sft, sampler, log=log, check=check)
+    return model, tok, stats
+
+
+def train_lm(
+    run: LMRunConfig,
+    run_dir: str | Path,
+    log: Callable[[str], None] | None = print,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+    cluster: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Warm start, evaluate, GRPO, evaluate, all in this process; write the run directory;
+    return the summary. ``progress`` is called with every metrics row (``step`` = iteration);
+    ``cluster`` (the YAML section, for ``config.yaml``) is only recorded."""
+    say = log or (lambda _msg: None)
+    torch.set_num_threads(run.runner.torch_threads)
+    t_start = time.perf_counter()
+    cpu_start = time.process_time()
+    model, tok, sft_stats = warm_started_policy(run, say)
+    comps = LocalComponents(run, tok, model)
+    return grpo_loop(
+        run,
+        Path(run_dir),
+        comps,
+        tok,
+        sft_stats,
+        say,
+        progress=progress,
+        t_start=t_start,
+        cpu_s=lambda: time.process_time() - cpu_start,
+        cluster=cluster,
+        scheduler="local",
+    )
+
+
+def grpo_loop(
+    run: LMRunConfig,
+    run_dir: Path,
+    comps: Any,
+    tok: CharTokenizer,
+    sft_stats: dict[str, Any],
+    say: Callable[[str], None],
+    *,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+    t_start: float,
+    cpu_s: Callable[[], float],
+    cluster: Mapping[str, Any] | None = None,
+    scheduler: str = "local",
+) -> dict[str, Any]:
+    """Evaluate the warm-started policy, run ``algorithm.iterations`` GRPO iterations through
+    ``comps`` (:class:`LocalComponents` or the distributed runner's), evaluate again, write
+    the run directory (``config.yaml``, ``metrics.csv``/``.jsonl``, ``summary.json``,
+    ``accuracy.png``, ``policy.pt``...) and return the summary."""
+    alg, task, rcfg = run.algorithm, run.task, run.runner
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _write_config(run_dir, run, cluster)
+    heldout = heldout_problems(task)
+    sampler = ProblemSampler(task, seed=rcfg.seed + 1000, exclude=heldout)
+    model = comps.policy()
+    say(
+        f"task {task.mode}: {model.num_parameters():,} parameters, step width {step_width(task)}, "
+        f"max {max_response_tokens(run, tok)} new tokens per turn, held-out set of {len(heldout)}"
+    )
     save_policy(run_dir / "warm_start.pt", model, tok, {"sft": sft_stats})
 
-    actor = ActorWorker(model, alg, seed=rcfg.seed)
-    weights, version = actor.get_weights()
-    rollout.set_weights(weights, version)
-    reference = (
-        ReferenceWorker(run.model, tok.vocab_size, weights, temperature=alg.temperature)
-        if alg.kl_coef > 0
-        else None
-    )
     t_eval = time.perf_counter()
-    before = evaluate(agent, rollout, reward, heldout, rcfg.eval_temperature)
+    before = evaluate_components(comps, heldout, rcfg.eval_temperature)
     eval_s = time.perf_counter() - t_eval
     _write_json(run_dir / "eval_before.json", before)
     say(
@@ -204,54 +369,31 @@ def train_lm(
                 stopped_early = True
                 say(f"runner.time_limit_s={rcfg.time_limit_s} reached; stopping after {it - 1} iterations")
                 break
-            phase: dict[str, float] = {}
-            t = time.perf_counter()
             problems = sampler.sample(alg.prompts_per_iter)
-            gen_tokens0 = rollout.tokens
-            eps = agent.run(problems, alg.group_size, rollout.generate)
-            phase["generate"] = time.perf_counter() - t
-
-            t = time.perf_counter()
-            r = reward.compute({"response_ids": eps.final_responses, "answers": eps.answers})
-            phase["reward"] = time.perf_counter() - t
-
-            batch = pack_batch(eps.sequences, eps.loss_masks, tok.pad_id)
-            batch["episode_index"] = torch.tensor(eps.episode_index, dtype=torch.long)
-            batch["rewards"] = torch.from_numpy(r["rewards"])
-            t = time.perf_counter()
-            if reference is not None:
-                batch.update(reference.compute_log_probs(batch))
-            phase["reference"] = time.perf_counter() - t
-
-            t = time.perf_counter()
-            st = actor.update(batch)
-            phase["update"] = time.perf_counter() - t
-
-            t = time.perf_counter()
-            weights, version = actor.get_weights()
-            rollout.set_weights(weights, version)
-            phase["sync"] = time.perf_counter() - t
-
-            gen_tokens = rollout.tokens - gen_tokens0
+            res = comps.iterate(problems, alg.group_size)
+            phase, st = res["phase"], res["stats"]
+            gen_tokens = res["generated_tokens"]
             row: dict[str, Any] = {
                 "iteration": it,
                 "wall_s": round(time.perf_counter() - t_start, 3),
-                "reward_mean": float(r["rewards"].mean()),
-                "train_accuracy": float(r["correct"].mean()),
-                "well_formed": float(r["well_formed"].mean()),
-                "sequences": len(eps.sequences),
+                "reward_mean": float(np.mean(res["rewards"])),
+                "train_accuracy": float(np.mean(res["correct"])),
+                "well_formed": float(np.mean(res["well_formed"])),
+                "sequences": res["sequences"],
                 "generated_tokens": gen_tokens,
                 "tokens_per_s": gen_tokens / max(phase["generate"], 1e-9),
                 **{k: round(v, 6) for k, v in st.items()},
                 **{f"{k}_s": round(phase[k], 4) for k in PHASES},
             }
             if rcfg.eval_interval and it % rcfg.eval_interval == 0 and it != alg.iterations:
-                acc = evaluate(agent, rollout, reward, heldout, rcfg.eval_temperature)["accuracy"]
+                acc = evaluate_components(comps, heldout, rcfg.eval_temperature)["accuracy"]
                 row["heldout_accuracy"] = acc
                 evals.append({"iteration": it, "accuracy": acc})
             rows.append(row)
             jsonl.write(json.dumps(row) + "\n")
             jsonl.flush()
+            if progress is not None:
+                progress({"step": it, **row})
             if it % rcfg.log_interval == 0:
                 extra = f"  held-out {row['heldout_accuracy']:.3f}" if "heldout_accuracy" in row else ""
                 say(
@@ -260,25 +402,28 @@ def train_lm(
                     f"update {phase['update']:.2f}s  [{row['wall_s']:.0f}s]{extra}"
                 )
             if rcfg.checkpoint_interval and it % rcfg.checkpoint_interval == 0:
-                save_policy(run_dir / "checkpoints" / f"iter_{it}.pt", actor.model, tok, {"iteration": it})
+                save_policy(run_dir / "checkpoints" / f"iter_{it}.pt", comps.policy(), tok, {"iteration": it})
     finally:
         jsonl.close()
     grpo_s = time.perf_counter() - t_grpo
     if rows:
-        with (run_dir / "metrics.csv").open("w", newline="", encoding="utf-8") as f:
-            keys = list(dict.fromkeys(k for row in rows for k in row))
-            w = csv.DictWriter(f, fieldnames=keys)
-            w.writeheader()
-            w.writerows(rows)
+        keys = list(dict.fromkeys(k for row in rows for k in row))
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+        atomic_write_text(run_dir / "metrics.csv", buf.getvalue())
 
-    after = evaluate(agent, rollout, reward, heldout, rcfg.eval_temperature)
+    after = evaluate_components(comps, heldout, rcfg.eval_temperature)
     _write_json(run_dir / "eval_after.json", after)
     evals.append({"iteration": len(rows), "accuracy": after["accuracy"]})
-    save_policy(run_dir / "policy.pt", actor.model, tok, {"iterations": len(rows)})
+    save_policy(run_dir / "policy.pt", comps.policy(), tok, {"iterations": len(rows)})
     total_s = time.perf_counter() - t_start
     n = max(len(rows), 1)
     summary = {
+        "algorithm": "grpo_lm",
         "mode": task.mode,
+        "scheduler": scheduler,
         "parameters": model.num_parameters(),
         "accuracy_before": before["accuracy"],
         "accuracy_after": after["accuracy"],
@@ -287,6 +432,7 @@ def train_lm(
         "well_formed_after": after["well_formed"],
         "eval_size": len(heldout),
         "eval_temperature": rcfg.eval_temperature,
+        "train_temperature": alg.temperature,
         "iterations": len(rows),
         "stopped_early": stopped_early,
         "sft_steps": sft_stats["steps"],
@@ -295,16 +441,88 @@ def train_lm(
         "eval_s": round(eval_s, 2),
         "grpo_s": round(grpo_s, 2),
         "total_s": round(total_s, 2),
-        "cpu_s": round(time.process_time() - cpu_start, 2),
+        "wall_s": round(total_s, 2),
+        "cpu_s": round(cpu_s(), 2),
+        "load_average": _load_average(),
         "tokens_per_s": sum(r["generated_tokens"] for r in rows)
         / max(sum(r["generate_s"] for r in rows), 1e-9),
         "phase_s_mean": {k: sum(r[f"{k}_s"] for r in rows) / n for k in PHASES},
+        "placement": comps.placement,
         "evals": evals,
     }
     _write_json(run_dir / "summary.json", summary)
+    plot = plot_accuracy(run_dir, summary, rows)
     say("train accuracy per iteration:\n" + ascii_curve([r["train_accuracy"] for r in rows]))
     say(
         f"held-out exact-match accuracy: before {before['accuracy']:.3f} -> after {after['accuracy']:.3f} "
         f"({summary['accuracy_gain_pp']:+.1f} pp) in {total_s:.0f}s ({len(rows)} iterations)"
+        + (f"; plot: {plot}" if plot else "")
     )
     return summary
+
+
+def _load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # pragma: no cover - not on this platform
+        return None
+
+
+def _write_config(run_dir: Path, run: LMRunConfig, cluster: Mapping[str, Any] | None) -> None:
+    """``config.yaml``: every section as validated (defaults filled in)."""
+    import yaml
+
+    data: dict[str, Any] = {}
+    if cluster is not None:
+        data["cluster"] = json.loads(json.dumps(dict(cluster), default=str))
+    data.update(run.model_dump(mode="json"))
+    atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(data, sort_keys=False))
+
+
+def plot_accuracy(
+    run_dir: Path, summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]
+) -> Path | None:
+    """``run_dir/accuracy.png``: held-out accuracy before, during (``runner.eval_interval``) and
+    after GRPO, and the training accuracy of every iteration's samples. ``None`` when matplotlib
+    is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - a declared dependency
+        return None
+    evals = summary["evals"]
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    if rows:
+        ax.plot(
+            [r["iteration"] for r in rows],
+            [r["train_accuracy"] for r in rows],
+            color="tab:gray",
+            alpha=0.6,
+            label=f"training samples (temperature {summary.get('train_temperature', 'rollout')}) correct",
+        )
+    ax.plot(
+        [e["iteration"] for e in evals],
+        [e["accuracy"] for e in evals],
+        "o-",
+        color="tab:blue",
+        label=f"held-out exact match ({summary['eval_size']} problems, greedy)",
+    )
+    ax.axhline(summary["accuracy_before"], color="tab:red", ls="--", lw=1, label="warm start (before)")
+    ax.set_title(
+        f"GRPO ({summary['mode']}): {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f} "
+        f"({summary['accuracy_gain_pp']:+.1f} pp) in {summary['total_s']:.0f} s"
+    )
+    ax.set_xlabel("GRPO iteration")
+    ax.set_ylabel("exact-match accuracy")
+    ax.set_ylim(0.0, 1.0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    path = run_dir / "accuracy.png"
+    tmp = run_dir / ".accuracy.png.tmp"
+    fig.savefig(tmp, format="png")
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
