@@ -146,7 +146,12 @@ class ModelConfig(BaseModel):
 
     hidden_sizes: list[int] | None = Field(None, min_length=1)
     activation: Literal["tanh", "relu", "elu", "silu"] | None = None
-    log_std_init: float = 0.0
+    log_std_init: float = Field(0.0, description="PPO/GRPO: initial log standard deviation of the policy")
+    ortho_init: bool = Field(
+        True,
+        description="PPO/GRPO: orthogonal initialisation (gain sqrt(2), 0.01 on the policy head, 1 on "
+        "the value head); false keeps PyTorch's default Linear initialisation (SB3's ortho_init=False)",
+    )
 
     @model_validator(mode="after")
     def _positive(self) -> ModelConfig:

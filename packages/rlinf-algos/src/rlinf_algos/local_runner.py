@@ -915,10 +915,9 @@ def _train_ppo(
         "activation": activation,
         "log_std_init": model_cfg.log_std_init,
         "normalize_obs": cfg.normalize_obs,
+        "ortho_init": model_cfg.ortho_init,
     }
-    model = GaussianActorCritic(
-        stepper.obs_dim, stepper.act_dim, hidden, activation, model_cfg.log_std_init, cfg.normalize_obs
-    )
+    model = build_policy(spec)
     scaler = RewardScaler(stepper.num_envs, cfg.gamma) if cfg.normalize_reward else None
     collector = PPOCollector(stepper, model, cfg.rollout_steps, scaler)
     learner = PPOLearner(model, cfg, seed=runner.seed)
@@ -1060,8 +1059,9 @@ def _train_grpo(
         "activation": activation,
         "log_std_init": model_cfg.log_std_init,
         "normalize_obs": True,
+        "ortho_init": model_cfg.ortho_init,
     }
-    model = GaussianActorCritic(stepper.obs_dim, stepper.act_dim, hidden, activation, model_cfg.log_std_init)
+    model = build_policy(spec)
     collector = GRPOCollector(stepper, model, cfg.group_size, seed, int(max_steps))
     learner = GRPOLearner(model, cfg, seed=runner.seed)
     run = _Run("grpo", run_dir, runner, stepper, progress, resume=state is not None)
@@ -1101,6 +1101,7 @@ def build_policy(spec: dict[str, Any]) -> torch.nn.Module:
             spec["activation"],
             spec["log_std_init"],
             spec["normalize_obs"],
+            spec.get("ortho_init", True),
         )
     if cls == "SquashedGaussianActor":
         return SquashedGaussianActor(

@@ -46,17 +46,27 @@ def layer_init(layer: nn.Linear, std: float = math.sqrt(2.0), bias: float = 0.0)
 
 
 def mlp(
-    in_dim: int, hidden: Sequence[int], out_dim: int, activation: str = "tanh", out_std: float = 1.0
+    in_dim: int,
+    hidden: Sequence[int],
+    out_dim: int,
+    activation: str = "tanh",
+    out_std: float = 1.0,
+    ortho_init: bool = True,
 ) -> nn.Sequential:
     """``Linear -> act`` per hidden size, then a ``Linear`` to ``out_dim`` (orthogonal init: gain
-    ``sqrt(2)`` on hidden layers, ``out_std`` on the last)."""
+    ``sqrt(2)`` on hidden layers, ``out_std`` on the last; ``ortho_init=False`` keeps PyTorch's
+    default ``nn.Linear`` initialisation everywhere)."""
     act = ACTIVATIONS[activation]
+
+    def init(layer: nn.Linear, std: float = math.sqrt(2.0)) -> nn.Linear:
+        return layer_init(layer, std) if ortho_init else layer
+
     layers: list[nn.Module] = []
     last = in_dim
     for h in hidden:
-        layers += [layer_init(nn.Linear(last, h)), act()]
+        layers += [init(nn.Linear(last, h)), act()]
         last = h
-    layers.append(layer_init(nn.Linear(last, out_dim), std=out_std))
+    layers.append(init(nn.Linear(last, out_dim), std=out_std))
     return nn.Sequential(*layers)
 
 
@@ -123,6 +133,7 @@ class GaussianActorCritic(nn.Module):
         activation: a key of :data:`ACTIVATIONS`.
         log_std_init: initial ``log_std``.
         normalize_obs: keep :class:`RunningNorm` statistics (else ``obs_norm`` is the identity).
+        ortho_init: orthogonal initialisation of both networks (see :func:`mlp`).
     """
 
     def __init__(
@@ -133,13 +144,14 @@ class GaussianActorCritic(nn.Module):
         activation: str = "tanh",
         log_std_init: float = 0.0,
         normalize_obs: bool = True,
+        ortho_init: bool = True,
     ) -> None:
         super().__init__()
         self.obs_dim, self.act_dim = obs_dim, act_dim
         self.obs_norm: nn.Module = RunningNorm(obs_dim) if normalize_obs else nn.Identity()
-        self.actor_mean = mlp(obs_dim, hidden, act_dim, activation, out_std=0.01)
+        self.actor_mean = mlp(obs_dim, hidden, act_dim, activation, out_std=0.01, ortho_init=ortho_init)
         self.actor_log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
-        self.critic = mlp(obs_dim, hidden, 1, activation, out_std=1.0)
+        self.critic = mlp(obs_dim, hidden, 1, activation, out_std=1.0, ortho_init=ortho_init)
 
     def value(self, obs: Tensor) -> Tensor:
         """``[B, D] -> [B]``."""

@@ -601,6 +601,7 @@ class DistributedRun:
                 "activation": act,
                 "log_std_init": self.model_cfg.log_std_init,
                 "normalize_obs": self.algo.normalize_obs,
+                "ortho_init": self.model_cfg.ortho_init,
             }
         else:
             hidden, act = _model_defaults(self.model_cfg, [256, 256], "relu")

@@ -1,0 +1,81 @@
+"""The learning examples' configurations and the model knobs they use (``model.log_std_init``,
+``model.ortho_init``): validation errors name their paths, and the knobs reach the networks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlinf_algos.algorithms import PPO, SAC, load_sections
+from rlinf_algos.local_runner import build_policy
+from rlinf_core.config import load_yaml
+from rlinf_core.errors import ConfigError
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+def _spec(**extra: object) -> dict[str, object]:
+    return {
+        "cls": "GaussianActorCritic",
+        "obs_dim": 17,
+        "act_dim": 6,
+        "hidden": [256, 256],
+        "activation": "relu",
+        "log_std_init": -2.0,
+        "normalize_obs": True,
+        **extra,
+    }
+
+
+def test_model_knob_errors_name_their_paths() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_sections(
+            {
+                "env": {"id": "HalfCheetah-v5"},
+                "model": {"ortho_init": "sometimes", "log_std_init": "low"},
+                "runner": {"total_steps": 10},
+            }
+        )
+    got = {p.path: p.message for p in err.value.problems}
+    assert set(got) == {"model.ortho_init", "model.log_std_init"}
+    assert "bool" in got["model.ortho_init"]
+    _, model, _ = load_sections({"env": {"id": "HalfCheetah-v5"}, "runner": {"total_steps": 10}})
+    assert model.ortho_init is True and model.log_std_init == 0.0
+
+
+@pytest.mark.parametrize(
+    ("name", "algo"),
+    [("ppo_halfcheetah_zoo.yaml", PPO), ("ppo_halfcheetah.yaml", PPO), ("sac_halfcheetah.yaml", SAC)],
+)
+def test_learning_examples_validate(name: str, algo: type) -> None:
+    cfg = load_yaml(EXAMPLES / name)
+    assert algo.run_config_problems(cfg) == []
+    algo.config_model.model_validate(cfg["algorithm"])
+
+
+def test_zoo_example_keeps_the_zoo_batch_and_knobs() -> None:
+    cfg = load_yaml(EXAMPLES / "ppo_halfcheetah_zoo.yaml")
+    _, model, runner = load_sections(cfg)
+    algo = PPO.config_model.model_validate(cfg["algorithm"])
+    assert algo.rollout_steps * cfg["env"]["num_envs"] == 512 and algo.minibatch_size == 64
+    assert algo.update_epochs == 20 and algo.value_clip is None and not algo.anneal_lr
+    assert model.ortho_init is False and model.log_std_init == -2.0 and runner.total_steps == 1_000_000
+
+
+def test_ortho_init_and_log_std_reach_the_policy() -> None:
+    torch.manual_seed(0)
+    ortho = build_policy(_spec(ortho_init=True))
+    plain = build_policy(_spec(ortho_init=False))
+    legacy = build_policy(_spec())  # a policy.pt written before the knob existed: orthogonal
+    for m in (ortho, plain, legacy):
+        assert torch.equal(m.actor_log_std.detach(), torch.full((6,), -2.0))
+    # orthogonal head with gain 0.01: W W^T = 1e-4 I; PyTorch's default init is far larger
+    for m in (ortho, legacy):
+        w = m.actor_mean[-1].weight.detach()
+        assert torch.allclose(w @ w.T, 1e-4 * torch.eye(6), atol=1e-7)
+        assert torch.count_nonzero(m.actor_mean[0].bias) == 0
+    w = plain.actor_mean[-1].weight.detach()
+    assert float((w @ w.T).diagonal().mean()) > 0.1  # kaiming-uniform rows: about 1/3
+    assert torch.count_nonzero(plain.actor_mean[0].bias) > 0  # default biases are not zero
