@@ -55,19 +55,14 @@ figure moves with their load, and a peer running several processes (rlinf's work
 larger share of a contended CPU than a single-process one; ``cores`` (CPU time / wall time) and
 the 1-minute load average printed beside each figure show how far that went.
 
-Part 3, ``--learning`` (long; not run by default): PPO on HalfCheetah-v5 for
-``--learning-steps`` (default 1M) over ``--seeds`` seeds for every peer in ``--peers``, with
-the learning rate annealed linearly to 0 for all; SAC on HalfCheetah-v5
-for 100k steps, rlinf vs SB3 SAC with the same settings and seeds (256x256 relu, batch 256,
-lr 3e-4 for actor, critic and temperature, tau 0.005, 5000 random steps, one update per env
-step). Reports the final training return (mean of the last 100 episodes), the deterministic
-evaluation return of the final policy (rlinf, SB3) and env-steps/s.
+Part 3, ``--learning {ppo,sac,all}``: the learning comparisons live in ``benchmarks/learning.py``
+(PPO with the tuned zoo settings over seeds, SAC rlinf vs SB3 at the same steps); this option
+runs it, passing ``--seeds``, ``--learning-steps``/``--sac-steps`` and ``--json`` on.
 
 Usage::
 
     uv run --group bench python benchmarks/ppo_throughput.py [--quick] [--json PATH]
-    uv run --group bench python benchmarks/ppo_throughput.py --learning {ppo,sac,all}
-    # options: --peers rlinf,sb3 --learning-steps 1000000 --sac-steps 100000 --seeds 3
+    uv run --group bench python benchmarks/ppo_throughput.py --learning {ppo,sac,all}  # = learning.py
 
 Figures are printed, never asserted.
 """
@@ -95,9 +90,6 @@ EPOCHS = 10
 HIDDEN = [64, 64]
 LR = 3e-4
 GAMMA, GAE_LAMBDA, CLIP, VF_COEF, ENT_COEF, MAX_GRAD_NORM = 0.99, 0.95, 0.2, 0.5, 0.0, 0.5
-
-SAC_HIDDEN = [256, 256]
-SAC_BATCH, SAC_LR, SAC_TAU, SAC_STARTS, SAC_BUFFER = 256, 3e-4, 0.005, 5000, 1_000_000
 
 PEERS = ("rlinf", "sb3", "rllib")
 
@@ -517,156 +509,6 @@ def peer_rlinf_rollout_inprocess(warmup: int, iters: int, seed: int) -> dict[str
     }
 
 
-# -- part 3: learning --------------------------------------------------------------------------
-
-
-def learn_ppo_rlinf(steps: int, seed: int) -> dict[str, Any]:
-    from rlinf_algos.local_runner import evaluate_policy
-
-    with tempfile.TemporaryDirectory() as d:
-        sections = _rlinf_ppo_sections(steps, seed, anneal=True)
-        sections["runner"]["log_interval"] = 10 * BATCH
-        run_training = _distributed_runner()
-        if run_training is not None:
-            summary = run_training(_rlinf_distributed_config(sections), run_dir=d)
-            runner = "distributed"
-        else:
-            summary = _rlinf_inprocess_train(sections, Path(d))
-            runner = "in-process"
-        ev = evaluate_policy(Path(d) / "policy.pt", episodes=10, seed=10_000 + seed)
-    return {
-        "final_return": summary["final_return_mean"],
-        "eval_return": ev["mean"],
-        "sps": summary["env_steps_per_s"],
-        "wall_s": summary["wall_s"],
-        "runner": runner,
-    }
-
-
-def _sb3_final_return(model: Any) -> float:
-    buf = [ep["r"] for ep in model.ep_info_buffer]
-    return float(sum(buf) / len(buf)) if buf else float("nan")
-
-
-def _sb3_eval(model: Any, seed: int, episodes: int = 10) -> float:
-    from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.evaluation import evaluate_policy
-    from stable_baselines3.common.vec_env import VecNormalize
-
-    env = make_vec_env(ENV_ID, n_envs=1, seed=10_000 + seed)
-    train_env = model.get_env()
-    if isinstance(train_env, VecNormalize):
-        env = VecNormalize(env, training=False, norm_reward=False)
-        env.obs_rms = train_env.obs_rms
-    mean, _ = evaluate_policy(model, env, n_eval_episodes=episodes, deterministic=True)
-    return float(mean)
-
-
-def learn_ppo_sb3(steps: int, seed: int) -> dict[str, Any]:
-    model = _sb3_ppo(seed, lambda frac: frac * LR)
-    t0 = time.perf_counter()
-    model.learn(steps)
-    wall = time.perf_counter() - t0
-    return {
-        "final_return": _sb3_final_return(model),
-        "eval_return": _sb3_eval(model, seed),
-        "sps": model.num_timesteps / wall,
-        "wall_s": wall,
-    }
-
-
-def learn_ppo_rllib(steps: int, seed: int) -> dict[str, Any]:
-    import ray
-
-    _ray_init()
-    try:
-        algo = _rllib_ppo(seed, [[0, LR], [steps, 0.0]])
-        t0 = time.perf_counter()
-        done = 0
-        ret = float("nan")
-        while done < steps:
-            result = algo.train()
-            done = int(result["env_runners"]["num_env_steps_sampled_lifetime"])
-            ret = float(result["env_runners"].get("episode_return_mean", float("nan")))
-        wall = time.perf_counter() - t0
-        algo.stop()
-    finally:
-        ray.shutdown()
-    return {"final_return": ret, "eval_return": None, "sps": done / wall, "wall_s": wall}
-
-
-def learn_sac_rlinf(steps: int, seed: int) -> dict[str, Any]:
-    from rlinf_algos.local_runner import evaluate_policy
-
-    sections = {
-        "algorithm": {
-            "name": "sac",
-            "gamma": GAMMA,
-            "tau": SAC_TAU,
-            "batch_size": SAC_BATCH,
-            "buffer_size": SAC_BUFFER,
-            "learning_starts": SAC_STARTS,
-            "actor_lr": SAC_LR,
-            "critic_lr": SAC_LR,
-            "alpha_lr": SAC_LR,
-            "updates_per_step": 1.0,
-        },
-        "env": {"id": ENV_ID, "num_envs": 1},
-        "model": {"hidden_sizes": SAC_HIDDEN, "activation": "relu"},
-        "runner": {"total_steps": steps, "seed": seed, "log_interval": 5000, "torch_threads": 1},
-    }
-    with tempfile.TemporaryDirectory() as d:
-        run_training = _distributed_runner()
-        if run_training is not None:
-            summary = run_training(_rlinf_distributed_config(sections), run_dir=d)
-            runner = "distributed"
-        else:
-            summary = _rlinf_inprocess_train(sections, Path(d))
-            runner = "in-process"
-        ev = evaluate_policy(Path(d) / "policy.pt", episodes=10, seed=10_000 + seed)
-    return {
-        "final_return": summary["final_return_mean"],
-        "eval_return": ev["mean"],
-        "sps": summary["env_steps_per_s"],
-        "wall_s": summary["wall_s"],
-        "runner": runner,
-    }
-
-
-def learn_sac_sb3(steps: int, seed: int) -> dict[str, Any]:
-    import torch
-    from stable_baselines3 import SAC
-    from stable_baselines3.common.env_util import make_vec_env
-
-    env = make_vec_env(ENV_ID, n_envs=1, seed=seed)
-    model = SAC(
-        "MlpPolicy",
-        env,
-        learning_rate=SAC_LR,
-        buffer_size=SAC_BUFFER,
-        learning_starts=SAC_STARTS,
-        batch_size=SAC_BATCH,
-        tau=SAC_TAU,
-        gamma=GAMMA,
-        train_freq=1,
-        gradient_steps=1,
-        ent_coef="auto_1.0",
-        policy_kwargs={"net_arch": SAC_HIDDEN, "activation_fn": torch.nn.ReLU},
-        device="cpu",
-        seed=seed,
-        verbose=0,
-    )
-    t0 = time.perf_counter()
-    model.learn(steps)
-    wall = time.perf_counter() - t0
-    return {
-        "final_return": _sb3_final_return(model),
-        "eval_return": _sb3_eval(model, seed),
-        "sps": model.num_timesteps / wall,
-        "wall_s": wall,
-    }
-
-
 TASKS = {
     "dist:rlinf": peer_rlinf_distributed,
     "train:rlinf_inprocess": peer_rlinf_inprocess,
@@ -674,11 +516,6 @@ TASKS = {
     "train:rllib": peer_rllib,
     "rollout:rlinf_inprocess": peer_rlinf_rollout_inprocess,
     "rollout:bare": peer_bare_rollout,
-    "learn_ppo:rlinf": learn_ppo_rlinf,
-    "learn_ppo:sb3": learn_ppo_sb3,
-    "learn_ppo:rllib": learn_ppo_rllib,
-    "learn_sac:rlinf": learn_sac_rlinf,
-    "learn_sac:sb3": learn_sac_sb3,
 }
 
 
@@ -895,45 +732,23 @@ def print_throughput(res: dict[str, Any], args: argparse.Namespace) -> dict[str,
     return summary
 
 
-def learning(args: argparse.Namespace) -> list[dict[str, Any]]:
-    rows = []
-    plan = []
-    if args.learning in ("ppo", "all"):
-        plan += [("learn_ppo", p, args.learning_steps) for p in args.peers]
-    if args.learning in ("sac", "all"):
-        plan += [("learn_sac", p, args.sac_steps) for p in args.peers if p in ("rlinf", "sb3")]
-    for kind, peer, steps in plan:
-        for seed in range(args.seeds):
-            r = run_peer(f"{kind}:{peer}", [steps, seed], args.threads, args.learning_timeout)
-            row = {"algo": kind.removeprefix("learn_"), "peer": peer, "seed": seed, "steps": steps, **r}
-            rows.append(row)
-            msg = (
-                r["error"].splitlines()[0]
-                if "error" in r
-                else (f"final {r['final_return']:.0f}, eval {_fmt(r['eval_return'])}, {r['sps']:.0f} steps/s")
-            )
-            print(f"  {kind}:{peer} seed {seed}: {msg}", flush=True)
-    print(
-        f"\n{'algo':<5} {'peer':<6} {'steps':>8} {'seeds':>5} {'final return':>13} {'eval return':>12} "
-        f"{'env-steps/s':>11} {'shortened':>9}"
-    )
-    for kind, peer, steps in plan:
-        ok = [
-            r
-            for r in rows
-            if r["algo"] == kind.removeprefix("learn_") and r["peer"] == peer and "error" not in r
-        ]
-        if not ok:
-            continue
-        fin = statistics.mean(r["final_return"] for r in ok)
-        evs = [r["eval_return"] for r in ok if r["eval_return"] is not None]
-        full = 1_000_000 if kind == "learn_ppo" else 100_000
-        print(
-            f"{kind.removeprefix('learn_'):<5} {peer:<6} {steps:>8} {len(ok):>5} {fin:>13.0f} "
-            f"{_fmt(statistics.mean(evs) if evs else None):>12} "
-            f"{statistics.mean(r['sps'] for r in ok):>11.0f} {'yes' if steps < full else 'no':>9}"
-        )
-    return rows
+def learning(args: argparse.Namespace) -> dict[str, Any]:
+    """Part 3: ``benchmarks/learning.py`` with this script's learning options."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import learning as learning_bench
+
+    argv = [args.learning]
+    if args.seeds:
+        argv += ["--seeds", args.seeds]
+    if args.learning_steps and args.learning == "ppo":
+        argv += ["--steps", str(args.learning_steps)]
+    if args.sac_steps and args.learning == "sac":
+        argv += ["--steps", str(args.sac_steps)]
+    if args.quick:
+        argv.append("--quick")
+    if args.json:
+        argv += ["--json", str(args.json)]
+    return learning_bench.main(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -957,19 +772,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument(
         "--learning",
         choices=("ppo", "sac", "all"),
-        help="run the long learning comparison instead of the throughput one",
+        help="run benchmarks/learning.py (the long learning comparisons) instead of the throughput one",
     )
-    ap.add_argument(
-        "--learning-steps", type=int, default=1_000_000, help="PPO env steps per seed (default 1M)"
-    )
-    ap.add_argument("--sac-steps", type=int, default=100_000, help="SAC env steps per seed (default 100k)")
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--learning-timeout", type=float, default=12 * 3600.0)
+    ap.add_argument("--learning-steps", type=int, default=None, help="learning: PPO env steps per seed")
+    ap.add_argument("--sac-steps", type=int, default=None, help="learning: SAC env steps per seed")
+    ap.add_argument("--seeds", default=None, help="learning: comma-separated seeds")
     ap.add_argument("--_child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args._child:
         _child(json.loads(args._child))
         return {}
+    if args.learning:
+        return learning(args)
     args.peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     bad = [p for p in args.peers if p not in PEERS]
     if bad:
@@ -1004,12 +818,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "lr": LR,
         },
     }
-    if args.learning:
-        report["learning"] = learning(args)
-    else:
-        res = throughput(args)
-        report.update(print_throughput(res, args))
-        report["details"] = res
+    res = throughput(args)
+    report.update(print_throughput(res, args))
+    report["details"] = res
     report["machine"]["load_at_end"] = os.getloadavg()
     report["wall_s"] = time.perf_counter() - t0
     print(
