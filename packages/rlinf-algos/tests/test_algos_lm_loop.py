@@ -75,7 +75,7 @@ def test_algorithm_class_and_module_entry_point(tmp_path: Path) -> None:
     data = apply_overrides(load_yaml(EXAMPLES / "grpo_arith.yaml"), TINY)
     summary = GRPOLM(load_lm_sections(data).algorithm).run(None, data, tmp_path / "a")
     assert summary["iterations"] == 1
-    with pytest.raises(RlinfError, match="distributed runner"):
+    with pytest.raises(RlinfError, match=r"needs a started rlinf_core\.Scheduler"):
         GRPOLM(load_lm_sections(data).algorithm).run(object(), data, tmp_path / "b")
     # bad input on the command line: a clear message naming the YAML path, exit 2, no traceback
     proc = subprocess.run(

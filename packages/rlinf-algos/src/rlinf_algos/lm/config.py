@@ -162,6 +162,14 @@ class SFTConfig(BaseModel):
         le=1.0,
         description="stop early once greedy accuracy on a small validation draw (not the held-out set) reaches it",
     )
+    carry_drop: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="the demonstrating teacher forgets each carry with this probability (0: a perfect "
+        "teacher); the warm start then imitates a careless teacher, and the verifier's reward is what "
+        "teaches the policy to carry every time",
+    )
     check_interval: int = Field(50, ge=1, description="steps between target_accuracy checks")
     check_size: int = Field(64, ge=1, description="validation problems per target_accuracy check")
     init_checkpoint: str | None = Field(

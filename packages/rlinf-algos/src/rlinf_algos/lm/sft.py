@@ -7,6 +7,7 @@ the format and is partly right on the arithmetic.
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,14 +26,20 @@ __all__ = ["sft_batch", "warm_start"]
 
 
 def sft_batch(
-    problems: Sequence[Problem], mode: str, width: int, tokenizer: CharTokenizer
+    problems: Sequence[Problem],
+    mode: str,
+    width: int,
+    tokenizer: CharTokenizer,
+    carry_drop: float = 0.0,
+    rng: random.Random | None = None,
 ) -> dict[str, Tensor]:
     """Packed ``input_ids``/``loss_mask`` of the reference solutions of ``problems`` (in
-    multi-agent mode, one lead trace and one subagent chain per group for each problem)."""
+    multi-agent mode, one lead trace and one subagent chain per group for each problem);
+    ``carry_drop``/``rng``: a careless teacher's solutions (:func:`~rlinf_algos.lm.task.teacher_add`)."""
     seqs: list[list[int]] = []
     masks: list[list[int]] = []
     for p in problems:
-        for _kind, segments in sft_example(p, mode, width):
+        for _kind, segments in sft_example(p, mode, width, carry_drop, rng):
             ids: list[int] = []
             m: list[int] = []
             for text, trained in segments:
@@ -70,6 +77,7 @@ def warm_start(
         frac = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
         return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
+    teacher_rng = random.Random(sampler.rng.getrandbits(64))
     t0 = time.perf_counter()
     model.train()
     loss_v = float("nan")
@@ -78,7 +86,7 @@ def warm_start(
     for step in range(cfg.steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
-        batch = sft_batch(sampler.sample(cfg.batch_size), mode, width, tokenizer)
+        batch = sft_batch(sampler.sample(cfg.batch_size), mode, width, tokenizer, cfg.carry_drop, teacher_rng)
         lp = sequence_log_probs(model, batch["input_ids"])
         loss = -masked_mean(lp, batch["loss_mask"])
         opt.zero_grad(set_to_none=True)

@@ -29,6 +29,7 @@ import random
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rlinf_algos.lm.config import ArithTaskConfig
 
@@ -40,10 +41,12 @@ __all__ = [
     "combine_prompt",
     "heldout_problems",
     "lead_calls_text",
+    "max_response_tokens",
     "parse_calls",
     "prompt_text",
     "sft_example",
     "step_width",
+    "teacher_add",
     "verify_chain",
 ]
 
@@ -155,19 +158,44 @@ def _num(x: int, width: int, reverse: bool) -> str:
     return s[::-1] if reverse else s
 
 
-def chain_text(terms: Sequence[int], width: int, reverse: bool = True) -> str:
+def teacher_add(a: int, b: int, carry_drop: float = 0.0, rng: random.Random | None = None) -> int:
+    """``a + b`` the way a demonstrating teacher writes it, digit by digit from the least
+    significant: with ``carry_drop > 0`` each carry is forgotten with that probability (``rng``
+    decides), so the teacher's demonstrations are sometimes wrong in a systematic way."""
+    if carry_drop <= 0.0:
+        return a + b
+    if rng is None:
+        raise ValueError("teacher_add: carry_drop > 0 needs an rng")
+    out, place, carry = 0, 1, 0
+    while a or b or carry:
+        s = a % 10 + b % 10 + carry
+        out += (s % 10) * place
+        carry = 1 if s >= 10 and rng.random() >= carry_drop else 0
+        a, b, place = a // 10, b // 10, place * 10
+    return out
+
+
+def chain_text(
+    terms: Sequence[int],
+    width: int,
+    reverse: bool = True,
+    carry_drop: float = 0.0,
+    rng: random.Random | None = None,
+) -> str:
     """The reference solution of ``sum(terms)``: running sums as steps, every number zero-padded
     to ``width`` digits and, when ``reverse``, written least-significant digit first; then the
-    answer, written normally."""
+    answer, written normally. With ``carry_drop > 0`` the running sums are a careless teacher's
+    (:func:`teacher_add`), and so is the answer."""
     if len(terms) < 2:
         raise ValueError("chain_text needs at least two terms")
     parts = []
     acc = terms[0]
     for t in terms[1:]:
+        nxt = teacher_add(acc, t, carry_drop, rng)
         parts.append(
-            f"<step>{_num(acc, width, reverse)}+{_num(t, width, reverse)}={_num(acc + t, width, reverse)}"
+            f"<step>{_num(acc, width, reverse)}+{_num(t, width, reverse)}={_num(nxt, width, reverse)}"
         )
-        acc += t
+        acc = nxt
     return "".join(parts) + f"<ans>{acc}<eos>"
 
 
@@ -229,24 +257,59 @@ def final_answer(response: str) -> int | None:
     return int(m.group(2)) if m else None
 
 
-def sft_example(problem: Problem, mode: str, width: int) -> list[tuple[str, list[tuple[str, bool]]]]:
+def sft_example(
+    problem: Problem,
+    mode: str,
+    width: int,
+    carry_drop: float = 0.0,
+    rng: random.Random | None = None,
+) -> list[tuple[str, list[tuple[str, bool]]]]:
     """Supervised sequences for one problem: a list of ``(kind, segments)`` where segments are
     ``(text, trained)`` pieces; the first piece is the prompt (``<bos>`` included).
 
     ``single``/``flat``: one chain over every term. ``multiagent``: the lead's whole trace (both
     turns trained, the orchestrator's ``combine_prompt`` not) and one subagent chain per group.
+    ``carry_drop``/``rng``: the demonstrations of a careless teacher (:func:`teacher_add`).
     """
     prompt = "<bos>" + prompt_text(problem)
     if mode in ("single", "flat"):
-        return [("agent", [(prompt, False), (chain_text(problem.terms, width), True)])]
-    sums = [sum(g) for g in problem.groups]
+        return [("agent", [(prompt, False), (chain_text(problem.terms, width, True, carry_drop, rng), True)])]
+    subs = []
+    sums = []
+    for g in problem.groups:
+        chain = chain_text(g, width, True, carry_drop, rng)
+        sums.append(int(chain[chain.index("<ans>") + 5 : -5]))
+        subs.append(("sub", [("<bos>" + _expr(g) + "=", False), (chain, True)]))
     lead = [
         (prompt, False),
         (lead_calls_text(problem), True),
         (combine_prompt(sums), False),
-        (chain_text(sums, width), True),
-    ]
-    subs = [
-        ("sub", [("<bos>" + _expr(g) + "=", False), (chain_text(g, width), True)]) for g in problem.groups
+        (chain_text(sums, width, True, carry_drop, rng), True),
     ]
     return [("lead", lead), *subs]
+
+
+def max_response_tokens(run: Any, tokenizer: Any) -> int:
+    """``algorithm.max_new_tokens``, or when null the longest reference turn of the task family
+    plus 8 tokens of slack (``run``: the validated sections, ``tokenizer``: a
+    :class:`~rlinf_algos.lm.tokenizer.CharTokenizer`)."""
+    if run.algorithm.max_new_tokens is not None:
+        return run.algorithm.max_new_tokens
+    t = run.task
+    width = step_width(t)
+    big = 10**t.max_digits - 1
+    group = tuple([big] * max(t.num_terms))
+    if t.mode == "single":
+        longest = len(tokenizer.encode(chain_text(group, width)))
+    else:
+        p = Problem(tuple(group for _ in range(t.num_groups)))
+        if t.mode == "flat":
+            longest = len(tokenizer.encode(chain_text(p.terms, width)))
+        else:
+            sums = [sum(g) for g in p.groups]
+            longest = max(
+                len(tokenizer.encode(lead_calls_text(p))),
+                len(tokenizer.encode(chain_text(group, width))),
+                len(tokenizer.encode(chain_text(sums, width))),
+            )
+    return longest + 8

@@ -38,9 +38,8 @@ from rlinf_algos.lm.sft import warm_start
 from rlinf_algos.lm.task import (
     Problem,
     ProblemSampler,
-    chain_text,
     heldout_problems,
-    lead_calls_text,
+    max_response_tokens,
     prompt_text,
     step_width,
 )
@@ -62,31 +61,6 @@ __all__ = [
 ]
 
 PHASES = ("generate", "reward", "reference", "update", "sync")
-
-
-def max_response_tokens(run: LMRunConfig, tokenizer: CharTokenizer) -> int:
-    """``algorithm.max_new_tokens``, or when null the longest reference turn of the task family
-    plus 8 tokens of slack."""
-    if run.algorithm.max_new_tokens is not None:
-        return run.algorithm.max_new_tokens
-    t = run.task
-    width = step_width(t)
-    big = 10**t.max_digits - 1
-    group = tuple([big] * max(t.num_terms))
-    if t.mode == "single":
-        longest = len(tokenizer.encode(chain_text(group, width)))
-    else:
-        p = Problem(tuple(group for _ in range(t.num_groups)))
-        if t.mode == "flat":
-            longest = len(tokenizer.encode(chain_text(p.terms, width)))
-        else:
-            sums = [sum(g) for g in p.groups]
-            longest = max(
-                len(tokenizer.encode(lead_calls_text(p))),
-                len(tokenizer.encode(chain_text(group, width))),
-                len(tokenizer.encode(chain_text(sums, width))),
-            )
-    return longest + 8
 
 
 def evaluate(

@@ -1,0 +1,656 @@
+"""Distributed LLM GRPO: the rollout, reward, reference, actor (and agent) components as worker
+processes placed by the ``cluster`` section, batches over Channels, weights through the
+broadcast. What ``rlinf train examples/grpo_*.yaml`` runs with ``runner.scheduler: ray``.
+
+One iteration (the driver starts every call at once; the data moves between workers)::
+
+    driver --problems--> agent ranks (or the driver itself when no `agent` is placed)
+    agent  --gen "req"--> rollout ranks --gen "<agent key>"--> agent          (any idle rollout rank
+                                                                              takes the next request)
+    agent  --episodes "<it>/a<rank>"--> reward rank (agent rank mod #reward)
+    reward --scored "<it>/r<rank>"--> actor
+    actor  --refq "<it>"--> reference --refq "<it>/lp"--> actor              (kl_coef > 0)
+    actor: GRPO update --WeightBroadcast (version it+1)--> rollout ranks, before their next request
+
+Channels (``rlinf-<run id>-gen``, ``-episodes``, ``-scored``, ``-refq``) and the weight
+broadcast (``rlinf-<run id>-policy``) are the scheduler's Ray-backed ones. The warm start runs on
+the actor, which publishes version 0; the reference takes version 0 as its frozen copy. Agents
+and the reward worker import no torch: they are light processes (the multi-agent example places
+16 agent processes with ``agent: {node_group: node, placement: "0:0-15"}``).
+
+Every wait has ``runner.worker_timeout`` and names what it waited for. A worker failure ends the
+run with the scheduler's :class:`~rlinf_scheduler.runtime.worker_group.WorkerError` (component,
+rank, node, remote traceback); an LLM GRPO run is minutes long, so it is not restarted.
+
+This module imports no torch at import time (agent and reward processes load it).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rlinf_algos.lm.agents import EpisodeBatch, make_agent
+from rlinf_algos.lm.config import LMRunConfig
+from rlinf_algos.lm.task import Problem, max_response_tokens
+from rlinf_algos.lm.tokenizer import CharTokenizer
+from rlinf_core.errors import RlinfError
+from rlinf_core.worker import Worker
+
+__all__ = [
+    "ChannelGenerate",
+    "LMActorWorker",
+    "LMAgentWorker",
+    "LMReferenceWorker",
+    "LMRewardWorker",
+    "LMRolloutWorker",
+    "RemoteComponents",
+    "train_lm_distributed",
+]
+
+STOP = "__rlinf_lm_stop__"
+"""Put on the ``gen`` channel's ``req`` key once per rollout rank to end its serve loop."""
+
+
+def _run_config(data: Mapping[str, Any] | LMRunConfig) -> LMRunConfig:
+    return data if isinstance(data, LMRunConfig) else LMRunConfig.model_validate(data)
+
+
+def _max_new(run: LMRunConfig, tok: CharTokenizer) -> int:
+    return max_response_tokens(run, tok)
+
+
+class ChannelGenerate:
+    """``generate(prompts, max_new_tokens, stop_ids) -> responses`` over the ``gen`` channel:
+    the prompts are split into at most ``n_rollout`` parts, each put on key ``req`` (any rollout
+    rank takes it), and the replies are read from key ``reply`` in part order.
+
+    Args:
+        channel: the ``gen`` channel.
+        n_rollout: rollout ranks (the prompts are split so that each can take a part).
+        reply: this caller's reply key (unique per agent).
+        temperature: ``None`` is the rollout's sampling temperature, 0 greedy.
+        min_version: the oldest policy version the rollout ranks may answer with.
+        timeout: seconds to wait for the replies.
+    """
+
+    def __init__(
+        self,
+        channel: Any,
+        n_rollout: int,
+        reply: str,
+        temperature: float | None,
+        min_version: int,
+        timeout: float,
+    ) -> None:
+        self.channel, self.n_rollout, self.reply = channel, max(1, n_rollout), reply
+        self.temperature, self.min_version, self.timeout = temperature, min_version, timeout
+        self.tokens = 0
+        self.seconds = 0.0
+
+    def __call__(
+        self, prompts: list[list[int]], max_new_tokens: int, stop_ids: Sequence[int]
+    ) -> list[list[int]]:
+        if not prompts:
+            return []
+        t0 = time.perf_counter()
+        n = min(self.n_rollout, len(prompts))
+        size = -(-len(prompts) // n)
+        parts = [prompts[i : i + size] for i in range(0, len(prompts), size)]
+        for i, part in enumerate(parts):
+            self.channel.put(
+                {
+                    "reply": self.reply,
+                    "part": i,
+                    "prompts": part,
+                    "max_new_tokens": int(max_new_tokens),
+                    "stop_ids": list(stop_ids),
+                    "temperature": self.temperature,
+                    "min_version": self.min_version,
+                },
+                "req",
+                timeout=self.timeout,
+            )
+        got: dict[int, list[list[int]]] = {}
+        for _ in parts:
+            item = self.channel.get(self.reply, timeout=self.timeout)
+            got[int(item["part"])] = item["responses"]
+            self.tokens += int(item["tokens"])
+        self.seconds += time.perf_counter() - t0
+        return [r for i in range(len(parts)) for r in got[i]]
+
+
+def play(
+    agent: Any,
+    problems: Sequence[Problem],
+    group_size: int,
+    generate: ChannelGenerate,
+) -> tuple[EpisodeBatch, dict[str, Any]]:
+    """Play ``group_size`` episodes of each problem through ``generate``; returns the episodes and
+    ``{"episodes", "generated_tokens", "generate_s"}``."""
+    t0 = time.perf_counter()
+    eps = agent.run(list(problems), group_size, generate)
+    return eps, {
+        "episodes": eps.num_episodes,
+        "generated_tokens": eps.generated_tokens,
+        "generate_s": time.perf_counter() - t0,
+    }
+
+
+# -- workers -------------------------------------------------------------------------------------
+
+
+class LMRolloutWorker(Worker):
+    """Serves generation requests from the ``gen`` channel with the newest policy of the
+    broadcast (at least a request's ``min_version``)."""
+
+    def __init__(self, run: dict[str, Any], weights_name: str, gen: Any, timeout: float) -> None:
+        self.run_cfg = _run_config(run)
+        self.weights_name, self.gen, self.timeout = weights_name, gen, timeout
+
+    def setup(self) -> None:
+        import torch
+
+        from rlinf_algos.lm.workers import RolloutWorker
+
+        torch.set_num_threads(self.run_cfg.runner.torch_threads)
+        tok = CharTokenizer()
+        alg = self.run_cfg.algorithm
+        self.worker = RolloutWorker(
+            self.run_cfg.model,
+            tok.vocab_size,
+            alg.temperature,
+            alg.top_p,
+            seed=self.run_cfg.runner.seed + 7919 * (self.rank + 1),
+            pad_id=tok.pad_id,
+        )
+        self.wb: Any = None
+
+    def _sync(self, min_version: int) -> None:
+        from rlinf_scheduler.weights import WeightBroadcast
+
+        if self.wb is None:
+            self.wb = WeightBroadcast.connect(
+                self.weights_name, timeout=self.timeout, default_timeout=self.timeout
+            )
+        if self.worker.version < min_version:
+            version, sd = self.wb.fetch(min_version=min_version, timeout=self.timeout)
+            self.worker.set_weights(sd, version)
+
+    def serve(self) -> dict[str, Any]:
+        """Answer requests until a :data:`STOP`; returns the tokens generated and the seconds
+        spent generating (not waiting)."""
+        from rlinf_core.errors import ChannelTimeout
+
+        served = 0
+        busy = 0.0
+        while True:
+            try:
+                req = self.gen.get("req", timeout=self.timeout)
+            except ChannelTimeout as err:
+                raise RlinfError(
+                    f"rollout rank {self.rank}: no generation request for {self.timeout:g} s "
+                    "(runner.worker_timeout); is the driver alive?"
+                ) from err
+            if isinstance(req, str) and req == STOP:
+                break
+            t0 = time.perf_counter()
+            self._sync(int(req["min_version"]))
+            tokens0 = self.worker.tokens
+            responses = self.worker.generate(
+                req["prompts"], req["max_new_tokens"], req["stop_ids"], req.get("temperature")
+            )
+            self.gen.put(
+                {
+                    "part": req["part"],
+                    "responses": responses,
+                    "version": self.worker.version,
+                    "tokens": self.worker.tokens - tokens0,
+                },
+                req["reply"],
+                timeout=self.timeout,
+            )
+            served += 1
+            busy += time.perf_counter() - t0
+        return {"requests": served, "tokens": self.worker.tokens, "busy_s": busy}
+
+
+class LMAgentWorker(Worker):
+    """A light agent process (no model, no torch): plays single or hierarchical episodes by
+    asking the rollout ranks for generations over the ``gen`` channel, and puts the episodes on
+    the ``episodes`` channel for the reward component."""
+
+    def __init__(self, run: dict[str, Any], gen: Any, episodes: Any, n_rollout: int, timeout: float) -> None:
+        self.run_cfg = _run_config(run)
+        self.gen, self.episodes, self.n_rollout, self.timeout = gen, episodes, n_rollout, timeout
+
+    def setup(self) -> None:
+        tok = CharTokenizer()
+        t, m = self.run_cfg.task, self.run_cfg.model
+        self.agent = make_agent(t.mode, tok, _max_new(self.run_cfg, tok), t.max_calls, m.max_seq_len)
+
+    def play(
+        self,
+        key: str,
+        problems: list[Problem],
+        group_size: int,
+        temperature: float | None,
+        min_version: int,
+    ) -> dict[str, Any]:
+        """Play ``group_size`` episodes of each of ``problems``; put them on the ``episodes``
+        channel at ``key``; return counts and seconds."""
+        gen = ChannelGenerate(
+            self.gen, self.n_rollout, f"agent{self.rank}", temperature, min_version, self.timeout
+        )
+        eps, stats = play(self.agent, problems, group_size, gen)
+        self.episodes.put(eps.to_dict(), key, timeout=self.timeout)
+        return stats
+
+
+class LMRewardWorker(Worker):
+    """The verifier on a CPU-only process (no torch): scores the episodes of given keys of the
+    ``episodes`` channel and forwards them, with their rewards, to the actor."""
+
+    def __init__(self, run: dict[str, Any], episodes: Any, scored: Any, timeout: float) -> None:
+        self.run_cfg = _run_config(run)
+        self.episodes, self.scored, self.timeout = episodes, scored, timeout
+
+    def setup(self) -> None:
+        from rlinf_algos.lm.reward import RewardWorker
+
+        self.worker = RewardWorker(CharTokenizer(), self.run_cfg.task.format_reward)
+
+    def score(self, keys: list[str], dest: str | None) -> dict[str, Any]:
+        """Score the episodes at each of ``keys`` (in order); put them with their ``rewards`` on
+        the ``scored`` channel at ``dest`` (one item per key) unless ``dest`` is ``None`` (an
+        evaluation). Returns per key ``correct`` and ``well_formed`` lists, and ``busy_s``."""
+        out: dict[str, Any] = {"parts": {}, "busy_s": 0.0}
+        for key in keys:
+            eps = self.episodes.get(key, timeout=self.timeout)
+            t0 = time.perf_counter()
+            r = self.worker.compute({"response_ids": eps["final_responses"], "answers": eps["answers"]})
+            out["parts"][key] = {
+                "rewards": [float(x) for x in r["rewards"]],
+                "correct": [bool(x) for x in r["correct"]],
+                "well_formed": [bool(x) for x in r["well_formed"]],
+            }
+            out["busy_s"] += time.perf_counter() - t0
+            if dest is not None:
+                eps["rewards"] = r["rewards"]
+                self.scored.put(eps, dest, timeout=self.timeout)
+        return out
+
+
+class LMReferenceWorker(Worker):
+    """The frozen reference: the warm-started policy (version 0 of the broadcast); answers
+    log-prob requests of the actor on the ``refq`` channel."""
+
+    def __init__(self, run: dict[str, Any], weights_name: str, refq: Any, timeout: float) -> None:
+        self.run_cfg = _run_config(run)
+        self.weights_name, self.refq, self.timeout = weights_name, refq, timeout
+        self.worker: Any = None
+
+    def setup(self) -> None:
+        import torch
+
+        torch.set_num_threads(self.run_cfg.runner.torch_threads)
+
+    def log_probs(self, key: str) -> dict[str, Any]:
+        """Take the batch at ``key``, put its ``ref_log_probs`` at ``key + "/lp"``."""
+        if self.worker is None:
+            raise RlinfError("reference worker: load() the frozen weights before log_probs()")
+        batch = self.refq.get(key, timeout=self.timeout)
+        t0 = time.perf_counter()
+        out = self.worker.compute_log_probs(batch)
+        self.refq.put(out, key + "/lp", timeout=self.timeout)
+        return {"busy_s": time.perf_counter() - t0}
+
+    def load(self) -> int:
+        """Take the broadcast's current weights (version 0: the warm start) as the frozen copy."""
+        from rlinf_algos.lm.workers import ReferenceWorker
+        from rlinf_scheduler.weights import WeightBroadcast
+
+        wb = WeightBroadcast.connect(self.weights_name, timeout=self.timeout, default_timeout=self.timeout)
+        version, sd = wb.fetch(min_version=0, timeout=self.timeout)
+        self.worker = ReferenceWorker(
+            self.run_cfg.model,
+            CharTokenizer().vocab_size,
+            {k: v.clone() for k, v in sd.items()},
+            temperature=self.run_cfg.algorithm.temperature,
+        )
+        return int(version)
+
+
+class LMActorWorker(Worker):
+    """Runs the warm start, holds the policy and its optimiser, runs the GRPO update on the
+    scored episodes of the ``scored`` channel and publishes the weights."""
+
+    def __init__(
+        self, run: dict[str, Any], weights_name: str, scored: Any, refq: Any, timeout: float
+    ) -> None:
+        self.run_cfg = _run_config(run)
+        self.weights_name, self.scored, self.refq, self.timeout = weights_name, scored, refq, timeout
+
+    def setup(self) -> None:
+        import torch
+
+        torch.set_num_threads(self.run_cfg.runner.torch_threads)
+
+    def warm_start(self) -> dict[str, Any]:
+        """The supervised warm start (:func:`~rlinf_algos.lm.trainer.warm_started_policy`), then
+        publish version 0. Returns the SFT stats."""
+        from rlinf_algos.lm.trainer import warm_started_policy
+        from rlinf_algos.lm.workers import ActorWorker
+        from rlinf_scheduler.weights import WeightBroadcast
+
+        model, self.tok, stats = warm_started_policy(self.run_cfg, None)
+        self.actor = ActorWorker(model, self.run_cfg.algorithm, seed=self.run_cfg.runner.seed)
+        self.wb = WeightBroadcast.create(self.weights_name, default_timeout=self.timeout)
+        self.wb.publish(self.actor.model.state_dict(), version=0)
+        return stats
+
+    def update(self, keys: list[str], ref_key: str | None) -> dict[str, Any]:
+        """Gather the scored parts at ``keys`` (whole groups each, in order), pack them, get the
+        reference log-probs over ``refq`` at ``ref_key`` (when not ``None``), run the GRPO
+        update and publish the new version. Returns the update stats, ``version`` and seconds."""
+        import torch
+
+        from rlinf_algos.lm.workers import pack_batch
+
+        parts = [self.scored.get(k, timeout=self.timeout) for k in keys]
+        t0 = time.perf_counter()
+        seqs: list[list[int]] = []
+        masks: list[list[int]] = []
+        index: list[int] = []
+        rewards: list[float] = []
+        for p in parts:
+            off = len(rewards)
+            seqs += p["sequences"]
+            masks += p["loss_masks"]
+            index += [off + e for e in p["episode_index"]]
+            rewards += [float(x) for x in p["rewards"]]
+        batch = pack_batch(seqs, masks, self.tok.pad_id)
+        batch["episode_index"] = torch.tensor(index, dtype=torch.long)
+        batch["rewards"] = torch.tensor(rewards, dtype=torch.float32)
+        ref_s = 0.0
+        if ref_key is not None:
+            t = time.perf_counter()
+            self.refq.put({"input_ids": batch["input_ids"]}, ref_key, timeout=self.timeout)
+            batch.update(self.refq.get(ref_key + "/lp", timeout=self.timeout))
+            ref_s = time.perf_counter() - t
+        t = time.perf_counter()
+        stats = self.actor.update(batch)
+        update_s = time.perf_counter() - t
+        t = time.perf_counter()
+        self.wb.publish(self.actor.model.state_dict(), version=self.actor.version)
+        sync_s = time.perf_counter() - t
+        return {
+            "stats": stats,
+            "version": self.actor.version,
+            "sequences": len(seqs),
+            "reference_wait_s": ref_s,
+            "update_s": update_s,
+            "sync_s": sync_s,
+            "pack_s": time.perf_counter() - t0 - ref_s - update_s - sync_s,
+        }
+
+    def version(self) -> int:
+        return int(self.actor.version)
+
+    def policy_state(self) -> dict[str, Any]:
+        """The current weights (CPU tensors) and the tokenizer, for ``policy.pt``."""
+        return {
+            "state_dict": {k: v.detach().cpu().clone() for k, v in self.actor.model.state_dict().items()},
+            "tokenizer": self.tok.to_dict(),
+        }
+
+
+# -- the driver ----------------------------------------------------------------------------------
+
+
+class RemoteComponents:
+    """:class:`~rlinf_algos.lm.trainer.LocalComponents`' interface (``iterate``, ``evaluate``,
+    ``policy``) over placed workers. Build with a started scheduler, then :meth:`start`."""
+
+    def __init__(self, run: LMRunConfig, scheduler: Any, say: Callable[[str], None]) -> None:
+        self.run, self.scheduler, self.say = run, scheduler, say
+        self.timeout = run.runner.worker_timeout
+        self.groups: dict[str, Any] = {}
+        self.serving: Any = None
+        self.version = 0
+        self.tok = CharTokenizer()
+        self.evals = 0
+        self.placement: dict[str, Any] = {}
+
+    def _plan(self, component: str) -> Any:
+        plan = getattr(self.scheduler, "plan", None)
+        try:
+            return plan[component] if plan is not None else None
+        except KeyError:
+            return None
+
+    def _channel(self, name: str, component: str) -> Any:
+        plan = self._plan(component)
+        opts: dict[str, Any] = {"default_timeout": self.timeout}
+        if plan is not None and plan.processes:
+            opts["node_rank"] = int(plan.processes[0].node_rank)
+        return self.scheduler.channel(name, **opts)
+
+    def start(self) -> dict[str, Any]:
+        """Create the channels, launch the workers, run the warm start on the actor and start
+        the rollout ranks' serve loops. Returns the SFT stats."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        run = self.run
+        uid = secrets.token_hex(4)
+        self.weights_name = f"rlinf-{uid}-policy"
+        with ThreadPoolExecutor(4) as pool:
+            futs = [
+                pool.submit(self._channel, f"rlinf-{uid}-{what}", comp)
+                for what, comp in (
+                    ("gen", "rollout"),
+                    ("episodes", "reward"),
+                    ("scored", "actor"),
+                    ("refq", "actor"),
+                )
+            ]
+            self.gen, self.episodes_ch, self.scored, self.refq = (f.result() for f in futs)
+        data = run.model_dump(mode="json")
+        use_agents = self._plan("agent") is not None and run.task.mode == "multiagent"
+        n_rollout = int(self._plan("rollout").world_size) if self._plan("rollout") is not None else 1
+        launches: dict[str, tuple[Any, ...]] = {
+            "actor": (LMActorWorker, data, self.weights_name, self.scored, self.refq, self.timeout),
+            "rollout": (LMRolloutWorker, data, self.weights_name, self.gen, self.timeout),
+            "reward": (LMRewardWorker, data, self.episodes_ch, self.scored, self.timeout),
+        }
+        if run.algorithm.kl_coef > 0:
+            launches["reference"] = (LMReferenceWorker, data, self.weights_name, self.refq, self.timeout)
+        if use_agents:
+            launches["agent"] = (LMAgentWorker, data, self.gen, self.episodes_ch, n_rollout, self.timeout)
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(len(launches)) as pool:
+            futs2 = {name: pool.submit(self.scheduler.launch, name, *args) for name, args in launches.items()}
+            for name, fut in futs2.items():
+                self.groups[name] = fut.result()
+        for name, group in self.groups.items():
+            nodes = sorted({p.node_rank for p in group.placements}) if hasattr(group, "placements") else []
+            self.placement[name] = {"processes": group.world_size, "nodes": nodes}
+        if not use_agents:
+            self.placement["agent"] = {"processes": 0, "where": "the driver (single agent per episode)"}
+            self.local_agent = make_agent(
+                run.task.mode, self.tok, _max_new(run, self.tok), run.task.max_calls, run.model.max_seq_len
+            )
+        self.say(
+            "workers: "
+            + ", ".join(f"{k} x{v['processes']}" for k, v in self.placement.items() if v["processes"])
+            + f" (started in {time.perf_counter() - t0:.1f} s)"
+        )
+        self.n_rollout = n_rollout
+        self.n_reward = self.groups["reward"].world_size
+        self.n_agent = self.groups["agent"].world_size if use_agents else 0
+        sft = self.groups["actor"].warm_start().wait(self.timeout * 4)[0]
+        if "reference" in self.groups:
+            self.groups["reference"].load().wait(self.timeout)
+        self.serving = self.groups["rollout"].serve()
+        self.policy_model: Any = None
+        return sft
+
+    def _play_all(
+        self, key: str, problems: Sequence[Problem], group_size: int, temperature: float | None
+    ) -> tuple[list[str], list[Any], list[dict[str, Any]]]:
+        """Start the agents (or play in the driver); returns the episode keys (in problem
+        order), the pending agent calls, and the driver's own play stats."""
+        if self.n_agent:
+            n = min(self.n_agent, len(problems))
+            size = -(-len(problems) // n)
+            chunks = [list(problems[i : i + size]) for i in range(0, len(problems), size)]
+            keys = [f"{key}/a{r}" for r in range(len(chunks))]
+            calls = [
+                self.groups["agent"].on(r).play(k, c, group_size, temperature, self.version)
+                for r, (k, c) in enumerate(zip(keys, chunks, strict=True))
+            ]
+            return keys, calls, []
+        gen = ChannelGenerate(self.gen, self.n_rollout, "driver", temperature, self.version, self.timeout)
+        return [f"{key}/a0"], [], [{"problems": list(problems), "gen": gen}]
+
+    def _drive(
+        self, key: str, problems: Sequence[Problem], group_size: int, temperature: float | None, train: bool
+    ) -> dict[str, Any]:
+        keys, agent_calls, local = self._play_all(key, problems, group_size, temperature)
+        by_reward: dict[int, list[str]] = {}
+        for i, k in enumerate(keys):
+            by_reward.setdefault(i % self.n_reward, []).append(k)
+        reward_calls = {
+            r: self.groups["reward"].on(r).score(ks, f"{key}/r{r}" if train else None)
+            for r, ks in by_reward.items()
+        }
+        actor_call = ref_call = None
+        if train:
+            ref_key = f"{key}/ref" if "reference" in self.groups else None
+            if ref_key is not None:
+                ref_call = self.groups["reference"].log_probs(ref_key)
+            actor_call = self.groups["actor"].update([f"{key}/r{r}" for r in sorted(by_reward)], ref_key)
+        t0 = time.perf_counter()
+        agent_stats: list[dict[str, Any]] = []
+        for job in local:  # the driver plays the (single) agent itself
+            eps, st = play(self.local_agent, job["problems"], group_size, job["gen"])
+            self.episodes_ch.put(eps.to_dict(), keys[0], timeout=self.timeout)
+            agent_stats.append(st)
+        agent_stats += [c.wait(self.timeout)[0] for c in agent_calls]
+        generate_s = time.perf_counter() - t0
+        rewards = {r: c.wait(self.timeout)[0] for r, c in reward_calls.items()}
+        out: dict[str, Any] = {"rewards": [], "correct": [], "well_formed": []}
+        for i, k in enumerate(keys):
+            part = rewards[i % self.n_reward]["parts"][k]
+            for f in ("rewards", "correct", "well_formed"):
+                out[f] += part[f]
+        out["agent_stats"] = agent_stats
+        out["generate_s"] = generate_s
+        out["reward_s"] = max((r["busy_s"] for r in rewards.values()), default=0.0)
+        if train:
+            out["actor"] = actor_call.wait(self.timeout)[0]
+            out["reference_s"] = ref_call.wait(self.timeout)[0]["busy_s"] if ref_call is not None else 0.0
+        return out
+
+    def iterate(self, problems: Sequence[Problem], group_size: int) -> dict[str, Any]:
+        key = f"it{self.version + 1}"
+        res = self._drive(key, problems, group_size, None, train=True)
+        actor = res["actor"]
+        self.version = int(actor["version"])
+        import numpy as np
+
+        return {
+            "rewards": np.asarray(res["rewards"], dtype=np.float32),
+            "correct": np.asarray(res["correct"], dtype=bool),
+            "well_formed": np.asarray(res["well_formed"], dtype=bool),
+            "sequences": actor["sequences"],
+            "generated_tokens": sum(int(s["generated_tokens"]) for s in res["agent_stats"]),
+            "stats": actor["stats"],
+            "phase": {
+                "generate": res["generate_s"],
+                "reward": res["reward_s"],
+                "reference": res["reference_s"],
+                "update": actor["update_s"],
+                "sync": actor["sync_s"],
+            },
+        }
+
+    def evaluate(self, problems: Sequence[Problem], temperature: float = 0.0) -> dict[str, list[bool]]:
+        self.evals += 1
+        res = self._drive(f"eval{self.evals}-v{self.version}", problems, 1, temperature, train=False)
+        return {"correct": res["correct"], "well_formed": res["well_formed"]}
+
+    def policy(self) -> Any:
+        """The actor's current policy, as a :class:`~rlinf_algos.lm.model.TinyLM` here."""
+        from rlinf_algos.lm.model import TinyLM
+
+        state = self.groups["actor"].policy_state().wait(self.timeout)[0]
+        if self.policy_model is None:
+            self.policy_model = TinyLM(self.run.model, self.tok.vocab_size)
+        self.policy_model.load_state_dict(state["state_dict"])
+        return self.policy_model
+
+    def close(self) -> None:
+        """End the serve loops (a :data:`STOP` per rollout rank) and stop every worker group."""
+        if self.serving is not None:
+            try:
+                for _ in range(self.n_rollout):
+                    self.gen.put(STOP, "req", timeout=10.0)
+                self.serving.wait(30.0)
+            except Exception:  # a worker already failed: its error was reported
+                pass
+        for group in self.groups.values():
+            try:
+                group.shutdown(timeout=10.0)
+            except Exception:
+                pass
+
+
+def train_lm_distributed(
+    run: LMRunConfig,
+    scheduler: Any,
+    run_dir: Path,
+    log: Callable[[str], None] | None = print,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+    cluster: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """:func:`~rlinf_algos.lm.trainer.train_lm` with the components on placed workers
+    (``scheduler``: a started :class:`rlinf_core.scheduler.Scheduler`)."""
+    import torch
+
+    from rlinf_algos.lm.trainer import grpo_loop
+    from rlinf_core.scheduler import Scheduler
+
+    if not isinstance(scheduler, Scheduler):
+        raise RlinfError(
+            f"grpo_lm's distributed runner needs a started rlinf_core.Scheduler, got {type(scheduler).__name__}"
+        )
+    say = log or (lambda _msg: None)
+    torch.set_num_threads(run.runner.torch_threads)
+    t_start = time.perf_counter()
+    cpu0 = time.process_time()
+    comps = RemoteComponents(run, scheduler, say)
+    try:
+        sft = comps.start()
+        if sft.get("steps"):
+            say(
+                f"warm start on the actor: {sft['steps']} steps in {sft['seconds']:.0f} s (check accuracy {sft['check_accuracy']})"
+            )
+        return grpo_loop(
+            run,
+            Path(run_dir),
+            comps,
+            comps.tok,
+            sft,
+            say,
+            progress=progress,
+            t_start=t_start,
+            cpu_s=lambda: time.process_time() - cpu0,
+            cluster=cluster,
+            scheduler=str(getattr(scheduler, "PLUGIN_NAME", type(scheduler).__name__)),
+        )
+    finally:
+        comps.close()

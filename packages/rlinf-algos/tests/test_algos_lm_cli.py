@@ -1,0 +1,170 @@
+"""``rlinf train examples/grpo_*.yaml``: the ``grpo_lm`` algorithm through the CLI (one iteration
+with a tiny model, in process), its up-front configuration errors, and the distributed runner
+(rollout, reward, reference, actor and agent workers on a real embedded Ray; marked
+``network``)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from rlinf_algos.lm.model import load_policy
+from rlinf_algos.runner import run_training, validate_run_config
+from rlinf_core.cli import build_cli
+from rlinf_core.config import apply_overrides, load_yaml
+from rlinf_core.errors import ConfigError
+from rlinf_core.plugins import load_plugins
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+TINY = [
+    "model.d_model=16",
+    "model.n_layers=1",
+    "model.n_heads=2",
+    "sft.steps=2",
+    "sft.batch_size=4",
+    "algorithm.iterations=1",
+    "algorithm.prompts_per_iter=2",
+    "algorithm.group_size=2",
+    "algorithm.kl_coef=0.05",
+    "task.eval_size=4",
+    "runner.eval_interval=0",
+]
+
+
+@pytest.fixture(scope="module")
+def host() -> Any:
+    return load_plugins()
+
+
+def invoke(host: Any, *args: str) -> Any:
+    cli = build_cli()
+    host.register_commands(cli)
+    return CliRunner().invoke(cli, list(args), obj=host, catch_exceptions=True)
+
+
+def check_run_dir(run_dir: Path, mode: str) -> dict[str, Any]:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["algorithm"] == "grpo_lm" and summary["mode"] == mode
+    for key in ("accuracy_before", "accuracy_after"):
+        assert 0.0 <= summary[key] <= 1.0
+    assert summary["iterations"] == 1 and summary["eval_size"] == 4 and summary["total_s"] > 0
+    assert [e["iteration"] for e in summary["evals"]] == [0, 1]
+    with (run_dir / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 1 and int(rows[0]["iteration"]) == 1
+    for phase in ("generate", "reward", "reference", "update", "sync"):
+        assert float(rows[0][f"{phase}_s"]) >= 0.0
+    assert float(rows[0]["reference_s"]) > 0.0  # kl_coef > 0: the reference ran
+    assert (run_dir / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["algorithm"]["name"] == "grpo_lm" and config["model"]["d_model"] == 16
+    assert config["task"]["mode"] == mode and "cluster" in config
+    model, tok, meta = load_policy(run_dir / "policy.pt")
+    assert meta == {"iterations": 1} and model.cfg.d_model == 16 and tok.vocab_size == model.vocab_size
+    return summary
+
+
+@pytest.mark.parametrize(
+    ("name", "mode"), [("grpo_arith.yaml", "single"), ("grpo_multiagent.yaml", "multiagent")]
+)
+def test_rlinf_train_runs_one_iteration_of_each_example(
+    host: Any, name: str, mode: str, tmp_path: Path
+) -> None:
+    res = invoke(
+        host, "train", str(EXAMPLES / name), "--run-dir", str(tmp_path), *TINY, "runner.scheduler=local"
+    )
+    assert res.exit_code == 0, res.output
+    assert "held-out accuracy after the warm start" in res.output
+    assert "done: held-out accuracy" in res.output and str(tmp_path) in res.output
+    summary = check_run_dir(tmp_path, mode)
+    assert summary["scheduler"] == "local"
+
+
+def test_both_examples_validate_with_their_placement(host: Any) -> None:
+    for name in ("grpo_arith.yaml", "grpo_multiagent.yaml"):
+        algo_cls, cfg, scheduler = validate_run_config(load_yaml(EXAMPLES / name), host)
+        assert algo_cls.PLUGIN_NAME == "grpo_lm" and cfg.name == "grpo_lm" and scheduler == "ray"
+
+
+def test_bad_configs_are_reported_up_front_with_their_yaml_paths(host: Any, tmp_path: Path) -> None:
+    res = invoke(
+        host,
+        "train",
+        str(EXAMPLES / "grpo_arith.yaml"),
+        "--run-dir",
+        str(tmp_path / "x"),
+        "algorithm.group_size=1",
+        "task.num_terms=[1]",
+        "model.n_heads=3",
+        "sft.carry_drop=2",
+        "runner.scheduler=local",
+    )
+    # the rlinf entry point prints a ConfigError without a traceback and exits 2
+    assert isinstance(res.exception, ConfigError), res.output
+    message = str(res.exception)
+    for path in ("algorithm.group_size", "task: num_terms", "model: d_model", "sft.carry_drop"):
+        assert path in message, path
+    assert not (tmp_path / "x").exists()  # nothing started
+
+    data = load_yaml(EXAMPLES / "grpo_multiagent.yaml")
+    del data["cluster"]["component_placement"]["agent"]
+    data["extra_section"] = {}
+    with pytest.raises(ConfigError) as err:
+        validate_run_config(data, host)
+    paths = {p.path: p.message for p in err.value.problems}
+    assert "agent" in paths["cluster.component_placement"]
+    assert "unknown section" in paths["extra_section"]
+
+
+def test_resume_is_refused_with_a_way_forward(host: Any, tmp_path: Path) -> None:
+    from rlinf_algos.lm.algorithm import GRPOLM
+    from rlinf_algos.lm.config import load_lm_sections
+
+    data = apply_overrides(load_yaml(EXAMPLES / "grpo_arith.yaml"), TINY)
+    with pytest.raises(ConfigError, match="init_checkpoint"):
+        GRPOLM(load_lm_sections(data).algorithm).run(None, data, tmp_path, resume=True)
+
+
+# -- the distributed runner ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Any:
+    """One embedded Ray for the module (runs attach to it)."""
+    from rlinf_scheduler.runtime.cluster import Cluster
+
+    cluster = Cluster(1, ray_init={"num_cpus": 2})
+    yield cluster
+    cluster.shutdown()
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(
+    ("name", "mode", "extra"),
+    [
+        ("grpo_arith.yaml", "single", ["cluster.component_placement.rollout.placement=0:0-1"]),
+        ("grpo_multiagent.yaml", "multiagent", ["cluster.component_placement.agent.placement=0:0-2"]),
+    ],
+    ids=["single-2-rollout", "multiagent-3-agents"],
+)
+def test_distributed_run_places_every_component(
+    ray_cluster: Any, name: str, mode: str, extra: list[str], tmp_path: Path
+) -> None:
+    data = apply_overrides(load_yaml(EXAMPLES / name), [*TINY, *extra, "runner.worker_timeout=120"])
+    summary = run_training(data, run_dir=tmp_path)
+    check_run_dir(tmp_path, mode)
+    placed = summary["placement"]
+    assert summary["scheduler"] == "ray"
+    for comp in ("actor", "reward", "reference", "rollout"):
+        assert placed[comp]["processes"] >= 1, comp
+    if mode == "multiagent":
+        assert placed["agent"]["processes"] == 3
+    else:
+        assert placed["rollout"]["processes"] == 2
