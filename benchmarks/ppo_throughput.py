@@ -34,8 +34,8 @@ Peers (``--peers``):
 
 Part 2, rollout only (env-steps/s of collecting PPO rollouts, no update):
 
-- ``rlinf``: env and rollout workers exchanging observations and actions over channels
-  (``run_training`` in rollout-only mode) when available; otherwise the in-process collector
+- ``rlinf``: env and rollout workers exchanging observations and actions over their direct
+  links (``run_training`` in rollout-only mode) when available; otherwise the in-process collector
   (``PPOCollector.collect`` over ``VectorEnvStepper``), labelled as such;
 - ``bare``: one process, a gymnasium sync vector env stepped with the actions of a plain torch
   64x64 tanh actor (and the value head a PPO rollout needs): the floor of any rollout system.
@@ -648,7 +648,7 @@ def print_throughput(res: dict[str, Any], args: argparse.Namespace) -> dict[str,
         "train:rlinf_inprocess": "rlinf (in-process runner)",
         "train:sb3": "Stable-Baselines3 PPO",
         "train:rllib": "RLlib PPO (new API stack)",
-        "rollout:rlinf": "rlinf env+rollout workers, channels",
+        "rollout:rlinf": "rlinf env+rollout workers, links",
         "rollout:rlinf_inprocess": "rlinf in-process collector",
         "rollout:bare": "bare loop (vec env + forward)",
     }

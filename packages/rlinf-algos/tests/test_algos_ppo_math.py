@@ -113,6 +113,12 @@ def test_normalize_advantages() -> None:
         [-1, 0, 1], abs=1e-6
     )
     assert ppo.normalize_advantages(torch.tensor([5.0])).tolist() == [0.0]
+    # per row (one pass over the minibatches of an epoch): each row as if alone
+    rows = torch.tensor([[1.0, 2.0, 3.0], [10.0, 30.0, 20.0]])
+    assert ppo.normalize_advantages(rows, dim=1).reshape(-1).tolist() == pytest.approx(
+        [-1, 0, 1, -1, 1, 0], abs=1e-6
+    )
+    assert ppo.normalize_advantages(torch.tensor([[5.0], [7.0]]), dim=1).tolist() == [[0.0], [0.0]]
 
 
 def test_clip_grad_norm() -> None:

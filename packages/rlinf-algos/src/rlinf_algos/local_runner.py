@@ -94,6 +94,87 @@ def make_adam(params: Any, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
         return torch.optim.Adam(params, lr=lr, eps=eps)
 
 
+class LeanAdam:
+    """``optimizer.step()`` and ``zero_grad()`` of a fused :class:`torch.optim.Adam` without their
+    per-call Python.
+
+    :meth:`step` runs exactly what ``Adam(fused=True).step()`` runs (``_foreach_add_`` on the
+    step counters, then the ``_fused_adam_`` kernel on the optimiser's own state tensors), without
+    the grouping, hooks and profiler records around it, which on networks this small cost more
+    than the kernel. :meth:`zero_grad` sets the gradients to ``None`` (so the next backward hands
+    its fresh buffers over instead of adding them into zeroed ones). The optimiser stays the
+    source of truth (``state_dict``, ``param_groups``' ``lr``): call :meth:`refresh` after loading
+    its state. Whatever this cannot do directly (a non-fused optimiser, amsgrad, a parameter
+    without state or gradient yet) goes through the optimiser as usual.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.opt = optimizer
+        self.params = [p for g in optimizer.param_groups for p in g["params"]]
+        self._lists: list[tuple[Any, ...]] | None = None
+
+    def refresh(self) -> None:
+        """Forget the cached state tensors (after ``load_state_dict``)."""
+        self._lists = None
+
+    def _build(self) -> None:
+        lists = []
+        for g in self.opt.param_groups:
+            if not g.get("fused") or g.get("amsgrad") or g.get("differentiable") or g.get("capturable"):
+                return
+            if g.get("decoupled_weight_decay") or g.get("maximize"):
+                return
+            ps, m1, m2, st = [], [], [], []
+            for p in g["params"]:
+                state = self.opt.state.get(p)
+                if not state or not torch.is_tensor(state.get("step")):
+                    return
+                ps.append(p)
+                m1.append(state["exp_avg"])
+                m2.append(state["exp_avg_sq"])
+                st.append(state["step"])
+            lists.append((g, ps, m1, m2, st))
+        self._lists = lists
+
+    def grads(self) -> list[Tensor]:
+        """The gradients there are (for clipping)."""
+        return [p.grad for p in self.params if p.grad is not None]
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def step(self) -> None:
+        if self._lists is None:
+            self.opt.step()
+            self._build()
+            return
+        for g, ps, m1, m2, st in self._lists:
+            gs = [p.grad for p in ps]
+            if any(x is None for x in gs):  # a parameter without gradient: the optimiser skips it
+                self.opt.step()
+                return
+            beta1, beta2 = g["betas"]
+            torch._foreach_add_(st, 1)
+            torch._fused_adam_(
+                ps,
+                gs,
+                m1,
+                m2,
+                [],
+                st,
+                amsgrad=False,
+                lr=float(g["lr"]),
+                beta1=float(beta1),
+                beta2=float(beta2),
+                weight_decay=float(g["weight_decay"]),
+                eps=float(g["eps"]),
+                maximize=False,
+                grad_scale=None,
+                found_inf=None,
+            )
+
+
 def atomic_torch_save(obj: Any, path: Path) -> None:
     """``torch.save`` to a temp file in ``path``'s folder, fsync, then ``os.replace``: a crash
     mid-save never leaves a truncated file at ``path``."""
@@ -250,6 +331,7 @@ class PPOLearner:
         self.model, self.cfg = model, cfg
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = make_adam(self.params, cfg.lr, cfg.adam_eps)
+        self.adam = LeanAdam(self.optimizer)
         self.generator = torch.Generator().manual_seed(seed)
         self.version = 0
 
@@ -267,6 +349,12 @@ class PPOLearner:
         )
 
     def update(self, r: PPORollout) -> dict[str, float]:
+        """``update_epochs`` passes over the rollout in minibatches (the last partial one dropped),
+        each a fresh permutation; stops after an epoch whose last minibatch's approx-KL passed
+        ``target_kl``. Lean on purpose (a minibatch step of these tiny networks is mostly per-call
+        overhead): each epoch gathers its permutation once and normalises the advantages of all
+        its minibatches in one pass; minibatches are views; the optimiser step is
+        :class:`LeanAdam`; metrics stay tensors until the end (no host sync per step)."""
         cfg = self.cfg
         adv, ret = self.advantages(r)
         b_obs = r.obs.reshape(-1, r.obs.shape[-1])
@@ -274,54 +362,59 @@ class PPOLearner:
         b_logp, b_val = r.log_probs.reshape(-1), r.values.reshape(-1)
         b_adv, b_ret = adv.reshape(-1), ret.reshape(-1)
         B, mb = b_obs.shape[0], min(cfg.minibatch_size, b_obs.shape[0])
-        model, opt, params = self.model, self.optimizer, self.params
-        sums = torch.zeros(5)  # pg, vf, entropy, clipfrac, grad norm
+        M = B // mb  # minibatches per epoch
+        model, adam = self.model, self.adam
+        adam.refresh()
+        stats = torch.zeros(cfg.update_epochs * M, 4)  # pg, vf, -entropy, grad norm
+        ratios = torch.zeros(cfg.update_epochs * M, mb)  # log-ratios, for KL and clip fraction
         n_mb = 0
-        kl = torch.zeros(())
         epochs = 0
         for _ in range(cfg.update_epochs):
-            perm = torch.randperm(B, generator=self.generator)
-            for start in range(0, B - mb + 1, mb):
-                idx = perm[start : start + mb]
-                logp, entropy, value = model.evaluate(b_obs[idx], b_act[idx])
-                log_ratio = logp - b_logp[idx]
-                mb_adv = b_adv[idx]
-                if cfg.normalize_advantages:
-                    mb_adv = ppo_math.normalize_advantages(mb_adv)
-                pg = ppo_math.policy_loss(log_ratio, mb_adv, cfg.clip_low, cfg.clip_high, cfg.dual_clip)
-                vf = ppo_math.value_loss(value, b_ret[idx], b_val[idx], cfg.value_clip)
+            used = torch.randperm(B, generator=self.generator)[: M * mb]
+            e_obs, e_act = b_obs[used], b_act[used]
+            e_logp, e_val, e_ret = b_logp[used], b_val[used], b_ret[used]
+            e_adv = b_adv[used].view(M, mb)
+            if cfg.normalize_advantages:
+                e_adv = ppo_math.normalize_advantages(e_adv, dim=1)
+            for i in range(M):
+                a, b = i * mb, (i + 1) * mb
+                logp, entropy, value = model.evaluate(e_obs[a:b], e_act[a:b])
+                log_ratio = logp - e_logp[a:b]
+                pg = ppo_math.policy_loss(log_ratio, e_adv[i], cfg.clip_low, cfg.clip_high, cfg.dual_clip)
+                vf = ppo_math.value_loss(value, e_ret[a:b], e_val[a:b], cfg.value_clip)
                 loss = pg + cfg.vf_coef * vf
                 ent = ppo_math.entropy_loss(entropy)
                 if cfg.ent_coef:
                     loss = loss + cfg.ent_coef * ent
-                opt.zero_grad(set_to_none=True)
+                adam.zero_grad()
                 loss.backward()
-                gn = (
-                    ppo_math.clip_grad_norm(params, cfg.max_grad_norm)
-                    if cfg.max_grad_norm is not None
-                    else torch.zeros(())
-                )
-                opt.step()
                 with torch.no_grad():
-                    kl = ppo_math.approx_kl(log_ratio)
-                    cf = ppo_math.clip_fraction(log_ratio, cfg.clip_low, cfg.clip_high)
-                    sums += torch.stack([pg.detach(), vf.detach(), -ent.detach(), cf, gn])
+                    if cfg.max_grad_norm is not None:
+                        gn = ppo_math.clip_grads_(adam.grads(), cfg.max_grad_norm)
+                    else:
+                        gn = torch.zeros(())
+                    adam.step()
+                    ratios[n_mb] = log_ratio
+                    torch.stack([pg, vf, ent, gn], out=stats[n_mb])
                 n_mb += 1
             epochs += 1
-            if cfg.target_kl is not None and float(kl) > cfg.target_kl:
+            if cfg.target_kl is not None and float(ppo_math.approx_kl(ratios[n_mb - 1])) > cfg.target_kl:
                 break
         self.version += 1
-        s = (sums / max(n_mb, 1)).tolist()
+        with torch.no_grad():
+            s = stats[:n_mb].mean(0).tolist() if n_mb else [0.0] * 4
+            kl = float(ppo_math.approx_kl(ratios[n_mb - 1])) if n_mb else 0.0
+            cf = float(ppo_math.clip_fraction(ratios[:n_mb], cfg.clip_low, cfg.clip_high)) if n_mb else 0.0
         y, yhat = b_ret, b_val
         var_y = float(y.var())
         explained = float("nan") if var_y == 0 else 1.0 - float((y - yhat).var()) / var_y
         return {
             "policy_loss": s[0],
             "value_loss": s[1],
-            "entropy": s[2],
-            "clip_fraction": s[3],
-            "grad_norm": s[4],
-            "approx_kl": float(kl),
+            "entropy": -s[2],
+            "clip_fraction": cf,
+            "grad_norm": s[3],
+            "approx_kl": kl,
             "epochs": float(epochs),
             "explained_variance": explained,
             "lr": self.optimizer.param_groups[0]["lr"],
@@ -338,6 +431,7 @@ class PPOLearner:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        self.adam.refresh()
         self.generator.set_state(state["generator"])
         self.version = int(state["version"])
 
@@ -366,6 +460,9 @@ class SACLearner:
         self.actor_opt = make_adam(self.actor.parameters(), cfg.actor_lr)
         self.critic_opt = make_adam(self.critic.parameters(), cfg.critic_lr)
         self.alpha_opt = make_adam([self.log_alpha], cfg.alpha_lr)
+        self._actor_adam, self._critic_adam, self._alpha_adam = (
+            LeanAdam(o) for o in (self.actor_opt, self.critic_opt, self.alpha_opt)
+        )
         self._critic_params = list(self.critic.parameters())
         self.updates = 0
         self.version = 0
@@ -398,9 +495,9 @@ class SACLearner:
             )
         q = self.critic(obs, actions)
         q_loss = sac_math.critic_loss(q[0], q[1], target)
-        self.critic_opt.zero_grad(set_to_none=True)
+        self._critic_adam.zero_grad()
         q_loss.backward()
-        self.critic_opt.step()
+        self._critic_adam.step()
         out = {"critic_loss": q_loss.detach(), "q_mean": q.detach().mean()}
         self.updates += 1
         if self.updates % cfg.actor_update_interval == 0:
@@ -409,18 +506,18 @@ class SACLearner:
             a, logp = self.actor.sample(obs)
             q_pi = self.critic(obs, a)
             a_loss = sac_math.actor_loss(q_pi[0], q_pi[1], logp, alpha)
-            self.actor_opt.zero_grad(set_to_none=True)
+            self._actor_adam.zero_grad()
             a_loss.backward()
-            self.actor_opt.step()
+            self._actor_adam.step()
             for p in self._critic_params:
                 p.requires_grad_(True)
             out["actor_loss"] = a_loss.detach()
             out["entropy"] = -logp.detach().mean()
             if cfg.autotune:
                 t_loss = sac_math.temperature_loss(self.log_alpha, logp, self.target_entropy)
-                self.alpha_opt.zero_grad(set_to_none=True)
+                self._alpha_adam.zero_grad()
                 t_loss.backward()
-                self.alpha_opt.step()
+                self._alpha_adam.step()
                 out["alpha_loss"] = t_loss.detach()
             self.version += 1
         if self.updates % cfg.target_update_interval == 0:
@@ -450,6 +547,8 @@ class SACLearner:
         self.actor_opt.load_state_dict(state["actor_opt"])
         self.critic_opt.load_state_dict(state["critic_opt"])
         self.alpha_opt.load_state_dict(state["alpha_opt"])
+        for adam in (self._actor_adam, self._critic_adam, self._alpha_adam):
+            adam.refresh()
         self.updates = int(state["updates"])
         self.version = int(state["version"])
 
@@ -573,6 +672,7 @@ class GRPOLearner:
         self.reference = copy.deepcopy(model).requires_grad_(False)
         self.params = [p for p in model.actor_mean.parameters()] + [model.actor_log_std]
         self.optimizer = make_adam(self.params, cfg.lr, cfg.adam_eps)
+        self.adam = LeanAdam(self.optimizer)
         self.generator = torch.Generator().manual_seed(seed)
         self.version = 0
 

@@ -31,6 +31,7 @@ __all__ = [
     "gaussian_log_prob",
     "layer_init",
     "mlp",
+    "seq_forward",
 ]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
@@ -68,6 +69,26 @@ def mlp(
         last = h
     layers.append(init(nn.Linear(last, out_dim), std=out_std))
     return nn.Sequential(*layers)
+
+
+_ACT_FNS = {nn.Tanh: torch.tanh, nn.ReLU: torch.relu, nn.ELU: nn.functional.elu, nn.SiLU: nn.functional.silu}
+
+
+def seq_forward(seq: nn.Sequential, x: Tensor) -> Tensor:
+    """``seq(x)`` for a :func:`mlp`, calling ``linear`` and the activation functions directly.
+
+    Same maths as ``seq(x)``; it skips ``nn.Module.__call__`` (hook dispatch, about 10 us a
+    module), which on a 64x64 network costs more than the layer. Modules other than ``Linear``
+    and the activations of :data:`ACTIVATIONS` are called as usual.
+    """
+    for m in seq:
+        t = type(m)
+        if t is nn.Linear:
+            x = nn.functional.linear(x, m.weight, m.bias)
+        else:
+            fn = _ACT_FNS.get(t)
+            x = fn(x) if fn is not None else m(x)
+    return x
 
 
 def gaussian_log_prob(x: Tensor, mean: Tensor, log_std: Tensor) -> Tensor:
@@ -155,20 +176,20 @@ class GaussianActorCritic(nn.Module):
 
     def value(self, obs: Tensor) -> Tensor:
         """``[B, D] -> [B]``."""
-        return self.critic(obs).squeeze(-1)
+        return seq_forward(self.critic, obs).squeeze(-1)
 
     @torch.no_grad()
     def act(self, obs: Tensor, deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
         """Sample actions for the rollout: ``[B, D] -> (actions [B, A], log_prob [B], value [B])``
         (without gradient; actions are not clipped to the action space, the env side does that)."""
-        mean = self.actor_mean(obs)
+        mean = seq_forward(self.actor_mean, obs)
         log_std = self.actor_log_std.expand_as(mean)
         action = mean if deterministic else mean + torch.randn_like(mean) * torch.exp(log_std)
         return action, gaussian_log_prob(action, mean, log_std), self.value(obs)
 
     def evaluate(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """For the update: ``obs [B, D], actions [B, A] -> (log_prob [B], entropy [B], value [B])``."""
-        mean = self.actor_mean(obs)
+        mean = seq_forward(self.actor_mean, obs)
         log_std = self.actor_log_std.expand_as(mean)
         return gaussian_log_prob(actions, mean, log_std), gaussian_entropy(log_std), self.value(obs)
 

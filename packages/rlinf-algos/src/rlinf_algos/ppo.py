@@ -24,6 +24,7 @@ __all__ = [
     "approx_kl",
     "clip_fraction",
     "clip_grad_norm",
+    "clip_grads_",
     "entropy_loss",
     "gae",
     "next_values_with_bootstrap",
@@ -95,12 +96,21 @@ def gae(
     return advantages, advantages + values
 
 
-def normalize_advantages(advantages: Tensor, eps: float = 1e-8) -> Tensor:
+def normalize_advantages(advantages: Tensor, eps: float = 1e-8, dim: int | None = None) -> Tensor:
     """``(A - mean(A)) / (std(A) + eps)`` over the whole tensor (any shape, ``std`` unbiased, as
-    CleanRL and SB3 do per minibatch). A single element is returned centred (to 0)."""
-    if advantages.numel() < 2:
-        return advantages - advantages.mean()
-    return (advantages - advantages.mean()) / (advantages.std() + eps)
+    CleanRL and SB3 do per minibatch). A single element is returned centred (to 0).
+
+    With ``dim``, each slice along ``dim`` is normalised on its own: ``[M, mb]`` advantages of
+    ``M`` minibatches with ``dim=1`` give what ``M`` calls on the rows give, in one pass.
+    """
+    if dim is None:
+        if advantages.numel() < 2:
+            return advantages - advantages.mean()
+        return (advantages - advantages.mean()) / (advantages.std() + eps)
+    mean = advantages.mean(dim, keepdim=True)
+    if advantages.shape[dim] < 2:
+        return advantages - mean
+    return (advantages - mean) / (advantages.std(dim, keepdim=True) + eps)
 
 
 def policy_loss(
@@ -190,7 +200,12 @@ def clip_grad_norm(parameters: Iterable[Tensor], max_norm: float) -> Tensor:
     fused pass (``torch._foreach_norm`` / ``_foreach_mul_``) instead of one call per tensor, which is
     what dominates on the small networks RL uses.
     """
-    grads = [p.grad for p in parameters if p.grad is not None]
+    return clip_grads_([p.grad for p in parameters if p.grad is not None], max_norm)
+
+
+def clip_grads_(grads: list[Tensor], max_norm: float) -> Tensor:
+    """:func:`clip_grad_norm` on a list of gradient tensors (scaled in place; returns the norm
+    before clipping). For a learner that keeps its gradient list between steps."""
     if not grads:
         return torch.zeros(())
     norms = torch._foreach_norm(grads)

@@ -18,12 +18,17 @@ How an iteration flows (:class:`DistributedRun`): the driver calls ``EnvWorker.r
 the policy is at most one version stale and the PPO ratio accounts for it.
 
 Fault tolerance: env and rollout workers that die are restarted (``RayWorkerGroup.restart``); the
-iteration they were in is aborted on every worker (an ``ABORT`` item on each key of its
-*generation*), its partial batch is dropped and logged (``dropped_batches``,
+iteration they were in is aborted on every worker (their links break; an ``ABORT`` item on each
+trajectory key of its *generation*), its partial batch is dropped and logged (``dropped_batches``,
 ``dropped_env_steps`` in the summary), the new worker pulls the newest weights, and the iteration
 is run again under the next generation, so nothing of the lost batch is mixed in. The actor holds
 the optimiser state and is not restarted: the run stops with the error and ``--resume`` continues
 from the newest checkpoint.
+
+Env and rollout workers exchange observations and actions over direct links (see
+:mod:`rlinf_algos.workers`); the driver hands every env worker the rollout workers' link
+addresses with each iteration (a restarted rollout worker listens on a new one) and a per-run
+secret, created here, that the links are authenticated with.
 """
 
 from __future__ import annotations
@@ -546,13 +551,9 @@ class DistributedRun:
             self._check_sizes(M, N)
         uid = secrets.token_hex(4)
         self.weights = f"rlinf-{uid}-policy"
+        self.link_token = secrets.token_hex(16)  # travels only as a Ray call argument
         S, seed = self.rollout_cfg.pipeline_stages, self.runner_cfg.seed
-        with ThreadPoolExecutor(3) as pool:  # each channel actor is a process start: in parallel
-            chans = [
-                pool.submit(self._channel, f"rlinf-{uid}-{what}", comp)
-                for what, comp in (("obs", "rollout"), ("act", "env"), ("traj", "actor"))
-            ]
-            self.obs_ch, self.act_ch, self.traj_ch = (f.result() for f in chans)
+        self.traj_ch = self._channel(f"rlinf-{uid}-traj", "actor")
         if M is None or N is None:  # a scheduler without a plan: learn the sizes from the env group
             env = self.scheduler.launch(
                 "env",
@@ -561,8 +562,7 @@ class DistributedRun:
                 seed,
                 S,
                 N or 1,
-                self.obs_ch,
-                self.act_ch,
+                self.link_token,
                 self.timeout,
             )
             self.groups["env"] = env
@@ -571,14 +571,14 @@ class DistributedRun:
         self.M, self.N, self.S = M, N, S
         self.per_stage = self.env_cfg.num_envs // (M * S)
         launches = {
-            "env": (EnvWorker, self.env_cfg.model_dump(), seed, S, N, self.obs_ch, self.act_ch, self.timeout),
+            "env": (EnvWorker, self.env_cfg.model_dump(), seed, S, N, self.link_token, self.timeout),
             "actor": (
                 ActorWorker, self.algo.model_dump(), self.model_cfg.model_dump(), self.runner_cfg.model_dump(),
                 self.traj_ch, self.weights, N,
             ),
             "rollout": (
-                RolloutWorker, self.name, M, self.per_stage, S, self.obs_ch, self.act_ch, self.traj_ch,
-                self.weights, seed, self.timeout,
+                RolloutWorker, self.name, M, self.per_stage, S, self.traj_ch, self.weights, seed,
+                self.link_token, self.timeout,
             ),
         }  # fmt: skip
         # the three groups start at once: their imports (torch, mujoco) overlap
@@ -610,6 +610,7 @@ class DistributedRun:
         self.spec = spec
         self.groups["actor"].configure(spec).wait(self.timeout)
         self.groups["rollout"].configure(spec).wait(self.timeout)
+        self.link_addrs = [tuple(a) for a in self.groups["rollout"].link_address().wait(self.timeout)]
         for name in ("env", "rollout"):
             if hasattr(self.groups[name], "stop_on_failure"):
                 self.groups[name].stop_on_failure = False
@@ -848,7 +849,7 @@ class DistributedRun:
         if self.rollout_only:
             kw["send"] = False
         min_version = max(0, k - staleness) if self.name == "ppo" and not self.rollout_only else 0
-        env_calls = [env.on(r).run(gen, T) for r in range(self.M)]
+        env_calls = [env.on(r).run(gen, T, self.link_addrs) for r in range(self.M)]
         roll_calls = [rollout.on(r).collect(gen, T, min_version, **kw) for r in range(self.N)]
         train_fut = None
         if not self.rollout_only:
@@ -909,8 +910,10 @@ class DistributedRun:
     def _restart(self, comp: str, ranks: list[int]) -> None:
         group = self.groups[comp]
         group.restart(ranks, timeout=self.timeout)
-        if comp == "rollout":  # rebuild the policy and pull the newest weights
+        if comp == "rollout":  # rebuild the policy, pull the newest weights, listen anew
             group.on(ranks).configure(self.spec).wait(self.timeout)
+            for r, addr in zip(ranks, group.on(ranks).link_address().wait(self.timeout), strict=True):
+                self.link_addrs[r] = tuple(addr)
 
     async def _gather(
         self, calls: dict[tuple[str, int], Any]
@@ -943,16 +946,14 @@ class DistributedRun:
         return results, dead, fatal
 
     async def _abort_keys(self, gen: int) -> None:
-        from rlinf_algos.workers import ABORT, act_key, obs_key, traj_key
-        from rlinf_scheduler.routing import route_plan
+        """End generation ``gen`` for the learner (an ``ABORT`` on every trajectory key). Env and
+        rollout workers need none: a worker that fails or gives up closes its links, which ends
+        the iteration on its peers in turn."""
+        from rlinf_algos.workers import ABORT, traj_key
 
         loop = asyncio.get_running_loop()
 
         def put_all() -> None:
-            for sh in route_plan(self.per_stage * self.M, self.M, self.N):
-                for s in range(self.S):
-                    self.obs_ch.put(ABORT, obs_key(gen, s, sh.src, sh.dst), timeout=self.timeout)
-                    self.act_ch.put(ABORT, act_key(gen, s, sh.dst, sh.src), timeout=self.timeout)
             for r in range(self.N):
                 self.traj_ch.put(ABORT, traj_key(gen, r), timeout=self.timeout)
 

@@ -1,26 +1,36 @@
 """The workers of the distributed runner: :class:`EnvWorker`, :class:`RolloutWorker` and
-:class:`ActorWorker` (DESIGN.md section 5). They talk only through channels and the versioned
-weight broadcast; where each runs is the ``cluster`` section's business, so the same code runs
+:class:`ActorWorker` (DESIGN.md section 5). They talk only through channels, direct links
+between env and rollout workers, and the versioned weight broadcast; where each runs is the ``cluster`` section's business, so the same code runs
 collocated, disaggregated or hybrid.
 
 Data flow of one PPO iteration (``T`` = ``algorithm.rollout_steps`` vector steps)::
 
-    EnvWorker e, stage s  --obs/reward/done-->  RolloutWorker r   (key g<gen>/o/<s>/<e>><r>)
-    RolloutWorker r       --actions-->          EnvWorker e        (key g<gen>/a/<s>/<r>><e>)
-    RolloutWorker r       --trajectory-->       ActorWorker        (key g<gen>/t/<r>)
+    EnvWorker e, stage s  --obs/reward/done-->  RolloutWorker r   (direct link e<->r, generation gen)
+    RolloutWorker r       --actions-->          EnvWorker e        (the same link)
+    RolloutWorker r       --trajectory-->       ActorWorker        (channel key g<gen>/t/<r>)
     ActorWorker rank 0    --weights (versioned)--> every RolloutWorker
 
+- **Direct links.** Env and rollout workers exchange one small message per stage step each way,
+  thousands a second: too many for a hop through a channel actor and its reply (which cost more
+  CPU per step than the simulator). Each pair that routing connects talks over its own
+  authenticated TCP connection (:class:`Link`; the rollout worker listens on its node's address,
+  the env worker connects at the start of a generation): one pickled frame per message, no
+  intermediary. A link that breaks (its peer died, or gave up on the generation and closed its
+  links) fails the waiter at once with a :class:`~rlinf_core.errors.ChannelError`, which ends the
+  iteration on that worker too, so an abort spreads over the links to every worker of the
+  generation. Trajectories to the learner still go through a channel (few, large, buffered).
+
 - **Pipeline stages.** Each env worker splits its environments into ``rollout.pipeline_stages``
-  stages, each its own vector env and its own channel keys: while the rollout worker runs the
-  policy on stage ``s``, the env worker steps stage ``s + 1``. One channel item per stage step in
+  stages, each its own vector env: while the rollout worker runs the
+  policy on stage ``s``, the env worker steps stage ``s + 1``. One link message per stage step in
   each direction (never one per env).
 - **Routing.** With ``M`` env ranks and ``N`` rollout ranks every stage's global batch of env
   slots is routed with :func:`rlinf_scheduler.routing.route_plan` (contiguous shards, stable
   keys), so the group sizes may differ.
-- **Generations.** Keys carry a generation number. When a worker dies the driver aborts the
-  iteration (an :data:`ABORT` item on every key of the generation, so no survivor waits on the
-  dead one), restarts the worker, and starts the next generation: a partial batch is never mixed
-  into a later one.
+- **Generations.** Links and keys carry a generation number. When a worker dies the driver
+  aborts the iteration (the dead worker's links break; an :data:`ABORT` item on every trajectory
+  key of the generation, so the learner does not wait on it), restarts the worker, and starts
+  the next generation: a partial batch is never mixed into a later one.
 - **Observation statistics** are weights: rollout workers normalise with the statistics of the
   version they hold, send the normalised observations and the raw batch moments, and the learner
   folds the moments in (:func:`merge_moments`) before publishing the next version.
@@ -29,26 +39,81 @@ Data flow of one PPO iteration (``T`` = ``algorithm.rollout_steps`` vector steps
 from __future__ import annotations
 
 import hashlib
+import hmac
+import pickle
+import socket
+import struct
 import time
 from typing import Any
 
 import numpy as np
 
-from rlinf_core.errors import ChannelError, RlinfError
+from rlinf_core.errors import ChannelError, ChannelTimeout, RlinfError
 from rlinf_core.worker import Worker
 
-__all__ = ["ABORT", "ActorWorker", "EnvWorker", "RolloutWorker", "act_key", "merge_moments", "obs_key"]
+__all__ = ["ABORT", "ActorWorker", "EnvWorker", "Link", "RolloutWorker", "merge_moments", "traj_key"]
 
 ABORT = "__rlinf_abort__"
 """The item the driver puts on a generation's keys to end an iteration early."""
 
 
-def obs_key(gen: int, stage: int, env_rank: int, rollout_rank: int) -> str:
-    return f"g{gen}/o/{stage}/{env_rank}>{rollout_rank}"
+_HDR = struct.Struct("!I")
 
 
-def act_key(gen: int, stage: int, rollout_rank: int, env_rank: int) -> str:
-    return f"g{gen}/a/{stage}/{rollout_rank}>{env_rank}"
+class Link:
+    """One direct TCP connection between an env worker and a rollout worker: length-prefixed
+    pickled frames both ways, in order. Every wait is bounded by ``timeout``; a broken or closed
+    connection raises :class:`~rlinf_core.errors.ChannelError` naming ``peer``."""
+
+    def __init__(self, sock: socket.socket, timeout: float, peer: str) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(timeout)
+        self.sock, self.timeout, self.peer = sock, timeout, peer
+        self.rfile = sock.makefile("rb")
+
+    def send(self, obj: Any) -> None:
+        body = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
+        try:
+            self.sock.sendall(_HDR.pack(len(body)) + body)
+        except TimeoutError:
+            raise ChannelTimeout(f"waited {self.timeout:.0f} s to send to {self.peer}") from None
+        except OSError as err:
+            raise ChannelError(f"the link to {self.peer} broke: {err}") from None
+
+    def recv(self, what: str = "a message") -> Any:
+        try:
+            hdr = self.rfile.read(4)
+            body = self.rfile.read(_HDR.unpack(hdr)[0]) if len(hdr) == 4 else b""
+        except TimeoutError:
+            raise ChannelTimeout(f"waited {self.timeout:.0f} s for {what} from {self.peer}") from None
+        except (OSError, ValueError) as err:  # ValueError: read on a closed file
+            raise ChannelError(f"the link to {self.peer} broke: {err}") from None
+        if len(hdr) < 4 or len(body) < _HDR.unpack(hdr)[0]:
+            raise ChannelError(f"{self.peer} closed the link (it died or ended the iteration)")
+        return pickle.loads(body)
+
+    def close(self) -> None:
+        for f in (self.rfile.close, lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close):
+            try:
+                f()
+            except OSError:
+                pass
+
+
+def _close_links(links: dict[int, Link]) -> None:
+    for link in links.values():
+        link.close()
+    links.clear()
+
+
+def _node_address() -> str:
+    """The address this node's Ray uses (an overlay's address when Ray is bound to one)."""
+    try:
+        from rlinf_scheduler.channel import _node_address as addr
+
+        return addr()
+    except Exception:  # outside Ray (tests of a worker on its own)
+        return "127.0.0.1"
 
 
 def traj_key(gen: int, rollout_rank: int) -> str:
@@ -122,7 +187,7 @@ class EnvWorker(Worker):
         seed: the run seed; global env slot ``g`` is reset with ``seed + g``.
         stages: ``rollout.pipeline_stages``.
         rollout_world: the number of rollout workers.
-        obs_ch, act_ch: the observation and action channels.
+        link_token: the run's secret for the direct links to the rollout workers.
         timeout: seconds to wait for actions before reporting it.
     """
 
@@ -132,13 +197,14 @@ class EnvWorker(Worker):
         seed: int,
         stages: int,
         rollout_world: int,
-        obs_ch: Any,
-        act_ch: Any,
+        link_token: str,
         timeout: float = 300.0,
     ) -> None:
         self.env_cfg, self.seed, self.stages = env_cfg, seed, stages
         self.rollout_world = rollout_world
-        self.obs_ch, self.act_ch, self.timeout = obs_ch, act_ch, timeout
+        self.link_token, self.timeout = link_token, timeout
+        self.links: dict[int, Link] = {}
+        self.links_key: Any = None
 
     def setup(self) -> None:
         from rlinf_algos.envs import VectorEnvStepper
@@ -179,7 +245,27 @@ class EnvWorker(Worker):
             obs, _ = st.envs.reset(seed=seed + first_slot)
             st.obs = obs.astype(np.float32, copy=False)
 
-    def _send(self, gen: int, s: int, msg: dict[str, Any]) -> None:
+    def _connect(self, gen: int, addrs: list[Any]) -> None:
+        """Open the links of generation ``gen`` to the rollout ranks this worker's shards go to
+        (kept for the following iterations of the generation)."""
+        key = (gen, tuple(tuple(a) for a in addrs))
+        if self.links_key == key:
+            return
+        _close_links(self.links)
+        self.links_key = None
+        for dst in sorted({sh.dst for sh in self.my_shards}):
+            host, port = addrs[dst]
+            peer = f"rollout rank {dst} at {host}:{port}"
+            try:
+                sock = socket.create_connection((host, port), timeout=self.timeout)
+            except OSError as err:
+                raise ChannelError(f"env rank {self.rank} could not connect to {peer}: {err}") from None
+            link = Link(sock, self.timeout, peer)
+            self.links[dst] = link
+            link.send((self.link_token, gen, self.rank))
+        self.links_key = key
+
+    def _send(self, s: int, msg: dict[str, Any]) -> None:
         for sh in self.my_shards:
             a, b = sh.src_offset, sh.src_offset + sh.size
             part = {k: v[a:b] for k, v in msg.items() if k != "final"}
@@ -187,40 +273,36 @@ class EnvWorker(Worker):
                 idx, rows = msg["final"]
                 keep = (idx >= a) & (idx < b)
                 part["final"] = (idx[keep] - a, rows[keep])
-            self.obs_ch.put(part, obs_key(gen, s, self.rank, sh.dst), timeout=self.timeout)
+            self.links[sh.dst].send((s, part))
 
-    def _recv(self, gen: int, s: int) -> np.ndarray | None:
+    def _recv(self, s: int) -> np.ndarray:
         parts = []
         for sh in self.my_shards:
-            item = self.act_ch.get(act_key(gen, s, sh.dst, self.rank), timeout=self.timeout)
-            if isinstance(item, str) and item == ABORT:
-                return None
+            stage, item = self.links[sh.dst].recv(f"the actions of stage {s}")
+            if stage != s:
+                raise ChannelError(f"env rank {self.rank}: actions of stage {stage} while stage {s} was due")
             parts.append(item)
         return parts[0] if len(parts) == 1 else np.concatenate(parts, 0)
 
-    def run(self, gen: int, steps: int) -> dict[str, Any]:
+    def run(self, gen: int, steps: int, links: list[Any]) -> dict[str, Any]:
         """Serve one iteration: send every stage's observations, then ``steps`` times per stage
-        receive actions, step, and send the result. Returns the episodes that ended (``returns``,
-        ``lengths``, and ``successes`` of those whose env reports ``info["is_success"]``) and the
-        env steps taken; ``aborted`` if the driver or a dead peer ended the iteration early."""
+        receive actions, step, and send the result, over the direct links to the rollout ranks
+        at ``links`` (``[(host, port)]`` by rollout rank). Returns the episodes that ended
+        (``returns``, ``lengths``, and ``successes`` of those whose env reports
+        ``info["is_success"]``) and the env steps taken; ``aborted`` if a peer ended the iteration
+        early (the links are closed then, so the abort reaches every peer)."""
         returns: list[float] = []
         lengths: list[int] = []
         successes: list[float] = []
         taken = 0
+        ok = False
         try:
+            self._connect(gen, links)
             for s, st in enumerate(self.steppers):
-                self._send(gen, s, {"obs": st.obs})
+                self._send(s, {"obs": st.obs})
             for _ in range(steps):
                 for s, st in enumerate(self.steppers):
-                    actions = self._recv(gen, s)
-                    if actions is None:
-                        return {
-                            "aborted": True,
-                            "steps": taken,
-                            "returns": returns,
-                            "lengths": lengths,
-                            "successes": successes,
-                        }
+                    actions = self._recv(s)
                     step = st.step(actions)
                     taken += st.num_envs
                     msg: dict[str, Any] = {
@@ -236,8 +318,9 @@ class EnvWorker(Worker):
                         returns.extend(step.episode_returns)
                         lengths.extend(step.episode_lengths)
                         successes.extend(step.episode_successes)
-                    self._send(gen, s, msg)
-        except ChannelError as err:  # a peer died or the channel closed: this iteration is lost
+                    self._send(s, msg)
+            ok = True
+        except ChannelError as err:  # a peer died or gave up: this iteration is lost
             return {
                 "aborted": True,
                 "steps": taken,
@@ -246,6 +329,10 @@ class EnvWorker(Worker):
                 "successes": successes,
                 "error": str(err),
             }
+        finally:
+            if not ok:  # the peers still waiting on this worker learn it at once
+                _close_links(self.links)
+                self.links_key = None
         return {
             "aborted": False,
             "steps": taken,
@@ -255,6 +342,7 @@ class EnvWorker(Worker):
         }
 
     def teardown(self) -> None:
+        _close_links(getattr(self, "links", {}))
         for st in getattr(self, "steppers", []):
             st.close()
 
@@ -270,9 +358,10 @@ class RolloutWorker(Worker):
         algo: ``"ppo"`` or ``"sac"``.
         env_world: the number of env workers; ``per_stage``: envs per stage of each.
         stages: ``rollout.pipeline_stages``.
-        obs_ch, act_ch, traj_ch: channels; ``weights``: the weight broadcast's name.
+        traj_ch: the trajectory channel; ``weights``: the weight broadcast's name.
         seed: base seed of the sampling noise (``seed + rank``).
-        timeout: seconds to wait on a channel or for weights.
+        link_token: the run's secret env workers present on the direct links.
+        timeout: seconds to wait on a link, a channel or for weights.
     """
 
     def __init__(
@@ -281,18 +370,20 @@ class RolloutWorker(Worker):
         env_world: int,
         per_stage: int,
         stages: int,
-        obs_ch: Any,
-        act_ch: Any,
         traj_ch: Any,
         weights: str,
         seed: int,
+        link_token: str,
         timeout: float = 300.0,
     ) -> None:
         self.algo = algo
         self.env_world, self.per_stage, self.stages = env_world, per_stage, stages
-        self.obs_ch, self.act_ch, self.traj_ch = obs_ch, act_ch, traj_ch
+        self.traj_ch = traj_ch
         self.weights_name, self.seed, self.timeout = weights, seed, timeout
+        self.link_token = link_token
         self.model: Any = None
+        self.links: dict[int, Link] = {}
+        self.links_gen: int | None = None
 
     def setup(self) -> None:
         import torch
@@ -306,6 +397,53 @@ class RolloutWorker(Worker):
         shards = _shards(self.per_stage, self.env_world, self.world_size)
         self.my_shards = [sh for sh in shards if sh.dst == self.rank]
         self.slots = sum(sh.size for sh in self.my_shards)  # env slots of each stage
+        self.listener = socket.create_server((_node_address(), 0), backlog=max(16, self.env_world))
+
+    def teardown(self) -> None:
+        _close_links(getattr(self, "links", {}))
+        listener = getattr(self, "listener", None)
+        if listener is not None:
+            listener.close()
+
+    def link_address(self) -> tuple[str, int]:
+        """Where env workers connect to this worker's direct links."""
+        host, port = self.listener.getsockname()[:2]
+        return host, port
+
+    def _accept(self, gen: int) -> None:
+        """Take the links of generation ``gen`` from every env rank this worker's shards come
+        from (connections of other generations or without the run's token are closed)."""
+        if self.links_gen == gen:
+            return
+        _close_links(self.links)
+        self.links_gen = None
+        need = {sh.src for sh in self.my_shards}
+        deadline = time.monotonic() + self.timeout
+        while need - self.links.keys():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                missing = sorted(need - self.links.keys())
+                raise ChannelTimeout(
+                    f"rollout rank {self.rank} waited {self.timeout:.0f} s for env rank(s) {missing} to connect"
+                )
+            self.listener.settimeout(left)
+            try:
+                sock, addr = self.listener.accept()
+            except TimeoutError:
+                continue
+            link = Link(sock, min(self.timeout, 30.0), f"env worker at {addr[0]}:{addr[1]}")
+            try:
+                token, g, env_rank = link.recv("its hello")
+            except (ChannelError, ValueError, TypeError, pickle.UnpicklingError):
+                link.close()
+                continue
+            if not hmac.compare_digest(str(token), self.link_token) or g != gen or env_rank not in need:
+                link.close()  # another generation's (or a stranger's) connection
+                continue
+            link.sock.settimeout(self.timeout)
+            link.timeout, link.peer = self.timeout, f"env rank {env_rank}"
+            self.links[env_rank] = link
+        self.links_gen = gen
 
     def configure(self, spec: dict[str, Any]) -> int:
         """Build the policy from ``spec`` (the env's sizes are known once an env worker runs)
@@ -353,9 +491,11 @@ class RolloutWorker(Worker):
     def _recv(self, gen: int, s: int) -> dict[str, Any] | None:
         parts = []
         for sh in self.my_shards:
-            item = self.obs_ch.get(obs_key(gen, s, sh.src, self.rank), timeout=self.timeout)
-            if isinstance(item, str) and item == ABORT:
-                return None
+            stage, item = self.links[sh.src].recv(f"the observations of stage {s}")
+            if stage != s:
+                raise ChannelError(
+                    f"rollout rank {self.rank}: observations of stage {stage} while {s} was due"
+                )
             parts.append(item)
         if len(parts) == 1:
             return parts[0]
@@ -379,16 +519,16 @@ class RolloutWorker(Worker):
     def _send(self, gen: int, s: int, actions: np.ndarray) -> None:
         for sh in self.my_shards:
             a = sh.dst_offset
-            self.act_ch.put(
-                actions[a : a + sh.size], act_key(gen, s, self.rank, sh.src), timeout=self.timeout
-            )
+            self.links[sh.src].send((s, actions[a : a + sh.size]))
 
     def collect(self, gen: int, steps: int, min_version: int, **kw: Any) -> dict[str, Any]:
         """One iteration of ``steps`` vector steps per stage; the trajectory (PPO) or the
         transitions (SAC, in chunks) go to the actor. Returns timing and the weight version used,
         or ``aborted``."""
         t0 = time.perf_counter()
+        out: dict[str, Any] = {"aborted": True}
         try:
+            self._accept(gen)
             self._sync(min_version)
             if self.algo == "ppo":
                 out = self._collect_ppo(gen, steps, **kw)
@@ -396,13 +536,17 @@ class RolloutWorker(Worker):
                 out = self._collect_sac(gen, steps, **kw)
         except ChannelError as err:
             return {"aborted": True, "error": str(err)}
+        finally:
+            if out.get("aborted"):  # the env workers still waiting on this one learn it at once
+                _close_links(self.links)
+                self.links_gen = None
         out["rollout_s"] = time.perf_counter() - t0
         return out
 
     def _collect_ppo(self, gen: int, T: int, send: bool = True) -> dict[str, Any]:
         import torch
 
-        from rlinf_algos.models import gaussian_log_prob
+        from rlinf_algos.models import gaussian_log_prob, seq_forward
 
         model, S, n = self.model, self.stages, self.slots
         D, A = self.spec["obs_dim"], self.spec["act_dim"]
@@ -436,8 +580,19 @@ class RolloutWorker(Worker):
             if msg is None:
                 return {"aborted": True}
             current[s] = msg["obs"]
+        # The per-step path is kept short (the env worker waits on it): observation statistics
+        # are fixed for the iteration, so normalising is three in-place ops into the buffer; the
+        # raw-observation moments and the log-probabilities are computed once at the end.
+        raw_buf = np.empty((S, T, n, D), np.float32)
+        mean_buf = torch.empty(S, T, n, A)
+        obs_t, act_t = torch.from_numpy(obs_buf), torch.from_numpy(act_buf)
+        if hasattr(norm, "mean"):
+            n_mean = norm.mean.to(torch.float32)
+            n_inv = torch.rsqrt(norm.var + norm.eps).to(torch.float32)
+            n_clip = float(norm.clip)
         log_std = model.actor_log_std.detach()
         std = log_std.exp()
+        actor = model.actor_mean
         with torch.no_grad():
             for t in range(T):
                 for s in range(S):
@@ -448,17 +603,18 @@ class RolloutWorker(Worker):
                         absorb(s, t - 1, msg)
                         current[s] = msg["obs"]
                     raw = current[s]
-                    moments.add(raw)
-                    obs = norm(torch.from_numpy(raw))
-                    mean = model.actor_mean(obs)
+                    raw_buf[s, t] = raw
+                    obs = obs_t[s, t]
+                    if hasattr(norm, "mean"):  # RunningNorm.forward, into the buffer
+                        torch.sub(torch.from_numpy(raw), n_mean, out=obs)
+                        obs.mul_(n_inv).clamp_(-n_clip, n_clip)
+                    else:
+                        obs.copy_(norm(torch.from_numpy(raw)))
+                    mean = seq_forward(actor, obs)
                     noise = torch.randn(mean.shape, generator=self.generator)
-                    action = mean + noise * std
-                    logp = gaussian_log_prob(action, mean, log_std.expand_as(mean))
-                    a_np = action.numpy()
-                    self._send(gen, s, a_np)
-                    obs_buf[s, t] = obs.numpy()
-                    act_buf[s, t] = a_np
-                    logp_buf[s, t] = logp.numpy()
+                    torch.add(mean, noise * std, out=act_t[s, t])
+                    self._send(gen, s, act_buf[s, t])
+                    mean_buf[s, t] = mean
             last = np.empty((S, n, D), np.float32)
             for s in range(S):
                 msg = self._recv(gen, s)
@@ -466,6 +622,8 @@ class RolloutWorker(Worker):
                     return {"aborted": True}
                 absorb(s, T - 1, msg)
                 last[s] = norm(torch.from_numpy(msg["obs"])).numpy()
+            logp_buf[:] = gaussian_log_prob(act_t, mean_buf, log_std.expand_as(mean_buf)).numpy()
+        moments.add(raw_buf.reshape(-1, D))
 
         # [S, T, n, ...] -> [T, S*n, ...]: stage-major slot order, stable across iterations
         def flat(x: np.ndarray) -> np.ndarray:
