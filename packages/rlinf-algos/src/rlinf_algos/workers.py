@@ -58,6 +58,7 @@ ABORT = "__rlinf_abort__"
 
 
 _HDR = struct.Struct("!I")
+_HELLO = struct.Struct("!qI")  # generation, env rank (after the token's bytes)
 
 
 class Link:
@@ -66,17 +67,38 @@ class Link:
     connection raises :class:`~rlinf_core.errors.ChannelError` naming ``peer``."""
 
     def __init__(self, sock: socket.socket, timeout: float, peer: str) -> None:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(timeout)
         self.sock, self.timeout, self.peer = sock, timeout, peer
         self.rfile = sock.makefile("rb")
+
+    def send_hello(self, token: str, gen: int, rank: int) -> None:
+        """The connecting side's first bytes: the run's secret, the generation and its rank (raw
+        bytes: the listening side checks the secret before it unpickles anything)."""
+        try:
+            self.sock.sendall(token.encode() + _HELLO.pack(gen, rank))
+        except OSError as err:
+            raise ChannelError(f"the link to {self.peer} broke: {err}") from None
+
+    def recv_hello(self, token: str) -> tuple[int, int] | None:
+        """``(generation, rank)`` of a connection that presented ``token``; ``None`` otherwise."""
+        want = token.encode()
+        try:
+            data = self.rfile.read(len(want) + _HELLO.size)
+        except (OSError, ValueError):
+            return None
+        if len(data) < len(want) + _HELLO.size or not hmac.compare_digest(data[: len(want)], want):
+            return None
+        gen, rank = _HELLO.unpack(data[len(want) :])
+        return gen, rank
 
     def send(self, obj: Any) -> None:
         body = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
         try:
             self.sock.sendall(_HDR.pack(len(body)) + body)
         except TimeoutError:
-            raise ChannelTimeout(f"waited {self.timeout:.0f} s to send to {self.peer}") from None
+            raise ChannelTimeout(f"waited {self.timeout:g} s to send to {self.peer}") from None
         except OSError as err:
             raise ChannelError(f"the link to {self.peer} broke: {err}") from None
 
@@ -85,7 +107,7 @@ class Link:
             hdr = self.rfile.read(4)
             body = self.rfile.read(_HDR.unpack(hdr)[0]) if len(hdr) == 4 else b""
         except TimeoutError:
-            raise ChannelTimeout(f"waited {self.timeout:.0f} s for {what} from {self.peer}") from None
+            raise ChannelTimeout(f"waited {self.timeout:g} s for {what} from {self.peer}") from None
         except (OSError, ValueError) as err:  # ValueError: read on a closed file
             raise ChannelError(f"the link to {self.peer} broke: {err}") from None
         if len(hdr) < 4 or len(body) < _HDR.unpack(hdr)[0]:
@@ -262,7 +284,7 @@ class EnvWorker(Worker):
                 raise ChannelError(f"env rank {self.rank} could not connect to {peer}: {err}") from None
             link = Link(sock, self.timeout, peer)
             self.links[dst] = link
-            link.send((self.link_token, gen, self.rank))
+            link.send_hello(self.link_token, gen, self.rank)
         self.links_key = key
 
     def _send(self, s: int, msg: dict[str, Any]) -> None:
@@ -431,15 +453,12 @@ class RolloutWorker(Worker):
                 sock, addr = self.listener.accept()
             except TimeoutError:
                 continue
-            link = Link(sock, min(self.timeout, 30.0), f"env worker at {addr[0]}:{addr[1]}")
-            try:
-                token, g, env_rank = link.recv("its hello")
-            except (ChannelError, ValueError, TypeError, pickle.UnpicklingError):
-                link.close()
+            link = Link(sock, min(self.timeout, 5.0), f"env worker at {addr[0]}:{addr[1]}")
+            hello = link.recv_hello(self.link_token)
+            if hello is None or hello[0] != gen or hello[1] not in need:
+                link.close()  # a stranger's connection, or another generation's
                 continue
-            if not hmac.compare_digest(str(token), self.link_token) or g != gen or env_rank not in need:
-                link.close()  # another generation's (or a stranger's) connection
-                continue
+            env_rank = hello[1]
             link.sock.settimeout(self.timeout)
             link.timeout, link.peer = self.timeout, f"env rank {env_rank}"
             self.links[env_rank] = link
