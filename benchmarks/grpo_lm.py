@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import tempfile
@@ -137,6 +138,8 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
+    load0 = os.getloadavg()
+    cpu0 = time.process_time()
     gen_rows = bench_generation(args.quick)
     print(f"rollout generation (TinyLM d128 x4 layers, {gen_rows[0]['new_tokens']} new tokens per sequence)")
     print(f"{'batch':>6} {'sampler':>9} {'tokens':>7} {'wall s':>8} {'tokens/s':>10} {'tokens/cpu-s':>13}")
@@ -155,6 +158,11 @@ def main() -> None:
             f"{r['tokens_per_s']:>7.0f}"
         )
         print(line + "".join(f" {r[f'{p}_s']:>9.3f}" for p in PHASES) + f" {r['iteration_s']:>8.3f}")
+    load1 = os.getloadavg()
+    print(
+        f"\nload average (1/5/15 min) at the start {load0[0]:.1f}/{load0[1]:.1f}/{load0[2]:.1f}, at the end "
+        f"{load1[0]:.1f}/{load1[1]:.1f}/{load1[2]:.1f}; this process used {time.process_time() - cpu0:.0f} CPU-s"
+    )
     if args.json:
         args.json.write_text(
             json.dumps(
@@ -163,6 +171,9 @@ def main() -> None:
                         "python": platform.python_version(),
                         "torch": torch.__version__,
                         "threads": args.threads,
+                        "cpus": os.cpu_count(),
+                        "load_average_start": load0,
+                        "load_average_end": load1,
                     },
                     "quick": args.quick,
                     "generation": gen_rows,

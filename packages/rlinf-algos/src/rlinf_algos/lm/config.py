@@ -170,6 +170,13 @@ class SFTConfig(BaseModel):
         "teacher); the warm start then imitates a careless teacher, and the verifier's reward is what "
         "teaches the policy to carry every time",
     )
+    answer_slip: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="the demonstrating teacher copies the last running sum into the answer as the "
+        "scratchpad writes it (digits reversed) with this probability (0: never)",
+    )
     check_interval: int = Field(50, ge=1, description="steps between target_accuracy checks")
     check_size: int = Field(64, ge=1, description="validation problems per target_accuracy check")
     init_checkpoint: str | None = Field(

@@ -32,6 +32,7 @@ def sft_batch(
     tokenizer: CharTokenizer,
     carry_drop: float = 0.0,
     rng: random.Random | None = None,
+    answer_slip: float = 0.0,
 ) -> dict[str, Tensor]:
     """Packed ``input_ids``/``loss_mask`` of the reference solutions of ``problems`` (in
     multi-agent mode, one lead trace and one subagent chain per group for each problem);
@@ -39,7 +40,7 @@ def sft_batch(
     seqs: list[list[int]] = []
     masks: list[list[int]] = []
     for p in problems:
-        for _kind, segments in sft_example(p, mode, width, carry_drop, rng):
+        for _kind, segments in sft_example(p, mode, width, carry_drop, rng, answer_slip):
             ids: list[int] = []
             m: list[int] = []
             for text, trained in segments:
@@ -86,7 +87,15 @@ def warm_start(
     for step in range(cfg.steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
-        batch = sft_batch(sampler.sample(cfg.batch_size), mode, width, tokenizer, cfg.carry_drop, teacher_rng)
+        batch = sft_batch(
+            sampler.sample(cfg.batch_size),
+            mode,
+            width,
+            tokenizer,
+            cfg.carry_drop,
+            teacher_rng,
+            cfg.answer_slip,
+        )
         lp = sequence_log_probs(model, batch["input_ids"])
         loss = -masked_mean(lp, batch["loss_mask"])
         opt.zero_grad(set_to_none=True)

@@ -37,6 +37,7 @@ __all__ = [
     "Problem",
     "ProblemSampler",
     "Verdict",
+    "careless_answer",
     "chain_text",
     "combine_prompt",
     "heldout_problems",
@@ -257,34 +258,58 @@ def final_answer(response: str) -> int | None:
     return int(m.group(2)) if m else None
 
 
+def careless_answer(chain: str) -> str:
+    """``chain`` with its ``<ans>`` replaced by the last running sum copied as the scratchpad
+    writes it (least-significant digit first, leading zeros dropped): the slip of a teacher who
+    forgets to turn the answer back around. ``<step>...=0102<ans>201<eos>`` becomes
+    ``...<ans>102<eos>``."""
+    steps = _STEP_RE.findall(chain)
+    if not steps or "<ans>" not in chain:
+        raise ValueError(f"careless_answer: not a chain: {chain!r}")
+    return chain[: chain.index("<ans>")] + f"<ans>{int(steps[-1][2])}<eos>"
+
+
 def sft_example(
     problem: Problem,
     mode: str,
     width: int,
     carry_drop: float = 0.0,
     rng: random.Random | None = None,
+    answer_slip: float = 0.0,
 ) -> list[tuple[str, list[tuple[str, bool]]]]:
     """Supervised sequences for one problem: a list of ``(kind, segments)`` where segments are
     ``(text, trained)`` pieces; the first piece is the prompt (``<bos>`` included).
 
     ``single``/``flat``: one chain over every term. ``multiagent``: the lead's whole trace (both
     turns trained, the orchestrator's ``combine_prompt`` not) and one subagent chain per group.
-    ``carry_drop``/``rng``: the demonstrations of a careless teacher (:func:`teacher_add`).
+    ``carry_drop``/``rng``: the demonstrations of a careless teacher (:func:`teacher_add`);
+    ``answer_slip``: the probability (``rng`` decides) that a chain's answer is
+    :func:`careless_answer`'s.
     """
+
+    def chain_of(terms: Sequence[int]) -> str:
+        chain = chain_text(terms, width, True, carry_drop, rng)
+        if answer_slip > 0.0:
+            if rng is None:
+                raise ValueError("sft_example: answer_slip > 0 needs an rng")
+            if rng.random() < answer_slip:
+                chain = careless_answer(chain)
+        return chain
+
     prompt = "<bos>" + prompt_text(problem)
     if mode in ("single", "flat"):
-        return [("agent", [(prompt, False), (chain_text(problem.terms, width, True, carry_drop, rng), True)])]
+        return [("agent", [(prompt, False), (chain_of(problem.terms), True)])]
     subs = []
     sums = []
     for g in problem.groups:
-        chain = chain_text(g, width, True, carry_drop, rng)
+        chain = chain_of(g)
         sums.append(int(chain[chain.index("<ans>") + 5 : -5]))
         subs.append(("sub", [("<bos>" + _expr(g) + "=", False), (chain, True)]))
     lead = [
         (prompt, False),
         (lead_calls_text(problem), True),
         (combine_prompt(sums), False),
-        (chain_text(sums, width, True, carry_drop, rng), True),
+        (chain_of(sums), True),
     ]
     return [("lead", lead), *subs]
 
