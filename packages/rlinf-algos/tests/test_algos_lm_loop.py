@@ -91,8 +91,9 @@ def test_algorithm_class_and_module_entry_point(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.learning
 def test_grpo_arith_example_gains_accuracy(tmp_path: Path) -> None:
-    """The full single-agent example (15 minutes here). Measured: 0.152 -> 0.266 (+11.3 pp);
-    the issue's +30 pp is not reached yet (README, "LLM GRPO")."""
+    """The full single-agent example (15 minutes here). Measured: 0.152 -> 0.266 (+11.3 pp) at lr
+    5e-5 and 0.152 -> 0.234 (+8.2 pp) at 1.5e-4; the issue's +30 pp is not reached on the shared
+    machine (README, "LLM GRPO"), so this checks for a gain, not for the goal."""
     summary = _run_full("grpo_arith.yaml", tmp_path)
     assert summary["accuracy_after"] - summary["accuracy_before"] >= 0.05
 
