@@ -17,7 +17,11 @@ policy rambles to ``max_new_tokens``).
 
 The machine is shared, so wall-clock figures move with its load; CPU time is reported too.
 
+Part 3, on request: the multi-agent example against its flat single-agent baseline, the same
+warm-start and GRPO budget for both (two full training runs):
+
     uv run python benchmarks/grpo_lm.py [--quick] [--json PATH] [--threads N]
+    uv run python benchmarks/grpo_lm.py --compare-multiagent RUN_ROOT [key=value ...] [--json PATH]
 """
 
 from __future__ import annotations
@@ -130,13 +134,62 @@ def bench_iteration(quick: bool) -> list[dict[str, Any]]:
     return rows
 
 
+def compare_multiagent(run_root: Path, overrides: list[str]) -> list[dict[str, Any]]:
+    """Part 3 (``--compare-multiagent``): ``examples/grpo_multiagent.yaml`` trained twice with the
+    same warm-start steps and GRPO iterations, lead + subagents (``multiagent``) and one agent
+    holding the full context (``flat``); held-out accuracy before and after each."""
+    rows = []
+    for mode in ("multiagent", "flat"):
+        data = apply_overrides(
+            load_yaml(ROOT / "examples" / "grpo_multiagent.yaml"), [*overrides, f"task.mode={mode}"]
+        )
+        run = load_lm_sections(data)
+        t0, c0 = time.perf_counter(), time.process_time()
+        s = train_lm(run, run_root / mode, log=None)
+        rows.append(
+            {
+                "mode": mode,
+                "accuracy_before": s["accuracy_before"],
+                "accuracy_after": s["accuracy_after"],
+                "gain_pp": s["accuracy_gain_pp"],
+                "sft_steps": s["sft_steps"],
+                "iterations": s["iterations"],
+                "wall_s": time.perf_counter() - t0,
+                "cpu_s": time.process_time() - c0,
+                "load_average": s["load_average"],
+            }
+        )
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller batches, fewer repetitions")
     ap.add_argument("--json", type=Path, help="write the figures here")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    ap.add_argument(
+        "--compare-multiagent",
+        type=Path,
+        metavar="RUN_ROOT",
+        help="instead: train examples/grpo_multiagent.yaml as lead + subagents and as one flat agent "
+        "with the same budget (run directories under RUN_ROOT) and print both accuracies",
+    )
+    ap.add_argument("overrides", nargs="*", help="key.path=value overrides for --compare-multiagent")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.compare_multiagent is not None:
+        rows = compare_multiagent(args.compare_multiagent, args.overrides)
+        print(
+            f"{'mode':>11} {'before':>7} {'after':>7} {'gain pp':>8} {'SFT steps':>9} {'iters':>6} {'wall s':>7} {'cpu s':>6}"
+        )
+        for r in rows:
+            print(
+                f"{r['mode']:>11} {r['accuracy_before']:>7.3f} {r['accuracy_after']:>7.3f} {r['gain_pp']:>+8.1f} "
+                f"{r['sft_steps']:>9} {r['iterations']:>6} {r['wall_s']:>7.0f} {r['cpu_s']:>6.0f}"
+            )
+        if args.json:
+            args.json.write_text(json.dumps({"compare_multiagent": rows}, indent=2))
+        return
 
     load0 = os.getloadavg()
     cpu0 = time.process_time()
