@@ -491,6 +491,8 @@ class RemoteComponents:
         self.n_rollout = n_rollout
         self.n_reward = self.groups["reward"].world_size
         self.n_agent = self.groups["agent"].world_size if use_agents else 0
+        if run.sft.steps:
+            self.say(f"warm start on the actor: up to {run.sft.steps} SFT steps")
         sft = self.groups["actor"].warm_start().wait(self.timeout * 4)[0]
         if "reference" in self.groups:
             self.groups["reference"].load().wait(self.timeout)
