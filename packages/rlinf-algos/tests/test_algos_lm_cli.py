@@ -88,9 +88,13 @@ def test_rlinf_train_runs_one_iteration_of_each_example(
 
 
 def test_both_examples_validate_with_their_placement(host: Any) -> None:
-    for name in ("grpo_arith.yaml", "grpo_multiagent.yaml"):
-        algo_cls, cfg, scheduler = validate_run_config(load_yaml(EXAMPLES / name), host)
-        assert algo_cls.PLUGIN_NAME == "grpo_lm" and cfg.name == "grpo_lm" and scheduler == "ray"
+    for name, default in (("grpo_arith.yaml", "local"), ("grpo_multiagent.yaml", "ray")):
+        data = load_yaml(EXAMPLES / name)
+        algo_cls, cfg, scheduler = validate_run_config(data, host)
+        assert algo_cls.PLUGIN_NAME == "grpo_lm" and cfg.name == "grpo_lm" and scheduler == default
+        # the cluster section is checked whichever scheduler runs it
+        _, _, scheduler = validate_run_config(apply_overrides(data, ["runner.scheduler=ray"]), host)
+        assert scheduler == "ray"
 
 
 def test_bad_configs_are_reported_up_front_with_their_yaml_paths(host: Any, tmp_path: Path) -> None:
@@ -157,7 +161,9 @@ def ray_cluster() -> Any:
 def test_distributed_run_places_every_component(
     ray_cluster: Any, name: str, mode: str, extra: list[str], tmp_path: Path
 ) -> None:
-    data = apply_overrides(load_yaml(EXAMPLES / name), [*TINY, *extra, "runner.worker_timeout=120"])
+    data = apply_overrides(
+        load_yaml(EXAMPLES / name), [*TINY, *extra, "runner.worker_timeout=120", "runner.scheduler=ray"]
+    )
     summary = run_training(data, run_dir=tmp_path)
     check_run_dir(tmp_path, mode)
     placed = summary["placement"]

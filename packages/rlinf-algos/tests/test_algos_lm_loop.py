@@ -91,13 +91,13 @@ def test_algorithm_class_and_module_entry_point(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.learning
 def test_grpo_arith_example_gains_accuracy(tmp_path: Path) -> None:
-    """The full single-agent example (15 minutes here). Measured: 0.152 -> 0.266 (+11.3 pp) at lr
-    5e-5 and 0.152 -> 0.234 (+8.2 pp) at 1.5e-4; the issue's +30 pp is not reached on the shared
-    machine (README, "LLM GRPO"), so this checks for a gain, not for the goal."""
+    """The full single-agent example, the issue's goal: at least +30 pp of held-out exact-match
+    accuracy over the warm start (``runner.time_limit_s: 900`` caps the run). Measured here:
+    0.215 -> 0.695, +48.0 pp in 592 s at load average 11 (README, "LLM GRPO")."""
     summary = _run_full("grpo_arith.yaml", tmp_path)
-    assert summary["accuracy_after"] - summary["accuracy_before"] >= 0.05
+    assert summary["accuracy_after"] - summary["accuracy_before"] >= 0.30
 
 
 def _run_full(name: str, run_dir: Path, extra: list[str] = ()) -> dict:
-    data = apply_overrides(load_yaml(EXAMPLES / name), [*extra, "runner.time_limit_s=null"])
+    data = apply_overrides(load_yaml(EXAMPLES / name), list(extra))
     return train_lm(load_lm_sections(data), run_dir, log=None)
