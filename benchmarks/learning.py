@@ -116,7 +116,16 @@ class Child:
         self.name, self.log = name, log
         self.out = open(log, "w")  # noqa: SIM115 - closed in wait()
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=self.out, stderr=subprocess.STDOUT)
+        # a job started in the background of a non-interactive shell inherits SIGINT ignored, and
+        # so would its children: restore the default, so Ctrl-C / interrupt() reach rlinf's handler
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdout=self.out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         self.t0 = time.perf_counter()
         self.cpu_s = 0.0
         self.samples: list[tuple[float, float]] = []  # (wall since start, tree CPU s)
@@ -464,17 +473,18 @@ def sac(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         supervise([rl, sb], args.max_wall + 120 if args.max_wall else None)
         peers: dict[str, dict[str, Any]] = {}
         rl_summary = run_dir / "summary.json"
-        if rl_summary.exists():
-            s = json.loads(rl_summary.read_text())
+        rl_rows = _rlinf_samples(run_dir, rl)
+        if rl_summary.exists() or rl_rows:
+            s = json.loads(rl_summary.read_text()) if rl_summary.exists() else {}
             peers["rlinf"] = {
-                "samples": _rlinf_samples(run_dir, rl),
-                "steps": s["total_env_steps"],
-                "wall_s": s["wall_s"],
+                "samples": rl_rows,
+                "steps": s.get("total_env_steps", int(rl_rows[-1]["step"]) if rl_rows else 0),
+                "wall_s": s.get("wall_s"),
                 "eval_return": evaluate(run_dir / "policy.pt", seed),
-                "interrupted": s.get("interrupted", False),
+                "interrupted": s.get("interrupted", not rl_summary.exists()),
             }
-        else:
-            print(f"  rlinf SAC seed {seed} failed:\n{rl.tail()}", flush=True)
+        if not rl_summary.exists():
+            print(f"  rlinf SAC seed {seed}: no summary.json:\n{rl.tail()}", flush=True)
         if sb3_out.exists():
             peers["sb3"] = json.loads(sb3_out.read_text())
             peers["sb3"].setdefault(
