@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -78,6 +81,39 @@ def register(cli: click.Group) -> None:
     cli.add_command(plot_cmd)
 
 
+class _StopOnTerm:
+    """SIGTERM (what a batch scheduler, ``kill`` or a preempted cloud node sends) stops training
+    the way Ctrl-C does: the iteration in flight ends, a checkpoint, the policy and the summary
+    are written, and the command exits 143. A second SIGTERM kills at once. Only the main thread
+    can install handlers; elsewhere (a library caller's thread) nothing is changed."""
+
+    def __init__(self) -> None:
+        self.received = False
+        self._previous: Any = None
+        self._main = threading.current_thread() is threading.main_thread()
+        self.arm()
+
+    def arm(self) -> None:
+        """Install the handler (again: ``ray.init`` installs its own, which exits at once)."""
+        if self._main and signal.getsignal(signal.SIGTERM) != self._handle:
+            previous = signal.signal(signal.SIGTERM, self._handle)
+            if self._previous is None:
+                self._previous = previous
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received:  # asked twice: stop waiting for the checkpoint
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        self.received = True
+        raise KeyboardInterrupt
+
+    def restore(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
+
+
 @click.command("train")
 @click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("overrides", nargs=-1)
@@ -108,7 +144,7 @@ def train_cmd(
     `rlinf train examples/quickstart.yaml runner.total_steps=20000 env.num_envs=4`.
 
     The whole configuration is checked before anything starts. Runs on an embedded Ray, or on the
-    cluster at RAY_ADDRESS. Ctrl-C writes a checkpoint first; --resume RUN_DIR continues it.
+    cluster at RAY_ADDRESS. Ctrl-C or SIGTERM writes a checkpoint first; --resume RUN_DIR continues it.
     """
     from rlinf_algos.runner import TrainingInterrupted, run_training
     from rlinf_core.config import load_yaml
@@ -119,6 +155,7 @@ def train_cmd(
     data = load_yaml(config)
     bar = None if quiet else _ProgressBar()
     target = resume_dir or run_dir
+    stop_signal = _StopOnTerm()
     try:
         summary = run_training(
             data,
@@ -128,23 +165,27 @@ def train_cmd(
             progress=bar,
             host=get_host(ctx),
             config_path=config,
+            on_started=stop_signal.arm,
         )
     except TrainingInterrupted as stop:
         if bar is not None:
             bar.close()
+        what = "terminated (SIGTERM)" if stop_signal.received else "interrupted"
         if stop.checkpoint is not None:
             click.echo(
-                f"interrupted: wrote {stop.checkpoint}, the policy and summary.json; continue with "
+                f"{what}: wrote {stop.checkpoint}, the policy and summary.json; continue with "
                 f"`rlinf train {config} --resume {stop.run_dir}`",
                 err=True,
             )
         else:
-            click.echo(f"interrupted before training started (run directory {stop.run_dir})", err=True)
-        sys.exit(130)
+            click.echo(f"{what} before training started (run directory {stop.run_dir})", err=True)
+        sys.exit(143 if stop_signal.received else 130)
     except RlinfError:
         if bar is not None:
             bar.close()
         raise
+    finally:
+        stop_signal.restore()
     if bar is not None:
         bar.close()
     if "accuracy_before" in summary:  # grpo_lm: a verifier's exact-match accuracy, not env steps

@@ -244,6 +244,7 @@ def run_training(
     host: Any = None,
     scheduler: Any = None,
     config_path: str | Path | None = None,
+    on_started: Callable[[], Any] | None = None,
 ) -> dict[str, Any]:
     """Validate ``config`` (with dotted ``overrides`` applied), start the scheduler it names,
     train, and return the summary (also in ``run_dir/summary.json``).
@@ -263,6 +264,8 @@ def run_training(
         scheduler: an already started scheduler to use (it is not shut down); default: the one
             ``runner.scheduler`` names, started here and shut down at the end.
         config_path: where ``config`` came from (names the default run directory).
+        on_started: called once the scheduler has started, before training (``rlinf train``
+            installs its SIGTERM handler there: ``ray.init`` replaces the process's handlers).
     """
     import yaml
 
@@ -301,6 +304,8 @@ def run_training(
     if scheduler is None and scheduler_name != LOCAL:
         own = scheduler = host.schedulers.get(scheduler_name)(hardware=host)
         scheduler.start(data)
+    if on_started is not None:
+        on_started()
     kwargs: dict[str, Any] = {"resume": resume, "progress": on_row}
     if callbacks:
         kwargs["callbacks"] = callbacks
