@@ -40,7 +40,6 @@ import csv
 import json
 import math
 import os
-import platform
 import signal
 import statistics
 import subprocess
@@ -49,6 +48,10 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from _report import finish, fmt, machine
+
+DISTS = ("torch", "gymnasium", "mujoco", "stable-baselines3", "rlinf-algos")
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV_ID = "HalfCheetah-v5"
@@ -209,10 +212,6 @@ def evaluate(policy: Path, seed: int) -> float | None:
     return float(evaluate_policy(policy, episodes=10, seed=10_000 + seed)["mean"])
 
 
-def _fmt(x: Any, spec: str = ".0f") -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
-
-
 # -- PPO ----------------------------------------------------------------------------------------
 
 
@@ -268,8 +267,8 @@ def ppo(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     )
     for r in ok:
         print(
-            f"{r['seed']:>4} {r['steps']:>8} {r['final_return']:>12.0f} {_fmt(r['eval_return']):>11} "
-            f"{r['sps']:>11.0f} {_fmt(r['steps_per_cpu_s']):>11} {r['wall_s']:>7.0f}"
+            f"{r['seed']:>4} {r['steps']:>8} {r['final_return']:>12.0f} {fmt(r['eval_return']):>11} "
+            f"{r['sps']:>11.0f} {fmt(r['steps_per_cpu_s']):>11} {r['wall_s']:>7.0f}"
         )
     result: dict[str, Any] = {"config": str(PPO_CONFIG.relative_to(ROOT)), "seeds": rows}
     if ok:
@@ -285,7 +284,7 @@ def ppo(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         )
         print(
             f"mean {mean:.0f} +- {result['final_return_std']:.0f} over {len(ok)} seeds (eval "
-            f"{_fmt(result['eval_return_mean'])}); target {PPO_TARGET} at 1M steps; published: "
+            f"{fmt(result['eval_return_mean'])}); target {PPO_TARGET} at 1M steps; published: "
             + ", ".join(f"{k} {v}" for k, v in PUBLISHED_PPO.items())
         )
     return result
@@ -534,9 +533,9 @@ def sac(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 continue
             p = row[name]
             print(
-                f"{row['seed']:>4} {name:<6} {_fmt(row['compared_at_step'], 'd'):>8} "
-                f"{_fmt(p['return_last_10k']):>17} {_fmt(p['sps'], '.1f'):>12} {_fmt(p['steps_per_cpu_s'], '.1f'):>11} "
-                f"{_fmt(p['final_eval_return']):>12} {_fmt(p['final_steps'], 'd'):>10}"
+                f"{row['seed']:>4} {name:<6} {fmt(row['compared_at_step'], 'd'):>8} "
+                f"{fmt(p['return_last_10k']):>17} {fmt(p['sps'], '.1f'):>12} {fmt(p['steps_per_cpu_s'], '.1f'):>11} "
+                f"{fmt(p['final_eval_return']):>12} {fmt(p['final_steps'], 'd'):>10}"
             )
         if "sps_ratio" in row:
             print(f"     rlinf/SB3 env-steps/s while learning: {row['sps_ratio']:.2f}x")
@@ -581,12 +580,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ap.error(f"--seeds: expected comma-separated integers, got {args.seeds!r}")
     t0 = time.perf_counter()
     report: dict[str, Any] = {
-        "machine": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "load_at_start": os.getloadavg(),
-            "versions": _versions(),
-        },
+        "machine": machine(DISTS),
         "quick": args.quick,
     }
     with tempfile.TemporaryDirectory() as tmp:
@@ -600,28 +594,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             sub.steps = args.steps or ((20_000 if which == "ppo" else 8_000) if args.quick else None)
             sub.steps = sub.steps or (1_000_000 if which == "ppo" else 100_000)
             report[which] = (ppo if which == "ppo" else sac)(sub, root)
-    report["machine"]["load_at_end"] = os.getloadavg()
-    report["wall_s"] = time.perf_counter() - t0
-    print(
-        f"\nload average at start {report['machine']['load_at_start'][0]:.1f}, at end "
-        f"{report['machine']['load_at_end'][0]:.1f} ({os.cpu_count()} CPUs); took {report['wall_s']:.0f} s"
-    )
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
-        print(f"wrote {args.json}")
-    return report
-
-
-def _versions() -> dict[str, str | None]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out: dict[str, str | None] = {}
-    for dist in ("torch", "gymnasium", "mujoco", "stable-baselines3", "rlinf-algos"):
-        try:
-            out[dist] = version(dist)
-        except PackageNotFoundError:
-            out[dist] = None
-    return out
+    return finish(report, t0, args.json)
 
 
 if __name__ == "__main__":

@@ -72,7 +72,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -80,6 +79,10 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from _report import finish, fmt, machine
+
+DISTS = ("torch", "gymnasium", "mujoco", "stable-baselines3", "ray", "rlinf-algos")
 
 ENV_ID = "HalfCheetah-v5"
 NUM_ENVS = 8
@@ -574,10 +577,6 @@ def run_peer(task: str, args: list[Any], threads: int, timeout: float) -> dict[s
     return result
 
 
-def _fmt(x: Any, spec: str = ".0f") -> str:
-    return "-" if x is None else format(x, spec)
-
-
 def _median_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     ok = [r for r in runs if "error" not in r]
     if not ok:
@@ -674,11 +673,11 @@ def print_throughput(res: dict[str, Any], args: argparse.Namespace) -> dict[str,
         is_train = task.startswith("train")
         print(
             f"{labels[task]:<37} {sps:>11.0f} "
-            f"{_fmt(sps / sb3 if sb3 and is_train else None, '.2f'):>6} "
-            f"{_fmt(sps / rllib if rllib and is_train else None, '.2f'):>7} "
-            f"{_fmt(sps / bare if bare and not is_train else None, '.2f'):>6} "
+            f"{fmt(sps / sb3 if sb3 and is_train else None, '.2f'):>6} "
+            f"{fmt(sps / rllib if rllib and is_train else None, '.2f'):>7} "
+            f"{fmt(sps / bare if bare and not is_train else None, '.2f'):>6} "
             f"{r['steps_per_cpu_s']:>11.0f} {r['cpu_s'] / r['seconds']:>5.2f} "
-            f"{_fmt(100 * r['rollout_fraction'] if 'rollout_fraction' in r else None, '.0f'):>8} "
+            f"{fmt(100 * r['rollout_fraction'] if 'rollout_fraction' in r else None, '.0f'):>8} "
             f"{r['untimed_s']:>9.1f} {r['load_before']:>5.1f}"
         )
     print(
@@ -717,7 +716,7 @@ def print_throughput(res: dict[str, Any], args: argparse.Namespace) -> dict[str,
         "steps_per_cpu_s": {t: (None if "error" in r else r["steps_per_cpu_s"]) for t, r in res.items()},
     }
     r, s, ll, b = summary["rlinf_sps"], summary["sb3_sps"], summary["rllib_sps"], summary["bare_rollout_sps"]
-    print(f"\nrlinf_sps = {_fmt(r)} ({summary['rlinf_runner']})", end="")
+    print(f"\nrlinf_sps = {fmt(r)} ({summary['rlinf_runner']})", end="")
     if r and s:
         print(f"; {r / s:.2f}x SB3 (target >= 1.3x)", end="")
     if r and ll:
@@ -799,13 +798,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     report: dict[str, Any] = {
-        "machine": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "load_at_start": os.getloadavg(),
-            "threads": args.threads,
-            "versions": _versions(),
-        },
+        "machine": machine(DISTS, threads=args.threads),
         "quick": args.quick,
         "hyperparameters": {
             "env": ENV_ID,
@@ -821,28 +814,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     res = throughput(args)
     report.update(print_throughput(res, args))
     report["details"] = res
-    report["machine"]["load_at_end"] = os.getloadavg()
-    report["wall_s"] = time.perf_counter() - t0
-    print(
-        f"\nload average at start {report['machine']['load_at_start'][0]:.1f}, at end "
-        f"{report['machine']['load_at_end'][0]:.1f} ({os.cpu_count()} CPUs); took {report['wall_s']:.0f} s"
-    )
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
-        print(f"wrote {args.json}")
-    return report
-
-
-def _versions() -> dict[str, str | None]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out: dict[str, str | None] = {}
-    for dist in ("torch", "gymnasium", "mujoco", "stable-baselines3", "ray", "rlinf-algos"):
-        try:
-            out[dist] = version(dist)
-        except PackageNotFoundError:
-            out[dist] = None
-    return out
+    return finish(report, t0, args.json)
 
 
 if __name__ == "__main__":

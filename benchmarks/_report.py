@@ -1,0 +1,55 @@
+"""What every comparison benchmark in this folder reports the same way: the machine it ran on,
+the figures' formatting, and the closing lines (load average, wall time, ``--json``)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+
+def fmt(x: Any, spec: str = ".0f") -> str:
+    """A table cell: ``-`` for a missing or NaN figure."""
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def versions(dists: tuple[str, ...]) -> dict[str, str | None]:
+    """Installed versions of ``dists`` (``None`` for one that is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for dist in dists:
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def machine(dists: tuple[str, ...], **extra: Any) -> dict[str, Any]:
+    """The ``machine`` block of a report, taken at the start of a run."""
+    return {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "load_at_start": os.getloadavg(),
+        **extra,
+        "versions": versions(dists),
+    }
+
+
+def finish(report: dict[str, Any], t0: float, json_path: Path | None) -> dict[str, Any]:
+    """Stamp the load at the end and the wall time, print them, and write ``json_path``."""
+    report["machine"]["load_at_end"] = os.getloadavg()
+    report["wall_s"] = time.perf_counter() - t0
+    print(
+        f"\nload average at start {report['machine']['load_at_start'][0]:.1f}, at end "
+        f"{report['machine']['load_at_end'][0]:.1f} ({os.cpu_count()} CPUs); took {report['wall_s']:.0f} s"
+    )
+    if json_path:
+        json_path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        print(f"wrote {json_path}")
+    return report
