@@ -85,6 +85,13 @@ def evaluate(
         r = reward.compute({"response_ids": eps.final_responses, "answers": eps.answers})
         correct += [bool(c) for c in r["correct"]]
         formed += [bool(w) for w in r["well_formed"]]
+    return _accuracy_report(problems, correct, formed)
+
+
+def _accuracy_report(
+    problems: Sequence[Problem], correct: Sequence[bool], formed: Sequence[bool]
+) -> dict[str, Any]:
+    """``accuracy`` and ``well_formed`` (fractions of ``problems``) and per-problem ``outcomes``."""
     n = max(len(problems), 1)
     return {
         "accuracy": sum(correct) / n,
@@ -216,16 +223,7 @@ def evaluate_components(comps: Any, problems: Sequence[Problem], temperature: fl
     """Exact-match accuracy on ``problems`` through ``comps`` (one episode each, greedy at
     ``temperature=0``): ``accuracy``, ``well_formed`` and per-problem ``outcomes``."""
     r = comps.evaluate(problems, temperature)
-    correct, formed = r["correct"], r["well_formed"]
-    n = max(len(problems), 1)
-    return {
-        "accuracy": sum(correct) / n,
-        "well_formed": sum(formed) / n,
-        "outcomes": [
-            {"prompt": prompt_text(p), "answer": p.answer, "correct": c}
-            for p, c in zip(problems, correct, strict=True)
-        ],
-    }
+    return _accuracy_report(problems, r["correct"], r["well_formed"])
 
 
 def warm_started_policy(
