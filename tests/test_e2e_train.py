@@ -103,6 +103,9 @@ def test_ctrl_c_checkpoints_and_resume_continues(tmp_path: Path, how: str, code:
         cwd=ROOT,
         env=env,
         start_new_session=True,
+        # as a terminal starts it: a shell running this suite in the background (`cmd &`) hands
+        # its children SIGINT ignored, and Python then never turns SIGINT into KeyboardInterrupt
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 600
