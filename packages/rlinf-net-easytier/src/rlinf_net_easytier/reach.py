@@ -75,8 +75,13 @@ def _checksum(data: bytes) -> int:
     return ~s & 0xFFFF
 
 
-def icmp_ping(ip: str, timeout: float, count: int = 1) -> float | None:
-    """Round-trip time in ms of an ICMP echo to ``ip``; ``None`` if no reply within ``timeout``.
+def icmp_ping(ip: str, timeout: float, count: int = 1, interval: float = 1.0) -> float | None:
+    """Best round-trip time in ms of ``count`` ICMP echo replies from ``ip``; ``None`` if none
+    came within ``timeout``.
+
+    Like ``ping -w``, an echo goes out every ``interval`` seconds until a reply arrives or
+    ``timeout`` passes, so one request lost while the overlay is still building its routes (the
+    first seconds after a node joins) does not fail the check.
 
     Raises :class:`PermissionError` when this process may open neither an ICMP datagram socket
     nor a raw socket (the caller then judges by routes).
@@ -92,19 +97,24 @@ def icmp_ping(ip: str, timeout: float, count: int = 1) -> float | None:
             raise PermissionError("no ICMP socket permitted") from None
     ident = os.getpid() & 0xFFFF
     best: float | None = None
+    replies = 0
+    sent: dict[int, float] = {}
+    deadline = time.perf_counter() + timeout
     with contextlib.closing(sock):
-        for seq in range(1, count + 1):
+        seq = 0
+        while replies < count and time.perf_counter() < deadline:
+            seq = (seq + 1) & 0xFFFF
             payload = struct.pack("!d", time.perf_counter()) + b"rlinf-net-verify"
             header = struct.pack("!BBHHH", 8, 0, 0, ident, seq)
             packet = struct.pack("!BBHHH", 8, 0, _checksum(header + payload), ident, seq) + payload
-            t0 = time.perf_counter()
+            sent[seq] = time.perf_counter()
             try:
                 sock.sendto(packet, (ip, 0))
             except OSError:
-                return None
-            deadline = t0 + timeout
-            while True:
-                left = deadline - time.perf_counter()
+                pass  # no route yet: try again at the next interval
+            resend_at = min(deadline, sent[seq] + interval)
+            while replies < count:
+                left = resend_at - time.perf_counter()
                 if left <= 0:
                     break
                 sock.settimeout(left)
@@ -117,11 +127,11 @@ def icmp_ping(ip: str, timeout: float, count: int = 1) -> float | None:
                 if addr[0] != ip or len(data) < 8 or data[0] != 0:
                     continue
                 _, _, _, _rid, rseq = struct.unpack("!BBHHH", data[:8])
-                if rseq != seq or (raw and _rid != ident):
+                if rseq not in sent or (raw and _rid != ident):
                     continue
-                rtt = (time.perf_counter() - t0) * 1000.0
+                rtt = (time.perf_counter() - sent.pop(rseq)) * 1000.0
                 best = rtt if best is None else min(best, rtt)
-                break
+                replies += 1
     return best
 
 
