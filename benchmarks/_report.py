@@ -53,3 +53,35 @@ def finish(report: dict[str, Any], t0: float, json_path: Path | None) -> dict[st
         json_path.write_text(json.dumps(report, indent=2, default=str) + "\n")
         print(f"wrote {json_path}")
     return report
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds (user + system, plus reaped children) of process ``root`` and every live
+    descendant (Ray's raylet and workers included). Linux ``/proc``; where that cannot be read,
+    this process's own CPU time when ``root`` is this process, else 0.0."""
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+        parent: dict[int, int] = {}
+        ticks: dict[int, int] = {}
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            pid = int(entry.name)
+            parent[pid] = int(fields[1])
+            ticks[pid] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    except (OSError, ValueError):
+        return time.process_time() if root == os.getpid() else 0.0
+    total = 0
+    for pid in ticks:
+        p, seen = pid, 0
+        while p > 1 and seen < 64:
+            if p == root:
+                total += ticks[pid]
+                break
+            p, seen = parent.get(p, 0), seen + 1
+    return total / tick

@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _report import finish, fmt, machine
+from _report import finish, fmt, machine, tree_cpu_s
 
 DISTS = ("torch", "gymnasium", "mujoco", "stable-baselines3", "rlinf-algos")
 
@@ -82,34 +82,6 @@ SAC_OVERRIDES = [
 
 
 # -- process-tree CPU time ----------------------------------------------------------------------
-
-
-def tree_cpu_s(root: int) -> float:
-    """CPU seconds (user + system, plus reaped children) of process ``root`` and every live
-    descendant (Ray's raylet and workers included). Linux ``/proc``; 0.0 where unreadable."""
-    tick = os.sysconf("SC_CLK_TCK")
-    parent: dict[int, int] = {}
-    ticks: dict[int, int] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        pid = int(entry.name)
-        parent[pid] = int(fields[1])
-        ticks[pid] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-    total = 0
-    for pid in ticks:
-        p, seen = pid, 0
-        while p > 1 and seen < 64:
-            if p == root:
-                total += ticks[pid]
-                break
-            p, seen = parent.get(p, 0), seen + 1
-    return total / tick
 
 
 class Child:

@@ -80,7 +80,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _report import finish, fmt, machine
+from _report import finish, fmt, machine, tree_cpu_s
 
 DISTS = ("torch", "gymnasium", "mujoco", "stable-baselines3", "ray", "rlinf-algos")
 
@@ -118,39 +118,6 @@ def _quiet() -> None:
     logging.getLogger("ray").setLevel(logging.ERROR)
 
 
-def _tree_cpu_s() -> float:
-    """CPU seconds (user + system) used so far by this process and every live descendant
-    (Ray's raylet and workers included), plus the reaped children they waited for. Linux
-    ``/proc``; falls back to this process alone elsewhere."""
-    me = os.getpid()
-    try:
-        tick = os.sysconf("SC_CLK_TCK")
-        parent: dict[int, int] = {}
-        ticks: dict[int, int] = {}
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as f:
-                    fields = f.read().rsplit(b")", 1)[1].split()
-            except OSError:
-                continue
-            pid = int(entry.name)
-            parent[pid] = int(fields[1])
-            ticks[pid] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-    except (OSError, ValueError):
-        return time.process_time()
-    total = 0
-    for pid in ticks:
-        p, seen = pid, 0
-        while p > 1 and seen < 64:
-            if p == me:
-                total += ticks[pid]
-                break
-            p, seen = parent.get(p, 0), seen + 1
-    return total / tick
-
-
 class _Clock:
     """Iteration boundaries as ``(perf_counter, env_steps, tree CPU s)``; rates skip ``warmup``."""
 
@@ -158,7 +125,7 @@ class _Clock:
         self.marks: list[tuple[float, int, float]] = []
 
     def mark(self, steps: int) -> None:
-        self.marks.append((time.perf_counter(), steps, _tree_cpu_s()))
+        self.marks.append((time.perf_counter(), steps, tree_cpu_s(os.getpid())))
 
     def result(self, start: int, t_begin: float) -> dict[str, float]:
         """``sps`` (wall), ``steps``, ``seconds``, ``cpu_s`` and ``steps_per_cpu_s`` from mark
