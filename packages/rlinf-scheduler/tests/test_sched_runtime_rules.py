@@ -257,6 +257,7 @@ def test_process_env_identity_visibility_and_net_devices():
 # -- rlinf node start ----------------------------------------------------------------------------
 def test_ray_start_command_carries_rank_in_env_and_no_secret(tmp_path, monkeypatch):
     monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
     token = tmp_path / "tok"
     head = NodeStartOptions(rank=0, head=True, port=6390, node_ip="127.0.0.2", token_file=str(token))
     cmd, env, ip, address = build_ray_start(head)
@@ -264,6 +265,7 @@ def test_ray_start_command_carries_rank_in_env_and_no_secret(tmp_path, monkeypat
     secret = token.read_text()
     assert env["RLINF_NODE_RANK"] == "0" and env["RAY_AUTH_MODE"] == "token"
     assert env["RAY_AUTH_TOKEN_PATH"] == str(token)
+    assert env["RAY_worker_niceness"] == "0"  # Ray's default 15 would yield every CPU to other work
     assert "--head" in cmd and "--port=6390" in cmd and "--node-ip-address=127.0.0.2" in cmd
     assert address == "127.0.0.2:6390" and ip == "127.0.0.2"
     assert not any(secret in part for part in cmd)

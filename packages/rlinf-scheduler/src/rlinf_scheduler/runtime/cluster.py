@@ -32,6 +32,7 @@ from rlinf_core.cluster import compress_ranks
 from rlinf_core.errors import ConfigError, SchedulerError, WaitTimeout
 from rlinf_scheduler.runtime._ray import import_ray
 from rlinf_scheduler.runtime.code_sync import CodeSync, resolve_code_sync
+from rlinf_scheduler.runtime.node import WORKER_NICENESS_ENV
 from rlinf_scheduler.runtime.versions import local_versions
 
 if TYPE_CHECKING:
@@ -844,6 +845,9 @@ def _start_local_node(ray_init: Mapping[str, Any]) -> Any:
     Unlike ``ray.init()``, it names the ports of the node's agents: a raylet whose agent ports are
     left to be discovered gives its agents a fixed 15 s to report them and aborts on a cold or busy
     machine. Token authentication is on unless ``RAY_AUTH_MODE`` says otherwise (as ``ray.init``).
+    Workers run at the driver's priority: Ray renices its worker processes to 15 by default,
+    which on a shared machine hands their CPU to any other process (``RAY_worker_niceness``
+    set in the environment still wins).
     """
     unknown = sorted(set(ray_init) - _EMBEDDED_KEYS)
     if unknown:
@@ -867,6 +871,7 @@ def _start_local_node(ray_init: Mapping[str, Any]) -> Any:
         metrics_export_port=metrics_export,
         dashboard_agent_listen_port=agent_listen,
         runtime_env_agent_port=runtime_env_agent,
+        _system_config={} if WORKER_NICENESS_ENV in os.environ else {"worker_niceness": 0},
         **dict(ray_init),
     )
     return Node(params, head=True, shutdown_at_exit=True, spawn_reaper=True)

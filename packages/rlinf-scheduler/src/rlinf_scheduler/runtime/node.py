@@ -58,6 +58,9 @@ __all__ = [
 
 STATE_DIR_ENV = "RLINF_STATE_DIR"
 NET_PROVIDER_ENV = "RLINF_NET_PROVIDER"
+WORKER_NICENESS_ENV = "RAY_worker_niceness"
+"""Ray's niceness for its worker processes: 15 unless set, which on a shared machine hands their
+CPU to every other process; rlinf starts its nodes (embedded or ``rlinf node start``) with 0."""
 """Set on the nodes started with ``--network PROVIDER``: the overlay provider Ray is bound to."""
 
 
@@ -293,6 +296,8 @@ def build_ray_start(opts: NodeStartOptions) -> tuple[list[str], dict[str, str], 
         env["RLINF_COMM_NET_DEVICES"] = opts.net_device
     if opts.network:
         env[NET_PROVIDER_ENV] = opts.network
+    # Ray renices its workers to 15 by default: on a shared node they would yield to everything
+    env[WORKER_NICENESS_ENV] = os.environ.get(WORKER_NICENESS_ENV, "0")
     mode, token_path = _resolve_auth(opts)
     env["RAY_AUTH_MODE"] = mode
     if token_path:
