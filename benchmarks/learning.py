@@ -149,15 +149,20 @@ def supervise(children: list[Child], max_wall: float | None, grace: float = 180.
     them SIGINT (rlinf writes its policy and summary; the SB3 child stops at its next step)."""
     t0 = time.perf_counter()
     interrupted = False
-    while any(c.proc.poll() is None for c in children):
-        for c in children:
-            c.sample()
-        if max_wall is not None and not interrupted and time.perf_counter() - t0 > max_wall:
-            print(f"  --max-wall {max_wall:.0f} s reached: interrupting the peers", flush=True)
+    try:
+        while any(c.proc.poll() is None for c in children):
             for c in children:
-                c.interrupt()
-            interrupted = True
-        time.sleep(2.0)
+                c.sample()
+            if max_wall is not None and not interrupted and time.perf_counter() - t0 > max_wall:
+                print(f"  --max-wall {max_wall:.0f} s reached: interrupting the peers", flush=True)
+                for c in children:
+                    c.interrupt()
+                interrupted = True
+            time.sleep(2.0)
+    except KeyboardInterrupt:  # Ctrl-C: stop the peers too (never leave them running), report what they did
+        print("  interrupted: stopping the peers; the figures cover what they did so far", flush=True)
+        for c in children:
+            c.interrupt()
     for c in children:
         c.wait(grace)
 

@@ -176,3 +176,89 @@ def test_rollout_only_runs_env_and_rollout_workers_without_learning(ray_cluster:
     assert summary["episodes"] > 0
     assert not (tmp_path / "policy.pt").exists() and not (tmp_path / "checkpoints").exists()
     assert [int(r["step"]) for r in rows(tmp_path)] == [256, 512]
+
+
+def grpo_config(env: str = "0:0-1", rollout: str = "0", **runner: Any) -> dict[str, Any]:
+    cluster = placement(env=env, rollout=rollout)
+    cluster["component_placement"] |= {
+        "reward": {"node_group": "node", "placement": "0"},
+        "reference": {"node_group": "node", "placement": "0"},
+    }
+    return {
+        "cluster": cluster,
+        # groups of 4 over 8 envs: each group's copies sit on both stages of one env worker
+        "algorithm": {"name": "grpo", "group_size": 4, "num_groups": 2, "update_epochs": 2, "kl_coef": 0.1},
+        "env": {"id": ENV, "num_envs": 8, "max_episode_steps": 25},
+        "model": {"hidden_sizes": [16, 16]},
+        "rollout": {"pipeline_stages": 2},
+        "runner": {"total_steps": 400, "log_interval": 1, "seed": 5, **runner},
+    }
+
+
+@pytest.mark.parametrize(
+    ("env", "rollout"),
+    [
+        ("0:0-1", "0"),  # two env workers feeding one rollout worker (a stage spans both)
+        ("0", "0:0-1"),  # one env worker feeding two rollout workers, which finish a stage apart
+    ],
+)
+def test_grpo_runs_whole_episode_groups_on_reward_and_reference_workers(
+    ray_cluster: Any, tmp_path: Path, env: str, rollout: str
+) -> None:
+    summary = run_training(grpo_config(env, rollout, checkpoint_interval=200), run_dir=tmp_path)
+    n_env, n_rollout = (2, 1) if env == "0:0-1" else (1, 2)
+    assert summary["workers"] == {
+        "env": n_env, "rollout": n_rollout, "actor": 1, "reward": 1, "reference": 1, "pipeline_stages": 2,
+    }  # fmt: skip
+    assert summary["restarts"] == 0 and summary["dropped_batches"] == 0
+    table = rows(tmp_path)
+    # an iteration is 8 whole episodes (at most 25 steps each: InvertedPendulum ends early when it falls)
+    iterations = summary["iterations"]
+    assert summary["episodes"] == 8 * iterations
+    steps = [int(r["step"]) for r in table]
+    assert steps == sorted(steps) and steps[-1] == summary["total_env_steps"] >= 400
+    assert all(0 < b - a <= 8 * 25 for a, b in zip([0, *steps], steps, strict=False))
+    assert all(float(r["kl_ref"]) >= 0 and float(r["policy_lag"]) <= 1 for r in table)
+    assert float(table[0]["kl_ref"]) < 1e-3  # the first update starts from the reference itself
+    ckpt = torch.load(latest_checkpoint(tmp_path), weights_only=False)
+    assert ckpt["algorithm"] == "grpo" and "reference" in ckpt
+    # the reference is the initial policy, frozen: the actor has moved away from it
+    actor_w = ckpt["actor"]["learner"]["model"]["actor_mean.0.weight"]
+    assert not torch.equal(ckpt["reference"]["actor_mean.0.weight"], actor_w)
+    module, record = load_policy(tmp_path / "policy.pt")
+    assert record["algorithm"] == "grpo" and module.predict(torch.zeros(1, 4)).shape == (1, 1)
+
+
+def test_grpo_survives_a_killed_rollout_worker(ray_cluster: Any, tmp_path: Path) -> None:
+    import ray
+
+    # HalfCheetah never ends early: an iteration is 8 x 400 env steps, long enough that a kill
+    # 0.3 s into it lands mid-collection
+    config = grpo_config("0", "0", total_steps=3 * 3200, log_interval=1)
+    config["env"] = {"id": "HalfCheetah-v5", "num_envs": 8, "max_episode_steps": 400}
+    killed: list[int] = []
+
+    def on_iteration(run: Any, k: int) -> None:
+        if k == 1 and not killed:
+            actor = run.groups["rollout"].actors[0]
+            killed.append(k)
+            threading.Timer(0.3, lambda: ray.kill(actor, no_restart=True)).start()
+
+    summary = run_training(config, run_dir=tmp_path, callbacks={"on_iteration": on_iteration})
+    assert killed == [1] and summary["restarts"] == 1 and summary["dropped_batches"] == 1
+    assert summary["total_env_steps"] == 3 * 3200 and summary["iterations"] == 3
+    assert "restarted rollout rank(s) [0]" in "\n".join(summary["events"])
+    assert [int(r["step"]) for r in rows(tmp_path)] == [3200, 6400, 9600]
+
+
+def test_grpo_config_needs_one_env_per_episode(tmp_path: Path) -> None:
+    from rlinf_core.errors import ConfigError
+
+    config = grpo_config()
+    config["env"]["num_envs"] = 6
+    config["cluster"]["component_placement"].pop("reference")
+    with pytest.raises(ConfigError) as err:
+        run_training(config, run_dir=tmp_path)
+    text = str(err.value)
+    assert "env.num_envs" in text and "4 x 2 = 8, got 6" in text
+    assert "reference" in text  # every problem at once, with its path

@@ -59,6 +59,17 @@ def test_group_advantages() -> None:
         grpo.group_advantages(r, 4)
 
 
+def test_group_advantages_by_id_groups_samples_in_any_order() -> None:
+    # groups 7 and 3, interleaved as two workers would send them: 7 -> [1, 3, 5], 3 -> [2, 2, 2]
+    r = torch.tensor([1.0, 2.0, 3.0, 2.0, 5.0, 2.0])
+    gid = torch.tensor([7, 3, 7, 3, 7, 3])
+    adv = grpo.group_advantages_by_id(r, gid, 3)
+    assert adv.tolist() == pytest.approx([-1, 0, 0, 0, 1, 0], abs=1e-5)  # std of [1, 3, 5] is 2
+    with pytest.raises(ValueError, match="every group needs 3 samples, got sizes \\[2, 4\\]"):
+        grpo.group_advantages_by_id(r, torch.tensor([7, 3, 7, 3, 7, 7]), 3)
+
+
+
 def test_k3_kl_and_masked_mean() -> None:
     kl = grpo.k3_kl(t(0.0, 0.0), t(math.log(2), 0.0))
     assert kl.tolist() == pytest.approx([1 - math.log(2), 0.0])

@@ -405,20 +405,36 @@ class GRPO(_LocalAlgorithm):
     """Group relative policy optimisation: groups of episodes from one initial state, their returns
     normalised within the group as advantages, a clipped ratio and a k3 KL to a frozen reference.
 
-    On embedded (MuJoCo) tasks it trains in the rlinf process: ``rlinf train`` runs it with
-    ``runner.scheduler: local`` (the default for ``grpo``); the distributed GRPO with reward and
-    reference workers is ``grpo_lm`` (:mod:`rlinf_algos.lm`)."""
+    On workers (``runner.scheduler: ray``, the default) the env workers reset each group's
+    copies from one seed and run every episode to its end, the rollout workers act and record the
+    episodes, the ``reward`` worker turns the returns into group advantages, the ``reference``
+    worker adds the frozen policy's log-probabilities, and the actor updates; with
+    ``runner.scheduler: local`` all of it runs in the rlinf process. The language-model GRPO is
+    ``grpo_lm`` (:mod:`rlinf_algos.lm`)."""
 
     PLUGIN_NAME: ClassVar[str] = "grpo"
     config_model: ClassVar[type[BaseModel]] = GRPOConfig
     components: ClassVar[tuple[str, ...]] = ("env", "rollout", "actor", "reward", "reference")
-    distributed: ClassVar[bool] = False
+    required_components: ClassVar[tuple[str, ...]] = ("env", "rollout", "actor", "reward", "reference")
 
-    def run(self, scheduler: Any, run_config: Any, run_dir: Any, **kwargs: Any) -> dict[str, Any]:
-        if scheduler is not None:
-            raise ConfigError(
-                "algorithm 'grpo' on embodied tasks trains in the rlinf process; set runner.scheduler: local "
-                "(the distributed GRPO with reward and reference workers is algorithm 'grpo_lm')",
-                path="runner.scheduler",
+    @classmethod
+    def run_config_problems(cls, run_config: Mapping[str, Any]) -> list[ConfigProblem]:
+        """The sections' problems, and whether ``env.num_envs`` holds exactly the groups of an
+        iteration (``group_size * num_groups``)."""
+        problems = super().run_config_problems(run_config)
+        algo, env = run_config.get("algorithm"), run_config.get("env")
+        try:
+            cfg = GRPOConfig.model_validate(algo)
+            num_envs = EnvConfig.model_validate(env).num_envs
+        except Exception:  # their own problems are reported with their paths
+            return problems
+        need = cfg.group_size * cfg.num_groups
+        if num_envs != need:
+            problems.append(
+                ConfigProblem(
+                    "env.num_envs",
+                    f"GRPO runs one env per episode of an iteration: algorithm.group_size x algorithm.num_groups "
+                    f"= {cfg.group_size} x {cfg.num_groups} = {need}, got {num_envs}",
+                )
             )
-        return super().run(None, run_config, run_dir, **kwargs)
+        return problems

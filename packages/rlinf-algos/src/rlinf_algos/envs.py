@@ -132,7 +132,8 @@ class EnvStep:
     ``[N, D]`` float32: the true successor observation (equal to ``obs`` where nothing ended);
     ``episode_returns`` / ``episode_lengths``: the episodes that ended in this step;
     ``episode_successes``: ``info["is_success"]`` at the last step of those of them whose env
-    reports it (1.0 or 0.0; empty for envs without it).
+    reports it (1.0 or 0.0; empty for envs without it); ``episode_index`` / ``success_index``:
+    the sub-env of each entry of ``episode_returns`` / ``episode_successes``.
     """
 
     obs: np.ndarray
@@ -143,6 +144,8 @@ class EnvStep:
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
     episode_successes: list[float] = field(default_factory=list)
+    episode_index: list[int] = field(default_factory=list)
+    success_index: list[int] = field(default_factory=list)
 
     @property
     def done(self) -> np.ndarray:
@@ -233,8 +236,10 @@ class VectorEnvStepper:
                 r, n = float(info["episode"]["r"][i]), int(info["episode"]["l"][i])
                 out.episode_returns.append(r)
                 out.episode_lengths.append(n)
+                out.episode_index.append(int(i))
                 if success is not None and (has_success is None or has_success[i]):
                     out.episode_successes.append(float(bool(success[i])))
+                    out.success_index.append(int(i))
             self.recent_returns.extend(out.episode_returns)
             self.recent_lengths.extend(out.episode_lengths)
             self.recent_successes.extend(out.episode_successes)

@@ -16,7 +16,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-__all__ = ["group_advantages", "k3_kl", "masked_mean", "policy_loss"]
+__all__ = ["group_advantages", "group_advantages_by_id", "k3_kl", "masked_mean", "policy_loss"]
 
 
 def group_advantages(rewards: Tensor, group_size: int, eps: float = 1e-6, scale: bool = True) -> Tensor:
@@ -43,6 +43,36 @@ def group_advantages(rewards: Tensor, group_size: int, eps: float = 1e-6, scale:
             raise ValueError("group_advantages: scale=True needs group_size >= 2")
         centred = centred / (grouped.std(dim=1, keepdim=True) + eps)
     return centred.reshape(-1)
+
+
+def group_advantages_by_id(
+    rewards: Tensor, group_ids: Tensor, group_size: int, eps: float = 1e-6, scale: bool = True
+) -> Tensor:
+    """:func:`group_advantages` for samples in any order, their group given by ``group_ids``
+    (what a distributed rollout produces: a group's episodes may come from several workers).
+
+    Args:
+        rewards: ``[B]`` outcome rewards.
+        group_ids: ``[B]`` integer group of each sample; every group must hold exactly
+            ``group_size`` samples.
+
+    Returns:
+        ``[B]`` advantages, in the order of ``rewards``.
+    """
+    if rewards.shape != group_ids.shape or rewards.ndim != 1:
+        raise ValueError(
+            f"group_advantages_by_id: rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} "
+            "must be the same [B]"
+        )
+    _, counts = torch.unique(group_ids, return_counts=True)
+    if (counts != group_size).any():
+        raise ValueError(
+            f"group_advantages_by_id: every group needs {group_size} samples, got sizes {sorted(set(counts.tolist()))}"
+        )
+    order = torch.argsort(group_ids, stable=True)
+    out = torch.empty_like(rewards)
+    out[order] = group_advantages(rewards[order], group_size, eps=eps, scale=scale)
+    return out
 
 
 def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:

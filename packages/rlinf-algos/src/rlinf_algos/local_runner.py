@@ -665,23 +665,41 @@ class GRPOCollector:
 class GRPOLearner:
     """The learner side of GRPO: group-normalised episode returns as every step's advantage, the
     clipped-ratio loss over masked steps, and a k3 KL to a frozen reference copy of the initial
-    policy (the ``ReferenceWorker``'s job, done here in the same process)."""
+    policy (the ``ReferenceWorker``'s job, done here in the same process; ``reference=False``
+    when a reference worker supplies the log-probabilities to :meth:`update`)."""
 
-    def __init__(self, model: GaussianActorCritic, cfg: GRPOConfig, seed: int = 0) -> None:
+    def __init__(
+        self, model: GaussianActorCritic, cfg: GRPOConfig, seed: int = 0, reference: bool = True
+    ) -> None:
         self.model, self.cfg = model, cfg
-        self.reference = copy.deepcopy(model).requires_grad_(False)
+        self.reference = copy.deepcopy(model).requires_grad_(False) if reference else None
         self.params = [p for p in model.actor_mean.parameters()] + [model.actor_log_std]
         self.optimizer = make_adam(self.params, cfg.lr, cfg.adam_eps)
         self.adam = LeanAdam(self.optimizer)
         self.generator = torch.Generator().manual_seed(seed)
         self.version = 0
 
-    def update(self, r: GRPORollout) -> dict[str, float]:
+    def update(
+        self, r: GRPORollout, advantages: Tensor | None = None, ref_log_probs: Tensor | None = None
+    ) -> dict[str, float]:
+        """One update on ``r``. ``advantages`` ``[S]`` (the reward worker's) default to the group
+        advantages of ``r.returns`` (groups of consecutive sequences); ``ref_log_probs``
+        ``[S, L]`` (the reference worker's) to this learner's frozen copy's."""
         cfg = self.cfg
-        adv = grpo_math.group_advantages(r.returns, cfg.group_size, scale=cfg.scale_advantages)
+        adv = (
+            advantages
+            if advantages is not None
+            else grpo_math.group_advantages(r.returns, cfg.group_size, scale=cfg.scale_advantages)
+        )
         S = r.obs.shape[0]
-        with torch.no_grad():
-            ref_logp = self.reference.evaluate(r.obs, r.actions)[0] if cfg.kl_coef > 0 else None
+        ref_logp = ref_log_probs
+        if ref_logp is None and cfg.kl_coef > 0:
+            if self.reference is None:
+                raise RlinfError(
+                    "GRPO with kl_coef > 0 needs reference log-probabilities (no reference here)"
+                )
+            with torch.no_grad():
+                ref_logp = self.reference.evaluate(r.obs, r.actions)[0]
         # minibatches of whole sequences holding about ``minibatch_size`` valid steps each
         n_minibatches = max(1, min(S, round(float(r.mask.sum()) / cfg.minibatch_size)))
         mb = math.ceil(S / n_minibatches)
@@ -720,7 +738,7 @@ class GRPOLearner:
     def state_dict(self) -> dict[str, Any]:
         return {
             "model": self.model.state_dict(),
-            "reference": self.reference.state_dict(),
+            "reference": self.reference.state_dict() if self.reference is not None else None,
             "optimizer": self.optimizer.state_dict(),
             "generator": self.generator.get_state(),
             "version": self.version,
@@ -728,7 +746,8 @@ class GRPOLearner:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
-        self.reference.load_state_dict(state["reference"])
+        if self.reference is not None and state.get("reference") is not None:
+            self.reference.load_state_dict(state["reference"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
         self.version = int(state["version"])

@@ -471,11 +471,11 @@ class DistributedRun:
         callbacks: Mapping[str, Callable[..., Any]] | None = None,
         rollout_only: bool = False,
     ) -> None:
-        from rlinf_algos.algorithms import PPOConfig, SACConfig
+        from rlinf_algos.algorithms import GRPOConfig, PPOConfig, SACConfig
 
-        if not isinstance(algo_cfg, PPOConfig | SACConfig):
+        if not isinstance(algo_cfg, PPOConfig | SACConfig | GRPOConfig):
             raise RlinfError(
-                f"the distributed runner runs ppo and sac, not {getattr(algo_cfg, 'name', algo_cfg)!r}"
+                f"the distributed runner runs ppo, sac and grpo, not {getattr(algo_cfg, 'name', algo_cfg)!r}"
             )
         self.algo = algo_cfg
         self.name = algo_cfg.name
@@ -495,6 +495,7 @@ class DistributedRun:
         self.dropped_batches = 0
         self.dropped_env_steps = 0
         self.steps = 0
+        self.collected_at: dict[int, int] = {}  # iteration -> env steps once it was collected
         self.episodes = 0
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=100)
         self.recent_lengths: collections.deque[int] = collections.deque(maxlen=100)
@@ -549,7 +550,7 @@ class DistributedRun:
 
     def setup(self) -> None:
         from rlinf_algos.local_runner import _model_defaults
-        from rlinf_algos.workers import ActorWorker, EnvWorker, RolloutWorker
+        from rlinf_algos.workers import ActorWorker, EnvWorker, ReferenceWorker, RewardWorker, RolloutWorker
 
         M, N = self._world("env"), self._world("rollout")
         if M is not None and N is not None:
@@ -586,8 +587,12 @@ class DistributedRun:
                 self.link_token, self.timeout,
             ),
         }  # fmt: skip
-        # the three groups start at once: their imports (torch, mujoco) overlap
-        with ThreadPoolExecutor(3) as pool:
+        if self.name == "grpo":
+            algo = self.algo.model_dump()
+            launches["reward"] = (RewardWorker, algo, self.traj_ch, N, self.timeout)
+            launches["reference"] = (ReferenceWorker, algo, self.traj_ch, self.weights, N, self.timeout)
+        # the groups start at once: their imports (torch, mujoco) overlap
+        with ThreadPoolExecutor(len(launches)) as pool:
             futs = {
                 name: pool.submit(self.scheduler.launch, name, *args)
                 for name, args in launches.items()
@@ -596,7 +601,13 @@ class DistributedRun:
             for name, fut in futs.items():
                 self.groups[name] = fut.result()
         spaces = self.groups["env"].on(0).spaces().wait(self.timeout)[0]
-        if self.name == "ppo":
+        self.max_episode_steps = spaces.pop("max_episode_steps", None)
+        if self.name == "grpo" and not self.max_episode_steps:
+            raise ConfigError(
+                f"{self.env_cfg.id!r} has no time limit; GRPO scores whole episodes: set env.max_episode_steps",
+                path="env.max_episode_steps",
+            )
+        if self.name in ("ppo", "grpo"):
             hidden, act = _model_defaults(self.model_cfg, [64, 64], "tanh")
             spec = {
                 "cls": "GaussianActorCritic",
@@ -605,7 +616,7 @@ class DistributedRun:
                 "hidden": hidden,
                 "activation": act,
                 "log_std_init": self.model_cfg.log_std_init,
-                "normalize_obs": self.algo.normalize_obs,
+                "normalize_obs": getattr(self.algo, "normalize_obs", True),
                 "ortho_init": self.model_cfg.ortho_init,
             }
         else:
@@ -615,6 +626,8 @@ class DistributedRun:
         self.spec = spec
         self.groups["actor"].configure(spec).wait(self.timeout)
         self.groups["rollout"].configure(spec).wait(self.timeout)
+        if "reference" in self.groups:  # freezes version 0, the initial policy
+            self.groups["reference"].configure(spec).wait(self.timeout)
         self.link_addrs = [tuple(a) for a in self.groups["rollout"].link_address().wait(self.timeout)]
         for name in ("env", "rollout"):
             if hasattr(self.groups[name], "stop_on_failure"):
@@ -623,12 +636,17 @@ class DistributedRun:
     # -- bookkeeping -----------------------------------------------------------------------------
     @property
     def batch(self) -> int:
-        T = self.algo.rollout_steps if self.name == "ppo" else self.rollout_cfg.steps_per_iteration
-        return T * self.env_cfg.num_envs
+        """Env steps per iteration (GRPO: an upper bound; its episodes end when they end)."""
+        return self.T * self.env_cfg.num_envs
 
     @property
     def T(self) -> int:
-        return self.algo.rollout_steps if self.name == "ppo" else self.rollout_cfg.steps_per_iteration
+        """Vector steps per env per iteration (GRPO: at most, the episode time limit)."""
+        if self.name == "ppo":
+            return self.algo.rollout_steps
+        if self.name == "grpo":
+            return int(self.max_episode_steps)
+        return self.rollout_cfg.steps_per_iteration
 
     @property
     def wall_s(self) -> float:
@@ -705,18 +723,18 @@ class DistributedRun:
         actor = self.groups["actor"].state().wait(self.timeout)[0]
         rngs = self.groups["rollout"].rng_state().wait(self.timeout)
         path = self.run_dir / "checkpoints" / f"step_{self.steps:010d}.pt"
-        atomic_torch_save(
-            {
-                "algorithm": self.name,
-                "distributed": True,
-                "spec": self.spec,
-                "batch": self.batch,
-                "run": self._run_state(),
-                "actor": actor,
-                "rollout_rng": rngs,
-            },
-            path,
-        )
+        state = {
+            "algorithm": self.name,
+            "distributed": True,
+            "spec": self.spec,
+            "batch": self.batch,
+            "run": self._run_state(),
+            "actor": actor,
+            "rollout_rng": rngs,
+        }
+        if "reference" in self.groups:
+            state["reference"] = self.groups["reference"].on(0).state().wait(self.timeout)[0]
+        atomic_torch_save(state, path)
         self.last_ckpt_step = self.steps
         return path
 
@@ -751,6 +769,8 @@ class DistributedRun:
             )
         run = state["run"]
         self.resume_digest = self.groups["actor"].load(state["actor"]).wait(self.timeout)[0]
+        if "reference" in self.groups and state.get("reference") is not None:
+            self.groups["reference"].load(state["reference"]).wait(self.timeout)
         rngs = state.get("rollout_rng") or []
         if len(rngs) == self.N:
             for r, rng in enumerate(rngs):
@@ -808,11 +828,12 @@ class DistributedRun:
         staleness = (
             self.rollout_cfg.max_staleness if self.name == "ppo" else max(1, self.rollout_cfg.max_staleness)
         )
-        iterations = max(1, math.ceil(total / self.batch))
-        self.iterations = iterations
+        # PPO and SAC collect exactly `batch` steps an iteration (iteration < ceil(total / batch)
+        # is steps < total); GRPO's iterations end with their episodes
+        self.iterations = max(1, math.ceil(total / self.batch))
         self.inflight: collections.deque[tuple[int, asyncio.Future[Any]]] = collections.deque()
         self.last_metrics: dict[str, Any] = {}
-        while self.iteration < iterations:
+        while self.steps < total:
             k = self.iteration
             while self.inflight and self.inflight[0][0] < k - staleness:
                 await self._finish_train()
@@ -835,7 +856,7 @@ class DistributedRun:
             raise RlinfError(f"the actor lost the batch of iteration {k}: {metrics.get('error', 'aborted')}")
         metrics.setdefault("rollout_s", getattr(self, "rollout_s", float("nan")))
         self.last_metrics = metrics
-        self._row(metrics, step=(k + 1) * self.batch)
+        self._row(metrics, step=self.collected_at.pop(k, (k + 1) * self.batch))
 
     async def _iteration(self, k: int, staleness: int) -> bool:
         """Collect iteration ``k`` (and start learning on it). ``False`` if it was aborted."""
@@ -853,13 +874,26 @@ class DistributedRun:
             train_kw = {"chunks": chunks, "global_step": self.steps}
         if self.rollout_only:
             kw["send"] = False
-        min_version = max(0, k - staleness) if self.name == "ppo" and not self.rollout_only else 0
-        env_calls = [env.on(r).run(gen, T, self.link_addrs) for r in range(self.M)]
+        on_policy = self.name in ("ppo", "grpo") and not self.rollout_only
+        min_version = max(0, k - staleness) if on_policy else 0
+        if self.name == "grpo":  # the groups of iteration k start from seeds of their own
+            base = self.runner_cfg.seed + k * self.algo.num_groups
+            G = self.algo.group_size
+            # GRPO's batch goes rollout -> reference -> actor in several hops, so its keys are the
+            # iteration's own: an abort of iteration k can never overtake iteration k - 1's data
+            self.batch_id = f"{gen}.{k}"
+            kw["batch"] = self.batch_id
+            env_calls = [env.on(r).run_episodes(gen, self.link_addrs, base, G, T) for r in range(self.M)]
+        else:
+            env_calls = [env.on(r).run(gen, T, self.link_addrs) for r in range(self.M)]
         roll_calls = [rollout.on(r).collect(gen, T, min_version, **kw) for r in range(self.N)]
         train_fut = None
         if not self.rollout_only:
             frac = 1.0 - k / self.iterations
-            train_fut = asyncio.ensure_future(_await(actor.train(gen, frac, **train_kw)))
+            if self.name == "grpo":
+                train_fut = asyncio.ensure_future(self._grpo_learn(self.batch_id))
+            else:
+                train_fut = asyncio.ensure_future(_await(actor.train(gen, frac, **train_kw)))
         calls = {("env", r): c for r, c in enumerate(env_calls)} | {
             ("rollout", r): c for r, c in enumerate(roll_calls)
         }
@@ -868,7 +902,8 @@ class DistributedRun:
         env_res = [results[("env", r)] for r in range(self.M) if ("env", r) in results]
         self._absorb_env(env_res)
         if not aborted:
-            self.steps += self.batch
+            self.steps += sum(r["steps"] for r in env_res) if self.name == "grpo" else self.batch
+            self.collected_at[k] = self.steps
             rollout_s = max(results[("rollout", r)].get("rollout_s", 0.0) for r in range(self.N))
             if train_fut is not None:
                 self.inflight.append((k, train_fut))
@@ -912,6 +947,24 @@ class DistributedRun:
         self.gen = gen + 1
         return False
 
+    async def _grpo_learn(self, batch: str) -> list[dict[str, Any]]:
+        """GRPO's learning side of one iteration (``batch``: its keys' id): the reward worker scores the episodes, the
+        reference worker adds its log-probabilities, the actor updates on both (concurrently;
+        they hand the data on over the channel). Returns ``[actor metrics]`` (aborted if any
+        of them was)."""
+        calls = [
+            self.groups["reward"].on(0).score(batch),
+            self.groups["reference"].on(0).compute(batch),
+            self.groups["actor"].train(batch),
+        ]
+        reward, reference, metrics = [(await _await(c))[0] for c in calls]
+        if reward.get("aborted") or reference.get("aborted") or metrics.get("aborted"):
+            why = next((x["error"] for x in (reward, reference, metrics) if x.get("error")), "aborted")
+            return [{"aborted": True, "error": why}]
+        metrics["group_return_std"] = reward["group_return_std"]
+        metrics["reference_s"] = reference["reference_s"]
+        return [metrics]
+
     def _restart(self, comp: str, ranks: list[int]) -> None:
         group = self.groups[comp]
         group.restart(ranks, timeout=self.timeout)
@@ -954,13 +1007,17 @@ class DistributedRun:
         """End generation ``gen`` for the learner (an ``ABORT`` on every trajectory key). Env and
         rollout workers need none: a worker that fails or gives up closes its links, which ends
         the iteration on its peers in turn."""
-        from rlinf_algos.workers import ABORT, traj_key
+        from rlinf_algos.workers import ABORT, grpo_keys, traj_key
 
         loop = asyncio.get_running_loop()
+        if self.name == "grpo":  # the iteration in flight (see _iteration)
+            keys = grpo_keys(getattr(self, "batch_id", f"{gen}.{self.iteration}"), self.N)
+        else:
+            keys = [traj_key(gen, r) for r in range(self.N)]
 
         def put_all() -> None:
-            for r in range(self.N):
-                self.traj_ch.put(ABORT, traj_key(gen, r), timeout=self.timeout)
+            for key in keys:
+                self.traj_ch.put(ABORT, key, timeout=self.timeout)
 
         await loop.run_in_executor(None, put_all)
 
@@ -1015,7 +1072,13 @@ class DistributedRun:
             "restarts": self.restarts,
             "dropped_batches": self.dropped_batches,
             "dropped_env_steps": self.dropped_env_steps,
-            "workers": {"env": self.M, "rollout": self.N, "actor": 1, "pipeline_stages": self.S},
+            "workers": {
+                "env": self.M,
+                "rollout": self.N,
+                "actor": 1,
+                **({"reward": 1, "reference": 1} if self.name == "grpo" else {}),
+                "pipeline_stages": self.S,
+            },
             "resumed_from": self.resumed_from,
             "events": self.events[-20:],
         }
@@ -1023,7 +1086,7 @@ class DistributedRun:
         return summary
 
     def _teardown(self) -> None:
-        for name in ("rollout", "env", "actor"):
+        for name in ("rollout", "env", "reward", "reference", "actor"):
             group = self.groups.get(name)
             if group is not None:
                 try:
@@ -1035,6 +1098,7 @@ class DistributedRun:
 _EXTRA_COLUMNS: dict[str, tuple[str, ...]] = {
     "ppo": ("wait_s", "policy_lag"),
     "sac": ("update_s", "wait_s"),
+    "grpo": ("update_s", "wait_s", "policy_lag", "group_return_std", "reference_s"),
 }
 
 

@@ -51,7 +51,21 @@ import numpy as np
 from rlinf_core.errors import ChannelError, ChannelTimeout, RlinfError
 from rlinf_core.worker import Worker
 
-__all__ = ["ABORT", "ActorWorker", "EnvWorker", "Link", "RolloutWorker", "merge_moments", "traj_key"]
+__all__ = [
+    "ABORT",
+    "ActorWorker",
+    "EnvWorker",
+    "Link",
+    "ReferenceWorker",
+    "RewardWorker",
+    "RolloutWorker",
+    "advantage_key",
+    "grpo_keys",
+    "merge_moments",
+    "reward_key",
+    "scored_key",
+    "traj_key",
+]
 
 ABORT = "__rlinf_abort__"
 """The item the driver puts on a generation's keys to end an iteration early."""
@@ -138,8 +152,31 @@ def _node_address() -> str:
         return "127.0.0.1"
 
 
-def traj_key(gen: int, rollout_rank: int) -> str:
+def traj_key(gen: int | str, rollout_rank: int) -> str:
+    """Trajectories of rollout rank ``r``: to the actor (PPO, SAC) or the reference (GRPO)."""
     return f"g{gen}/t/{rollout_rank}"
+
+
+def reward_key(gen: int | str, rollout_rank: int) -> str:
+    """GRPO: episode outcomes of rollout rank ``r`` to the reward worker."""
+    return f"g{gen}/r/{rollout_rank}"
+
+
+def scored_key(gen: int | str, rollout_rank: int) -> str:
+    """GRPO: the sequences of rollout rank ``r`` with reference log-probabilities, to the actor."""
+    return f"g{gen}/a/{rollout_rank}"
+
+
+def advantage_key(gen: int | str) -> str:
+    """GRPO: the group advantages of a generation's episodes, from the reward worker to the actor."""
+    return f"g{gen}/adv"
+
+
+def grpo_keys(gen: int | str, rollout_world: int) -> list[str]:
+    """Every key a GRPO consumer may wait on for one batch (the driver aborts them all); GRPO's
+    keys are per iteration, ``gen`` is ``"<generation>.<iteration>"``."""
+    per_rank = [f(gen, r) for r in range(rollout_world) for f in (traj_key, reward_key, scored_key)]
+    return [*per_rank, advantage_key(gen)]
 
 
 def _shards(stage_slots: int, env_world: int, rollout_world: int) -> list[Any]:
@@ -258,6 +295,9 @@ class EnvWorker(Worker):
             "act_dim": st.act_dim,
             "action_low": st.action_low.tolist(),
             "action_high": st.action_high.tolist(),
+            # the episode time limit (env.max_episode_steps, else the id's own; None if it has none)
+            "max_episode_steps": st.max_episode_steps
+            or getattr(getattr(st.envs, "spec", None), "max_episode_steps", None),
         }
 
     def reseed(self, seed: int) -> None:
@@ -353,6 +393,104 @@ class EnvWorker(Worker):
             }
         finally:
             if not ok:  # the peers still waiting on this worker learn it at once
+                _close_links(self.links)
+                self.links_key = None
+        return {
+            "aborted": False,
+            "steps": taken,
+            "returns": returns,
+            "lengths": lengths,
+            "successes": successes,
+        }
+
+    def run_episodes(
+        self, gen: int, links: list[Any], base_seed: int, group_size: int, max_steps: int
+    ) -> dict[str, Any]:
+        """Serve one GRPO iteration: reset every env so that the ``group_size`` copies of a
+        group start from one state (global env slot ``g`` is in group ``g // group_size``,
+        reset with seed ``base_seed + g // group_size``), then step each stage until every env
+        of it has finished one episode. The first observations carry each env's group id
+        (``gid``) to the rollout worker; envs whose episode ended keep stepping (their actions
+        are masked out downstream) until their stage is done. Returns the episodes (one per
+        env), the env steps taken, or ``aborted`` as :meth:`run` does."""
+        returns: list[float] = []
+        lengths: list[int] = []
+        successes: list[float] = []
+        taken = 0
+        ok = False
+        try:
+            self._connect(gen, links)
+            active = []
+            for s, st in enumerate(self.steppers):
+                first = (self.rank * self.stages + s) * self.per_stage
+                gids = (first + np.arange(st.num_envs)) // group_size
+                obs, _ = st.envs.reset(seed=[int(base_seed + g) for g in gids])
+                st.obs = obs.astype(np.float32, copy=False)
+                active.append(np.ones(st.num_envs, dtype=bool))
+                self._send(s, {"obs": st.obs, "gid": gids})
+            # A stage runs until every rollout rank it feeds says it is done (an action message of
+            # None: all of that rank's envs of the stage finished their episode). Ranks decide
+            # alone, so a shard that is done gets zero actions while its stage still steps for
+            # the others, and no more results.
+            shard_live = [[True] * len(self.my_shards) for _ in range(self.stages)]
+            act_dim = self.steppers[0].act_dim
+            for _ in range(max_steps + 2):
+                live = [s for s in range(self.stages) if any(shard_live[s])]
+                if not live:
+                    break
+                for s in live:
+                    parts = []
+                    for j, sh in enumerate(self.my_shards):
+                        item = None
+                        if shard_live[s][j]:
+                            stage, item = self.links[sh.dst].recv(f"the actions of stage {s}")
+                            if stage != s:
+                                raise ChannelError(
+                                    f"env rank {self.rank}: actions of stage {stage} while stage {s} was due"
+                                )
+                            shard_live[s][j] = item is not None
+                        parts.append(item if item is not None else np.zeros((sh.size, act_dim), np.float32))
+                    if not any(shard_live[s]):
+                        continue
+                    st = self.steppers[s]
+                    step = st.step(parts[0] if len(parts) == 1 else np.concatenate(parts, 0))
+                    taken += st.num_envs
+                    msg = {
+                        "obs": step.obs,
+                        "rew": step.rewards,
+                        "term": step.terminated,
+                        "trunc": step.truncated,
+                    }
+                    for j, sh in enumerate(self.my_shards):
+                        if shard_live[s][j]:
+                            a, b = sh.src_offset, sh.src_offset + sh.size
+                            self.links[sh.dst].send((s, {k: v[a:b] for k, v in msg.items()}))
+                    was = active[s]
+                    for j, i in enumerate(step.episode_index):
+                        if was[i]:
+                            returns.append(step.episode_returns[j])
+                            lengths.append(step.episode_lengths[j])
+                    successes.extend(
+                        v for v, i in zip(step.episode_successes, step.success_index, strict=True) if was[i]
+                    )
+                    active[s] = was & ~step.done
+            else:
+                raise RlinfError(
+                    f"GRPO: some episodes of {self.env_cfg['id']!r} did not end within {max_steps} steps "
+                    "(GRPO scores whole episodes); set env.max_episode_steps"
+                )
+            ok = True
+        except ChannelError as err:
+            return {
+                "aborted": True,
+                "steps": taken,
+                "returns": returns,
+                "lengths": lengths,
+                "successes": successes,
+                "error": str(err),
+            }
+        finally:
+            if not ok:
                 _close_links(self.links)
                 self.links_key = None
         return {
@@ -551,6 +689,8 @@ class RolloutWorker(Worker):
             self._sync(min_version)
             if self.algo == "ppo":
                 out = self._collect_ppo(gen, steps, **kw)
+            elif self.algo == "grpo":
+                out = self._collect_grpo(gen, steps, **kw)
             else:
                 out = self._collect_sac(gen, steps, **kw)
         except ChannelError as err:
@@ -672,6 +812,91 @@ class RolloutWorker(Worker):
             self.traj_ch.put(traj, traj_key(gen, self.rank), timeout=self.timeout)
         return {"aborted": False, "version": self.version, "steps": T * S * n}
 
+    def _collect_grpo(self, gen: int, max_steps: int, batch: str = "", send: bool = True) -> dict[str, Any]:
+        """One GRPO iteration: act on every stage until each of its envs has finished one episode
+        (the env worker's :meth:`EnvWorker.run_episodes`), recording each env's episode as a
+        masked sequence. Two messages go out: the sequences (``obs`` normalised ``[n, L, D]``,
+        ``actions`` ``[n, L, A]``, ``log_probs`` and ``mask`` ``[n, L]``, the raw-observation
+        ``moments``) to the reference worker on :func:`traj_key`, and the outcomes (``returns``
+        ``[n]``, ``gid`` ``[n]``, ``lengths``) to the reward worker on :func:`reward_key`, rows
+        in the same (stage-major) slot order. ``batch`` names the iteration's keys (the driver's
+        ``"<generation>.<iteration>"``)."""
+        import torch
+
+        from rlinf_algos.models import gaussian_log_prob, seq_forward
+
+        model, S, n = self.model, self.stages, self.slots
+        D = self.spec["obs_dim"]
+        norm, actor = model.obs_norm, model.actor_mean
+        log_std = model.actor_log_std.detach()
+        std = log_std.exp()
+        moments = _Moments(D)
+        current: list[np.ndarray] = [None] * S  # type: ignore[list-item]
+        gid: list[np.ndarray] = [None] * S  # type: ignore[list-item]
+        active = [np.ones(n, dtype=bool) for _ in range(S)]
+        pending = [False] * S
+        returns = np.zeros((S, n))
+        lengths = np.zeros((S, n), np.int64)
+        rec: list[dict[str, list[Any]]] = [{"obs": [], "act": [], "mean": [], "mask": []} for _ in range(S)]
+        for s in range(S):
+            msg = self._recv(gen, s)
+            current[s], gid[s] = msg["obs"], msg["gid"]
+        with torch.no_grad():
+            for _ in range(max_steps + 1):
+                live = [s for s in range(S) if active[s].any()]
+                if not live:
+                    break
+                for s in live:
+                    if pending[s]:
+                        msg = self._recv(gen, s)
+                        returns[s] += np.where(active[s], msg["rew"], 0.0)
+                        lengths[s] += active[s]
+                        active[s] = active[s] & ~(msg["term"] | msg["trunc"])
+                        current[s], pending[s] = msg["obs"], False
+                        if not active[s].any():  # this stage is done here: tell its env workers
+                            for sh in self.my_shards:
+                                self.links[sh.src].send((s, None))
+                            continue
+                    raw = current[s]
+                    moments.add(raw[active[s]])
+                    obs = norm(torch.from_numpy(raw))
+                    mean = seq_forward(actor, obs)
+                    action = mean + torch.randn(mean.shape, generator=self.generator) * std
+                    self._send(gen, s, action.numpy())
+                    r = rec[s]
+                    r["obs"].append(obs)
+                    r["act"].append(action)
+                    r["mean"].append(mean)
+                    r["mask"].append(torch.from_numpy(active[s].copy()))
+                    pending[s] = True
+        L = max(len(r["obs"]) for r in rec)
+
+        def stacked(key: str, s: int) -> torch.Tensor:  # [n, L, ...], zero past the stage's end
+            x = torch.stack(rec[s][key], 1)
+            pad = L - x.shape[1]
+            if pad:
+                x = torch.cat([x, x.new_zeros(x.shape[0], pad, *x.shape[2:])], 1)
+            return x
+
+        obs_t = torch.cat([stacked("obs", s) for s in range(S)])
+        act_t = torch.cat([stacked("act", s) for s in range(S)])
+        mean_t = torch.cat([stacked("mean", s) for s in range(S)])
+        mask_t = torch.cat([stacked("mask", s) for s in range(S)])
+        logp = gaussian_log_prob(act_t, mean_t, log_std.expand_as(mean_t))
+        seqs = {
+            "obs": obs_t.numpy(),
+            "actions": act_t.numpy(),
+            "log_probs": logp.numpy(),
+            "mask": mask_t.numpy(),
+            "moments": moments.result(),
+            "version": self.version,
+        }
+        outcome = {"returns": returns.reshape(-1), "gid": np.concatenate(gid), "lengths": lengths.reshape(-1)}
+        if send:
+            self.traj_ch.put(seqs, traj_key(batch or gen, self.rank), timeout=self.timeout)
+            self.traj_ch.put(outcome, reward_key(batch or gen, self.rank), timeout=self.timeout)
+        return {"aborted": False, "version": self.version, "steps": n * sum(len(r["obs"]) for r in rec)}
+
     def _collect_sac(
         self, gen: int, T: int, random_actions: bool = False, chunk_steps: int = 8, send: bool = True
     ) -> dict[str, Any]:
@@ -742,6 +967,131 @@ class RolloutWorker(Worker):
                 absorb(s, msg)
             flush()
         return {"aborted": False, "version": self.version, "steps": T * S * n}
+
+
+# -- GRPO: reward and reference ------------------------------------------------------------------
+
+
+def _get(ch: Any, key: str, timeout: float) -> Any:
+    """One item of ``key``; ``None`` for the driver's :data:`ABORT`."""
+    item = ch.get(key, timeout=timeout)
+    return None if isinstance(item, str) and item == ABORT else item
+
+
+class RewardWorker(Worker):
+    """GRPO's reward component on embodied tasks: the outcome of each episode (its return, as
+    the env worker's reward function gives it) turned into group-normalised advantages. Takes
+    every rollout rank's outcomes (:func:`reward_key`), groups the episodes by their group id
+    (a group may span workers), and sends the advantages to the actor (:func:`advantage_key`).
+    Needs no torch model and no accelerator: place it on any CPU node.
+
+    Args:
+        algo_cfg: the validated ``algorithm`` section (dict): ``group_size``,
+            ``scale_advantages``.
+        traj_ch: the run's channel; ``rollout_world``: the number of rollout workers.
+    """
+
+    def __init__(
+        self, algo_cfg: dict[str, Any], traj_ch: Any, rollout_world: int, timeout: float = 300.0
+    ) -> None:
+        self.group_size = int(algo_cfg["group_size"])
+        self.scale = bool(algo_cfg.get("scale_advantages", True))
+        self.traj_ch, self.rollout_world, self.timeout = traj_ch, rollout_world, timeout
+
+    def score(self, gen: int | str) -> dict[str, Any]:
+        """Score generation ``gen``'s episodes; returns statistics, or ``aborted``."""
+        import torch
+
+        from rlinf_algos.grpo import group_advantages_by_id
+
+        try:
+            items = []
+            for r in range(self.rollout_world):
+                item = _get(self.traj_ch, reward_key(gen, r), self.timeout)
+                if item is None:
+                    return {"aborted": True}
+                items.append(item)
+            returns = torch.from_numpy(np.concatenate([it["returns"] for it in items])).float()
+            gids = torch.from_numpy(np.concatenate([it["gid"] for it in items])).long()
+            adv = group_advantages_by_id(returns, gids, self.group_size, scale=self.scale).numpy()
+            sizes = np.cumsum([len(it["returns"]) for it in items])[:-1]
+            self.traj_ch.put(
+                {"advantages": np.split(adv, sizes), "returns": returns.numpy()},
+                advantage_key(gen),
+                timeout=self.timeout,
+            )
+        except ChannelError as err:
+            return {"aborted": True, "error": str(err)}
+        order = torch.argsort(gids, stable=True)
+        g = returns[order].view(-1, self.group_size)
+        return {
+            "aborted": False,
+            "group_return_mean": float(returns.mean()),
+            "group_return_std": float(g.std(dim=1).mean()),  # the spread GRPO learns from
+        }
+
+
+class ReferenceWorker(Worker):
+    """GRPO's reference component: a frozen copy of the initial policy (version 0 of the weight
+    broadcast, or the checkpoint's on resume). Takes each rollout rank's sequences
+    (:func:`traj_key`), adds ``ref_log_probs`` ``[n, L]`` under the frozen policy (when
+    ``algorithm.kl_coef > 0``), and passes them to the actor (:func:`scored_key`).
+
+    Args:
+        algo_cfg: the ``algorithm`` section (dict); ``traj_ch``, ``weights``: the run's channel
+            and weight broadcast; ``rollout_world``: the number of rollout workers.
+    """
+
+    def __init__(
+        self, algo_cfg: dict[str, Any], traj_ch: Any, weights: str, rollout_world: int, timeout: float = 300.0
+    ) -> None:
+        self.kl_coef = float(algo_cfg.get("kl_coef", 0.0))
+        self.traj_ch, self.weights_name = traj_ch, weights
+        self.rollout_world, self.timeout = rollout_world, timeout
+
+    def setup(self) -> None:
+        _set_threads(1)
+
+    def configure(self, spec: dict[str, Any]) -> int:
+        """Build the policy and freeze version 0 of the weights; returns the version held."""
+        from rlinf_algos.local_runner import build_policy
+        from rlinf_scheduler.weights import WeightBroadcast
+
+        self.model = build_policy(spec).requires_grad_(False)
+        wb = WeightBroadcast.connect(self.weights_name, timeout=self.timeout, default_timeout=self.timeout)
+        version, sd = wb.fetch(min_version=0, timeout=self.timeout)
+        self.model.load_state_dict(sd)
+        return int(version)
+
+    def compute(self, gen: int | str) -> dict[str, Any]:
+        """Pass generation ``gen``'s sequences on with reference log-probabilities."""
+        import torch
+
+        from rlinf_algos.models import gaussian_log_prob, seq_forward
+
+        t0 = time.perf_counter()
+        try:
+            for r in range(self.rollout_world):
+                item = _get(self.traj_ch, traj_key(gen, r), self.timeout)
+                if item is None:
+                    return {"aborted": True}
+                if self.kl_coef > 0:
+                    with torch.no_grad():
+                        mean = seq_forward(self.model.actor_mean, torch.from_numpy(item["obs"]))
+                        log_std = self.model.actor_log_std.expand_as(mean)
+                        item["ref_log_probs"] = gaussian_log_prob(
+                            torch.from_numpy(item["actions"]), mean, log_std
+                        ).numpy()
+                self.traj_ch.put(item, scored_key(gen, r), timeout=self.timeout)
+        except ChannelError as err:
+            return {"aborted": True, "error": str(err)}
+        return {"aborted": False, "reference_s": time.perf_counter() - t0}
+
+    def state(self) -> dict[str, Any]:
+        return self.model.state_dict()
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state)
 
 
 # -- actor -------------------------------------------------------------------------------------
@@ -823,8 +1173,8 @@ class ActorWorker(Worker):
     def configure(self, spec: dict[str, Any]) -> int:
         """Build the networks, optimisers (and replay buffer) from ``spec``, create the weight
         broadcast and publish version 0. Returns the published version."""
-        from rlinf_algos.algorithms import PPOConfig, SACConfig
-        from rlinf_algos.local_runner import PPOLearner, RewardScaler, SACLearner, build_policy
+        from rlinf_algos.algorithms import GRPOConfig, PPOConfig, SACConfig
+        from rlinf_algos.local_runner import GRPOLearner, PPOLearner, RewardScaler, SACLearner, build_policy
         from rlinf_algos.models import TwinQ
         from rlinf_algos.replay import ReplayBuffer
         from rlinf_scheduler.weights import WeightBroadcast
@@ -839,6 +1189,9 @@ class ActorWorker(Worker):
             self.scaler = (
                 RewardScaler(self.spec["num_slots"], self.cfg.gamma) if self.cfg.normalize_reward else None
             )
+        elif self.name == "grpo":  # the frozen reference lives on the ReferenceWorker
+            self.cfg = GRPOConfig(**self.algo_cfg)
+            self.learner = GRPOLearner(self.model, self.cfg, seed=seed, reference=False)
         else:
             self.cfg = SACConfig(**self.algo_cfg)
             critic = TwinQ(
@@ -882,6 +1235,8 @@ class ActorWorker(Worker):
         try:
             if self.name == "ppo":
                 return self._train_ppo(gen, lr_frac)
+            if self.name == "grpo":
+                return self._train_grpo(gen)
             return self._train_sac(gen, **kw)
         except ChannelError as err:
             return {"aborted": True, "error": str(err)}
@@ -945,6 +1300,59 @@ class ActorWorker(Worker):
         metrics["update_s"] = time.perf_counter() - t1
         metrics["wait_s"] = t1 - t0
         metrics["policy_lag"] = float(self.learner.version - 1 - min(it["version"] for it in items))
+        metrics["aborted"] = False
+        return metrics
+
+    # -- GRPO --------------------------------------------------------------------------------
+    def _train_grpo(self, gen: int | str) -> dict[str, Any]:
+        """Take every rollout rank's sequences (with reference log-probabilities) and the reward
+        worker's advantages, run the GRPO update, fold in the observation statistics, publish."""
+        import torch
+
+        from rlinf_algos.local_runner import GRPORollout
+
+        t0 = time.perf_counter()
+        items = []
+        for r in range(self.rollout_world):
+            item = _get(self.traj_ch, scored_key(gen, r), self.timeout)
+            if item is None:
+                return {"aborted": True}
+            items.append(item)
+        scored = _get(self.traj_ch, advantage_key(gen), self.timeout)
+        if scored is None:
+            return {"aborted": True}
+        t1 = time.perf_counter()
+        L = max(it["mask"].shape[1] for it in items)
+
+        def cat(key: str) -> torch.Tensor:
+            parts = []
+            for it in items:
+                x = it[key]
+                if x.shape[1] < L:
+                    x = np.concatenate([x, np.zeros((x.shape[0], L - x.shape[1], *x.shape[2:]), x.dtype)], 1)
+                parts.append(x)
+            return torch.from_numpy(np.concatenate(parts))
+
+        rollout = GRPORollout(
+            obs=cat("obs"),
+            actions=cat("actions"),
+            log_probs=cat("log_probs"),
+            mask=cat("mask"),
+            returns=torch.from_numpy(scored["returns"]),
+            lengths=cat("mask").sum(1),
+            version=min(it["version"] for it in items),
+        )
+        ref = cat("ref_log_probs") if self.cfg.kl_coef > 0 else None
+        adv = torch.from_numpy(np.concatenate(scored["advantages"])).float()
+        metrics: dict[str, Any] = self.learner.update(rollout, advantages=adv, ref_log_probs=ref)
+        for it in items:
+            m = it["moments"]
+            merge_moments(self.model.obs_norm, m["mean"], m["var"], m["count"])
+        self._publish()
+        metrics["group_return_mean"] = float(rollout.returns.mean())
+        metrics["update_s"] = time.perf_counter() - t1
+        metrics["wait_s"] = t1 - t0
+        metrics["policy_lag"] = float(self.learner.version - 1 - rollout.version)
         metrics["aborted"] = False
         return metrics
 
@@ -1019,7 +1427,7 @@ class ActorWorker(Worker):
         out: dict[str, Any] = {"learner": self.learner.state_dict(), "torch_rng": torch.get_rng_state()}
         if self.name == "ppo":
             out["reward_scaler"] = self.scaler.state_dict() if self.scaler is not None else None
-        else:
+        elif self.name == "sac":
             out["buffer"] = self.buffer.state_dict()
             out["update_debt"] = self.debt
         return out
@@ -1033,7 +1441,7 @@ class ActorWorker(Worker):
         if self.name == "ppo":
             if self.scaler is not None and state.get("reward_scaler"):
                 self.scaler.load_state_dict(state["reward_scaler"])
-        else:
+        elif self.name == "sac":
             self.buffer.load_state_dict(state["buffer"])
             self.debt = float(state["update_debt"])
         self._publish()
