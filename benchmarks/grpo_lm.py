@@ -21,7 +21,7 @@ Part 3, on request: the multi-agent example against its flat single-agent baseli
 warm-start and GRPO budget for both (two full training runs):
 
     uv run python benchmarks/grpo_lm.py [--quick] [--json PATH] [--threads N]
-    uv run python benchmarks/grpo_lm.py --compare-multiagent RUN_ROOT [key=value ...] [--json PATH]
+    uv run python benchmarks/grpo_lm.py --compare-multiagent RUN_ROOT [--reuse] [key=value ...] [--json PATH]
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from _report import fmt
 
 from rlinf_algos.lm.config import LMModelConfig, load_lm_sections
 from rlinf_algos.lm.model import TinyLM, generate
@@ -134,18 +135,42 @@ def bench_iteration(quick: bool) -> list[dict[str, Any]]:
     return rows
 
 
-def compare_multiagent(run_root: Path, overrides: list[str]) -> list[dict[str, Any]]:
+def compare_multiagent(run_root: Path, overrides: list[str], reuse: bool = False) -> list[dict[str, Any]]:
     """Part 3 (``--compare-multiagent``): ``examples/grpo_multiagent.yaml`` trained twice with the
     same warm-start steps and GRPO iterations, lead + subagents (``multiagent``) and one agent
-    holding the full context (``flat``); held-out accuracy before and after each."""
+    holding the full context (``flat``), side by side (two processes at once, so they share
+    whatever load the machine has); held-out accuracy before and after each. ``reuse``: report
+    the runs already in ``run_root/<mode>`` instead of training."""
+    import subprocess
+    import sys
+
+    procs: dict[str, Any] = {}
+    for mode in ("multiagent", "flat"):
+        if reuse:
+            continue
+        log = open(run_root / f"{mode}.log", "w")  # noqa: SIM115 - closed below
+        argv = [sys.executable, "-m", "rlinf_algos.lm", str(ROOT / "examples" / "grpo_multiagent.yaml")]
+        argv += ["--run-dir", str(run_root / mode), *overrides, f"task.mode={mode}"]
+        procs[mode] = (
+            subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT),
+            log,
+            time.perf_counter(),
+        )
+    usage: dict[str, tuple[float, float]] = {}
+    for mode, (proc, log, t0) in procs.items():
+        _, status, ru = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        usage[mode] = (time.perf_counter() - t0, ru.ru_utime + ru.ru_stime)
+        log.close()
+        if proc.returncode != 0:
+            print(f"{mode} run failed (exit {proc.returncode}); see {run_root / f'{mode}.log'}")
     rows = []
     for mode in ("multiagent", "flat"):
-        data = apply_overrides(
-            load_yaml(ROOT / "examples" / "grpo_multiagent.yaml"), [*overrides, f"task.mode={mode}"]
-        )
-        run = load_lm_sections(data)
-        t0, c0 = time.perf_counter(), time.process_time()
-        s = train_lm(run, run_root / mode, log=None)
+        path = run_root / mode / "summary.json"
+        if not path.exists():
+            continue
+        s = json.loads(path.read_text())
+        wall, cpu = usage.get(mode, (s.get("wall_s"), None))
         rows.append(
             {
                 "mode": mode,
@@ -154,8 +179,9 @@ def compare_multiagent(run_root: Path, overrides: list[str]) -> list[dict[str, A
                 "gain_pp": s["accuracy_gain_pp"],
                 "sft_steps": s["sft_steps"],
                 "iterations": s["iterations"],
-                "wall_s": time.perf_counter() - t0,
-                "cpu_s": time.process_time() - c0,
+                "wall_s": wall,
+                "cpu_s": cpu,
+                "evals": s.get("evals"),
                 "load_average": s["load_average"],
             }
         )
@@ -174,18 +200,20 @@ def main() -> None:
         help="instead: train examples/grpo_multiagent.yaml as lead + subagents and as one flat agent "
         "with the same budget (run directories under RUN_ROOT) and print both accuracies",
     )
+    ap.add_argument("--reuse", action="store_true", help="--compare-multiagent: report the runs in RUN_ROOT")
     ap.add_argument("overrides", nargs="*", help="key.path=value overrides for --compare-multiagent")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.compare_multiagent is not None:
-        rows = compare_multiagent(args.compare_multiagent, args.overrides)
+        args.compare_multiagent.mkdir(parents=True, exist_ok=True)
+        rows = compare_multiagent(args.compare_multiagent, args.overrides, reuse=args.reuse)
         print(
             f"{'mode':>11} {'before':>7} {'after':>7} {'gain pp':>8} {'SFT steps':>9} {'iters':>6} {'wall s':>7} {'cpu s':>6}"
         )
         for r in rows:
             print(
                 f"{r['mode']:>11} {r['accuracy_before']:>7.3f} {r['accuracy_after']:>7.3f} {r['gain_pp']:>+8.1f} "
-                f"{r['sft_steps']:>9} {r['iterations']:>6} {r['wall_s']:>7.0f} {r['cpu_s']:>6.0f}"
+                f"{r['sft_steps']:>9} {r['iterations']:>6} {fmt(r['wall_s'], '.0f'):>7} {fmt(r['cpu_s'], '.0f'):>6}"
             )
         if args.json:
             args.json.write_text(json.dumps({"compare_multiagent": rows}, indent=2))

@@ -23,7 +23,14 @@ from rlinf_core.plugins import load_plugins
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"
-TRAIN_EXAMPLES = ["quickstart", "ppo_halfcheetah", "sac_halfcheetah", "ppo_hybrid", "ppo_cloud_edge"]
+TRAIN_EXAMPLES = [
+    "quickstart",
+    "ppo_halfcheetah",
+    "sac_halfcheetah",
+    "ppo_hybrid",
+    "ppo_cloud_edge",
+    "grpo_pendulum",
+]
 
 
 @pytest.fixture(scope="module")

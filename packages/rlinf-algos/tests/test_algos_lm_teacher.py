@@ -61,5 +61,13 @@ def test_sft_example_with_an_imperfect_teacher() -> None:
         "<step>500+500=000<ans>0<eos>",
     ]
     assert lead[1][2][0] == "10+0="
+    # the answer slip lands on the final chain (the lead's last turn) unless slip_scope="every"
+    grouped = Problem(((48, 57), (96, 4)))
+    lead, *subs = sft_example(grouped, "multiagent", 3, answer_slip=1.0, rng=rng)
+    assert [s[1][1][0].split("<ans>")[1] for s in subs] == ["105<eos>", "100<eos>"]
+    assert lead[1][3][0].endswith("<ans>502<eos>")  # 205 written as the scratchpad's 502
+    lead, *subs = sft_example(grouped, "multiagent", 3, answer_slip=1.0, rng=rng, slip_scope="every")
+    assert [s[1][1][0].split("<ans>")[1] for s in subs] == ["501<eos>", "1<eos>"]  # 105, 100 reversed
+    assert lead[1][2][0] == "501+1="  # the lead combines the slipped answers
     with pytest.raises(ValueError, match="rng"):
         sft_example(p, "single", 3, answer_slip=0.5)

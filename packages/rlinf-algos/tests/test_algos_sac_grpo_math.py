@@ -69,7 +69,6 @@ def test_group_advantages_by_id_groups_samples_in_any_order() -> None:
         grpo.group_advantages_by_id(r, torch.tensor([7, 3, 7, 3, 7, 7]), 3)
 
 
-
 def test_k3_kl_and_masked_mean() -> None:
     kl = grpo.k3_kl(t(0.0, 0.0), t(math.log(2), 0.0))
     assert kl.tolist() == pytest.approx([1 - math.log(2), 0.0])

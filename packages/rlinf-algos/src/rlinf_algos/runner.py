@@ -8,12 +8,14 @@ Public entry points:
   ``RAY_ADDRESS``), runs the algorithm and returns its summary. ``rollout_only=True`` runs the env
   and rollout workers without learning (what ``benchmarks/ppo_throughput.py`` times).
 - :func:`validate_run_config` is the up-front check alone.
-- :func:`run_distributed` is what ``PPO.run`` / ``SAC.run`` call with a started scheduler.
+- :func:`run_distributed` is what ``PPO.run`` / ``SAC.run`` / ``GRPO.run`` call with a started
+  scheduler.
 
 How an iteration flows (:class:`DistributedRun`): the driver calls ``EnvWorker.run`` and
 ``RolloutWorker.collect`` for iteration ``k`` and, at the same time, ``ActorWorker.train`` for
 ``k``; the actor waits for the batch (PPO) or learns from the transitions as they stream in
-(SAC). Iteration ``k + 1`` starts once ``k`` is collected and the weights it may use exist: with
+(SAC), or, for GRPO, the reward worker's advantages and the reference worker's log-probabilities
+of whole episodes (``EnvWorker.run_episodes``). Iteration ``k + 1`` starts once ``k`` is collected and the weights it may use exist: with
 ``rollout.max_staleness: 1`` (the default) the rollout of ``k + 1`` overlaps the update on ``k``,
 the policy is at most one version stale and the PPO ratio accounts for it.
 

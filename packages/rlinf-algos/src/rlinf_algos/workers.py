@@ -346,27 +346,38 @@ class EnvWorker(Worker):
             parts.append(item)
         return parts[0] if len(parts) == 1 else np.concatenate(parts, 0)
 
-    def run(self, gen: int, steps: int, links: list[Any]) -> dict[str, Any]:
-        """Serve one iteration: send every stage's observations, then ``steps`` times per stage
-        receive actions, step, and send the result, over the direct links to the rollout ranks
-        at ``links`` (``[(host, port)]`` by rollout rank). Returns the episodes that ended
-        (``returns``, ``lengths``, and ``successes`` of those whose env reports
-        ``info["is_success"]``) and the env steps taken; ``aborted`` if a peer ended the iteration
-        early (the links are closed then, so the abort reaches every peer)."""
-        returns: list[float] = []
-        lengths: list[int] = []
-        successes: list[float] = []
-        taken = 0
+    def _serve(self, gen: int, links: list[Any], body: Any) -> dict[str, Any]:
+        """Run ``body(out)`` over the links of generation ``gen`` (``[(host, port)]`` by rollout
+        rank). ``out`` collects the env steps taken and the episodes that ended (``returns``,
+        ``lengths``, and ``successes`` of those whose env reports ``info["is_success"]``); it is
+        returned with ``aborted`` true if a peer ended the iteration early (this worker's links
+        are closed then, so the abort reaches every peer)."""
+        out: dict[str, Any] = {"aborted": False, "steps": 0, "returns": [], "lengths": [], "successes": []}
         ok = False
         try:
             self._connect(gen, links)
+            body(out)
+            ok = True
+        except ChannelError as err:  # a peer died or gave up: this iteration is lost
+            out.update(aborted=True, error=str(err))
+        finally:
+            if not ok:  # the peers still waiting on this worker learn it at once
+                _close_links(self.links)
+                self.links_key = None
+        return out
+
+    def run(self, gen: int, steps: int, links: list[Any]) -> dict[str, Any]:
+        """Serve one iteration: send every stage's observations, then ``steps`` times per stage
+        receive actions, step, and send the result (see :meth:`_serve` for what it returns)."""
+
+        def body(out: dict[str, Any]) -> None:
             for s, st in enumerate(self.steppers):
                 self._send(s, {"obs": st.obs})
             for _ in range(steps):
                 for s, st in enumerate(self.steppers):
                     actions = self._recv(s)
                     step = st.step(actions)
-                    taken += st.num_envs
+                    out["steps"] += st.num_envs
                     msg: dict[str, Any] = {
                         "obs": step.obs,
                         "rew": step.rewards,
@@ -377,31 +388,12 @@ class EnvWorker(Worker):
                     if done.any():
                         idx = np.flatnonzero(done)
                         msg["final"] = (idx, step.final_obs[idx])
-                        returns.extend(step.episode_returns)
-                        lengths.extend(step.episode_lengths)
-                        successes.extend(step.episode_successes)
+                        out["returns"].extend(step.episode_returns)
+                        out["lengths"].extend(step.episode_lengths)
+                        out["successes"].extend(step.episode_successes)
                     self._send(s, msg)
-            ok = True
-        except ChannelError as err:  # a peer died or gave up: this iteration is lost
-            return {
-                "aborted": True,
-                "steps": taken,
-                "returns": returns,
-                "lengths": lengths,
-                "successes": successes,
-                "error": str(err),
-            }
-        finally:
-            if not ok:  # the peers still waiting on this worker learn it at once
-                _close_links(self.links)
-                self.links_key = None
-        return {
-            "aborted": False,
-            "steps": taken,
-            "returns": returns,
-            "lengths": lengths,
-            "successes": successes,
-        }
+
+        return self._serve(gen, links, body)
 
     def run_episodes(
         self, gen: int, links: list[Any], base_seed: int, group_size: int, max_steps: int
@@ -412,14 +404,9 @@ class EnvWorker(Worker):
         of it has finished one episode. The first observations carry each env's group id
         (``gid``) to the rollout worker; envs whose episode ended keep stepping (their actions
         are masked out downstream) until their stage is done. Returns the episodes (one per
-        env), the env steps taken, or ``aborted`` as :meth:`run` does."""
-        returns: list[float] = []
-        lengths: list[int] = []
-        successes: list[float] = []
-        taken = 0
-        ok = False
-        try:
-            self._connect(gen, links)
+        env) and the env steps taken, as :meth:`run` does."""
+
+        def body(out: dict[str, Any]) -> None:
             active = []
             for s, st in enumerate(self.steppers):
                 first = (self.rank * self.stages + s) * self.per_stage
@@ -437,7 +424,7 @@ class EnvWorker(Worker):
             for _ in range(max_steps + 2):
                 live = [s for s in range(self.stages) if any(shard_live[s])]
                 if not live:
-                    break
+                    return
                 for s in live:
                     parts = []
                     for j, sh in enumerate(self.my_shards):
@@ -454,7 +441,7 @@ class EnvWorker(Worker):
                         continue
                     st = self.steppers[s]
                     step = st.step(parts[0] if len(parts) == 1 else np.concatenate(parts, 0))
-                    taken += st.num_envs
+                    out["steps"] += st.num_envs
                     msg = {
                         "obs": step.obs,
                         "rew": step.rewards,
@@ -468,38 +455,18 @@ class EnvWorker(Worker):
                     was = active[s]
                     for j, i in enumerate(step.episode_index):
                         if was[i]:
-                            returns.append(step.episode_returns[j])
-                            lengths.append(step.episode_lengths[j])
-                    successes.extend(
+                            out["returns"].append(step.episode_returns[j])
+                            out["lengths"].append(step.episode_lengths[j])
+                    out["successes"].extend(
                         v for v, i in zip(step.episode_successes, step.success_index, strict=True) if was[i]
                     )
                     active[s] = was & ~step.done
-            else:
-                raise RlinfError(
-                    f"GRPO: some episodes of {self.env_cfg['id']!r} did not end within {max_steps} steps "
-                    "(GRPO scores whole episodes); set env.max_episode_steps"
-                )
-            ok = True
-        except ChannelError as err:
-            return {
-                "aborted": True,
-                "steps": taken,
-                "returns": returns,
-                "lengths": lengths,
-                "successes": successes,
-                "error": str(err),
-            }
-        finally:
-            if not ok:
-                _close_links(self.links)
-                self.links_key = None
-        return {
-            "aborted": False,
-            "steps": taken,
-            "returns": returns,
-            "lengths": lengths,
-            "successes": successes,
-        }
+            raise RlinfError(
+                f"GRPO: some episodes of {self.env_cfg['id']!r} did not end within {max_steps} steps "
+                "(GRPO scores whole episodes); set env.max_episode_steps"
+            )
+
+        return self._serve(gen, links, body)
 
     def teardown(self) -> None:
         _close_links(getattr(self, "links", {}))

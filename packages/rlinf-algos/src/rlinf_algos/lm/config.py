@@ -177,6 +177,12 @@ class SFTConfig(BaseModel):
         description="the demonstrating teacher copies the last running sum into the answer as the "
         "scratchpad writes it (digits reversed) with this probability (0: never)",
     )
+    slip_scope: Literal["final", "every"] = Field(
+        "final",
+        description="which chains answer_slip applies to: 'final', the chain whose answer the verifier "
+        "reads (the lead's last turn in multiagent mode, the one chain otherwise), or 'every' chain "
+        "(the subagents' too, so in multiagent mode the slips compound over the chains of a problem)",
+    )
     check_interval: int = Field(50, ge=1, description="steps between target_accuracy checks")
     check_size: int = Field(64, ge=1, description="validation problems per target_accuracy check")
     init_checkpoint: str | None = Field(

@@ -15,7 +15,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rlinf_algos.grpo import masked_mean
 from rlinf_algos.lm.config import SFTConfig
 from rlinf_algos.lm.model import TinyLM, sequence_log_probs
 from rlinf_algos.lm.task import Problem, ProblemSampler, sft_example
@@ -33,22 +32,36 @@ def sft_batch(
     carry_drop: float = 0.0,
     rng: random.Random | None = None,
     answer_slip: float = 0.0,
+    slip_scope: str = "final",
 ) -> dict[str, Tensor]:
     """Packed ``input_ids``/``loss_mask`` of the reference solutions of ``problems`` (in
     multi-agent mode, one lead trace and one subagent chain per group for each problem);
     ``carry_drop``/``rng``: a careless teacher's solutions (:func:`~rlinf_algos.lm.task.teacher_add`)."""
+    return _pack(
+        [
+            ex
+            for p in problems
+            for ex in sft_example(p, mode, width, carry_drop, rng, answer_slip, slip_scope)
+        ],
+        tokenizer,
+    )
+
+
+def _pack(
+    examples: Sequence[tuple[str, list[tuple[str, bool]]]], tokenizer: CharTokenizer
+) -> dict[str, Tensor]:
+    """Packed ``input_ids``/``loss_mask`` of :func:`~rlinf_algos.lm.task.sft_example` output."""
     seqs: list[list[int]] = []
     masks: list[list[int]] = []
-    for p in problems:
-        for _kind, segments in sft_example(p, mode, width, carry_drop, rng, answer_slip):
-            ids: list[int] = []
-            m: list[int] = []
-            for text, trained in segments:
-                seg = tokenizer.encode(text)
-                ids += seg
-                m += [int(trained)] * len(seg)
-            seqs.append(ids)
-            masks.append(m)
+    for _kind, segments in examples:
+        ids: list[int] = []
+        m: list[int] = []
+        for text, trained in segments:
+            seg = tokenizer.encode(text)
+            ids += seg
+            m += [int(trained)] * len(seg)
+        seqs.append(ids)
+        masks.append(m)
     return pack_batch(seqs, masks, tokenizer.pad_id)
 
 
@@ -87,17 +100,38 @@ def warm_start(
     for step in range(cfg.steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
-        batch = sft_batch(
-            sampler.sample(cfg.batch_size),
-            mode,
-            width,
-            tokenizer,
-            cfg.carry_drop,
-            teacher_rng,
-            cfg.answer_slip,
+        problems = sampler.sample(cfg.batch_size)
+        if mode == "multiagent":
+            # the lead's traces are about three times as long as the subagents' chains: two
+            # buckets instead of padding every chain to the lead's length (half the compute)
+            examples = [
+                ex
+                for p in problems
+                for ex in sft_example(
+                    p, mode, width, cfg.carry_drop, teacher_rng, cfg.answer_slip, cfg.slip_scope
+                )
+            ]
+            buckets = [
+                _pack([ex for ex in examples if (ex[0] == "lead") == lead], tokenizer)
+                for lead in (True, False)
+            ]
+        else:
+            buckets = [
+                sft_batch(
+                    problems,
+                    mode,
+                    width,
+                    tokenizer,
+                    cfg.carry_drop,
+                    teacher_rng,
+                    cfg.answer_slip,
+                    cfg.slip_scope,
+                )
+            ]
+        total = sum(b["loss_mask"].sum() for b in buckets).clamp(min=1.0)
+        loss = (
+            -sum((sequence_log_probs(model, b["input_ids"]) * b["loss_mask"]).sum() for b in buckets) / total
         )
-        lp = sequence_log_probs(model, batch["input_ids"])
-        loss = -masked_mean(lp, batch["loss_mask"])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

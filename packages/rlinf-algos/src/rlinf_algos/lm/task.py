@@ -276,6 +276,7 @@ def sft_example(
     carry_drop: float = 0.0,
     rng: random.Random | None = None,
     answer_slip: float = 0.0,
+    slip_scope: str = "final",
 ) -> list[tuple[str, list[tuple[str, bool]]]]:
     """Supervised sequences for one problem: a list of ``(kind, segments)`` where segments are
     ``(text, trained)`` pieces; the first piece is the prompt (``<bos>`` included).
@@ -284,12 +285,15 @@ def sft_example(
     turns trained, the orchestrator's ``combine_prompt`` not) and one subagent chain per group.
     ``carry_drop``/``rng``: the demonstrations of a careless teacher (:func:`teacher_add`);
     ``answer_slip``: the probability (``rng`` decides) that a chain's answer is
-    :func:`careless_answer`'s.
+    :func:`careless_answer`'s, on the final chain (the one the verifier reads: the lead's last turn
+    in multi-agent mode) or, with ``slip_scope="every"``, on every chain (the subagents' too).
     """
+    if slip_scope not in ("final", "every"):
+        raise ValueError(f"sft_example: slip_scope must be 'final' or 'every', got {slip_scope!r}")
 
-    def chain_of(terms: Sequence[int]) -> str:
+    def chain_of(terms: Sequence[int], final: bool = True) -> str:
         chain = chain_text(terms, width, True, carry_drop, rng)
-        if answer_slip > 0.0:
+        if answer_slip > 0.0 and (final or slip_scope == "every"):
             if rng is None:
                 raise ValueError("sft_example: answer_slip > 0 needs an rng")
             if rng.random() < answer_slip:
@@ -302,7 +306,7 @@ def sft_example(
     subs = []
     sums = []
     for g in problem.groups:
-        chain = chain_of(g)
+        chain = chain_of(g, final=False)
         sums.append(int(chain[chain.index("<ans>") + 5 : -5]))
         subs.append(("sub", [("<bos>" + _expr(g) + "=", False), (chain, True)]))
     lead = [
