@@ -945,6 +945,17 @@ def _get(ch: Any, key: str, timeout: float) -> Any:
     return None if isinstance(item, str) and item == ABORT else item
 
 
+def _get_all(ch: Any, keys: Any, timeout: float) -> list[Any] | None:
+    """One item of each key, in order; ``None`` as soon as one is the driver's :data:`ABORT`."""
+    items = []
+    for key in keys:
+        item = _get(ch, key, timeout)
+        if item is None:
+            return None
+        items.append(item)
+    return items
+
+
 class RewardWorker(Worker):
     """GRPO's reward component on embodied tasks: the outcome of each episode (its return, as
     the env worker's reward function gives it) turned into group-normalised advantages. Takes
@@ -972,12 +983,11 @@ class RewardWorker(Worker):
         from rlinf_algos.grpo import group_advantages_by_id
 
         try:
-            items = []
-            for r in range(self.rollout_world):
-                item = _get(self.traj_ch, reward_key(gen, r), self.timeout)
-                if item is None:
-                    return {"aborted": True}
-                items.append(item)
+            items = _get_all(
+                self.traj_ch, [reward_key(gen, r) for r in range(self.rollout_world)], self.timeout
+            )
+            if items is None:
+                return {"aborted": True}
             returns = torch.from_numpy(np.concatenate([it["returns"] for it in items])).float()
             gids = torch.from_numpy(np.concatenate([it["gid"] for it in items])).long()
             adv = group_advantages_by_id(returns, gids, self.group_size, scale=self.scale).numpy()
@@ -1188,13 +1198,7 @@ class ActorWorker(Worker):
 
     # -- PPO ---------------------------------------------------------------------------------
     def _gather(self, gen: int) -> list[Any] | None:
-        items = []
-        for r in range(self.rollout_world):
-            item = self.traj_ch.get(traj_key(gen, r), timeout=self.timeout)
-            if isinstance(item, str) and item == ABORT:
-                return None
-            items.append(item)
-        return items
+        return _get_all(self.traj_ch, [traj_key(gen, r) for r in range(self.rollout_world)], self.timeout)
 
     def train(self, gen: int, lr_frac: float = 1.0, **kw: Any) -> dict[str, Any]:
         """One iteration of learning on the data of generation ``gen``; publishes the new
@@ -1279,15 +1283,11 @@ class ActorWorker(Worker):
         from rlinf_algos.local_runner import GRPORollout
 
         t0 = time.perf_counter()
-        items = []
-        for r in range(self.rollout_world):
-            item = _get(self.traj_ch, scored_key(gen, r), self.timeout)
-            if item is None:
-                return {"aborted": True}
-            items.append(item)
-        scored = _get(self.traj_ch, advantage_key(gen), self.timeout)
-        if scored is None:
+        keys = [scored_key(gen, r) for r in range(self.rollout_world)] + [advantage_key(gen)]
+        got = _get_all(self.traj_ch, keys, self.timeout)
+        if got is None:
             return {"aborted": True}
+        *items, scored = got
         t1 = time.perf_counter()
         L = max(it["mask"].shape[1] for it in items)
 
