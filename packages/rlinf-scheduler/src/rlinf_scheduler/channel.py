@@ -1177,23 +1177,27 @@ class RayChannel(Channel):
         if isinstance(conn, asyncio.Future):
             conn = await asyncio.shield(conn)
         if conn is None or conn.error is not None:
-            opening: asyncio.Future[Any] = loop.create_future()
+            # The connection opens in a task of its own: a caller cancelled while it opens (an
+            # aget given up on) must not cancel it under the other callers waiting for it.
+            opening = loop.create_task(self._open_async(loop))
+            opening.add_done_callback(lambda t: t.cancelled() or t.exception())  # mark retrieved
             self._async[loop] = opening
-            try:
-                conn = await _AsyncConn.open(self._address, self._token, _REPLY_SLACK)
-                self._async[loop] = conn
-                opening.set_result(conn)
-            except BaseException as exc:
-                self._async.pop(loop, None)
-                opening.set_exception(exc)
-                opening.exception()  # mark retrieved
-                if isinstance(exc, OSError | ConnectionError | TimeoutError):
-                    raise self._lost(exc) from exc
-                raise
+            conn = await asyncio.shield(opening)
         try:
             return await conn.call(op, args, key, wait)
         except (ConnectionError, OSError, TimeoutError) as exc:
             raise self._lost(exc) from exc
+
+    async def _open_async(self, loop: asyncio.AbstractEventLoop) -> Any:
+        try:
+            conn = await _AsyncConn.open(self._address, self._token, _REPLY_SLACK)
+        except BaseException as exc:
+            self._async.pop(loop, None)
+            if isinstance(exc, OSError | ConnectionError | TimeoutError):
+                raise self._lost(exc) from exc
+            raise
+        self._async[loop] = conn
+        return conn
 
     def _timeout_of(self, timeout: float | None) -> float:
         t = self.default_timeout if timeout is None else timeout
