@@ -13,9 +13,10 @@ loop instead of the distributed runner) against
 Stable-Baselines3 SAC with the same settings and seeds: 256x256 ReLU actor and twin critics,
 batch 256, lr 3e-4 for actor, critic and temperature (SB3's single learning rate), tau 0.005,
 gamma 0.99, 5000 uniform random steps first, then one gradient step per env step, one env.
-Both peers run at the same time (they share whatever load the machine has) for ``--steps``
-(default 100k) or until ``--max-wall`` seconds, and are compared at the last step count both
-reached: the mean return of the episodes of the last 10k steps, and over the learning phase
+The peers run one after the other, each with the machine to itself (``--together`` runs them at
+the same time, sharing the cores: fine for returns, unfair to whichever peer uses more than one
+core), for ``--steps`` (default 100k) or until ``--max-wall`` seconds, and are compared at the
+last step count both reached: the mean return of the episodes of the last 10k steps, and over the learning phase
 (from ``learning_starts`` to that step) env-steps/s and env-steps per CPU-second (CPU time of
 the whole process tree, Ray workers included); the deterministic
 evaluation return of each final policy is reported beside, with the step count it was taken at.
@@ -23,12 +24,13 @@ evaluation return of each final policy is reported beside, with the step count i
 Usage::
 
     uv run --group bench python benchmarks/learning.py ppo [--seeds 1,2,3] [--steps 1000000]
-    uv run --group bench python benchmarks/learning.py sac [--seeds 1] [--steps 100000] [--max-wall S]
+    uv run --group bench python benchmarks/learning.py sac [--seeds 1] [--steps 100000] [--max-wall S] [--together]
     # --quick: PPO 20k steps, SAC 8k steps, one seed; --json PATH writes the figures;
-    # --run-root DIR keeps the run directories (default: a temp dir); --reuse reports the PPO
-    # runs found there (RUN_ROOT/ppo-sSEED with a summary.json, finished or interrupted, e.g.
-    # `rlinf train examples/ppo_halfcheetah_zoo.yaml runner.seed=SEED --run-dir RUN_ROOT/ppo-sSEED`)
-    # instead of training again.
+    # --run-root DIR keeps the run directories (default: a temp dir); --reuse reports the runs
+    # found there (RUN_ROOT/ppo-sSEED or sac-rlinf-sSEED with a summary.json, finished or
+    # interrupted, e.g. `rlinf train examples/ppo_halfcheetah_zoo.yaml runner.seed=SEED --run-dir
+    # RUN_ROOT/ppo-sSEED`; RUN_ROOT/sac-sb3-sSEED.json from a finished SB3 peer) instead of
+    # training again.
 
 Figures are printed, never asserted.
 """
@@ -375,14 +377,15 @@ def _window_return(samples: list[dict[str, float]], step: int) -> float | None:
     return (hi["return_sum"] - lo_sum) / n if n > 0 else None
 
 
-def _rlinf_samples(run_dir: Path, child: Child) -> list[dict[str, float]]:
+def _rlinf_samples(run_dir: Path, child: Child | None) -> list[dict[str, Any]]:
     """rlinf's metrics rows as cumulative samples: with fewer than 100 episodes so far the
     logged ``episode_return_mean`` is the mean of all of them, so ``mean * episodes`` is the
     cumulative return sum (valid up to 100 episodes: 100k steps of HalfCheetah); CPU time is
-    the sampled process-tree CPU interpolated at the row's wall time."""
+    the sampled process-tree CPU interpolated at the row's wall time (``None`` for a reused run,
+    whose process this script did not watch)."""
     out = []
-    startup = child_startup(child, run_dir)  # the runner's clock starts once Ray and the workers are up
-    cpu0 = _cpu_at(child, startup) or 0.0
+    startup = child_startup(child, run_dir) if child else 0.0  # the runner's clock starts once Ray is up
+    cpu0 = (_cpu_at(child, startup) or 0.0) if child else 0.0
     for r in read_metrics(run_dir):
         eps = r["episodes"]
         ret = r["episode_return_mean"]
@@ -390,7 +393,7 @@ def _rlinf_samples(run_dir: Path, child: Child) -> list[dict[str, float]]:
             {
                 "step": r["step"],
                 "wall_s": r["wall_s"],
-                "cpu_s": (_cpu_at(child, r["wall_s"] + startup) or 0.0) - cpu0,
+                "cpu_s": (_cpu_at(child, r["wall_s"] + startup) or 0.0) - cpu0 if child else None,
                 "episodes": eps if eps <= 100 else float("nan"),
                 "return_sum": ret * eps if eps and not math.isnan(ret) else 0.0,
             }
@@ -420,33 +423,57 @@ def _cpu_at(child: Child, wall: float) -> float | None:
     return child.samples[-1][1] if child.samples else None
 
 
+def _sac_children(args: argparse.Namespace, root: Path, seed: int) -> tuple[Child | None, Child | None]:
+    """Start (or, with ``--reuse``, skip) the two peers of one seed: one after the other when
+    ``args.alone`` (each has the machine to itself), else at the same time."""
+    run_dir = root / f"sac-rlinf-s{seed}"
+    sb3_out = root / f"sac-sb3-s{seed}.json"
+    rl_argv = [
+        sys.executable, "-m", "rlinf_core", "train", str(SAC_CONFIG),
+        f"runner.seed={seed}", f"runner.total_steps={args.steps}", f"runner.log_interval={SAC_LOG}",
+        f"runner.scheduler={args.scheduler}",
+        *SAC_OVERRIDES, "--run-dir", str(run_dir), "--quiet",
+    ]  # fmt: skip
+    sb_argv = [
+        sys.executable, os.path.abspath(__file__), "--_sb3_sac",
+        json.dumps([args.steps, seed, str(sb3_out), args.max_wall]),
+    ]  # fmt: skip
+    reuse_rl = args.reuse and (run_dir / "summary.json").exists()
+    reuse_sb = args.reuse and sb3_out.exists() and "eval_return" in json.loads(sb3_out.read_text())
+    if reuse_rl or reuse_sb:
+        print(
+            f"  sac seed {seed}: reusing {' and '.join(n for n, r in (('rlinf', reuse_rl), ('SB3', reuse_sb)) if r)}"
+        )
+    if reuse_rl:
+        print("    (rlinf's steps per CPU-second are unknown for a reused run)")
+    starts = [
+        (name, argv, log, cwd)
+        for name, argv, log, cwd, reuse in (
+            (f"sac-rlinf-s{seed}", rl_argv, root / f"sac-rlinf-s{seed}.log", ROOT, reuse_rl),
+            (f"sac-sb3-s{seed}", sb_argv, root / f"sac-sb3-s{seed}.log", root, reuse_sb),
+        )
+        if not reuse
+    ]
+    wall = args.max_wall + 120 if args.max_wall else None
+    started: dict[str, Child] = {}
+    if args.alone:
+        for name, argv, log, cwd in starts:
+            print(f"  sac seed {seed}: {name} running alone", flush=True)
+            started[name] = Child(name, argv, log, cwd)
+            supervise([started[name]], wall)
+    elif starts:
+        print(f"  sac seed {seed}: {' and '.join(n for n, *_ in starts)} running side by side", flush=True)
+        started = {name: Child(name, argv, log, cwd) for name, argv, log, cwd in starts}
+        supervise(list(started.values()), wall)
+    return started.get(f"sac-rlinf-s{seed}"), started.get(f"sac-sb3-s{seed}")
+
+
 def sac(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     results = []
     for seed in args.seeds:
         run_dir = root / f"sac-rlinf-s{seed}"
         sb3_out = root / f"sac-sb3-s{seed}.json"
-        rl = Child(
-            f"sac-rlinf-s{seed}",
-            [
-                sys.executable, "-m", "rlinf_core", "train", str(SAC_CONFIG),
-                f"runner.seed={seed}", f"runner.total_steps={args.steps}", f"runner.log_interval={SAC_LOG}",
-                f"runner.scheduler={args.scheduler}",
-                *SAC_OVERRIDES, "--run-dir", str(run_dir), "--quiet",
-            ],
-            root / f"sac-rlinf-s{seed}.log",
-            ROOT,
-        )  # fmt: skip
-        sb = Child(
-            f"sac-sb3-s{seed}",
-            [
-                sys.executable, os.path.abspath(__file__), "--_sb3_sac",
-                json.dumps([args.steps, seed, str(sb3_out), args.max_wall]),
-            ],
-            root / f"sac-sb3-s{seed}.log",
-            root,
-        )  # fmt: skip
-        print(f"  sac seed {seed}: rlinf and SB3 running side by side", flush=True)
-        supervise([rl, sb], args.max_wall + 120 if args.max_wall else None)
+        rl, sb = _sac_children(args, root, seed)
         peers: dict[str, dict[str, Any]] = {}
         rl_summary = run_dir / "summary.json"
         rl_rows = _rlinf_samples(run_dir, rl)
@@ -460,14 +487,14 @@ def sac(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 "interrupted": s.get("interrupted", not rl_summary.exists()),
             }
         if not rl_summary.exists():
-            print(f"  rlinf SAC seed {seed}: no summary.json:\n{rl.tail()}", flush=True)
+            print(f"  rlinf SAC seed {seed}: no summary.json:\n{rl.tail() if rl else ''}", flush=True)
         if sb3_out.exists():
             peers["sb3"] = json.loads(sb3_out.read_text())
             peers["sb3"].setdefault(
                 "steps", peers["sb3"]["samples"][-1]["step"] if peers["sb3"]["samples"] else 0
             )
         else:
-            print(f"  SB3 SAC seed {seed} failed:\n{sb.tail()}", flush=True)
+            print(f"  SB3 SAC seed {seed} failed:\n{sb.tail() if sb else ''}", flush=True)
         steps_at = [{int(x["step"]) for x in p["samples"]} for p in peers.values()]
         common = (
             max(set.intersection(*steps_at)) if len(steps_at) == 2 and set.intersection(*steps_at) else None
@@ -477,7 +504,7 @@ def sac(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             at = next((x for x in p["samples"] if int(x["step"]) == common), None) if common else None
             st = next((x for x in p["samples"] if int(x["step"]) == SAC_STARTS), None)
             learn = (
-                {k: at[k] - st[k] for k in ("step", "wall_s", "cpu_s")}
+                {k: at[k] - st[k] if at[k] is not None else None for k in ("step", "wall_s", "cpu_s")}
                 if at and st and at["step"] > st["step"]
                 else None
             )
@@ -487,7 +514,7 @@ def sac(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 # the learning phase: from learning_starts (random actions, no updates) to the step compared
                 "sps": learn["step"] / learn["wall_s"] if learn and learn["wall_s"] > 0 else None,
                 "cpu_s": learn["cpu_s"] if learn else None,
-                "steps_per_cpu_s": learn["step"] / learn["cpu_s"] if learn and learn["cpu_s"] > 0 else None,
+                "steps_per_cpu_s": learn["step"] / learn["cpu_s"] if learn and learn["cpu_s"] else None,
                 "final_steps": p.get("steps"),
                 "final_eval_return": p.get("eval_return"),
                 "curve": [
@@ -536,7 +563,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--max-wall", type=float, default=None, help="interrupt the peers after this many seconds"
     )
     ap.add_argument("--run-root", type=Path, default=None, help="keep the run directories here")
-    ap.add_argument("--reuse", action="store_true", help="PPO: report the runs already in --run-root")
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="report the finished runs already in --run-root, run only the others",
+    )
+    ap.add_argument(
+        "--together",
+        dest="alone",
+        action="store_false",
+        help="SAC: run rlinf and SB3 at the same time (default: one after the other, each with the "
+        "machine to itself)",
+    )
     ap.add_argument("--sequential", dest="parallel", action="store_false", help="PPO: one seed at a time")
     ap.add_argument(
         "--scheduler",

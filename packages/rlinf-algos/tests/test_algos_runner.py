@@ -103,10 +103,13 @@ def test_sac_checkpoint_and_resume(tmp_path: Path) -> None:
     assert resumed["learner"]["updates"] == pytest.approx(state["learner"]["updates"] + 100, abs=1)
 
 
-def test_sac_learner_state_roundtrip_continues_identically(tmp_path: Path) -> None:
+@pytest.mark.parametrize("order", ["sequential", "simultaneous"])
+def test_sac_learner_state_roundtrip_continues_identically(tmp_path: Path, order: str) -> None:
+    cfg = SAC_SMALL.model_copy(update={"update_order": order})
+
     def make(seed: int) -> tuple[SACLearner, ReplayBuffer]:
         torch.manual_seed(seed)
-        learner = SACLearner(SquashedGaussianActor(3, 1, [-1.0], [1.0], (8,)), TwinQ(3, 1, (8,)), SAC_SMALL)
+        learner = SACLearner(SquashedGaussianActor(3, 1, [-1.0], [1.0], (8,)), TwinQ(3, 1, (8,)), cfg)
         return learner, ReplayBuffer(50, (3,), (1,), seed=seed)
 
     a, buf_a = make(0)
@@ -129,6 +132,69 @@ def test_sac_learner_state_roundtrip_continues_identically(tmp_path: Path) -> No
     for x, y in zip(a.actor.parameters(), b.actor.parameters(), strict=True):
         assert torch.equal(x, y)
     assert torch.equal(a.log_alpha, b.log_alpha)
+    a.close()
+    b.close()
+
+
+def _one_sac_update(order: str) -> tuple[SACLearner, dict[str, torch.Tensor], ReplayBuffer]:
+    """A learner whose critic moves a lot in one step (critic_lr 0.5), its networks before the
+    step, and the batch of that step."""
+    torch.manual_seed(3)
+    cfg = SACConfig(batch_size=16, critic_lr=0.5, actor_lr=1e-3, update_order=order)
+    learner = SACLearner(SquashedGaussianActor(3, 2, [-1.0] * 2, [1.0] * 2, (16,)), TwinQ(3, 2, (16,)), cfg)
+    buf = ReplayBuffer(64, (3,), (2,), seed=0)
+    rng = np.random.default_rng(0)
+    buf.add(rng.normal(size=(16, 3)), rng.uniform(-1, 1, (16, 2)), rng.normal(size=16) * 10,
+            rng.normal(size=(16, 3)), np.zeros(16, bool), np.zeros(16, bool))  # fmt: skip
+    return learner, {"actor": copy.deepcopy(learner.actor), "critic": copy.deepcopy(learner.critic)}, buf
+
+
+def _actor_grad_sign(actor: SquashedGaussianActor, critic: TwinQ, obs: torch.Tensor, noise_gen: torch.Generator,
+                     alpha: torch.Tensor) -> list[torch.Tensor]:  # fmt: skip
+    actor = copy.deepcopy(actor)
+    a, logp = actor.sample(obs, noise_gen)
+    q = critic(obs, a)
+    (alpha * logp - torch.minimum(q[0], q[1])).mean().backward()
+    return [p.grad.sign() for p in actor.parameters()]
+
+
+def test_sac_simultaneous_actor_step_sees_the_critic_from_before_the_step() -> None:
+    """Adam's first step moves every parameter by lr * sign(grad): the actor's move must follow
+    the gradient against the critic as it was before this update's critic step (the critic
+    moves far in this step, so the two gradients' signs differ)."""
+    learner, before, buf = _one_sac_update("simultaneous")
+    batch = buf.sample(16)
+    gen = torch.Generator().set_state(learner.side_generator.get_state())
+    obs = torch.from_numpy(batch.obs).float()
+    alpha = learner.alpha
+    learner.update(batch)
+    learner.close()
+    moved = [
+        (p - q).sign() for p, q in zip(learner.actor.parameters(), before["actor"].parameters(), strict=True)
+    ]
+    gen_after = torch.Generator().set_state(gen.get_state())
+    pre = _actor_grad_sign(before["actor"], before["critic"], obs, gen, alpha)
+    post = _actor_grad_sign(before["actor"], learner.critic, obs, gen_after, alpha)
+    assert all(torch.equal(m, -g) for m, g in zip(moved, pre, strict=True))
+    assert not all(torch.equal(m, -g) for m, g in zip(moved, post, strict=True))
+
+
+def test_sac_sequential_actor_step_sees_the_updated_critic() -> None:
+    learner, before, buf = _one_sac_update("sequential")
+    batch = buf.sample(16)
+    obs = torch.from_numpy(batch.obs).float()
+    alpha = learner.alpha
+    torch.manual_seed(11)
+    learner.update(batch)
+    moved = [
+        (p - q).sign() for p, q in zip(learner.actor.parameters(), before["actor"].parameters(), strict=True)
+    ]
+    # the actor's noise is the second draw of this update from torch's default generator
+    torch.manual_seed(11)
+    torch.randn(16, 2)
+    gen = torch.Generator().set_state(torch.get_rng_state())
+    post = _actor_grad_sign(before["actor"], learner.critic, obs, gen, alpha)
+    assert all(torch.equal(m, -g) for m, g in zip(moved, post, strict=True))
 
 
 def test_ppo_learner_state_roundtrip_continues_identically() -> None:

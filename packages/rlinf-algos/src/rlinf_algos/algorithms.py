@@ -104,6 +104,14 @@ class SACConfig(BaseModel):
     target_update_interval: int = Field(
         1, ge=1, description="Polyak-update the targets every n critic updates"
     )
+    update_order: Literal["sequential", "simultaneous"] = Field(
+        "sequential",
+        description=(
+            "sequential: the actor step sees the critic after this update's critic step "
+            "(CleanRL, SB3); simultaneous: both steps start from the same networks (the SAC "
+            "authors' softlearning, rlkit) and run at the same time on two threads"
+        ),
+    )
 
 
 class GRPOConfig(BaseModel):

@@ -32,6 +32,8 @@ import copy
 import csv
 import json
 import math
+import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -439,10 +441,56 @@ class PPOLearner:
 # -- SAC ---------------------------------------------------------------------------------------
 
 
+class _SideThread:
+    """A daemon thread that runs one job at a time beside its caller. Torch releases the GIL
+    inside its kernels, so a job here and the caller's own work use two cores. :meth:`result`
+    waits for the job (with a timeout that names it) and re-raises what the job raised."""
+
+    def __init__(self, name: str, timeout: float = 600.0) -> None:
+        self.name, self.timeout = name, timeout
+        self._threads = torch.get_num_threads()
+        self._jobs: queue.SimpleQueue[Callable[[], Any] | None] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        torch.set_num_threads(self._threads)  # OpenMP's thread count is per thread
+        while (job := self._jobs.get()) is not None:
+            try:
+                self._done.put((True, job()))
+            except BaseException as err:  # handed to the caller by result()
+                self._done.put((False, err))
+
+    def submit(self, job: Callable[[], Any]) -> None:
+        self._jobs.put(job)
+
+    def result(self) -> Any:
+        try:
+            ok, value = self._done.get(timeout=self.timeout)
+        except queue.Empty:
+            raise RlinfError(f"{self.name}: no result after {self.timeout:.0f} s") from None
+        if not ok:
+            raise value
+        return value
+
+    def close(self) -> None:
+        self._jobs.put(None)
+
+
 class SACLearner:
     """The learner side of SAC: twin critics with Polyak-averaged targets, a squashed Gaussian
     actor, and a temperature learnt towards ``target_entropy``. :meth:`update` does one gradient
-    step on a :class:`ReplayBatch`."""
+    step on a :class:`ReplayBatch`.
+
+    ``cfg.update_order`` picks which critic the actor step sees. ``sequential`` (CleanRL, SB3):
+    the critic as updated by this step's critic step. ``simultaneous`` (the SAC authors'
+    softlearning, rlkit): the critic as it was when the step began, so neither step waits for the
+    other and the actor and temperature step runs on a second thread while the critic step runs
+    on the caller's; each reads a snapshot of the other's networks taken at the start, and the
+    second thread draws its noise from a generator of its own (saved in :meth:`state_dict`), so
+    runs stay reproducible.
+    """
 
     def __init__(
         self, actor: SquashedGaussianActor, critic: TwinQ, cfg: SACConfig, device: str | torch.device = "cpu"
@@ -464,6 +512,16 @@ class SACLearner:
             LeanAdam(o) for o in (self.actor_opt, self.critic_opt, self.alpha_opt)
         )
         self._critic_params = list(self.critic.parameters())
+        self.simultaneous = cfg.update_order == "simultaneous"
+        if self.simultaneous:
+            # snapshots: the actor for the critic target, the critic for the actor loss
+            self._actor_view = copy.deepcopy(self.actor).requires_grad_(False)
+            self._critic_view = copy.deepcopy(self.critic).requires_grad_(False)
+            self._actor_pairs = (list(self._actor_view.parameters()), list(self.actor.parameters()))
+            self._critic_pairs = (list(self._critic_view.parameters()), self._critic_params)
+            self.side_generator = torch.Generator(self.device)
+            self.side_generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
+            self._side: _SideThread | None = None
         self.updates = 0
         self.version = 0
 
@@ -481,49 +539,88 @@ class SACLearner:
             torch.from_numpy(batch.terminated).to(dev),
         )
 
-    def update(self, batch: ReplayBatch) -> dict[str, Tensor]:
-        """One critic step (and, every ``actor_update_interval`` updates, one actor and one
-        temperature step); returns detached scalar tensors (no host sync)."""
-        cfg = self.cfg
-        obs, actions, rewards, next_obs, terminated = self._tensors(batch)
-        alpha = self.alpha
+    def _critic_step(
+        self, t: tuple[Tensor, ...], alpha: Tensor, actor: SquashedGaussianActor
+    ) -> dict[str, Tensor]:
+        obs, actions, rewards, next_obs, terminated = t
         with torch.no_grad():
-            next_a, next_logp = self.actor.sample(next_obs)
+            next_a, next_logp = actor.sample(next_obs)
             next_q = self.critic_target(next_obs, next_a)
             target = sac_math.critic_target(
-                rewards, terminated, next_q[0], next_q[1], next_logp, alpha, cfg.gamma
+                rewards, terminated, next_q[0], next_q[1], next_logp, alpha, self.cfg.gamma
             )
         q = self.critic(obs, actions)
         q_loss = sac_math.critic_loss(q[0], q[1], target)
         self._critic_adam.zero_grad()
         q_loss.backward()
         self._critic_adam.step()
-        out = {"critic_loss": q_loss.detach(), "q_mean": q.detach().mean()}
-        self.updates += 1
-        if self.updates % cfg.actor_update_interval == 0:
+        return {"critic_loss": q_loss.detach(), "q_mean": q.detach().mean()}
+
+    def _actor_step(
+        self, obs: Tensor, alpha: Tensor, critic: TwinQ, generator: torch.Generator | None
+    ) -> dict[str, Tensor]:
+        """The actor step against ``critic`` (the live critic, frozen meanwhile, or a snapshot
+        without gradient), then the temperature step."""
+        live = critic is self.critic
+        if live:
             for p in self._critic_params:
                 p.requires_grad_(False)
-            a, logp = self.actor.sample(obs)
-            q_pi = self.critic(obs, a)
-            a_loss = sac_math.actor_loss(q_pi[0], q_pi[1], logp, alpha)
-            self._actor_adam.zero_grad()
-            a_loss.backward()
-            self._actor_adam.step()
+        a, logp = self.actor.sample(obs, generator)
+        q_pi = critic(obs, a)
+        a_loss = sac_math.actor_loss(q_pi[0], q_pi[1], logp, alpha)
+        self._actor_adam.zero_grad()
+        a_loss.backward()
+        self._actor_adam.step()
+        if live:
             for p in self._critic_params:
                 p.requires_grad_(True)
-            out["actor_loss"] = a_loss.detach()
-            out["entropy"] = -logp.detach().mean()
-            if cfg.autotune:
-                t_loss = sac_math.temperature_loss(self.log_alpha, logp, self.target_entropy)
-                self._alpha_adam.zero_grad()
-                t_loss.backward()
-                self._alpha_adam.step()
-                out["alpha_loss"] = t_loss.detach()
+        out = {"actor_loss": a_loss.detach(), "entropy": -logp.detach().mean()}
+        if self.cfg.autotune:
+            t_loss = sac_math.temperature_loss(self.log_alpha, logp, self.target_entropy)
+            self._alpha_adam.zero_grad()
+            t_loss.backward()
+            self._alpha_adam.step()
+            out["alpha_loss"] = t_loss.detach()
+        return out
+
+    def update(self, batch: ReplayBatch) -> dict[str, Tensor]:
+        """One critic step (and, every ``actor_update_interval`` updates, one actor and one
+        temperature step); returns detached scalar tensors (no host sync)."""
+        cfg = self.cfg
+        t = self._tensors(batch)
+        alpha = self.alpha
+        self.updates += 1
+        actor_turn = self.updates % cfg.actor_update_interval == 0
+        if actor_turn and self.simultaneous:
+            with torch.no_grad():
+                torch._foreach_copy_(*self._actor_pairs)
+                torch._foreach_copy_(*self._critic_pairs)
+            if self._side is None:
+                self._side = _SideThread("SAC actor step")
+            view, gen = self._critic_view, self.side_generator
+            self._side.submit(lambda: self._actor_step(t[0], alpha, view, gen))
+            try:
+                out = self._critic_step(t, alpha, self._actor_view)
+            finally:
+                actor_out = self._side.result()
+            out.update(actor_out)
+        else:
+            out = self._critic_step(t, alpha, self.actor)
+            if actor_turn:
+                out.update(self._actor_step(t[0], alpha, self.critic, None))
+        if actor_turn:
             self.version += 1
         if self.updates % cfg.target_update_interval == 0:
             sac_math.polyak_update(self.critic_target.parameters(), self._critic_params, cfg.tau)
         out["alpha"] = alpha
         return out
+
+    def close(self) -> None:
+        """Stop the second thread (``simultaneous``); the learner still works after (it starts
+        a new one)."""
+        if self.simultaneous and self._side is not None:
+            self._side.close()
+            self._side = None
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -536,6 +633,7 @@ class SACLearner:
             "alpha_opt": self.alpha_opt.state_dict(),
             "updates": self.updates,
             "version": self.version,
+            **({"side_rng": self.side_generator.get_state()} if self.simultaneous else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -551,6 +649,8 @@ class SACLearner:
             adam.refresh()
         self.updates = int(state["updates"])
         self.version = int(state["version"])
+        if self.simultaneous and "side_rng" in state:
+            self.side_generator.set_state(state["side_rng"])
 
 
 class SACCollector:

@@ -244,10 +244,12 @@ class SquashedGaussianActor(nn.Module):
         log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(raw) + 1.0)
         return mean, log_std
 
-    def sample(self, obs: Tensor) -> tuple[Tensor, Tensor]:
-        """Reparameterised sample: ``[B, D] -> (actions [B, A], log_prob [B])``."""
+    def sample(self, obs: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+        """Reparameterised sample: ``[B, D] -> (actions [B, A], log_prob [B])``, the noise drawn
+        from ``generator`` (torch's default one if ``None``)."""
         mean, log_std = self._dist(obs)
-        u = mean + torch.randn_like(mean) * torch.exp(log_std)
+        noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
+        u = mean + noise * torch.exp(log_std)
         # log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)), stable for large |u|
         log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u)) + torch.log(self.action_scale)
         log_prob = gaussian_log_prob(u, mean, log_std) - log_det.sum(-1)
