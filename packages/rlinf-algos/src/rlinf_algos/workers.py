@@ -13,7 +13,7 @@ Data flow of one PPO iteration (``T`` = ``algorithm.rollout_steps`` vector steps
 - **Direct links.** Env and rollout workers exchange one small message per stage step each way,
   thousands a second: too many for a hop through a channel actor and its reply (which cost more
   CPU per step than the simulator). Each pair that routing connects talks over its own
-  authenticated TCP connection (:class:`Link`; the rollout worker listens on its node's address,
+  authenticated TCP connection (:class:`~rlinf_scheduler.link.Link`; the rollout worker listens on its node's address,
   the env worker connects at the start of a generation): one pickled frame per message, no
   intermediary. A link that breaks (its peer died, or gave up on the generation and closed its
   links) fails the waiter at once with a :class:`~rlinf_core.errors.ChannelError`, which ends the
@@ -39,10 +39,7 @@ Data flow of one PPO iteration (``T`` = ``algorithm.rollout_steps`` vector steps
 from __future__ import annotations
 
 import hashlib
-import hmac
-import pickle
 import socket
-import struct
 import time
 from typing import Any
 
@@ -50,12 +47,12 @@ import numpy as np
 
 from rlinf_core.errors import ChannelError, ChannelTimeout, RlinfError
 from rlinf_core.worker import Worker
+from rlinf_scheduler.link import Link
 
 __all__ = [
     "ABORT",
     "ActorWorker",
     "EnvWorker",
-    "Link",
     "ReferenceWorker",
     "RewardWorker",
     "RolloutWorker",
@@ -69,71 +66,6 @@ __all__ = [
 
 ABORT = "__rlinf_abort__"
 """The item the driver puts on a generation's keys to end an iteration early."""
-
-
-_HDR = struct.Struct("!I")
-_HELLO = struct.Struct("!qI")  # generation, env rank (after the token's bytes)
-
-
-class Link:
-    """One direct TCP connection between an env worker and a rollout worker: length-prefixed
-    pickled frames both ways, in order. Every wait is bounded by ``timeout``; a broken or closed
-    connection raises :class:`~rlinf_core.errors.ChannelError` naming ``peer``."""
-
-    def __init__(self, sock: socket.socket, timeout: float, peer: str) -> None:
-        if sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(timeout)
-        self.sock, self.timeout, self.peer = sock, timeout, peer
-        self.rfile = sock.makefile("rb")
-
-    def send_hello(self, token: str, gen: int, rank: int) -> None:
-        """The connecting side's first bytes: the run's secret, the generation and its rank (raw
-        bytes: the listening side checks the secret before it unpickles anything)."""
-        try:
-            self.sock.sendall(token.encode() + _HELLO.pack(gen, rank))
-        except OSError as err:
-            raise ChannelError(f"the link to {self.peer} broke: {err}") from None
-
-    def recv_hello(self, token: str) -> tuple[int, int] | None:
-        """``(generation, rank)`` of a connection that presented ``token``; ``None`` otherwise."""
-        want = token.encode()
-        try:
-            data = self.rfile.read(len(want) + _HELLO.size)
-        except (OSError, ValueError):
-            return None
-        if len(data) < len(want) + _HELLO.size or not hmac.compare_digest(data[: len(want)], want):
-            return None
-        gen, rank = _HELLO.unpack(data[len(want) :])
-        return gen, rank
-
-    def send(self, obj: Any) -> None:
-        body = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
-        try:
-            self.sock.sendall(_HDR.pack(len(body)) + body)
-        except TimeoutError:
-            raise ChannelTimeout(f"waited {self.timeout:g} s to send to {self.peer}") from None
-        except OSError as err:
-            raise ChannelError(f"the link to {self.peer} broke: {err}") from None
-
-    def recv(self, what: str = "a message") -> Any:
-        try:
-            hdr = self.rfile.read(4)
-            body = self.rfile.read(_HDR.unpack(hdr)[0]) if len(hdr) == 4 else b""
-        except TimeoutError:
-            raise ChannelTimeout(f"waited {self.timeout:g} s for {what} from {self.peer}") from None
-        except (OSError, ValueError) as err:  # ValueError: read on a closed file
-            raise ChannelError(f"the link to {self.peer} broke: {err}") from None
-        if len(hdr) < 4 or len(body) < _HDR.unpack(hdr)[0]:
-            raise ChannelError(f"{self.peer} closed the link (it died or ended the iteration)")
-        return pickle.loads(body)
-
-    def close(self) -> None:
-        for f in (self.rfile.close, lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close):
-            try:
-                f()
-            except OSError:
-                pass
 
 
 def _close_links(links: dict[int, Link]) -> None:

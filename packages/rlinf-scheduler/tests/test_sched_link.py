@@ -1,6 +1,6 @@
-"""The direct env-rollout links (:class:`rlinf_algos.workers.Link`) on a local socket pair: frames
-in order both ways, the hello checked before anything is unpickled, and a closed peer reported
-as a ChannelError at once."""
+"""Direct links (:class:`rlinf_scheduler.link.Link`, which rlinf-algos runs between env and
+rollout workers) on a local socket pair: frames in order both ways, the hello checked before
+anything is unpickled, and a closed peer reported as a ChannelError at once."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from rlinf_algos.workers import Link
 from rlinf_core.errors import ChannelError, ChannelTimeout
+from rlinf_scheduler.link import Link
 
 TOKEN = "0123456789abcdef0123456789abcdef"
 
