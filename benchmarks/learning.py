@@ -543,10 +543,36 @@ def sac(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             )
         if "sps_ratio" in row:
             print(f"     rlinf/SB3 env-steps/s while learning: {row['sps_ratio']:.2f}x")
+    summary = _sac_summary(results)
+    if len(results) > 1:
+        print("mean over seeds:")
+        for name in ("rlinf", "sb3"):
+            m = summary.get(name, {})
+            print(
+                f"     {name:<6} return (last 10k) {fmt(m.get('return_last_10k'))} +- "
+                f"{fmt(m.get('return_last_10k_std'))}, eval {fmt(m.get('final_eval_return'))}"
+            )
     return {
         "seeds": results,
+        "summary": summary,
         "settings": {"overrides": SAC_OVERRIDES, "config": str(SAC_CONFIG.relative_to(ROOT))},
     }
+
+
+def _sac_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Means (and the spread of the return) over the seeds where the figure exists."""
+    out: dict[str, Any] = {}
+    for name in ("rlinf", "sb3"):
+        peer: dict[str, Any] = {}
+        for key in ("return_last_10k", "final_eval_return", "sps"):
+            vals = [r[name][key] for r in results if name in r and r[name].get(key) is not None]
+            peer[key] = statistics.fmean(vals) if vals else None
+            if key == "return_last_10k":
+                peer["return_last_10k_std"] = statistics.pstdev(vals) if len(vals) > 1 else None
+        out[name] = peer
+    ratios = [r["sps_ratio"] for r in results if "sps_ratio" in r]
+    out["sps_ratio_mean"] = statistics.fmean(ratios) if ratios else None
+    return out
 
 
 # -- main ---------------------------------------------------------------------------------------
