@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import csv
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from rlinf_algos.local_runner import (
     PPOLearner,
     PPORollout,
     SACLearner,
+    _best_of,
     atomic_torch_save,
     evaluate_policy,
     latest_checkpoint,
@@ -53,6 +55,7 @@ def test_ppo_run_writes_the_run_directory(tmp_path: Path) -> None:
     summary = PPO(cfg).run(None, sections, tmp_path)
     assert set(summary) >= SUMMARY_KEYS and summary["total_env_steps"] == 1024
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
+    assert summary["best_return_mean"] >= summary["final_return_mean"]
     table = rows(tmp_path)
     assert [int(r["step"]) for r in table] == [256, 512, 768, 1024]
     assert {"step", "wall_s", "episode_return_mean", "policy_loss", "approx_kl"} <= set(table[0])
@@ -101,6 +104,14 @@ def test_sac_checkpoint_and_resume(tmp_path: Path) -> None:
     assert steps == sorted(steps) and steps[-1] == 600 and steps.count(400) == 1
     resumed = torch.load(latest_checkpoint(tmp_path), weights_only=False)
     assert resumed["learner"]["updates"] == pytest.approx(state["learner"]["updates"] + 100, abs=1)
+
+
+def test_best_return_is_never_below_the_final_one() -> None:
+    # a run stopped between two rows (Ctrl-C, SIGTERM) ends with a return no row has logged
+    assert _best_of(-116.6, 21.0) == 21.0
+    assert _best_of(300.0, 21.0) == 300.0
+    assert _best_of(-math.inf, float("nan")) is None
+    assert _best_of(-math.inf, 4.0) == 4.0
 
 
 @pytest.mark.parametrize("order", ["sequential", "simultaneous"])

@@ -177,6 +177,13 @@ class LeanAdam:
             )
 
 
+def _best_of(best: float, final: float) -> float | None:
+    """``best_return_mean``: the best of the logged rows and the final return (``None`` if
+    neither is known)."""
+    vals = [v for v in (best, final) if v is not None and not math.isnan(v) and v != -math.inf]
+    return max(vals) if vals else None
+
+
 def atomic_torch_save(obj: Any, path: Path) -> None:
     """``torch.save`` to a temp file in ``path``'s folder, fsync, then ``os.replace``: a crash
     mid-save never leaves a truncated file at ``path``."""
@@ -1019,7 +1026,7 @@ class _Run:
             "wall_s": round(wall, 3),
             "env_steps_per_s": steps / wall if wall > 0 else 0.0,
             "final_return_mean": _none_if_nan(self.return_mean()),
-            "best_return_mean": None if self.best == -math.inf else self.best,
+            "best_return_mean": _best_of(self.best, self.return_mean()),
             "success_rate": float(np.mean(self.stepper.recent_successes))
             if self.stepper.recent_successes
             else None,

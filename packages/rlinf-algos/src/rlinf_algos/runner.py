@@ -1042,7 +1042,7 @@ class DistributedRun:
         return path
 
     def _finish(self, interrupted: bool = False) -> dict[str, Any]:
-        from rlinf_algos.local_runner import _atomic_write_text, atomic_torch_save
+        from rlinf_algos.local_runner import _atomic_write_text, _best_of, atomic_torch_save
 
         if hasattr(self, "log"):
             self.log.close()
@@ -1064,7 +1064,8 @@ class DistributedRun:
             "wall_s": round(wall, 3),
             "env_steps_per_s": self.steps / wall if wall > 0 else 0.0,
             "final_return_mean": None if math.isnan(final) else final,
-            "best_return_mean": None if self.best == -math.inf else self.best,
+            # the best logged row's, or the final one if better (a run stopped between rows)
+            "best_return_mean": _best_of(self.best, final),
             # over the last 100 training episodes; None if the env has no info["is_success"]
             "success_rate": float(np.mean(self.recent_successes)) if self.recent_successes else None,
             "episodes": self.episodes,
