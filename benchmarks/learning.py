@@ -15,11 +15,12 @@ batch 256, lr 3e-4 for actor, critic and temperature (SB3's single learning rate
 gamma 0.99, 5000 uniform random steps first, then one gradient step per env step, one env.
 The peers run one after the other, each with the machine to itself (``--together`` runs them at
 the same time, sharing the cores: fine for returns, unfair to whichever peer uses more than one
-core), for ``--steps`` (default 100k) or until ``--max-wall`` seconds, and are compared at the
-last step count both reached: the mean return of the episodes of the last 10k steps, and over the learning phase
-(from ``learning_starts`` to that step) env-steps/s and env-steps per CPU-second (CPU time of
-the whole process tree, Ray workers included); the deterministic
-evaluation return of each final policy is reported beside, with the step count it was taken at.
+core). SB3 gets every core's torch threads when alone and one when together (``--sb3-threads
+N`` to choose). Each runs for ``--steps`` (default 100k) or until ``--max-wall`` seconds; they
+are compared at the last step count both reached: the mean return of the episodes of the last
+10k steps, and over the learning phase (from ``learning_starts`` to that step) env-steps/s and
+env-steps per CPU-second (CPU time of the whole process tree, Ray workers included); the
+deterministic evaluation return of each final policy is reported beside, with the step count it was taken at.
 
 Usage::
 
@@ -89,10 +90,11 @@ SAC_OVERRIDES = [
 class Child:
     """A peer subprocess whose process-tree CPU time is sampled while it runs."""
 
-    def __init__(self, name: str, argv: list[str], log: Path, cwd: Path) -> None:
+    def __init__(self, name: str, argv: list[str], log: Path, cwd: Path, threads: int = 1) -> None:
         self.name, self.log = name, log
         self.out = open(log, "w")  # noqa: SIM115 - closed in wait()
-        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+        n = str(threads)
+        env = dict(os.environ, OMP_NUM_THREADS=n, MKL_NUM_THREADS=n, PYTHONWARNINGS="ignore")
         # a job started in the background of a non-interactive shell inherits SIGINT ignored, and
         # so would its children: restore the default, so Ctrl-C / interrupt() reach rlinf's handler
         self.proc = subprocess.Popen(
@@ -272,17 +274,17 @@ def ppo(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 # -- SAC ----------------------------------------------------------------------------------------
 
 
-def sb3_sac_child(steps: int, seed: int, out: str, max_wall: float | None) -> None:
-    """The SB3 SAC peer (runs in a subprocess): writes ``progress.json`` with a sample every
-    SAC_LOG steps (step, wall s, process CPU s, cumulative episodes and return sum), the final
-    policy's evaluation, and ``wall_s``."""
+def sb3_sac_child(steps: int, seed: int, out: str, max_wall: float | None, threads: int = 1) -> None:
+    """The SB3 SAC peer (runs in a subprocess, with ``threads`` torch threads): writes
+    ``progress.json`` with a sample every SAC_LOG steps (step, wall s, process CPU s, cumulative
+    episodes and return sum), the final policy's evaluation, and ``wall_s``."""
     import torch
     from stable_baselines3 import SAC
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     interrupted = False
 
     def on_sigint(*_: Any) -> None:
@@ -423,6 +425,14 @@ def _cpu_at(child: Child, wall: float) -> float | None:
     return child.samples[-1][1] if child.samples else None
 
 
+def sb3_threads(args: argparse.Namespace) -> int:
+    """SB3's torch threads: ``--sb3-threads``, else every core when it runs alone (rlinf's
+    workers use them all too) and 1 when the peers share the machine."""
+    if args.sb3_threads:
+        return int(args.sb3_threads)
+    return (os.cpu_count() or 1) if args.alone else 1
+
+
 def _sac_children(args: argparse.Namespace, root: Path, seed: int) -> tuple[Child | None, Child | None]:
     """Start (or, with ``--reuse``, skip) the two peers of one seed: one after the other when
     ``args.alone`` (each has the machine to itself), else at the same time."""
@@ -436,7 +446,7 @@ def _sac_children(args: argparse.Namespace, root: Path, seed: int) -> tuple[Chil
     ]  # fmt: skip
     sb_argv = [
         sys.executable, os.path.abspath(__file__), "--_sb3_sac",
-        json.dumps([args.steps, seed, str(sb3_out), args.max_wall]),
+        json.dumps([args.steps, seed, str(sb3_out), args.max_wall, sb3_threads(args)]),
     ]  # fmt: skip
     reuse_rl = args.reuse and (run_dir / "summary.json").exists()
     reuse_sb = args.reuse and sb3_out.exists() and "eval_return" in json.loads(sb3_out.read_text())
@@ -447,23 +457,23 @@ def _sac_children(args: argparse.Namespace, root: Path, seed: int) -> tuple[Chil
     if reuse_rl:
         print("    (rlinf's steps per CPU-second are unknown for a reused run)")
     starts = [
-        (name, argv, log, cwd)
-        for name, argv, log, cwd, reuse in (
-            (f"sac-rlinf-s{seed}", rl_argv, root / f"sac-rlinf-s{seed}.log", ROOT, reuse_rl),
-            (f"sac-sb3-s{seed}", sb_argv, root / f"sac-sb3-s{seed}.log", root, reuse_sb),
+        (name, argv, log, cwd, threads)
+        for name, argv, log, cwd, threads, reuse in (
+            (f"sac-rlinf-s{seed}", rl_argv, root / f"sac-rlinf-s{seed}.log", ROOT, 1, reuse_rl),
+            (f"sac-sb3-s{seed}", sb_argv, root / f"sac-sb3-s{seed}.log", root, sb3_threads(args), reuse_sb),
         )
         if not reuse
     ]
     wall = args.max_wall + 120 if args.max_wall else None
     started: dict[str, Child] = {}
     if args.alone:
-        for name, argv, log, cwd in starts:
+        for name, argv, log, cwd, threads in starts:
             print(f"  sac seed {seed}: {name} running alone", flush=True)
-            started[name] = Child(name, argv, log, cwd)
+            started[name] = Child(name, argv, log, cwd, threads)
             supervise([started[name]], wall)
     elif starts:
         print(f"  sac seed {seed}: {' and '.join(n for n, *_ in starts)} running side by side", flush=True)
-        started = {name: Child(name, argv, log, cwd) for name, argv, log, cwd in starts}
+        started = {name: Child(name, argv, log, cwd, threads) for name, argv, log, cwd, threads in starts}
         supervise(list(started.values()), wall)
     return started.get(f"sac-rlinf-s{seed}"), started.get(f"sac-sb3-s{seed}")
 
@@ -555,7 +565,12 @@ def sac(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     return {
         "seeds": results,
         "summary": summary,
-        "settings": {"overrides": SAC_OVERRIDES, "config": str(SAC_CONFIG.relative_to(ROOT))},
+        "settings": {
+            "overrides": SAC_OVERRIDES,
+            "config": str(SAC_CONFIG.relative_to(ROOT)),
+            "layout": "alone" if args.alone else "together",
+            "sb3_threads": sb3_threads(args),
+        },
     }
 
 
@@ -607,6 +622,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         default="ray",
         help="SAC: rlinf's runner.scheduler (ray: the distributed asynchronous actor-learner; "
         "local: the in-process loop)",
+    )
+    ap.add_argument(
+        "--sb3-threads",
+        type=int,
+        default=None,
+        help="SAC: SB3's torch threads (default: every core when the peers run one after the other, else 1)",
     )
     ap.add_argument("--_sb3_sac", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
