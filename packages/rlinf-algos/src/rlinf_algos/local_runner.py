@@ -32,10 +32,10 @@ import copy
 import csv
 import json
 import math
-import queue
-import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -448,43 +448,6 @@ class PPOLearner:
 # -- SAC ---------------------------------------------------------------------------------------
 
 
-class _SideThread:
-    """A daemon thread that runs one job at a time beside its caller. Torch releases the GIL
-    inside its kernels, so a job here and the caller's own work use two cores. :meth:`result`
-    waits for the job (with a timeout that names it) and re-raises what the job raised."""
-
-    def __init__(self, name: str, timeout: float = 600.0) -> None:
-        self.name, self.timeout = name, timeout
-        self._threads = torch.get_num_threads()
-        self._jobs: queue.SimpleQueue[Callable[[], Any] | None] = queue.SimpleQueue()
-        self._done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        torch.set_num_threads(self._threads)  # OpenMP's thread count is per thread
-        while (job := self._jobs.get()) is not None:
-            try:
-                self._done.put((True, job()))
-            except BaseException as err:  # handed to the caller by result()
-                self._done.put((False, err))
-
-    def submit(self, job: Callable[[], Any]) -> None:
-        self._jobs.put(job)
-
-    def result(self) -> Any:
-        try:
-            ok, value = self._done.get(timeout=self.timeout)
-        except queue.Empty:
-            raise RlinfError(f"{self.name}: no result after {self.timeout:.0f} s") from None
-        if not ok:
-            raise value
-        return value
-
-    def close(self) -> None:
-        self._jobs.put(None)
-
-
 class SACLearner:
     """The learner side of SAC: twin critics with Polyak-averaged targets, a squashed Gaussian
     actor, and a temperature learnt towards ``target_entropy``. :meth:`update` does one gradient
@@ -528,7 +491,7 @@ class SACLearner:
             self._critic_pairs = (list(self._critic_view.parameters()), self._critic_params)
             self.side_generator = torch.Generator(self.device)
             self.side_generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
-            self._side: _SideThread | None = None
+            self._side: ThreadPoolExecutor | None = None  # the actor step's thread, started on first use
         self.updates = 0
         self.version = 0
 
@@ -603,13 +566,16 @@ class SACLearner:
                 torch._foreach_copy_(*self._actor_pairs)
                 torch._foreach_copy_(*self._critic_pairs)
             if self._side is None:
-                self._side = _SideThread("SAC actor step")
-            view, gen = self._critic_view, self.side_generator
-            self._side.submit(lambda: self._actor_step(t[0], alpha, view, gen))
+                threads = torch.get_num_threads()  # OpenMP's thread count is per thread
+                self._side = ThreadPoolExecutor(1, "sac-actor-step", lambda: torch.set_num_threads(threads))
+            job = self._side.submit(self._actor_step, t[0], alpha, self._critic_view, self.side_generator)
             try:
                 out = self._critic_step(t, alpha, self._actor_view)
             finally:
-                actor_out = self._side.result()
+                try:
+                    actor_out = job.result(timeout=600.0)
+                except FutureTimeout:
+                    raise RlinfError("SAC: the actor step gave no result in 600 s") from None
             out.update(actor_out)
         else:
             out = self._critic_step(t, alpha, self.actor)
@@ -626,7 +592,7 @@ class SACLearner:
         """Stop the second thread (``simultaneous``); the learner still works after (it starts
         a new one)."""
         if self.simultaneous and self._side is not None:
-            self._side.close()
+            self._side.shutdown(wait=True)
             self._side = None
 
     def state_dict(self) -> dict[str, Any]:
