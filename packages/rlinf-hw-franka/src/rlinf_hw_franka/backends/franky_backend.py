@@ -14,7 +14,8 @@ that uses this backend must not import pylibfranka.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,9 @@ class FrankyBackend(Backend):
         gripper: drive the Franka Hand (port 1338).
         cameras: camera objects (:class:`rlinf_hw_franka.cameras.Camera`) to read images from.
         motion_timeout: seconds a blocking motion (the reset to home) may take.
+        home_attempts: how often :meth:`reset` tries a move home that a transient reflex aborts.
+        connect_timeout: seconds the connection handshake (arm, then hand) may take each. A
+            robot serves one client at a time and leaves a second one waiting without an answer.
         label: how errors name this robot (default ``Franka robot at <ip>``).
     """
 
@@ -69,10 +73,17 @@ class FrankyBackend(Backend):
         gripper: bool = True,
         cameras: Sequence[Camera] = (),
         motion_timeout: float = 20.0,
+        home_attempts: int = 3,
+        connect_timeout: float = 30.0,
         label: str | None = None,
     ) -> None:
         if not 0 < dynamics_factor <= 1:
             raise ConfigError(f"dynamics_factor must be in (0, 1], got {dynamics_factor!r}")
+        if home_attempts < 1:
+            raise ConfigError(f"home_attempts must be at least 1, got {home_attempts!r}")
+        self.home_attempts = home_attempts
+        #: Moves home that a transient reflex aborted and :meth:`reset` tried again.
+        self.home_retries = 0
         self.franky = import_franky()
         self.robot_ip = robot_ip
         self.label = label or f"Franka robot at {robot_ip}"
@@ -80,8 +91,10 @@ class FrankyBackend(Backend):
         self.cameras = list(cameras)
         fr = self.franky
         rt = fr.RealtimeConfig.Enforce if realtime_kernel else fr.RealtimeConfig.Ignore
+        self.robot = self._connect(
+            lambda: fr.Robot(robot_ip, realtime_config=rt), "cannot connect", connect_timeout
+        )
         try:
-            self.robot = fr.Robot(robot_ip, realtime_config=rt)
             self.robot.relative_dynamics_factor = dynamics_factor
         except Exception as err:
             raise HardwareError(f"{self.label}: cannot connect: {type(err).__name__}: {err}") from None
@@ -92,13 +105,42 @@ class FrankyBackend(Backend):
         self.max_planner_failures = 3
         self._consecutive_planner_failures = 0
         if gripper:
+            self.gripper = self._connect(
+                lambda: fr.Gripper(robot_ip),
+                "cannot connect to the Franka Hand (port 1338)",
+                connect_timeout,
+                hint="; use gripper_type: none if the arm has no hand",
+            )
+
+    def _connect(self, open_: Callable[[], Any], what: str, timeout: float, hint: str = "") -> Any:
+        """Run a libfranka connection handshake, bounded by ``timeout`` seconds.
+
+        libfranka's handshake waits for the robot's answer without a limit, and a robot that
+        already serves a client never answers a second one. The handshake runs on a daemon
+        thread; one that is still waiting at the timeout is left behind (it holds no lock and
+        ends with the process) and the error says what to check.
+        """
+        box: dict[str, Any] = {}
+
+        def handshake() -> None:
             try:
-                self.gripper = fr.Gripper(robot_ip)
-            except Exception as err:
-                raise HardwareError(
-                    f"{self.label}: cannot connect to the Franka Hand (port 1338): {type(err).__name__}: {err}; "
-                    "use gripper_type: none if the arm has no hand"
-                ) from None
+                box["ok"] = open_()
+            except BaseException as err:
+                box["err"] = err
+
+        thread = threading.Thread(target=handshake, name=f"franka-connect-{self.robot_ip}", daemon=True)
+        thread.start()
+        thread.join(timeout)
+        if thread.is_alive():
+            raise HardwareError(
+                f"{self.label}: {what}: no answer to the connection handshake within {timeout:g}s. "
+                "A Franka robot serves one client at a time: is another program (another env, a franky "
+                "or libfranka script, Desk's FCI session) still connected to it?" + hint
+            )
+        if "err" in box:
+            err = box["err"]
+            raise HardwareError(f"{self.label}: {what}: {type(err).__name__}: {err}{hint}") from None
+        return box["ok"]
 
     def _fail(self, what: str, err: BaseException) -> HardwareError:
         return HardwareError(
@@ -106,20 +148,76 @@ class FrankyBackend(Backend):
             "Reset the env (it runs the robot's automatic error recovery) or clear the error in Desk."
         )
 
+    #: Reflexes that a disturbance or late control cycles can cause on a feasible motion. A move
+    #: home aborted by one of these is tried again after error recovery, up to ``home_attempts``
+    #: times in all. A position-limit violation is never retried: the target itself is infeasible.
+    TRANSIENT_REFLEXES = (
+        "velocity_violation",
+        "velocity_limits_violation",
+        "acceleration_discontinuity",
+        "velocity_discontinuity",
+        "communication_constraints_violation",
+        "power_limit_violation",
+        "tau_j_range_violation",
+    )
+
     def reset(self, home_q: np.ndarray) -> None:
-        fr = self.franky
+        """Let the last motion finish, recover from any error, move to ``home_q`` (blocking) and
+        open the hand.
+
+        franky's control loop runs in this process; one that misses cycles (a loaded machine, no
+        realtime kernel) makes the robot abort the motion with a reflex such as
+        ``joint_velocity_violation``. Such a move home is tried again after error recovery, up to
+        ``home_attempts`` times in all (:attr:`home_retries` counts the retries); any other
+        failure, or the last attempt's, is a HardwareError.
+        """
+        self._end_motion()
+        failures: list[str] = []
+        while True:
+            try:
+                self._move_home(home_q)
+                break
+            except WaitTimeout:
+                raise
+            except Exception as err:
+                failures.append(f"{type(err).__name__}: {err}")
+                if len(failures) >= self.home_attempts or not self._transient(err):
+                    what = "moving to the home pose failed"
+                    if len(failures) > 1:
+                        what += f" {len(failures)} times (before the last: {'; '.join(failures[:-1])})"
+                    raise self._fail(what, err) from None
+                self.home_retries += 1
+        if self.gripper is not None:
+            self._move_gripper(self.gripper.max_width if hasattr(self.gripper, "max_width") else 0.08)
+
+    def _end_motion(self) -> None:
+        """Let the running motion (an episode's last Cartesian target) finish, or stop it.
+
+        franky does not start a motion of another type (the joint motion home) over a running one.
+        """
         try:
-            self.robot.poll_motion()
+            if self.robot.join_motion(timeout=self.motion_timeout):
+                return
+            self.robot.stop()
+            self.robot.join_motion(timeout=self.motion_timeout)
         except Exception:
-            pass  # an error of the last episode: recovered below
-        try:
-            if self.robot.has_errors:
-                self.robot.recover_from_errors()
-            self.robot.move(fr.JointMotion([float(x) for x in home_q]), asynchronous=True)
-            finished = self.robot.join_motion(timeout=self.motion_timeout)
-        except Exception as err:
-            raise self._fail("moving to the home pose failed", err) from None
-        if not finished:
+            pass  # an error of the last episode's motion: error recovery follows
+
+    def _transient(self, err: BaseException) -> bool:
+        """Whether ``err`` is a reflex that trying the same feasible motion again can clear."""
+        text = str(err)
+        return (
+            isinstance(err, self.franky.Exception)
+            and "position_limits" not in text
+            and any(kind in text for kind in self.TRANSIENT_REFLEXES)
+        )
+
+    def _move_home(self, home_q: np.ndarray) -> None:
+        """Recover from errors if there are any, then move to ``home_q``; raises what franky raises."""
+        if self.robot.has_errors:
+            self.robot.recover_from_errors()
+        self.robot.move(self.franky.JointMotion([float(x) for x in home_q]), asynchronous=True)
+        if not self.robot.join_motion(timeout=self.motion_timeout):
             try:
                 self.robot.stop()
             except Exception:
@@ -127,8 +225,6 @@ class FrankyBackend(Backend):
             raise WaitTimeout(
                 f"{self.label}: the move to the home pose did not finish within {self.motion_timeout:g}s"
             )
-        if self.gripper is not None:
-            self._move_gripper(self.gripper.max_width if hasattr(self.gripper, "max_width") else 0.08)
 
     def command(self, ee_pos: np.ndarray, ee_quat: np.ndarray, gripper_width: float | None) -> None:
         fr = self.franky
