@@ -41,3 +41,39 @@ def test_embedded_ray_runs_workers_at_the_drivers_priority(monkeypatch: pytest.M
             group.shutdown()
     finally:
         cluster.shutdown()
+
+
+# What a raylet wrote to raylet.err when its dashboard agent missed the 15 s window (a loaded
+# 2-core machine, Ray's modules compiled from source on every start), stack trace shortened.
+_RAYLET_ERR = """\
+[2026-11-21 20:51:17,431 C 10365 10365] (raylet) node_manager.cc:3588:  An unexpected system state \
+has occurred. You have likely discovered a bug in Ray. Please report this issue at \
+https://github.com/ray-project/ray/issues and we'll work with you to fix it. Check failed: \
+statussetor3588.has_value() Timed out waiting for file /tmp/ray/session_x/dashboard_agent_listen_port_db43
+*** StackTrace Information ***
+    raylet(+0x286092) [0x559d4b810092] std::make_unique<>()
+"""
+_TIMED_OUT = Exception(
+    "The current node timed out during startup. This could happen because some of the raylet failed to "
+    "startup or the GCS has become overloaded."
+)
+
+
+def test_an_embedded_start_that_timed_out_names_the_raylets_reason_and_the_fix(tmp_path) -> None:
+    from rlinf_scheduler.runtime.cluster import embedded_start_failure
+
+    logs = tmp_path / "session_latest" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "raylet.err").write_text(_RAYLET_ERR)
+    text = embedded_start_failure(_TIMED_OUT, str(tmp_path), {"PYTHONDONTWRITEBYTECODE": "1"})
+    assert text.startswith("could not start an embedded Ray: The current node timed out during startup")
+    assert "the raylet of the newest Ray session logged: Timed out waiting for file " in text
+    assert "dashboard_agent_listen_port_db43" in text and "has_value" not in text
+    assert "fixed 15 s" in text and "PYTHONDONTWRITEBYTECODE is set" in text and "compileall" in text
+    # Without the variable there is no bytecode advice; without a raylet.err, no raylet line.
+    plain = embedded_start_failure(_TIMED_OUT, str(tmp_path / "none"), {})
+    assert "raylet of the newest" not in plain and "PYTHONDONTWRITEBYTECODE" not in plain
+    assert "fixed 15 s" in plain
+    assert embedded_start_failure(RuntimeError("boom"), str(tmp_path / "none"), {}) == (
+        "could not start an embedded Ray: boom"
+    )

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -540,7 +541,7 @@ class Cluster:
                 if attempt == 1 and "timed out during startup" in str(err):
                     log.warning("the embedded Ray did not start in time; trying once more")
                     continue
-                raise SchedulerError(f"could not start an embedded Ray: {err}") from err
+                raise SchedulerError(embedded_start_failure(err)) from err
         try:
             ray.init(
                 address=self._embedded_node.address, namespace=namespace, runtime_env=runtime_env or None
@@ -875,6 +876,53 @@ def _start_local_node(ray_init: Mapping[str, Any]) -> Any:
         **dict(ray_init),
     )
     return Node(params, head=True, shutdown_at_exit=True, spawn_reaper=True)
+
+
+def embedded_start_failure(
+    err: BaseException, temp_dir: str | None = None, environ: Mapping[str, str] | None = None
+) -> str:
+    """The error for an embedded Ray that did not start: Ray's own message, the fatal line of the
+    newest session's ``raylet.err`` (which Ray's message leaves out), and what to do about it."""
+    environ = os.environ if environ is None else environ
+    text = f"could not start an embedded Ray: {_short_error(err).rstrip('.')}"
+    cause = raylet_fatal_line(temp_dir)
+    if cause:
+        text += f"; the raylet of the newest Ray session logged: {cause}"
+    if "timed out during startup" in str(err) or "agent" in cause:
+        text += (
+            ". A raylet gives its dashboard agent a fixed 15 s to start, which a busy machine can miss: "
+            "try again when it is less loaded"
+        )
+        if environ.get("PYTHONDONTWRITEBYTECODE"):
+            text += (
+                ". PYTHONDONTWRITEBYTECODE is set, so every Ray process compiles Ray's modules from source "
+                "(the dashboard agent took 35 s to start that way on a loaded 2-core machine): unset it for "
+                "one run, which writes the bytecode cache, or run `python -m compileall -q` on Ray's package "
+                "directory"
+            )
+    return text
+
+
+def raylet_fatal_line(temp_dir: str | None = None) -> str:
+    """The reason of the first fatal check in ``TEMP/session_latest/logs/raylet.err`` ("" if none)."""
+    if temp_dir is None:
+        from ray._common.utils import get_default_ray_temp_dir
+
+        temp_dir = get_default_ray_temp_dir()
+    path = os.path.join(temp_dir, "session_latest", "logs", "raylet.err")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            lines = fh.read(1 << 20).splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        match = _FATAL_CHECK.search(line)
+        if match:
+            return match.group(1).strip()[:400]
+    return ""
+
+
+_FATAL_CHECK = re.compile(r"Check failed: (?:\S+\(\) )?(.*)")
 
 
 def _section_num_nodes(section: Any) -> int | None:
