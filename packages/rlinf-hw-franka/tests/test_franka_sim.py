@@ -28,12 +28,22 @@ pytestmark = pytest.mark.network
 franky = pytest.importorskip("franky", reason="franky-control is installed by the [robot] extra")
 
 
-@pytest.fixture(scope="module")
-def franka_sim():
+def _require_franka_sim() -> None:
+    """Skip when franka-sim's environment cannot be created (no uv, registry unreachable)."""
     try:
         prepare()
     except FrankaSimUnavailable as err:
         pytest.skip(str(err))
+
+
+def _resource(host: str):
+    """What an env worker placed on the robot at ``host`` receives: its config entry's resource."""
+    return Franka.enumerate(0, [Franka.parse_config({"node_rank": 0, "robot_ip": host})], environ={})[0]
+
+
+@pytest.fixture(scope="module")
+def franka_sim():
+    _require_franka_sim()
     server = FrankaSimServer("127.0.0.2", gripper=True)
     try:
         server.start()
@@ -74,10 +84,7 @@ def test_franky_connects_reads_state_and_moves(franka_sim) -> None:
 def test_frankaenv_reaches_a_target_through_franky(franka_sim) -> None:
     from rlinf_hw_franka.env import FrankaEnv
 
-    # What an env worker placed on this robot receives: its config entry's info.
-    resource = Franka.enumerate(
-        0, [Franka.parse_config({"node_rank": 0, "robot_ip": franka_sim.host})], environ={}
-    )[0]
+    resource = _resource(franka_sim.host)
     env = FrankaEnv("franky", hardware=resource.info, control_hz=10)  # reset to the ready pose
     try:
         assert env.realtime and env.gripper
@@ -101,9 +108,7 @@ def test_reset_while_the_last_step_is_still_moving(franka_sim) -> None:
     (a joint motion, which franky will not start over a running Cartesian one) waits for it."""
     from rlinf_hw_franka.env import FrankaEnv
 
-    resource = Franka.enumerate(
-        0, [Franka.parse_config({"node_rank": 0, "robot_ip": franka_sim.host})], environ={}
-    )[0]
+    resource = _resource(franka_sim.host)
     env = FrankaEnv("franky", hardware=resource.info, control_hz=20)
     try:
         for episode in range(2):
@@ -155,10 +160,7 @@ def test_robot_errors_surface_as_exceptions() -> None:
     """A motion the robot aborts (a reflex) is a HardwareError naming the robot; reset recovers."""
     from rlinf_hw_franka.backends.franky_backend import FrankyBackend
 
-    try:
-        prepare()
-    except FrankaSimUnavailable as err:
-        pytest.skip(str(err))
+    _require_franka_sim()
     with FrankaSimServer("127.0.0.3", enforce_motion_limits=True) as sim:
         backend = FrankyBackend(sim.host, gripper=False, dynamics_factor=0.3)
         home = np.array([0, 0, 0, -1.57, 0, 1.57, 0.785])
@@ -206,10 +208,7 @@ def test_reset_retries_a_move_home_that_a_stalled_control_loop_aborted() -> None
     """franky's 1 kHz control loop runs in the client's process. Stopping that process for 150 ms
     mid-motion (what a loaded machine without a realtime kernel does on a smaller scale) makes the
     robot abort the move with a velocity reflex; reset recovers and tries again, and arrives."""
-    try:
-        prepare()
-    except FrankaSimUnavailable as err:
-        pytest.skip(str(err))
+    _require_franka_sim()
     with FrankaSimServer("127.0.0.5", enforce_motion_limits=True) as sim:
         client = subprocess.Popen(
             [sys.executable, "-c", _STALLED_CLIENT, sim.host],
@@ -240,10 +239,7 @@ def test_a_robot_busy_with_another_client_is_a_bounded_hardware_error() -> None:
     connecting gives up after connect_timeout with an error that says why, instead of hanging."""
     from rlinf_hw_franka.backends.franky_backend import FrankyBackend
 
-    try:
-        prepare()
-    except FrankaSimUnavailable as err:
-        pytest.skip(str(err))
+    _require_franka_sim()
     with FrankaSimServer("127.0.0.6") as sim:
         first = FrankyBackend(sim.host, gripper=False)
         try:
