@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 import torch
 
 from rlinf_algos.algorithms import PPO, SAC, load_sections
-from rlinf_algos.local_runner import build_policy
+from rlinf_algos.local_runner import build_policy, sac_critic, sac_policy_spec
+from rlinf_algos.models import SquashedGaussianActor
 from rlinf_core.config import load_yaml
 from rlinf_core.errors import ConfigError
 
@@ -79,3 +81,48 @@ def test_ortho_init_and_log_std_reach_the_policy() -> None:
     w = plain.actor_mean[-1].weight.detach()
     assert float((w @ w.T).diagonal().mean()) > 0.1  # kaiming-uniform rows: about 1/3
     assert torch.count_nonzero(plain.actor_mean[0].bias) > 0  # default biases are not zero
+
+
+def test_sac_model_knobs_reach_actor_and_critics() -> None:
+    """model.log_std_bound and model.ortho_init reach SAC's actor (through the spec policy.pt
+    records) and its critics; a spec from before the knobs builds the CleanRL-style actor."""
+    _, model, _ = load_sections(
+        {
+            "env": {"id": "HalfCheetah-v5"},
+            "model": {"ortho_init": False, "log_std_bound": "clip"},
+            "runner": {"total_steps": 10},
+        }
+    )
+    spec = sac_policy_spec(model, 17, 6, [-1.0] * 6, [1.0] * 6)
+    assert spec["hidden"] == [256, 256] and spec["activation"] == "relu"
+    torch.manual_seed(0)
+    actor = build_policy(spec)
+    assert isinstance(actor, SquashedGaussianActor)
+    assert actor.log_std_bound == "clip" and actor.log_std_min == -20.0
+    assert torch.count_nonzero(actor.trunk[0].bias) > 0  # PyTorch's default init, not orthogonal
+    log_std = actor._dist(torch.randn(512, 17))[1].detach()
+    assert 0.7 < float(log_std.exp().mean()) < 1.3  # SB3's start: std about 1
+    assert torch.count_nonzero(sac_critic(spec).net[0].bias) > 0
+    legacy = {k: v for k, v in spec.items() if k not in ("log_std_bound", "ortho_init")}
+    old = build_policy(legacy)
+    assert old.log_std_bound == "tanh" and old.log_std_min == -5.0
+    assert (
+        torch.count_nonzero(old.trunk[0].bias) == 0
+        and torch.count_nonzero(sac_critic(legacy).net[0].bias) == 0
+    )
+    log_std = old._dist(torch.randn(512, 17))[1].detach()
+    assert float(log_std.exp().mean()) == pytest.approx(math.exp(-1.5), rel=0.05)  # CleanRL's start: 0.22
+
+
+def test_sac_log_std_bound_error_names_its_path() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_sections(
+            {
+                "env": {"id": "HalfCheetah-v5"},
+                "model": {"log_std_bound": "softplus"},
+                "runner": {"total_steps": 10},
+            }
+        )
+    got = {p.path: p.message for p in err.value.problems}
+    assert set(got) == {"model.log_std_bound"}
+    assert "'tanh'" in got["model.log_std_bound"] and "'clip'" in got["model.log_std_bound"]

@@ -69,10 +69,11 @@ def test_running_norm_matches_batch_statistics() -> None:
     assert torch.equal(fresh(out), norm(out))
 
 
-def test_squashed_actor_bounds_and_log_prob() -> None:
+@pytest.mark.parametrize(("bound", "ortho"), [("tanh", True), ("clip", False)])
+def test_squashed_actor_bounds_and_log_prob(bound: str, ortho: bool) -> None:
     torch.manual_seed(0)
     low, high = np.array([-1.0, 0.0]), np.array([1.0, 4.0])
-    actor = SquashedGaussianActor(3, 2, low, high, hidden=(16,))
+    actor = SquashedGaussianActor(3, 2, low, high, hidden=(16,), log_std_bound=bound, ortho_init=ortho)
     obs = torch.randn(64, 3)
     torch.manual_seed(1)
     a, logp = actor.sample(obs)
@@ -89,6 +90,53 @@ def test_squashed_actor_bounds_and_log_prob() -> None:
     assert torch.allclose(logp, ref, atol=1e-3)
     det = actor.predict(obs)
     assert torch.allclose(det, torch.tanh(mean) * scale + torch.tensor([0.0, 2.0]))
+
+
+def test_squashed_actor_log_std_parametrisations() -> None:
+    """tanh (CleanRL) squashes the head's output into [-5, 2]; clip (SB3) clamps it into [-20, 2].
+    From a head output of 0 the first starts at std exp(-1.5) = 0.22, the second at std 1."""
+    obs = torch.randn(7, 3)
+    for bound, lo in (("tanh", -5.0), ("clip", -20.0)):
+        actor = SquashedGaussianActor(3, 2, [-1.0, -1.0], [1.0, 1.0], hidden=(8,), log_std_bound=bound)
+        assert actor.log_std_min == lo and actor.log_std_max == 2.0
+        with torch.no_grad():
+            actor.head.weight.zero_()
+            for raw, want in ((0.0, -1.5 if bound == "tanh" else 0.0), (1e3, 2.0), (-1e3, lo)):
+                actor.head.bias.fill_(raw)
+                _, log_std = actor._dist(obs)
+                assert torch.allclose(log_std, torch.full((7, 2), want), atol=1e-5), (bound, raw)
+    # clip passes the raw output through inside the bounds
+    actor = SquashedGaussianActor(3, 2, [-1.0, -1.0], [1.0, 1.0], hidden=(8,), log_std_bound="clip")
+    with torch.no_grad():
+        actor.head.weight.zero_()
+        actor.head.bias.copy_(torch.tensor([0.0, 0.0, -3.0, 1.5]))
+    assert torch.allclose(actor._dist(obs)[1], torch.tensor([-3.0, 1.5]).expand(7, 2))
+    with pytest.raises(ValueError, match="'tanh' or 'clip'"):
+        SquashedGaussianActor(3, 2, [-1.0], [1.0], log_std_bound="softplus")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="below log_std_max"):
+        SquashedGaussianActor(3, 2, [-1.0], [1.0], log_std_min=3.0)
+
+
+def test_sac_networks_default_init_is_pytorchs() -> None:
+    """ortho_init=False: the actor's layers and each critic member are initialised exactly as
+    nn.Linear would be (same draws from the same seed), biases included."""
+    torch.manual_seed(3)
+    ref = torch.nn.Linear(5, 8)
+    torch.manual_seed(3)
+    q = TwinQ(3, 2, hidden=(8,), ensemble=1, ortho_init=False)
+    first = q.net[0]
+    assert torch.equal(first.weight[0].T, ref.weight.detach()) and torch.equal(
+        first.bias[0, 0], ref.bias.detach()
+    )
+    torch.manual_seed(3)
+    actor = SquashedGaussianActor(5, 2, [-1.0, -1.0], [1.0, 1.0], hidden=(8,), ortho_init=False)
+    assert torch.equal(actor.trunk[0].weight, ref.weight) and torch.equal(actor.trunk[0].bias, ref.bias)
+    # the orthogonal default: W^T W = 2 I on each member, zero biases
+    q = TwinQ(3, 2, hidden=(8,), ortho_init=True)
+    w = q.net[0].weight.detach()  # [E, in, out]
+    for i in range(2):
+        assert torch.allclose(w[i] @ w[i].T, 2.0 * torch.eye(5), atol=1e-5)
+    assert float(q.net[0].bias.detach().abs().sum()) == 0.0
 
 
 def test_twin_q_members_are_independent() -> None:

@@ -157,8 +157,14 @@ class ModelConfig(BaseModel):
     log_std_init: float = Field(0.0, description="PPO/GRPO: initial log standard deviation of the policy")
     ortho_init: bool = Field(
         True,
-        description="PPO/GRPO: orthogonal initialisation (gain sqrt(2), 0.01 on the policy head, 1 on "
-        "the value head); false keeps PyTorch's default Linear initialisation (SB3's ortho_init=False)",
+        description="orthogonal initialisation (gain sqrt(2), 0.01 on the policy head, 1 on the value "
+        "or Q head); false keeps PyTorch's default Linear initialisation (SB3's ortho_init=False for "
+        "PPO; CleanRL's and SB3's SAC networks)",
+    )
+    log_std_bound: Literal["tanh", "clip"] = Field(
+        "tanh",
+        description="SAC: how the actor bounds its state-dependent log_std. tanh squashes it into "
+        "[-5, 2] (CleanRL; initial std about 0.22); clip clamps it into [-20, 2] (SB3; initial std about 1)",
     )
 
     @model_validator(mode="after")

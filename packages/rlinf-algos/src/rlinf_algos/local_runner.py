@@ -33,7 +33,7 @@ import csv
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -242,6 +242,36 @@ class RewardScaler:
 
 def _model_defaults(model: ModelConfig, hidden: list[int], activation: str) -> tuple[list[int], str]:
     return (model.hidden_sizes or hidden, model.activation or activation)
+
+
+def sac_policy_spec(
+    model: ModelConfig, obs_dim: int, act_dim: int, action_low: Sequence[float], action_high: Sequence[float]
+) -> dict[str, Any]:
+    """The ``spec`` of SAC's actor (what :func:`build_policy` builds and ``policy.pt`` records)
+    from the ``model`` section; :func:`sac_critic` builds the matching critics from it."""
+    hidden, activation = _model_defaults(model, [256, 256], "relu")
+    return {
+        "cls": "SquashedGaussianActor",
+        "obs_dim": obs_dim,
+        "act_dim": act_dim,
+        "action_low": [float(x) for x in action_low],
+        "action_high": [float(x) for x in action_high],
+        "hidden": hidden,
+        "activation": activation,
+        "log_std_bound": model.log_std_bound,
+        "ortho_init": model.ortho_init,
+    }
+
+
+def sac_critic(spec: dict[str, Any]) -> TwinQ:
+    """SAC's twin critics for the actor ``spec`` of :func:`sac_policy_spec`."""
+    return TwinQ(
+        spec["obs_dim"],
+        spec["act_dim"],
+        spec["hidden"],
+        spec["activation"],
+        ortho_init=spec.get("ortho_init", True),
+    )
 
 
 # -- PPO ---------------------------------------------------------------------------------------
@@ -1155,20 +1185,11 @@ def _train_sac(
     seed: int,
 ) -> dict[str, Any]:
     stepper = _stepper(env_cfg, seed)
-    hidden, activation = _model_defaults(model_cfg, [256, 256], "relu")
-    spec = {
-        "cls": "SquashedGaussianActor",
-        "obs_dim": stepper.obs_dim,
-        "act_dim": stepper.act_dim,
-        "action_low": stepper.action_low.tolist(),
-        "action_high": stepper.action_high.tolist(),
-        "hidden": hidden,
-        "activation": activation,
-    }
-    actor = SquashedGaussianActor(
-        stepper.obs_dim, stepper.act_dim, stepper.action_low, stepper.action_high, hidden, activation
+    spec = sac_policy_spec(
+        model_cfg, stepper.obs_dim, stepper.act_dim, stepper.action_low.tolist(), stepper.action_high.tolist()
     )
-    critic = TwinQ(stepper.obs_dim, stepper.act_dim, hidden, activation)
+    actor = build_policy(spec)
+    critic = sac_critic(spec)
     learner = SACLearner(actor, critic, cfg, runner.device)
     # np.zeros pages are only committed when written, so a large buffer_size costs what is used
     buffer = ReplayBuffer(cfg.buffer_size, (stepper.obs_dim,), (stepper.act_dim,), seed=runner.seed)
@@ -1303,6 +1324,8 @@ def build_policy(spec: dict[str, Any]) -> torch.nn.Module:
             spec["action_high"],
             spec["hidden"],
             spec["activation"],
+            log_std_bound=spec.get("log_std_bound", "tanh"),
+            ortho_init=spec.get("ortho_init", True),
         )
     raise RlinfError(f"unknown policy class {cls!r}")
 

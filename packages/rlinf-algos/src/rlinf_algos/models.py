@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -202,14 +203,26 @@ class GaussianActorCritic(nn.Module):
 class SquashedGaussianActor(nn.Module):
     """SAC's actor: ``a = low + (tanh(u) + 1) / 2 * (high - low)`` with ``u ~ N(mu(s), sigma(s))``.
 
-    ``log_std`` is squashed into ``[log_std_min, log_std_max]`` with a tanh (as CleanRL does), and
-    the log-probability includes the change-of-variables term of the tanh and the rescaling.
+    The log-probability includes the change-of-variables term of the tanh and the rescaling.
+    Two parametrisations of the state-dependent ``log_std`` are offered, since they start from
+    very different exploration noise:
+
+    - ``log_std_bound="tanh"`` (CleanRL): ``log_std`` is squashed into ``[log_std_min,
+      log_std_max]`` (default ``[-5, 2]``) with a tanh, so a head output near 0 means
+      ``log_std = -1.5`` (std 0.22) at the start;
+    - ``log_std_bound="clip"`` (Stable-Baselines3): the head's output is clamped into
+      ``[log_std_min, log_std_max]`` (default ``[-20, 2]``), so a head output near 0 means std 1.
 
     Args:
         obs_dim, act_dim: sizes.
         action_low, action_high: ``[A]`` bounds of the action space.
         hidden: hidden layer sizes.
         activation: a key of :data:`ACTIVATIONS`.
+        log_std_min, log_std_max: bounds of ``log_std``; ``None`` takes the parametrisation's
+            default.
+        log_std_bound: ``"tanh"`` or ``"clip"``, as above.
+        ortho_init: orthogonal weights (gain ``sqrt(2)``, 0.01 on the head) and zero biases;
+            ``False`` keeps PyTorch's default ``nn.Linear`` initialisation (CleanRL, SB3).
     """
 
     def __init__(
@@ -220,27 +233,42 @@ class SquashedGaussianActor(nn.Module):
         action_high: Sequence[float] | np.ndarray,
         hidden: Sequence[int] = (256, 256),
         activation: str = "relu",
-        log_std_min: float = -5.0,
+        log_std_min: float | None = None,
         log_std_max: float = 2.0,
+        log_std_bound: Literal["tanh", "clip"] = "tanh",
+        ortho_init: bool = True,
     ) -> None:
         super().__init__()
+        if log_std_bound not in ("tanh", "clip"):
+            raise ValueError(f"log_std_bound must be 'tanh' or 'clip', got {log_std_bound!r}")
         self.obs_dim, self.act_dim = obs_dim, act_dim
         act = ACTIVATIONS[activation]
+
+        def init(layer: nn.Linear, std: float = math.sqrt(2.0)) -> nn.Linear:
+            return layer_init(layer, std) if ortho_init else layer
+
         layers: list[nn.Module] = []
         last = obs_dim
         for h in hidden:
-            layers += [layer_init(nn.Linear(last, h)), act()]
+            layers += [init(nn.Linear(last, h)), act()]
             last = h
         self.trunk = nn.Sequential(*layers)
-        self.head = layer_init(nn.Linear(last, 2 * act_dim), std=0.01)
+        self.head = init(nn.Linear(last, 2 * act_dim), std=0.01)
         low = torch.as_tensor(np.asarray(action_low, dtype=np.float32))
         high = torch.as_tensor(np.asarray(action_high, dtype=np.float32))
         self.register_buffer("action_scale", (high - low) / 2.0)
         self.register_buffer("action_bias", (high + low) / 2.0)
-        self.log_std_min, self.log_std_max = log_std_min, log_std_max
+        if log_std_min is None:
+            log_std_min = -5.0 if log_std_bound == "tanh" else -20.0
+        if not log_std_min < log_std_max:
+            raise ValueError(f"log_std_min ({log_std_min}) must be below log_std_max ({log_std_max})")
+        self.log_std_min, self.log_std_max = float(log_std_min), float(log_std_max)
+        self.log_std_bound = log_std_bound
 
     def _dist(self, obs: Tensor) -> tuple[Tensor, Tensor]:
         mean, raw = self.head(self.trunk(obs)).chunk(2, dim=-1)
+        if self.log_std_bound == "clip":
+            return mean, raw.clamp(self.log_std_min, self.log_std_max)
         log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(raw) + 1.0)
         return mean, log_std
 
@@ -265,16 +293,26 @@ class SquashedGaussianActor(nn.Module):
 
 
 class EnsembleLinear(nn.Module):
-    """``E`` independent linear layers applied in one ``baddbmm``: ``[E, B, in] -> [E, B, out]``
-    (each member orthogonally initialised with gain ``std``)."""
+    """``E`` independent linear layers applied in one ``baddbmm``: ``[E, B, in] -> [E, B, out]``.
 
-    def __init__(self, ensemble: int, in_dim: int, out_dim: int, std: float = math.sqrt(2.0)) -> None:
+    Each member is orthogonally initialised with gain ``std`` and a zero bias, or with
+    ``ortho_init=False`` exactly as PyTorch initialises an ``nn.Linear(in_dim, out_dim)``
+    (weights and bias uniform in ``+-1/sqrt(in_dim)``)."""
+
+    def __init__(
+        self, ensemble: int, in_dim: int, out_dim: int, std: float = math.sqrt(2.0), ortho_init: bool = True
+    ) -> None:
         super().__init__()
         w = torch.empty(ensemble, out_dim, in_dim)
+        b = torch.zeros(ensemble, 1, out_dim)
         for i in range(ensemble):
-            nn.init.orthogonal_(w[i], std)
+            if ortho_init:
+                nn.init.orthogonal_(w[i], std)
+            else:  # nn.Linear.reset_parameters
+                nn.init.kaiming_uniform_(w[i], a=math.sqrt(5))
+                nn.init.uniform_(b[i], -1.0 / math.sqrt(in_dim), 1.0 / math.sqrt(in_dim))
         self.weight = nn.Parameter(w.transpose(1, 2).contiguous())
-        self.bias = nn.Parameter(torch.zeros(ensemble, 1, out_dim))
+        self.bias = nn.Parameter(b)
 
     def forward(self, x: Tensor) -> Tensor:
         return torch.baddbmm(self.bias, x, self.weight)
@@ -282,7 +320,7 @@ class EnsembleLinear(nn.Module):
 
 class TwinQ(nn.Module):
     """``E`` (2 by default) Q networks ``Q_i(s, a)`` evaluated together: ``obs [B, D], actions
-    [B, A] -> [E, B]``."""
+    [B, A] -> [E, B]``; ``ortho_init`` as in :class:`EnsembleLinear`."""
 
     def __init__(
         self,
@@ -291,6 +329,7 @@ class TwinQ(nn.Module):
         hidden: Sequence[int] = (256, 256),
         activation: str = "relu",
         ensemble: int = 2,
+        ortho_init: bool = True,
     ) -> None:
         super().__init__()
         self.ensemble = ensemble
@@ -298,9 +337,9 @@ class TwinQ(nn.Module):
         layers: list[nn.Module] = []
         last = obs_dim + act_dim
         for h in hidden:
-            layers += [EnsembleLinear(ensemble, last, h), act()]
+            layers += [EnsembleLinear(ensemble, last, h, ortho_init=ortho_init), act()]
             last = h
-        layers.append(EnsembleLinear(ensemble, last, 1, std=1.0))
+        layers.append(EnsembleLinear(ensemble, last, 1, std=1.0, ortho_init=ortho_init))
         self.net = nn.Sequential(*layers)
 
     def forward(self, obs: Tensor, actions: Tensor) -> Tensor:

@@ -551,7 +551,7 @@ class DistributedRun:
         return self.scheduler.channel(name, **opts)
 
     def setup(self) -> None:
-        from rlinf_algos.local_runner import _model_defaults
+        from rlinf_algos.local_runner import _model_defaults, sac_policy_spec
         from rlinf_algos.workers import ActorWorker, EnvWorker, ReferenceWorker, RewardWorker, RolloutWorker
 
         M, N = self._world("env"), self._world("rollout")
@@ -622,8 +622,13 @@ class DistributedRun:
                 "ortho_init": self.model_cfg.ortho_init,
             }
         else:
-            hidden, act = _model_defaults(self.model_cfg, [256, 256], "relu")
-            spec = {"cls": "SquashedGaussianActor", **spaces, "hidden": hidden, "activation": act}
+            spec = sac_policy_spec(
+                self.model_cfg,
+                spaces["obs_dim"],
+                spaces["act_dim"],
+                spaces["action_low"],
+                spaces["action_high"],
+            )
         spec["num_slots"] = self.env_cfg.num_envs
         self.spec = spec
         self.groups["actor"].configure(spec).wait(self.timeout)

@@ -1083,8 +1083,14 @@ class ActorWorker(Worker):
         """Build the networks, optimisers (and replay buffer) from ``spec``, create the weight
         broadcast and publish version 0. Returns the published version."""
         from rlinf_algos.algorithms import GRPOConfig, PPOConfig, SACConfig
-        from rlinf_algos.local_runner import GRPOLearner, PPOLearner, RewardScaler, SACLearner, build_policy
-        from rlinf_algos.models import TwinQ
+        from rlinf_algos.local_runner import (
+            GRPOLearner,
+            PPOLearner,
+            RewardScaler,
+            SACLearner,
+            build_policy,
+            sac_critic,
+        )
         from rlinf_algos.replay import ReplayBuffer
         from rlinf_scheduler.weights import WeightBroadcast
 
@@ -1103,9 +1109,7 @@ class ActorWorker(Worker):
             self.learner = GRPOLearner(self.model, self.cfg, seed=seed, reference=False)
         else:
             self.cfg = SACConfig(**self.algo_cfg)
-            critic = TwinQ(
-                self.spec["obs_dim"], self.spec["act_dim"], self.spec["hidden"], self.spec["activation"]
-            )
+            critic = sac_critic(self.spec)
             self.learner = SACLearner(self.model, critic, self.cfg, self.runner_cfg.get("device", "cpu"))
             self.buffer = ReplayBuffer(
                 self.cfg.buffer_size, (self.spec["obs_dim"],), (self.spec["act_dim"],), seed=seed
