@@ -442,7 +442,7 @@ def _sac_children(args: argparse.Namespace, root: Path, seed: int) -> tuple[Chil
         sys.executable, "-m", "rlinf_core", "train", str(SAC_CONFIG),
         f"runner.seed={seed}", f"runner.total_steps={args.steps}", f"runner.log_interval={SAC_LOG}",
         f"runner.scheduler={args.scheduler}",
-        *SAC_OVERRIDES, "--run-dir", str(run_dir), "--quiet",
+        *SAC_OVERRIDES, *args.rlinf_set, "--run-dir", str(run_dir), "--quiet",
     ]  # fmt: skip
     sb_argv = [
         sys.executable, os.path.abspath(__file__), "--_sb3_sac",
@@ -566,7 +566,7 @@ def sac(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         "seeds": results,
         "summary": summary,
         "settings": {
-            "overrides": SAC_OVERRIDES,
+            "overrides": SAC_OVERRIDES + args.rlinf_set,
             "config": str(SAC_CONFIG.relative_to(ROOT)),
             "layout": "alone" if args.alone else "together",
             "sb3_threads": sb3_threads(args),
@@ -628,6 +628,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         type=int,
         default=None,
         help="SAC: SB3's torch threads (default: every core when the peers run one after the other, else 1)",
+    )
+    ap.add_argument(
+        "--rlinf-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="SAC: one more override for rlinf's run, after the comparison's own (repeatable), e.g. "
+        "model.log_std_bound=clip",
     )
     ap.add_argument("--_sb3_sac", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
