@@ -89,7 +89,7 @@ def test_sac_model_knobs_reach_actor_and_critics() -> None:
     _, model, _ = load_sections(
         {
             "env": {"id": "HalfCheetah-v5"},
-            "model": {"ortho_init": False, "log_std_bound": "clip"},
+            "model": {"ortho_init": False, "log_std_bound": "clip", "squash_eps": 1e-6},
             "runner": {"total_steps": 10},
         }
     )
@@ -98,14 +98,14 @@ def test_sac_model_knobs_reach_actor_and_critics() -> None:
     torch.manual_seed(0)
     actor = build_policy(spec)
     assert isinstance(actor, SquashedGaussianActor)
-    assert actor.log_std_bound == "clip" and actor.log_std_min == -20.0
+    assert actor.log_std_bound == "clip" and actor.log_std_min == -20.0 and actor.squash_eps == 1e-6
     assert torch.count_nonzero(actor.trunk[0].bias) > 0  # PyTorch's default init, not orthogonal
     log_std = actor._dist(torch.randn(512, 17))[1].detach()
     assert 0.7 < float(log_std.exp().mean()) < 1.3  # SB3's start: std about 1
     assert torch.count_nonzero(sac_critic(spec).net[0].bias) > 0
-    legacy = {k: v for k, v in spec.items() if k not in ("log_std_bound", "ortho_init")}
+    legacy = {k: v for k, v in spec.items() if k not in ("log_std_bound", "ortho_init", "squash_eps")}
     old = build_policy(legacy)
-    assert old.log_std_bound == "tanh" and old.log_std_min == -5.0
+    assert old.log_std_bound == "tanh" and old.log_std_min == -5.0 and old.squash_eps == 0.0
     assert (
         torch.count_nonzero(old.trunk[0].bias) == 0
         and torch.count_nonzero(sac_critic(legacy).net[0].bias) == 0
@@ -119,10 +119,11 @@ def test_sac_log_std_bound_error_names_its_path() -> None:
         load_sections(
             {
                 "env": {"id": "HalfCheetah-v5"},
-                "model": {"log_std_bound": "softplus"},
+                "model": {"log_std_bound": "softplus", "squash_eps": -1e-6},
                 "runner": {"total_steps": 10},
             }
         )
     got = {p.path: p.message for p in err.value.problems}
-    assert set(got) == {"model.log_std_bound"}
+    assert set(got) == {"model.log_std_bound", "model.squash_eps"}
+    assert "greater than or equal to 0" in got["model.squash_eps"]
     assert "'tanh'" in got["model.log_std_bound"] and "'clip'" in got["model.log_std_bound"]

@@ -69,11 +69,15 @@ def test_running_norm_matches_batch_statistics() -> None:
     assert torch.equal(fresh(out), norm(out))
 
 
-@pytest.mark.parametrize(("bound", "ortho"), [("tanh", True), ("clip", False)])
-def test_squashed_actor_bounds_and_log_prob(bound: str, ortho: bool) -> None:
+@pytest.mark.parametrize(
+    ("bound", "ortho", "eps"), [("tanh", True, 0.0), ("clip", False, 0.0), ("clip", False, 1e-6)]
+)
+def test_squashed_actor_bounds_and_log_prob(bound: str, ortho: bool, eps: float) -> None:
     torch.manual_seed(0)
     low, high = np.array([-1.0, 0.0]), np.array([1.0, 4.0])
-    actor = SquashedGaussianActor(3, 2, low, high, hidden=(16,), log_std_bound=bound, ortho_init=ortho)
+    actor = SquashedGaussianActor(
+        3, 2, low, high, hidden=(16,), log_std_bound=bound, ortho_init=ortho, squash_eps=eps
+    )
     obs = torch.randn(64, 3)
     torch.manual_seed(1)
     a, logp = actor.sample(obs)
@@ -115,6 +119,34 @@ def test_squashed_actor_log_std_parametrisations() -> None:
         SquashedGaussianActor(3, 2, [-1.0], [1.0], log_std_bound="softplus")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="below log_std_max"):
         SquashedGaussianActor(3, 2, [-1.0], [1.0], log_std_min=3.0)
+
+
+def test_squash_eps_bounds_the_cost_of_saturated_actions() -> None:
+    """Deep in saturation (u = 20 in every dim) the exact correction is -2 (u - log 2) = -38.6 per
+    dim; with SB3's eps = 1e-6 it stops at log(1e-6) = -13.8. Away from saturation both agree."""
+    exact = SquashedGaussianActor(3, 2, [-1.0, -1.0], [1.0, 1.0], hidden=(8,), log_std_bound="clip")
+    eps = SquashedGaussianActor(
+        3, 2, [-1.0, -1.0], [1.0, 1.0], hidden=(8,), log_std_bound="clip", squash_eps=1e-6
+    )
+    obs = torch.randn(4, 3)
+    for mean, log_std, want in ((20.0, -20.0, (-38.6137, math.log(1e-6))), (0.3, -1.0, None)):
+        for actor in (exact, eps):
+            with torch.no_grad():
+                actor.head.weight.zero_()
+                actor.head.bias.copy_(torch.tensor([mean, mean, log_std, log_std]))
+        a1, lp1 = exact.sample(obs, torch.Generator().manual_seed(0))
+        a2, lp2 = eps.sample(obs, torch.Generator().manual_seed(0))
+        assert torch.equal(a1, a2)
+        gauss = gaussian_log_prob(
+            torch.full((4, 2), mean), torch.full((4, 2), mean), torch.full((4, 2), log_std)
+        )
+        if want is None:
+            assert torch.allclose(lp1, lp2, atol=1e-4)
+        else:
+            assert torch.allclose(lp1, gauss - 2 * want[0], atol=1e-2)
+            assert torch.allclose(lp2, gauss - 2 * want[1], atol=1e-2)
+    with pytest.raises(ValueError, match="squash_eps"):
+        SquashedGaussianActor(3, 2, [-1.0], [1.0], squash_eps=-1.0)
 
 
 def test_sac_networks_default_init_is_pytorchs() -> None:

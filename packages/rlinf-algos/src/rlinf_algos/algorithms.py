@@ -166,6 +166,13 @@ class ModelConfig(BaseModel):
         description="SAC: how the actor bounds its state-dependent log_std. tanh squashes it into "
         "[-5, 2] (CleanRL; initial std about 0.22); clip clamps it into [-20, 2] (SB3; initial std about 1)",
     )
+    squash_eps: float = Field(
+        0.0,
+        ge=0.0,
+        description="SAC: eps in the log-probability's tanh correction log(1 - tanh(u)^2 + eps); 0 is the "
+        "exact form (Spinning Up, softlearning), 1e-6 is SB3's and CleanRL's (bounds the entropy cost of "
+        "saturated actions)",
+    )
 
     @model_validator(mode="after")
     def _positive(self) -> ModelConfig:

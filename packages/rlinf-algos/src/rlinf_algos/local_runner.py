@@ -260,6 +260,7 @@ def sac_policy_spec(
         "activation": activation,
         "log_std_bound": model.log_std_bound,
         "ortho_init": model.ortho_init,
+        "squash_eps": model.squash_eps,
     }
 
 
@@ -1326,6 +1327,7 @@ def build_policy(spec: dict[str, Any]) -> torch.nn.Module:
             spec["activation"],
             log_std_bound=spec.get("log_std_bound", "tanh"),
             ortho_init=spec.get("ortho_init", True),
+            squash_eps=spec.get("squash_eps", 0.0),
         )
     raise RlinfError(f"unknown policy class {cls!r}")
 

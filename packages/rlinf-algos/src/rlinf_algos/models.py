@@ -221,6 +221,11 @@ class SquashedGaussianActor(nn.Module):
         log_std_min, log_std_max: bounds of ``log_std``; ``None`` takes the parametrisation's
             default.
         log_std_bound: ``"tanh"`` or ``"clip"``, as above.
+        squash_eps: the ``eps`` in the tanh correction ``log(1 - tanh(u)^2 + eps)`` of the
+            log-probability. ``0`` (default) uses the exact, stable form ``2 (log 2 - u -
+            softplus(-2u))`` (Spinning Up, softlearning); SB3 and CleanRL use ``1e-6``, which caps
+            the correction at about ``log(eps)`` per dimension once an action saturates, so a
+            saturated (bang-bang) action costs bounded entropy.
         ortho_init: orthogonal weights (gain ``sqrt(2)``, 0.01 on the head) and zero biases;
             ``False`` keeps PyTorch's default ``nn.Linear`` initialisation (CleanRL, SB3).
     """
@@ -237,8 +242,12 @@ class SquashedGaussianActor(nn.Module):
         log_std_max: float = 2.0,
         log_std_bound: Literal["tanh", "clip"] = "tanh",
         ortho_init: bool = True,
+        squash_eps: float = 0.0,
     ) -> None:
         super().__init__()
+        if not squash_eps >= 0.0:
+            raise ValueError(f"squash_eps must be >= 0, got {squash_eps}")
+        self.squash_eps = float(squash_eps)
         if log_std_bound not in ("tanh", "clip"):
             raise ValueError(f"log_std_bound must be 'tanh' or 'clip', got {log_std_bound!r}")
         self.obs_dim, self.act_dim = obs_dim, act_dim
@@ -278,10 +287,13 @@ class SquashedGaussianActor(nn.Module):
         mean, log_std = self._dist(obs)
         noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
         u = mean + noise * torch.exp(log_std)
-        # log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)), stable for large |u|
-        log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u)) + torch.log(self.action_scale)
-        log_prob = gaussian_log_prob(u, mean, log_std) - log_det.sum(-1)
-        return torch.tanh(u) * self.action_scale + self.action_bias, log_prob
+        y = torch.tanh(u)
+        if self.squash_eps > 0.0:
+            log_det = torch.log(1.0 - y * y + self.squash_eps)
+        else:  # log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)), stable for large |u|
+            log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
+        log_prob = gaussian_log_prob(u, mean, log_std) - (log_det + torch.log(self.action_scale)).sum(-1)
+        return y * self.action_scale + self.action_bias, log_prob
 
     @torch.no_grad()
     def predict(self, obs: Tensor, deterministic: bool = True) -> Tensor:
