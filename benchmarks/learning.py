@@ -275,9 +275,10 @@ def ppo(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 
 
 def sb3_sac_child(steps: int, seed: int, out: str, max_wall: float | None, threads: int = 1) -> None:
-    """The SB3 SAC peer (runs in a subprocess, with ``threads`` torch threads): writes
-    ``progress.json`` with a sample every SAC_LOG steps (step, wall s, process CPU s, cumulative
-    episodes and return sum), the final policy's evaluation, and ``wall_s``."""
+    """The SB3 SAC peer (runs in a subprocess, with ``threads`` torch threads): writes ``out``
+    with a sample every SAC_LOG steps (step, wall s, process CPU s, cumulative episodes and
+    return sum), the final policy's evaluation, and ``wall_s``; the final model goes beside it
+    (``out`` with ``.zip``)."""
     import torch
     from stable_baselines3 import SAC
     from stable_baselines3.common.callbacks import BaseCallback
@@ -352,6 +353,7 @@ def sb3_sac_child(steps: int, seed: int, out: str, max_wall: float | None, threa
                 "return_sum": ret_sum,
             }
         )
+    model.save(str(Path(out).with_suffix(".zip")))  # the final policy, to study beside rlinf's policy.pt
     eval_env = make_vec_env(ENV_ID, n_envs=1, seed=10_000 + seed)
     mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=10, deterministic=True)
     Path(out).write_text(
