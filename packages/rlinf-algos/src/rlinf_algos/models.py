@@ -47,6 +47,11 @@ def layer_init(layer: nn.Linear, std: float = math.sqrt(2.0), bias: float = 0.0)
     return layer
 
 
+def _init(layer: nn.Linear, ortho: bool, std: float = math.sqrt(2.0)) -> nn.Linear:
+    """:func:`layer_init` if ``ortho``, else the layer with PyTorch's default initialisation."""
+    return layer_init(layer, std) if ortho else layer
+
+
 def mlp(
     in_dim: int,
     hidden: Sequence[int],
@@ -59,16 +64,12 @@ def mlp(
     ``sqrt(2)`` on hidden layers, ``out_std`` on the last; ``ortho_init=False`` keeps PyTorch's
     default ``nn.Linear`` initialisation everywhere)."""
     act = ACTIVATIONS[activation]
-
-    def init(layer: nn.Linear, std: float = math.sqrt(2.0)) -> nn.Linear:
-        return layer_init(layer, std) if ortho_init else layer
-
     layers: list[nn.Module] = []
     last = in_dim
     for h in hidden:
-        layers += [init(nn.Linear(last, h)), act()]
+        layers += [_init(nn.Linear(last, h), ortho_init), act()]
         last = h
-    layers.append(init(nn.Linear(last, out_dim), std=out_std))
+    layers.append(_init(nn.Linear(last, out_dim), ortho_init, std=out_std))
     return nn.Sequential(*layers)
 
 
@@ -252,17 +253,13 @@ class SquashedGaussianActor(nn.Module):
             raise ValueError(f"log_std_bound must be 'tanh' or 'clip', got {log_std_bound!r}")
         self.obs_dim, self.act_dim = obs_dim, act_dim
         act = ACTIVATIONS[activation]
-
-        def init(layer: nn.Linear, std: float = math.sqrt(2.0)) -> nn.Linear:
-            return layer_init(layer, std) if ortho_init else layer
-
         layers: list[nn.Module] = []
         last = obs_dim
         for h in hidden:
-            layers += [init(nn.Linear(last, h)), act()]
+            layers += [_init(nn.Linear(last, h), ortho_init), act()]
             last = h
         self.trunk = nn.Sequential(*layers)
-        self.head = init(nn.Linear(last, 2 * act_dim), std=0.01)
+        self.head = _init(nn.Linear(last, 2 * act_dim), ortho_init, std=0.01)
         low = torch.as_tensor(np.asarray(action_low, dtype=np.float32))
         high = torch.as_tensor(np.asarray(action_high, dtype=np.float32))
         self.register_buffer("action_scale", (high - low) / 2.0)
