@@ -85,6 +85,7 @@ def test_every_problem_of_every_section_is_reported_with_its_path(host: Any) -> 
     data["env"]["num_envs"] = 0
     data["runner"].pop("total_steps")
     data["rollout"]["pipeline_stagez"] = 2
+    data["rollout"]["max_chunks_ahead"] = -1
     data["model"]["activation"] = "sigmoid"
     data["cluster"]["component_placement"].pop("rollout")
     data["cluster"]["num_nodes"] = 0
@@ -94,6 +95,7 @@ def test_every_problem_of_every_section_is_reported_with_its_path(host: Any) -> 
     assert "greater than or equal to 1" in got["env.num_envs"]
     assert "runner.total_steps" in got
     assert "unknown key" in got["rollout.pipeline_stagez"]
+    assert "greater than or equal to 0" in got["rollout.max_chunks_ahead"]
     assert "'tanh'" in got["model.activation"]
     assert "cluster.num_nodes" in got
     assert "extra" in got and "unknown section" in got["extra"]

@@ -116,15 +116,25 @@ def test_sac_streams_transitions_to_the_learner(ray_cluster: Any, tmp_path: Path
         "algorithm": {"name": "sac", "learning_starts": 128, "batch_size": 32, "updates_per_step": 0.5},
         "env": {"id": ENV, "num_envs": 4},
         "model": {"hidden_sizes": [32, 32]},
-        "rollout": {"steps_per_iteration": 32, "chunk_steps": 8},
+        "rollout": {"steps_per_iteration": 32, "chunk_steps": 8, "max_chunks_ahead": 1},
         "runner": {"total_steps": 384, "log_interval": 128, "checkpoint_interval": 384},
     }
-    summary = run_training(config, run_dir=tmp_path)
+    bounds: list[int] = []
+    summary = run_training(
+        config,
+        run_dir=tmp_path,
+        callbacks={"on_iteration": lambda run, k: bounds.append(run.traj_ch.maxsize)},
+    )
     assert summary["total_env_steps"] == 384
+    assert set(bounds) == {1}  # each rollout worker's queue to the learner holds one message
     table = rows(tmp_path)
     assert [int(r["step"]) for r in table] == [128, 256, 384]
     # 0.5 gradient steps per env step received after learning_starts
     assert float(table[-1]["updates"]) == pytest.approx((384 - 128) * 0.5, abs=1)
+    # a message is 8 steps x 4 envs = 16 gradient steps; with one message queued, the actions of a
+    # message are at most two messages' worth of gradient steps behind the learner that takes it
+    lags = [float(r["policy_lag"]) for r in table]
+    assert all(0 <= lag <= 32 for lag in lags), lags
     state = torch.load(latest_checkpoint(tmp_path), weights_only=False)
     assert len(state["actor"]["buffer"]["rewards"]) == 384
     _, record = load_policy(tmp_path / "policy.pt")

@@ -230,6 +230,15 @@ class RolloutConfig(BaseModel):
     chunk_steps: int = Field(
         8, ge=1, description="SAC: vector steps per message of transitions to the learner"
     )
+    max_chunks_ahead: int = Field(
+        1,
+        ge=0,
+        description="SAC: messages of transitions a rollout worker may have sent that the learner "
+        "has not taken yet. The rollout worker waits for room, so the actions of a message come "
+        "from weights at most (max_chunks_ahead + 1) messages' worth of gradient steps older than "
+        "the learner that takes it (policy_lag in metrics.csv). 0: no bound (collection runs "
+        "ahead of learning by up to max_staleness + 1 iterations)",
+    )
 
 
 class RunSections(BaseModel):

@@ -545,10 +545,10 @@ class DistributedRun:
         if problems:
             raise ConfigError(problems)
 
-    def _channel(self, name: str, component: str) -> Any:
+    def _channel(self, name: str, component: str, maxsize: int = 0) -> Any:
         node = self._node_rank(component)
-        opts = {"node_rank": node} if node is not None else {}
-        return self.scheduler.channel(name, **opts)
+        opts: dict[str, Any] = {"node_rank": node} if node is not None else {}
+        return self.scheduler.channel(name, maxsize=maxsize, **opts)
 
     def setup(self) -> None:
         from rlinf_algos.local_runner import _model_defaults, sac_policy_spec
@@ -561,7 +561,10 @@ class DistributedRun:
         self.weights = f"rlinf-{uid}-policy"
         self.link_token = secrets.token_hex(16)  # travels only as a Ray call argument
         S, seed = self.rollout_cfg.pipeline_stages, self.runner_cfg.seed
-        self.traj_ch = self._channel(f"rlinf-{uid}-traj", "actor")
+        # SAC's rollout workers stream transitions while the learner learns: a bound on each one's
+        # queue keeps collection (and so the policy it acts with) close behind the learner
+        bound = self.rollout_cfg.max_chunks_ahead if self.name == "sac" else 0
+        self.traj_ch = self._channel(f"rlinf-{uid}-traj", "actor", maxsize=bound)
         if M is None or N is None:  # a scheduler without a plan: learn the sizes from the env group
             env = self.scheduler.launch(
                 "env",
@@ -1105,7 +1108,7 @@ class DistributedRun:
 
 _EXTRA_COLUMNS: dict[str, tuple[str, ...]] = {
     "ppo": ("wait_s", "policy_lag"),
-    "sac": ("update_s", "wait_s"),
+    "sac": ("update_s", "wait_s", "policy_lag"),
     "grpo": ("update_s", "wait_s", "policy_lag", "group_return_std", "reference_s"),
 }
 

@@ -827,7 +827,8 @@ class RolloutWorker(Worker):
         def flush() -> None:
             if not chunk["obs"]:
                 return
-            item = {k: np.concatenate(v, 0) for k, v in chunk.items()}
+            item: dict[str, Any] = {k: np.concatenate(v, 0) for k, v in chunk.items()}
+            item["version"] = self.version  # the weights these actions came from
             for v in chunk.values():
                 v.clear()
             if send:
@@ -1263,10 +1264,13 @@ class ActorWorker(Worker):
     def _train_sac(self, gen: int, chunks: int, global_step: int) -> dict[str, Any]:
         """Consume ``chunks`` transition messages per rollout rank as they arrive, doing
         ``updates_per_step`` gradient steps per env step received (after ``learning_starts``)
-        and publishing after each message that changed the weights."""
+        and publishing after each message that changed the weights. ``policy_lag``: the most
+        gradient steps (weight versions) any message's actions were behind the learner when it
+        arrived."""
         cfg, learner, buffer = self.cfg, self.learner, self.buffer
         t0 = time.perf_counter()
         waited = 0.0
+        lag = 0
         got = 0  # env steps received in this iteration (global_step: those before it)
         for _ in range(chunks):
             for r in range(self.rollout_world):
@@ -1276,6 +1280,7 @@ class ActorWorker(Worker):
                 if isinstance(item, str) and item == ABORT:
                     return {"aborted": True}
                 n = item["obs"].shape[0]
+                lag = max(lag, int(learner.version) - int(item.get("version", learner.version)))
                 buffer.add(
                     item["obs"],
                     item["actions"],
@@ -1302,6 +1307,7 @@ class ActorWorker(Worker):
             "aborted": False,
             "update_s": time.perf_counter() - t0 - waited,
             "wait_s": waited,
+            "policy_lag": float(lag),
         }
         if self._count:
             metrics.update({k: float(v) / self._count for k, v in self._sums.items()})
