@@ -1280,7 +1280,7 @@ class ActorWorker(Worker):
                 if isinstance(item, str) and item == ABORT:
                     return {"aborted": True}
                 n = item["obs"].shape[0]
-                lag = max(lag, int(learner.version) - int(item.get("version", learner.version)))
+                lag = max(lag, int(learner.version) - int(item["version"]))
                 buffer.add(
                     item["obs"],
                     item["actions"],
