@@ -40,6 +40,9 @@ def test_sac_and_grpo_config_errors() -> None:
         validate_model(SACConfig, {"tau": 0, "updates_per_step": -1, "name": "ppo"}, "algorithm")
     assert set(problems(err)) == {"algorithm.tau", "algorithm.updates_per_step", "algorithm.name"}
     with pytest.raises(ConfigError) as err:
+        validate_model(SACConfig, {"update_order": "pipelined", "actor_update_interval": 2}, "algorithm")
+    assert "needs actor_update_interval: 1 (got 2)" in problems(err)["algorithm"]
+    with pytest.raises(ConfigError) as err:
         validate_model(GRPOConfig, {"group_size": 1, "aggregation": "sum"}, "algorithm")
     got = problems(err)
     assert "greater than or equal to 2" in got["algorithm.group_size"]

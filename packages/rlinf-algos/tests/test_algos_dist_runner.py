@@ -113,7 +113,13 @@ def test_resume_restores_the_learner_exactly(ray_cluster: Any, tmp_path: Path) -
 def test_sac_streams_transitions_to_the_learner(ray_cluster: Any, tmp_path: Path) -> None:
     config = {
         "cluster": placement(),
-        "algorithm": {"name": "sac", "learning_starts": 128, "batch_size": 32, "updates_per_step": 0.5},
+        "algorithm": {
+            "name": "sac",
+            "learning_starts": 128,
+            "batch_size": 32,
+            "updates_per_step": 0.5,
+            "update_order": "pipelined",  # the learner publishes from its second thread's snapshots
+        },
         "env": {"id": ENV, "num_envs": 4},
         "model": {"hidden_sizes": [32, 32]},
         "rollout": {"steps_per_iteration": 32, "chunk_steps": 8, "max_chunks_ahead": 1},

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from rlinf_algos.models import (
+    EnsembleLinear,
     GaussianActorCritic,
     RunningNorm,
     SquashedGaussianActor,
@@ -247,3 +248,24 @@ def test_replay_buffer_rejects_bad_shapes() -> None:
         )
     with pytest.raises(ValueError, match="empty"):
         buf.sample(1)
+
+
+@pytest.mark.parametrize("out_dim", [1, 5])
+def test_ensemble_linear_is_its_members_side_by_side(out_dim: int) -> None:
+    # the one-output layer takes another path (a product and a sum) than the others (baddbmm)
+    torch.manual_seed(0)
+    layer = EnsembleLinear(3, 4, out_dim)
+    with torch.no_grad():
+        layer.bias.normal_()
+    x = torch.randn(3, 6, 4, requires_grad=True)
+    y = layer(x)
+    assert y.shape == (3, 6, out_dim)
+    for i in range(3):
+        want = torch.nn.functional.linear(x[i], layer.weight[i].T, layer.bias[i, 0])
+        torch.testing.assert_close(y[i], want)
+    g = torch.randn_like(y)
+    (y * g).sum().backward()
+    for i in range(3):
+        torch.testing.assert_close(layer.weight.grad[i], x[i].detach().T @ g[i])
+        torch.testing.assert_close(layer.bias.grad[i, 0], g[i].sum(0))
+    torch.testing.assert_close(x.grad, g @ layer.weight.detach().transpose(1, 2))

@@ -28,6 +28,7 @@ from rlinf_algos.local_runner import (
 )
 from rlinf_algos.models import GaussianActorCritic, SquashedGaussianActor, TwinQ
 from rlinf_algos.replay import ReplayBuffer
+from rlinf_algos.sac import polyak_update as sac_polyak
 
 ENV = "InvertedPendulum-v5"
 SUMMARY_KEYS = {"total_env_steps", "wall_s", "env_steps_per_s", "final_return_mean", "best_return_mean"}
@@ -66,13 +67,15 @@ def test_ppo_run_writes_the_run_directory(tmp_path: Path) -> None:
     assert len(ev["returns"]) == 2 and ev["mean"] > 0
 
 
-def test_sac_run_respects_learning_starts_and_update_ratio(tmp_path: Path) -> None:
-    summary = SAC(SAC_SMALL).run(None, sac_sections(500), tmp_path)
+@pytest.mark.parametrize("order", ["sequential", "pipelined"])
+def test_sac_run_respects_learning_starts_and_update_ratio(tmp_path: Path, order: str) -> None:
+    summary = SAC(SAC_SMALL.model_copy(update={"update_order": order})).run(None, sac_sections(500), tmp_path)
     assert summary["total_env_steps"] == 500 and summary["episodes"] > 0
     table = rows(tmp_path)
     # no learner metrics before learning_starts; then 0.5 updates per env step
     assert table[0]["critic_loss"] == ""
     assert float(table[-1]["updates"]) == pytest.approx((500 - 200) * 0.5, abs=1)
+    assert float(table[-1]["alpha"]) > 0 and np.isfinite(float(table[-1]["actor_loss"]))
     module, _ = load_policy(tmp_path / "policy.pt")
     assert isinstance(module, SquashedGaussianActor)
 
@@ -114,7 +117,7 @@ def test_best_return_is_never_below_the_final_one() -> None:
     assert _best_of(-math.inf, 4.0) == 4.0
 
 
-@pytest.mark.parametrize("order", ["sequential", "simultaneous"])
+@pytest.mark.parametrize("order", ["sequential", "simultaneous", "pipelined"])
 def test_sac_learner_state_roundtrip_continues_identically(tmp_path: Path, order: str) -> None:
     cfg = SAC_SMALL.model_copy(update={"update_order": order})
 
@@ -137,7 +140,8 @@ def test_sac_learner_state_roundtrip_continues_identically(tmp_path: Path, order
     buf_b.load_state_dict(saved["buffer"])
     for learner, buf in ((a, buf_a), (b, buf_b)):
         torch.manual_seed(5)
-        learner.update(buf.sample(8))
+        for _ in range(3):  # pipelined: the first two read the snapshots the checkpoint holds
+            learner.update(buf.sample(8))
     for x, y in zip(a.state_dict()["critic"].values(), b.state_dict()["critic"].values(), strict=True):
         assert torch.equal(x, y)
     for x, y in zip(a.actor.parameters(), b.actor.parameters(), strict=True):
@@ -188,6 +192,56 @@ def test_sac_simultaneous_actor_step_sees_the_critic_from_before_the_step() -> N
     post = _actor_grad_sign(before["actor"], learner.critic, obs, gen_after, alpha)
     assert all(torch.equal(m, -g) for m, g in zip(moved, pre, strict=True))
     assert not all(torch.equal(m, -g) for m, g in zip(moved, post, strict=True))
+
+
+def test_sac_pipelined_steps_read_the_networks_one_update_older() -> None:
+    """pipelined update k: the critic step against actor and temperature after actor step k - 2,
+    the actor step against the critic after critic step k - 2; replayed on one thread from the
+    same start, every network and the temperature come out bit for bit the same."""
+    torch.manual_seed(3)
+    cfg = SACConfig(batch_size=16, critic_lr=0.5, actor_lr=1e-3, update_order="pipelined")
+    pipe = SACLearner(SquashedGaussianActor(3, 2, [-1.0] * 2, [1.0] * 2, (16,)), TwinQ(3, 2, (16,)), cfg)
+    start = torch.get_rng_state()
+    torch.manual_seed(3)
+    ref = SACLearner(
+        SquashedGaussianActor(3, 2, [-1.0] * 2, [1.0] * 2, (16,)),
+        TwinQ(3, 2, (16,)),
+        cfg.model_copy(update={"update_order": "sequential"}),
+    )
+    side = torch.Generator().set_state(pipe.side_generator.get_state())
+    buf = ReplayBuffer(64, (3,), (2,), seed=0)
+    rng = np.random.default_rng(0)
+    buf.add(rng.normal(size=(32, 3)), rng.uniform(-1, 1, (32, 2)), rng.normal(size=32) * 10,
+            rng.normal(size=(32, 3)), rng.random(32) < 0.2, np.zeros(32, bool))  # fmt: skip
+    batches = [buf.sample(16) for _ in range(6)]
+    torch.set_rng_state(start)
+    for k, batch in enumerate(batches, 1):
+        pipe.update(batch)
+        assert pipe.version == k - 1
+        published = pipe.policy()  # the actor after actor step k - 1
+    pipe.sync()
+    torch.set_rng_state(start)
+    actors, critics, alphas = [copy.deepcopy(ref.actor)], [copy.deepcopy(ref.critic)], [ref.alpha.clone()]
+    for k, batch in enumerate(batches, 1):
+        t = ref._tensors(batch)
+        old = max(k - 2, 0)
+        ref._critic_step(t, alphas[old], actors[old])
+        sac_polyak(ref.critic_target.parameters(), ref.critic.parameters(), cfg.tau)
+        ref._actor_step(t[0], ref.alpha, critics[old], side)
+        actors.append(copy.deepcopy(ref.actor))
+        critics.append(copy.deepcopy(ref.critic))
+        alphas.append(ref.alpha.clone())
+    for mine, theirs in ((pipe.actor, ref.actor), (pipe.critic, ref.critic), (pipe.critic_target, ref.critic_target),
+                         (published, actors[5])):  # fmt: skip
+        for x, y in zip(mine.parameters(), theirs.parameters(), strict=True):
+            assert torch.equal(x, y)
+    assert torch.equal(pipe.log_alpha, ref.log_alpha)
+    pipe.close()
+
+
+def test_sac_pipelined_needs_an_actor_step_every_update() -> None:
+    with pytest.raises(ValueError, match="actor_update_interval: 1"):
+        SACConfig(update_order="pipelined", actor_update_interval=2)
 
 
 def test_sac_sequential_actor_step_sees_the_updated_critic() -> None:

@@ -104,14 +104,26 @@ class SACConfig(BaseModel):
     target_update_interval: int = Field(
         1, ge=1, description="Polyak-update the targets every n critic updates"
     )
-    update_order: Literal["sequential", "simultaneous"] = Field(
+    update_order: Literal["sequential", "simultaneous", "pipelined"] = Field(
         "sequential",
         description=(
             "sequential: the actor step sees the critic after this update's critic step "
             "(CleanRL, SB3); simultaneous: both steps start from the same networks (the SAC "
-            "authors' softlearning, rlkit) and run at the same time on two threads"
+            "authors' softlearning, rlkit) and run at the same time on two threads; pipelined: "
+            "as simultaneous, but each step reads the other's networks one update older, so the "
+            "two threads may run an update apart instead of meeting at every update"
         ),
     )
+
+    @model_validator(mode="after")
+    def _pipelined_every_update(self) -> SACConfig:
+        if self.update_order == "pipelined" and self.actor_update_interval != 1:
+            raise ValueError(
+                "update_order 'pipelined' runs an actor step in every update, so it needs "
+                f"actor_update_interval: 1 (got {self.actor_update_interval}); use 'simultaneous' "
+                "or 'sequential' for a delayed actor"
+            )
+        return self
 
 
 class GRPOConfig(BaseModel):

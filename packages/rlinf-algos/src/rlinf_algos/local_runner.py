@@ -32,6 +32,8 @@ import copy
 import csv
 import json
 import math
+import queue
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -490,7 +492,14 @@ class SACLearner:
     other and the actor and temperature step runs on a second thread while the critic step runs
     on the caller's; each reads a snapshot of the other's networks taken at the start, and the
     second thread draws its noise from a generator of its own (saved in :meth:`state_dict`), so
-    runs stay reproducible.
+    runs stay reproducible. ``pipelined``: as ``simultaneous``, but update ``k``'s critic step
+    uses the actor (and temperature) after actor step ``k - 2`` and its actor step the critic
+    after critic step ``k - 2``, one update older; the two threads then only wait for each
+    other when one falls a whole update behind (see :class:`_SACPipeline`), and results do not
+    depend on their timing.
+
+    Whoever acts with the policy reads it through :meth:`policy` (version :attr:`version`): in
+    ``pipelined`` mode the live actor belongs to the second thread.
     """
 
     def __init__(
@@ -514,21 +523,41 @@ class SACLearner:
         )
         self._critic_params = list(self.critic.parameters())
         self.simultaneous = cfg.update_order == "simultaneous"
+        self.pipelined = cfg.update_order == "pipelined"
+        if self.simultaneous or self.pipelined:  # the actor step's thread draws its own noise
+            self.side_generator = torch.Generator(self.device)
+            self.side_generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
         if self.simultaneous:
             # snapshots: the actor for the critic target, the critic for the actor loss
             self._actor_view = copy.deepcopy(self.actor).requires_grad_(False)
             self._critic_view = copy.deepcopy(self.critic).requires_grad_(False)
             self._actor_pairs = (list(self._actor_view.parameters()), list(self.actor.parameters()))
             self._critic_pairs = (list(self._critic_view.parameters()), self._critic_params)
-            self.side_generator = torch.Generator(self.device)
-            self.side_generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
             self._side: ThreadPoolExecutor | None = None  # the actor step's thread, started on first use
+        if self.pipelined:
+            self._pipe = _SACPipeline(self)
         self.updates = 0
-        self.version = 0
+        self._version = 0
 
     @property
     def alpha(self) -> Tensor:
         return self.log_alpha.detach().exp()
+
+    @property
+    def version(self) -> int:
+        """The version of :meth:`policy`: actor steps taken (``pipelined``: the newest actor the
+        pipeline has promised, one update behind)."""
+        return max(self.updates - 1, 0) if self.pipelined else self._version
+
+    def policy(self) -> SquashedGaussianActor:
+        """The actor at :attr:`version`, to act with or publish. ``pipelined``: a copy, taken
+        (after waiting for its actor step if it is still running) from the pipeline."""
+        return self._pipe.policy() if self.pipelined else self.actor
+
+    def sync(self) -> None:
+        """Wait for an actor step still running (``pipelined``), so :attr:`actor` is the newest."""
+        if self.pipelined:
+            self._pipe.drain()
 
     def _tensors(self, batch: ReplayBatch) -> tuple[Tensor, ...]:
         dev = self.device
@@ -589,6 +618,13 @@ class SACLearner:
         temperature step); returns detached scalar tensors (no host sync)."""
         cfg = self.cfg
         t = self._tensors(batch)
+        if self.pipelined:
+            out = self._pipe.update(t)
+            self.updates += 1
+            if self.updates % cfg.target_update_interval == 0:
+                sac_math.polyak_update(self.critic_target.parameters(), self._critic_params, cfg.tau)
+            self._pipe.critic_done(self.updates)
+            return out
         alpha = self.alpha
         self.updates += 1
         actor_turn = self.updates % cfg.actor_update_interval == 0
@@ -613,20 +649,24 @@ class SACLearner:
             if actor_turn:
                 out.update(self._actor_step(t[0], alpha, self.critic, None))
         if actor_turn:
-            self.version += 1
+            self._version += 1
         if self.updates % cfg.target_update_interval == 0:
             sac_math.polyak_update(self.critic_target.parameters(), self._critic_params, cfg.tau)
         out["alpha"] = alpha
         return out
 
     def close(self) -> None:
-        """Stop the second thread (``simultaneous``); the learner still works after (it starts
-        a new one)."""
+        """Stop the second thread (``simultaneous``, ``pipelined``); the learner still works
+        after (it starts a new one)."""
         if self.simultaneous and self._side is not None:
             self._side.shutdown(wait=True)
             self._side = None
+        if self.pipelined:
+            self._pipe.close()
 
     def state_dict(self) -> dict[str, Any]:
+        if self.pipelined:
+            self._pipe.drain()
         return {
             "actor": self.actor.state_dict(),
             "critic": self.critic.state_dict(),
@@ -637,7 +677,8 @@ class SACLearner:
             "alpha_opt": self.alpha_opt.state_dict(),
             "updates": self.updates,
             "version": self.version,
-            **({"side_rng": self.side_generator.get_state()} if self.simultaneous else {}),
+            **({"side_rng": self.side_generator.get_state()} if self.simultaneous or self.pipelined else {}),
+            **({"pipeline": self._pipe.state_dict()} if self.pipelined else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -652,9 +693,156 @@ class SACLearner:
         for adam in (self._actor_adam, self._critic_adam, self._alpha_adam):
             adam.refresh()
         self.updates = int(state["updates"])
-        self.version = int(state["version"])
-        if self.simultaneous and "side_rng" in state:
+        self._version = int(state["version"])
+        if (self.simultaneous or self.pipelined) and "side_rng" in state:
             self.side_generator.set_state(state["side_rng"])
+        if self.pipelined:
+            self._pipe.load_state_dict(state.get("pipeline"))
+
+
+class _SACPipeline:
+    """The two threads of ``update_order: pipelined``.
+
+    Update ``k``: the caller's thread runs the critic step against the actor and temperature
+    after actor step ``k - 2``; a second thread runs actor step ``k`` (and the temperature
+    step) against the critic after critic step ``k - 2``. Each thread copies its networks into
+    a ring of ``RING`` snapshots after its step, so the other reads a copy nobody writes. The
+    caller waits only for actor step ``k - 2`` before critic step ``k``, the second thread only
+    for critic step ``k - 2`` before actor step ``k``: either may run a whole update ahead of
+    the other before it waits. With at most one update between them, the slots in use are
+    ``k - 2 .. k + 2`` of whichever ``k`` the caller is on, hence a ring of 6 (5 would do).
+    """
+
+    RING = 6
+    TIMEOUT_S = 600.0
+
+    def __init__(self, learner: SACLearner) -> None:
+        self.learner = learner
+        self.actors = [copy.deepcopy(learner.actor).requires_grad_(False) for _ in range(self.RING)]
+        self.critics = [copy.deepcopy(learner.critic).requires_grad_(False) for _ in range(self.RING)]
+        self.alphas = [learner.alpha.clone() for _ in range(self.RING)]
+        self._actor_slots = [list(a.parameters()) for a in self.actors]
+        self._critic_slots = [list(c.parameters()) for c in self.critics]
+        self._actor_params = list(learner.actor.parameters())
+        self._policy = copy.deepcopy(learner.actor).requires_grad_(False)  # what policy() hands out
+        self._cv = threading.Condition()
+        self._jobs: queue.SimpleQueue[tuple[int, Tensor] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._actor_out: dict[str, Tensor] = {}
+        self.actor_k = 0  # actor steps done (the second thread's progress)
+        self.critic_k = 0  # critic steps done (the caller's)
+
+    def _slot(self, k: int) -> int:
+        return max(k, 0) % self.RING
+
+    def _wait(self, side: str, k: int) -> None:
+        """Wait until ``side`` (``"actor"`` or ``"critic"``) step ``k`` is done."""
+        with self._cv:
+            done = self._cv.wait_for(
+                lambda: getattr(self, f"{side}_k") >= k or self._error is not None, timeout=self.TIMEOUT_S
+            )
+            if self._error is not None:
+                raise RlinfError(
+                    f"SAC (pipelined): the actor-step thread failed: {self._error!r}"
+                ) from self._error
+            if not done:
+                raise RlinfError(f"SAC (pipelined): {side} step {k} did not finish in {self.TIMEOUT_S:.0f} s")
+
+    def _start(self) -> None:
+        threads = torch.get_num_threads()  # OpenMP's thread count is per thread
+        self._thread = threading.Thread(
+            target=self._actor_loop, args=(threads,), name="sac-actor-step", daemon=True
+        )
+        self._thread.start()
+
+    def _actor_loop(self, threads: int) -> None:
+        torch.set_num_threads(threads)
+        learner = self.learner
+        while (job := self._jobs.get()) is not None:
+            k, obs = job
+            try:
+                self._wait("critic", k - 2)
+                out = learner._actor_step(
+                    obs, learner.alpha, self.critics[self._slot(k - 2)], learner.side_generator
+                )
+                with self._cv, torch.no_grad():
+                    torch._foreach_copy_(self._actor_slots[self._slot(k)], self._actor_params)
+                    self.alphas[self._slot(k)] = learner.alpha.clone()
+                    self._actor_out, self.actor_k = out, k
+                    self._cv.notify_all()
+            except BaseException as err:  # handed to the caller's thread, which raises it
+                with self._cv:
+                    self._error = err
+                    self._cv.notify_all()
+                return
+
+    def update(self, t: tuple[Tensor, ...]) -> dict[str, Tensor]:
+        """Critic step ``k`` (actor step ``k`` handed to the second thread); the caller then
+        Polyak-updates and calls :meth:`critic_done`."""
+        if self._thread is None:
+            self._start()
+        k = self.critic_k + 1
+        self._jobs.put((k, t[0]))
+        self._wait("actor", k - 2)
+        i = self._slot(k - 2)
+        out = self.learner._critic_step(t, self.alphas[i], self.actors[i])
+        with self._cv:
+            out.update(self._actor_out)  # the newest actor step's losses
+        out["alpha"] = self.alphas[i]
+        return out
+
+    def critic_done(self, k: int) -> None:
+        with self._cv, torch.no_grad():
+            torch._foreach_copy_(self._critic_slots[self._slot(k)], self.learner._critic_params)
+            self.critic_k = k
+            self._cv.notify_all()
+
+    def policy(self) -> SquashedGaussianActor:
+        """A copy of the actor after actor step ``critic_k - 1``."""
+        k = self.critic_k - 1
+        self._wait("actor", k)
+        with torch.no_grad():
+            torch._foreach_copy_(list(self._policy.parameters()), self._actor_slots[self._slot(k)])
+        return self._policy
+
+    def drain(self) -> None:
+        """Wait for the actor step of the last update (the live networks are then all current)."""
+        self._wait("actor", self.critic_k)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The snapshots the next update reads that the live networks no longer hold (those of
+        the update before the last); call after :meth:`drain`."""
+        i = self._slot(self.critic_k - 1)
+        return {
+            "actor": self.actors[i].state_dict(),
+            "critic": self.critics[i].state_dict(),
+            "alpha": self.alphas[i].clone(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Restart the ring at the learner's loaded update count: its slot holds the live
+        networks, the slot before it the saved snapshots (none: the live networks)."""
+        self.close()
+        learner = self.learner
+        k = learner.updates
+        with torch.no_grad():
+            for j in range(self.RING):
+                torch._foreach_copy_(self._actor_slots[j], self._actor_params)
+                torch._foreach_copy_(self._critic_slots[j], learner._critic_params)
+                self.alphas[j] = learner.alpha.clone()
+            if state is not None and k > 0:
+                i = self._slot(k - 1)
+                self.actors[i].load_state_dict(state["actor"])
+                self.critics[i].load_state_dict(state["critic"])
+                self.alphas[i] = state["alpha"].clone()
+        self.actor_k = self.critic_k = k
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread.join(timeout=self.TIMEOUT_S)
+            self._thread = None
 
 
 class SACCollector:
@@ -1207,6 +1395,7 @@ def _train_sac(
 
     def body() -> dict[str, float] | None:
         nonlocal debt, sums, counts
+        collector.actor = learner.policy()
         collector.step()
         if stepper.steps < cfg.learning_starts or len(buffer) < cfg.batch_size:
             return None
@@ -1228,6 +1417,7 @@ def _train_sac(
         return {"learner": learner.state_dict(), "buffer": buffer.state_dict(), "update_debt": debt}
 
     def policy_fn() -> dict[str, Any]:
+        learner.sync()
         return {
             "algorithm": "sac",
             "env_id": env_cfg.id,
@@ -1235,7 +1425,10 @@ def _train_sac(
             "state_dict": learner.actor.state_dict(),
         }
 
-    return _loop(run, body, state_fn, policy_fn)
+    try:
+        return _loop(run, body, state_fn, policy_fn)
+    finally:
+        learner.close()  # the second thread of simultaneous / pipelined
 
 
 def _train_grpo(

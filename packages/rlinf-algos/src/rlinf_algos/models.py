@@ -324,6 +324,12 @@ class EnsembleLinear(nn.Module):
         self.bias = nn.Parameter(b)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.weight.shape[-1] == 1:
+            # a one-output layer (the Q heads) as a product and a sum: batched GEMV through
+            # ``baddbmm`` takes 197 us forward and 913 us forward and backward here, against 45
+            # and 307 (E=2, B=256, in=256, one thread); a whole SAC update is matmul-bound and
+            # did not measurably change (17.7 ms on one thread either way)
+            return (x * self.weight.transpose(1, 2)).sum(-1, keepdim=True) + self.bias
         return torch.baddbmm(self.bias, x, self.weight)
 
 

@@ -1080,6 +1080,10 @@ class ActorWorker(Worker):
         _set_threads(int(self.runner_cfg.get("torch_threads", 1)))
         torch.manual_seed(int(self.runner_cfg.get("seed", 0)))
 
+    def teardown(self) -> None:
+        if getattr(self, "name", None) == "sac":
+            self.learner.close()  # the actor step's thread (simultaneous, pipelined)
+
     def configure(self, spec: dict[str, Any]) -> int:
         """Build the networks, optimisers (and replay buffer) from ``spec``, create the weight
         broadcast and publish version 0. Returns the published version."""
@@ -1127,7 +1131,8 @@ class ActorWorker(Worker):
     def _publish(self) -> None:
         v = int(self.learner.version)
         if v > self.published:
-            self.wb.publish(self.model.state_dict(), version=v)
+            model = self.learner.policy() if self.name == "sac" else self.model
+            self.wb.publish(model.state_dict(), version=v)
             self.published = v
 
     def version(self) -> int:
@@ -1363,4 +1368,6 @@ class ActorWorker(Worker):
     def policy(self) -> dict[str, Any]:
         """The final policy record (``policy.pt``)."""
         spec = {k: v for k, v in self.spec.items() if k != "num_slots"}
+        if self.name == "sac":
+            self.learner.sync()
         return {"algorithm": self.name, "spec": spec, "state_dict": self.model.state_dict()}
