@@ -90,6 +90,10 @@ def test_three_nodes_peer_over_loopback_and_never_leak_the_secret(rlinf_cli, sec
     assert set(st) >= {"ipv4", "device", "peers", "routes"}
     assert all(set(p) >= {"ipv4", "hostname", "latency_ms"} for p in st["peers"])
     wait_status(rlinf_cli, "lo-boot", lambda s: len(s["peers"]) == 2)
+    # e1 learns e2's route from the bootstrap a moment after e2 has both (CI saw it still missing)
+    wait_status(
+        rlinf_cli, "lo-e1", lambda s: {p["ipv4"] for p in s["peers"]} == {"10.231.0.1", "10.231.0.12"}
+    )
     text = rlinf_cli("net", "status", "--name", "lo-e1")
     assert text.returncode == 0 and "10.231.0.12" in text.stdout and "lo-e2" in text.stdout
 
