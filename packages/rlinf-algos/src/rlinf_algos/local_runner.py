@@ -621,10 +621,18 @@ class SACLearner:
         if self.pipelined:
             out = self._pipe.update(t)
             self.updates += 1
-            if self.updates % cfg.target_update_interval == 0:
-                sac_math.polyak_update(self.critic_target.parameters(), self._critic_params, cfg.tau)
+        else:
+            out = self._steps_in_lockstep(t)
+        if self.updates % cfg.target_update_interval == 0:
+            sac_math.polyak_update(self.critic_target.parameters(), self._critic_params, cfg.tau)
+        if self.pipelined:
             self._pipe.critic_done(self.updates)
-            return out
+        return out
+
+    def _steps_in_lockstep(self, t: tuple[Tensor, ...]) -> dict[str, Tensor]:
+        """The critic step and, on actor turns, the actor step of ``sequential`` and
+        ``simultaneous`` (both done when this returns)."""
+        cfg = self.cfg
         alpha = self.alpha
         self.updates += 1
         actor_turn = self.updates % cfg.actor_update_interval == 0
@@ -650,8 +658,6 @@ class SACLearner:
                 out.update(self._actor_step(t[0], alpha, self.critic, None))
         if actor_turn:
             self._version += 1
-        if self.updates % cfg.target_update_interval == 0:
-            sac_math.polyak_update(self.critic_target.parameters(), self._critic_params, cfg.tau)
         out["alpha"] = alpha
         return out
 
