@@ -41,8 +41,11 @@ def _resource(host: str):
     return Franka.enumerate(0, [Franka.parse_config({"node_rank": 0, "robot_ip": host})], environ={})[0]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def franka_sim():
+    """A franka-sim server per test, not per module: an idle server still steps its physics at
+    1 kHz (about 40% of a core), and one left running beside the motion-fault tests' own servers
+    starved franky's control loop on a 2-core CI machine until every retry of a move aborted."""
     _require_franka_sim()
     server = FrankaSimServer("127.0.0.2", gripper=True)
     try:
