@@ -25,6 +25,7 @@ import pytest
 from rlinf_core.errors import ConfigError, NetworkError, PluginError
 from rlinf_core.network import NetworkProvider
 from rlinf_core.plugins import load_plugins
+from rlinf_scheduler.cli import _network_view
 from rlinf_scheduler.runtime.cluster import NodeInfo
 from rlinf_scheduler.runtime.node import (
     NodeRecord,
@@ -33,7 +34,6 @@ from rlinf_scheduler.runtime.node import (
     build_ray_start,
     join_instructions,
 )
-from rlinf_scheduler.runtime_cli import _network_view
 
 
 class LoopNet(NetworkProvider):

@@ -291,7 +291,7 @@ def test_session_pids_sees_a_new_session():
 
 def test_plugin_and_runtime_package_import_without_ray():
     code = (
-        "import sys, json, rlinf_scheduler.plugin as p, rlinf_scheduler.runtime, rlinf_scheduler.runtime_cli;"
+        "import sys, json, rlinf_scheduler.plugin as p, rlinf_scheduler.runtime, rlinf_scheduler.cli;"
         "classes = p.rlinf_register_schedulers();"
         "print(json.dumps([[c.PLUGIN_NAME for c in classes], 'ray' in sys.modules]))"
     )

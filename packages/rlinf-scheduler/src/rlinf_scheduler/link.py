@@ -15,7 +15,7 @@ import struct
 from typing import Any
 
 from rlinf_core.errors import ChannelError, ChannelTimeout
-from rlinf_scheduler.channel import _HDR, _frame
+from rlinf_scheduler.channel.wire import HDR, frame
 
 __all__ = ["Link"]
 
@@ -60,7 +60,7 @@ class Link:
 
     def send(self, obj: Any) -> None:
         try:
-            self.sock.sendall(_frame(obj))
+            self.sock.sendall(frame(obj))
         except TimeoutError:
             raise ChannelTimeout(f"waited {self.timeout:g} s to send to {self.peer}") from None
         except OSError as err:
@@ -69,12 +69,12 @@ class Link:
     def recv(self, what: str = "a message") -> Any:
         try:
             hdr = self.rfile.read(4)
-            body = self.rfile.read(_HDR.unpack(hdr)[0]) if len(hdr) == 4 else b""
+            body = self.rfile.read(HDR.unpack(hdr)[0]) if len(hdr) == 4 else b""
         except TimeoutError:
             raise ChannelTimeout(f"waited {self.timeout:g} s for {what} from {self.peer}") from None
         except (OSError, ValueError) as err:  # ValueError: read on a closed file
             raise ChannelError(f"the link to {self.peer} broke: {err}") from None
-        if len(hdr) < 4 or len(body) < _HDR.unpack(hdr)[0]:
+        if len(hdr) < 4 or len(body) < HDR.unpack(hdr)[0]:
             raise ChannelError(f"{self.peer} closed the link (it died or ended the iteration)")
         return pickle.loads(body)
 

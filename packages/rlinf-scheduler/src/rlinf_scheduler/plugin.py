@@ -21,7 +21,5 @@ def rlinf_register_schedulers() -> list[type]:
 @hookimpl
 def rlinf_register_commands(cli: Any) -> None:
     from rlinf_scheduler.cli import register
-    from rlinf_scheduler.runtime_cli import register as register_runtime
 
     register(cli)
-    register_runtime(cli)

@@ -25,7 +25,9 @@ import time
 from typing import Any
 
 from rlinf_core.errors import ChannelError, ChannelTimeout
-from rlinf_scheduler.channel import ChannelPeerDied, _get, _peer_desc, pack_payload, unpack_payload
+from rlinf_scheduler.channel.client import ray_get
+from rlinf_scheduler.channel.peer import peer_desc
+from rlinf_scheduler.channel.wire import ChannelPeerDied, pack_payload, unpack_payload
 
 __all__ = ["WeightBroadcast"]
 
@@ -142,7 +144,7 @@ class WeightBroadcast:
         if detached:
             options["lifetime"] = "detached"
         actor = _registry_cls().options(**options).remote(name)
-        _get(actor.version_.remote(), 60.0, f"weight registry {name!r} to start")
+        ray_get(actor.version_.remote(), 60.0, f"weight registry {name!r} to start")
         return cls(name, actor, namespace, default_timeout)
 
     @classmethod
@@ -180,15 +182,15 @@ class WeightBroadcast:
         packed, _, has_torch = pack_payload(state_dict)
         ref = ray.put(packed)
         t = self.default_timeout if timeout is None else timeout
-        return _get(
-            self._actor.publish.remote(version, [ref], has_torch, _peer_desc()),
+        return ray_get(
+            self._actor.publish.remote(version, [ref], has_torch, peer_desc()),
             t,
             f"weight registry {self.name!r}",
         )
 
     def version(self) -> int | None:
         """The newest published version (``None``: nothing published yet)."""
-        return _get(self._actor.version_.remote(), self.default_timeout, f"weight registry {self.name!r}")
+        return ray_get(self._actor.version_.remote(), self.default_timeout, f"weight registry {self.name!r}")
 
     def fetch(self, *, min_version: int | None = None, timeout: float | None = None) -> tuple[int, Any]:
         """``(version, state_dict)`` of the newest version, waiting for one >= ``min_version``.
@@ -197,7 +199,7 @@ class WeightBroadcast:
         """
         t = self.default_timeout if timeout is None else timeout
         have = self._cache[0] if self._cache else None
-        reply = _get(
+        reply = ray_get(
             self._actor.latest.remote(have, min_version, t, False),
             t + 30.0,
             f"weights {self.name!r}",
@@ -210,7 +212,7 @@ class WeightBroadcast:
     def fetch_if_newer(self, have_version: int | None) -> tuple[int, Any] | None:
         """The newest ``(version, state_dict)`` if it is newer than ``have_version`` (``None``:
         anything published), else ``None`` right away (one small actor call, no transfer)."""
-        reply = _get(
+        reply = ray_get(
             self._actor.latest.remote(have_version, None, 0.0, True),
             self.default_timeout,
             f"weights {self.name!r}",

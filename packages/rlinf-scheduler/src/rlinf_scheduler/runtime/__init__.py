@@ -6,6 +6,8 @@ Importing this package does not import Ray; its classes are loaded on first use:
   order them by ``RLINF_NODE_RANK``, plan and launch;
 - :class:`~rlinf_scheduler.runtime.worker_group.RayWorkerGroup`: one actor per planned process;
 - :class:`~rlinf_scheduler.runtime.scheduler.RayScheduler`: the ``ray`` scheduler plugin;
+- :mod:`~rlinf_scheduler.runtime.node_info`: :class:`NodeInfo` and the node-rank rules (no Ray);
+- :mod:`~rlinf_scheduler.runtime.embedded`: the embedded single-node Ray;
 - :mod:`~rlinf_scheduler.runtime.code_sync`, :mod:`~rlinf_scheduler.runtime.versions`,
   :mod:`~rlinf_scheduler.runtime.node` (``rlinf node start/stop``).
 """
@@ -19,7 +21,7 @@ __all__ = ["Cluster", "NodeInfo", "RayGroupCall", "RayScheduler", "RayWorkerGrou
 
 _WHERE = {
     "Cluster": "cluster",
-    "NodeInfo": "cluster",
+    "NodeInfo": "node_info",
     "RayGroupCall": "worker_group",
     "RayWorkerGroup": "worker_group",
     "WorkerError": "worker_group",

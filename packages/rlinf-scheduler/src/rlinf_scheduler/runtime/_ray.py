@@ -1,4 +1,4 @@
-"""Importing Ray the way rlinf needs it.
+"""Importing Ray the way rlinf needs it, and Ray errors in one line.
 
 Ray 2.x propagates a driver started with ``uv run`` to every worker by rewriting the job's
 ``runtime_env`` (``py_executable = "uv run ..."`` plus the whole working directory). rlinf manages
@@ -31,3 +31,14 @@ def import_ray() -> Any:
         ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False  # ray may have been imported earlier
     _RAY = ray
     return ray
+
+
+def short_error(err: BaseException) -> str:
+    """The last line of a Ray error (the remote cause's type and message when it carries one), at most
+    500 characters."""
+    text = str(err).strip()
+    cause = getattr(err, "cause", None)
+    if cause is not None:
+        text = f"{type(cause).__name__}: {cause}"
+    first = text.splitlines()[-1] if text else type(err).__name__
+    return first[:500]

@@ -7,33 +7,47 @@ to it (hard node affinity) for what Ray froze at ``ray start``: ``RLINF_NODE_RAN
 ``RLINF_COMM_NET_DEVICES``, the interpreter, the installed ray/rlinf versions; accelerators come
 from the node's Ray resources.
 
-Node-rank rules (:func:`check_node_ranks`):
+The nodes are ordered by the node-rank rules of :mod:`~rlinf_scheduler.runtime.node_info`
+(:func:`check_node_ranks`, re-exported here with :class:`NodeInfo`). Fewer live nodes than
+``cluster.num_nodes``: :class:`Cluster` waits up to ``RLINF_CLUSTER_TIMEOUT`` seconds (default
+300), then fails listing the missing ranks.
 
-- either every node sets ``RLINF_NODE_RANK`` or none does; a single node may omit it and is rank 0;
-- ranks are unique whole numbers and cover ``0..n-1``;
-- fewer live nodes than ``cluster.num_nodes``: wait up to ``RLINF_CLUSTER_TIMEOUT`` seconds
-  (default 300), then fail listing the missing ranks;
-- more live nodes than ``num_nodes``: use ranks below ``num_nodes`` and warn about the others;
-- several nodes without ranks: an error asking to set ``RLINF_NODE_RANK``. Nodes are never
-  ordered by IP address.
+This module also holds what ``rlinf cluster doctor`` shares with :class:`Cluster`: reachability
+checks and the explanations of connection failures. Starting an embedded Ray is
+:mod:`~rlinf_scheduler.runtime.embedded`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import socket
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from rlinf_core.cluster import compress_ranks
 from rlinf_core.errors import ConfigError, SchedulerError, WaitTimeout
-from rlinf_scheduler.runtime._ray import import_ray
+from rlinf_scheduler.runtime._ray import import_ray, short_error
 from rlinf_scheduler.runtime.code_sync import CodeSync, resolve_code_sync
-from rlinf_scheduler.runtime.node import WORKER_NICENESS_ENV
+from rlinf_scheduler.runtime.embedded import (
+    embedded_start_failure,
+    free_tcp_ports,
+    raylet_fatal_line,
+    start_local_node,
+)
+from rlinf_scheduler.runtime.node_info import (
+    ACCELERATOR_RESOURCES,
+    NET_DEVICES_ENV,
+    NODE_RANK_ENV,
+    PROBED_ENV,
+    NodeInfo,
+    RankCheck,
+    check_node_ranks,
+    cluster_problems,
+    parse_node_rank,
+)
 from rlinf_scheduler.runtime.versions import local_versions
 
 if TYPE_CHECKING:
@@ -52,32 +66,18 @@ __all__ = [
     "check_node_ranks",
     "cluster_problems",
     "cluster_timeout",
+    "embedded_start_failure",
+    "free_tcp_ports",
     "parse_node_rank",
+    "raylet_fatal_line",
+    "section_num_nodes",
 ]
 
 log = logging.getLogger("rlinf.scheduler")
 
-NODE_RANK_ENV = "RLINF_NODE_RANK"
-NET_DEVICES_ENV = "RLINF_COMM_NET_DEVICES"
 CLUSTER_TIMEOUT_ENV = "RLINF_CLUSTER_TIMEOUT"
 DEFAULT_CLUSTER_TIMEOUT = 300.0
 RAY_NAMESPACE = "rlinf"
-
-PROBED_ENV = (
-    NODE_RANK_ENV,
-    NET_DEVICES_ENV,
-    "GLOO_SOCKET_IFNAME",
-    "NCCL_SOCKET_IFNAME",
-    "CUDA_VISIBLE_DEVICES",
-    "HIP_VISIBLE_DEVICES",
-    "ROCR_VISIBLE_DEVICES",
-    "ASCEND_RT_VISIBLE_DEVICES",
-    "RAY_AUTH_MODE",
-)
-"""Environment variables of a node (as Ray froze them at ``ray start``) that the probe reads."""
-
-ACCELERATOR_RESOURCES = ("GPU", "NPU")
-"""Ray resources that count as accelerators, in order of preference."""
 
 
 def cluster_timeout(timeout: float | None = None, env: Mapping[str, str] | None = None) -> float:
@@ -100,228 +100,6 @@ def cluster_timeout(timeout: float | None = None, env: Mapping[str, str] | None 
             CLUSTER_TIMEOUT_ENV,
         )
     return value
-
-
-# -- nodes ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class NodeInfo:
-    """One Ray node as the driver sees it.
-
-    Attributes:
-        node_id: Ray's node id (hex).
-        ip: the node's address (``--node-ip-address``).
-        alive: whether Ray reports it alive.
-        raw_rank: ``RLINF_NODE_RANK`` as frozen at ``ray start`` (``None``: unset).
-        rank: the parsed rank (``None`` when unset or invalid).
-        cpus, gpus: Ray's CPU count and accelerator count (GPUs, or NPUs).
-        gpu_model: the accelerator model from Ray's ``accelerator_type:*`` resource, if any.
-        accelerator: the Ray resource the accelerators are counted under (``GPU``/``NPU``) or ``None``.
-        python: the interpreter Ray's workers use on the node.
-        hostname: the node's host name.
-        versions: ``ray`` and rlinf distribution versions on the node.
-        env: the node's values of :data:`PROBED_ENV` that are set.
-        is_head: whether this is the head node.
-        probe_error: why probing the node failed (``None`` when it worked).
-    """
-
-    node_id: str
-    ip: str
-    alive: bool = True
-    raw_rank: str | None = None
-    rank: int | None = None
-    cpus: float = 0.0
-    gpus: int = 0
-    gpu_model: str | None = None
-    accelerator: str | None = None
-    python: str | None = None
-    hostname: str | None = None
-    versions: Mapping[str, str] = field(default_factory=dict)
-    env: Mapping[str, str] = field(default_factory=dict)
-    is_head: bool = False
-    probe_error: str | None = None
-
-    @property
-    def where(self) -> str:
-        """``node 1 (10.0.0.2)`` or ``node 10.0.0.2`` when it has no rank."""
-        return f"node {self.rank} ({self.ip})" if self.rank is not None else f"node {self.ip}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``rlinf cluster status --json`` shape of one node."""
-        out: dict[str, Any] = {
-            "rank": self.rank,
-            "ip": self.ip,
-            "alive": self.alive,
-            "cpus": int(self.cpus) if float(self.cpus).is_integer() else self.cpus,
-            "gpus": self.gpus,
-            "gpu_model": self.gpu_model,
-            "python": self.python,
-            "versions": dict(self.versions),
-            "node_id": self.node_id,
-            "hostname": self.hostname,
-            "head": self.is_head,
-        }
-        if self.raw_rank is not None and self.rank is None:
-            out["raw_rank"] = self.raw_rank
-        if self.env.get(NET_DEVICES_ENV):
-            out["net_devices"] = self.env[NET_DEVICES_ENV]
-        if self.probe_error:
-            out["probe_error"] = self.probe_error
-        return out
-
-
-def parse_node_rank(raw: str | None) -> tuple[int | None, str | None]:
-    """``(rank, None)`` for a whole number >= 0, ``(None, None)`` when unset, ``(None, why)`` otherwise."""
-    if raw is None or not raw.strip():
-        return None, None
-    text = raw.strip()
-    try:
-        value = int(text)
-    except ValueError:
-        return None, f"{NODE_RANK_ENV}={raw!r} is not a whole number"
-    if value < 0:
-        return None, f"{NODE_RANK_ENV}={raw!r} is negative"
-    return value, None
-
-
-@dataclass
-class RankCheck:
-    """The outcome of :func:`check_node_ranks`.
-
-    Attributes:
-        by_rank: the node of every rank that is used (``0..n-1`` when complete).
-        problems: what waiting cannot fix (mixed, duplicate or invalid ranks).
-        missing: ranks below the target count that no live node has yet.
-        warnings: harmless findings (nodes beyond ``num_nodes``).
-        target: the number of nodes the ranks must cover.
-    """
-
-    by_rank: dict[int, NodeInfo]
-    problems: list[str]
-    missing: list[int]
-    warnings: list[str]
-    target: int
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems and not self.missing
-
-
-_SET_RANK_HINT = (
-    "set it on every node before Ray starts there: `rlinf node start --rank R ...`, or "
-    f"`export {NODE_RANK_ENV}=R` before `ray start` (R = 0..N-1, unique; the head is usually 0); "
-    "restart Ray on a node after changing it"
-)
-
-
-def check_node_ranks(nodes: Sequence[NodeInfo], num_nodes: int | None = None) -> RankCheck:
-    """Apply the node-rank rules to the live ``nodes``.
-
-    ``num_nodes`` is ``cluster.num_nodes`` (``None``: the ranks must cover as many nodes as are
-    alive). Returns a :class:`RankCheck`; the nodes in ``by_rank`` carry their parsed rank.
-    """
-    alive = [n for n in nodes if n.alive]
-    problems: list[str] = []
-    warnings: list[str] = []
-    invalid = []
-    for n in alive:
-        _, why = parse_node_rank(n.raw_rank)
-        if why:
-            invalid.append(f"{n.ip}: {why}")
-    if invalid:
-        problems.append("invalid node ranks: " + "; ".join(invalid) + f" ({NODE_RANK_ENV} must be 0..N-1)")
-    ranked = [n for n in alive if parse_node_rank(n.raw_rank)[0] is not None]
-    unranked = [n for n in alive if n.raw_rank is None or not n.raw_rank.strip()]
-    target = num_nodes if num_nodes is not None else len(alive)
-    by_rank: dict[int, NodeInfo] = {}
-
-    if alive and not ranked and not invalid:
-        if len(alive) == 1:
-            by_rank[0] = replace(alive[0], rank=0)
-        else:
-            problems.append(
-                f"{len(alive)} nodes are alive ({', '.join(sorted(n.ip for n in alive))}) but none sets "
-                f"{NODE_RANK_ENV}; rlinf does not guess node ranks from IP addresses: {_SET_RANK_HINT}"
-            )
-    elif ranked and unranked:
-        problems.append(
-            f"either every node sets {NODE_RANK_ENV} or none does: nodes "
-            f"{', '.join(sorted(n.ip for n in unranked))} have no rank while nodes "
-            f"{', '.join(sorted(n.ip for n in ranked))} have one; {_SET_RANK_HINT}"
-        )
-    seen: dict[int, list[NodeInfo]] = {}
-    for n in ranked:
-        rank = parse_node_rank(n.raw_rank)[0]
-        assert rank is not None
-        seen.setdefault(rank, []).append(n)
-    for rank, holders in sorted(seen.items()):
-        if len(holders) > 1:
-            problems.append(
-                f"node rank {rank} is set on {len(holders)} nodes ({', '.join(sorted(h.ip for h in holders))}); "
-                "every node needs its own rank"
-            )
-        else:
-            by_rank[rank] = replace(holders[0], rank=rank)
-    beyond = sorted(r for r in by_rank if r >= target)
-    if beyond:
-        extra = ", ".join(f"{r} ({by_rank[r].ip})" for r in beyond)
-        if num_nodes is not None:
-            warnings.append(
-                f"{len(beyond)} more node(s) than cluster.num_nodes={num_nodes} are alive; ranks {extra} "
-                "are not used"
-            )
-        else:
-            problems.append(
-                f"node ranks must cover 0..{target - 1} for {target} live nodes, but ranks {extra} lie beyond"
-            )
-        for r in beyond:
-            del by_rank[r]
-    missing = [r for r in range(target) if r not in by_rank]
-    return RankCheck(by_rank, problems, missing, warnings, target)
-
-
-def _groups(values: Mapping[str, list[str]]) -> str:
-    return "; ".join(f"{v} on {', '.join(ns)}" for v, ns in values.items())
-
-
-def cluster_problems(nodes: Sequence[NodeInfo], num_nodes: int | None = None) -> list[str]:
-    """Everything wrong with a cluster, in plain words: rank problems, missing ranks, nodes that
-    could not be probed, and ray/rlinf versions or interpreters that differ across nodes."""
-    alive = [n for n in nodes if n.alive]
-    check = check_node_ranks(alive, num_nodes)
-    out = list(check.problems)
-    if check.missing and not check.problems:
-        have = sorted(check.by_rank)
-        out.append(
-            f"missing node ranks {compress_ranks(check.missing)}: {len(alive)} node(s) alive"
-            + (f" (ranks {compress_ranks(have)})" if have else "")
-            + (f", cluster.num_nodes is {num_nodes}" if num_nodes is not None else "")
-        )
-    out.extend(check.warnings)
-    for n in alive:
-        if n.probe_error:
-            out.append(f"{n.where}: could not be probed: {n.probe_error}")
-    dead = [n for n in nodes if not n.alive]
-    if dead:
-        out.append(f"{len(dead)} dead node(s) still listed by Ray: {', '.join(sorted(n.ip for n in dead))}")
-    probed = [n for n in alive if not n.probe_error]
-    label = {id(n): (f"node {n.rank}" if n.rank is not None else n.ip) for n in probed}
-    for n in probed:
-        r = parse_node_rank(n.raw_rank)[0]
-        if r is not None or len(alive) == 1:
-            label[id(n)] = f"node {r if r is not None else 0}"
-    dists = sorted({d for n in probed for d in n.versions})
-    for dist in dists:
-        values: dict[str, list[str]] = {}
-        for n in probed:
-            values.setdefault(n.versions.get(dist, "not installed"), []).append(label[id(n)])
-        if len(values) > 1:
-            out.append(f"{dist} versions differ across nodes: {_groups(values)}")
-    pythons: dict[str, list[str]] = {}
-    for n in probed:
-        pythons.setdefault(n.python or "?", []).append(label[id(n)])
-    if len(pythons) > 1:
-        out.append(f"the Python interpreter differs across nodes: {_groups(pythons)}")
-    return out
 
 
 # -- remote helpers (nested so that they are pickled by value: a node without rlinf installed
@@ -531,7 +309,7 @@ class Cluster:
         ray_init.setdefault("include_dashboard", False)
         for attempt in (1, 2):
             try:
-                self._embedded_node = _start_local_node(ray_init)
+                self._embedded_node = start_local_node(ray_init)
                 break
             except ConfigError:
                 raise
@@ -615,7 +393,7 @@ class Cluster:
                 try:
                     got = ray.get(ref)
                 except Exception as err:
-                    base[node_id] = replace(info, probe_error=_short_error(err))
+                    base[node_id] = replace(info, probe_error=short_error(err))
                     continue
                 env = got["env"]
                 rank, _ = parse_node_rank(env.get(NODE_RANK_ENV))
@@ -727,7 +505,7 @@ class Cluster:
         section's ``num_nodes`` asks for more than are known)."""
         from rlinf_scheduler.placement import plan_placement
 
-        num_nodes = _section_num_nodes(cluster_section)
+        num_nodes = section_num_nodes(cluster_section)
         if num_nodes is not None and num_nodes != len(self._nodes):
             self.wait_for_nodes(num_nodes)
         return plan_placement(cluster_section, self.inventory(num_nodes), hardware=hardware, prefix=prefix)
@@ -750,7 +528,7 @@ class Cluster:
                 f"{node.where} did not answer {what or 'a task'} within {timeout:g} s"
             ) from None
         except Exception as err:
-            raise SchedulerError(f"{node.where}: {what or 'a task'} failed: {_short_error(err)}") from err
+            raise SchedulerError(f"{node.where}: {what or 'a task'} failed: {short_error(err)}") from err
 
     def free_port(self, rank: int) -> int:
         """A TCP port that is free on node ``rank`` now (for ``MASTER_PORT``)."""
@@ -823,122 +601,13 @@ class Cluster:
         return f"Cluster(mode={self.mode!r}, address={self.address!r}, nodes={len(self._nodes)})"
 
 
-def free_tcp_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct TCP ports free on ``host`` right now."""
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
-            socks.append(s)
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-_EMBEDDED_KEYS = {"num_cpus", "num_gpus", "resources", "object_store_memory", "include_dashboard", "labels"}
-
-
-def _start_local_node(ray_init: Mapping[str, Any]) -> Any:
-    """Start a single-node Ray head for this process (the embedded cluster).
-
-    Unlike ``ray.init()``, it names the ports of the node's agents: a raylet whose agent ports are
-    left to be discovered gives its agents a fixed 15 s to report them and aborts on a cold or busy
-    machine. Token authentication is on unless ``RAY_AUTH_MODE`` says otherwise (as ``ray.init``).
-    Workers run at the driver's priority: Ray renices its worker processes to 15 by default,
-    which on a shared machine hands their CPU to any other process (``RAY_worker_niceness``
-    set in the environment still wins).
-    """
-    unknown = sorted(set(ray_init) - _EMBEDDED_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"ray_init options {', '.join(unknown)} are not supported for an embedded Ray; "
-            f"supported: {', '.join(sorted(_EMBEDDED_KEYS))}"
-        )
-    import_ray()
-    from ray._private.authentication.authentication_token_setup import (
-        enable_token_auth_by_default,
-        ensure_token_if_auth_enabled,
-    )
-    from ray._private.node import Node
-    from ray._private.parameter import RayParams
-
-    enable_token_auth_by_default()
-    ensure_token_if_auth_enabled(None, create_token_if_missing=True)
-    metrics_agent, metrics_export, agent_listen, runtime_env_agent = free_tcp_ports(4)
-    params = RayParams(
-        metrics_agent_port=metrics_agent,
-        metrics_export_port=metrics_export,
-        dashboard_agent_listen_port=agent_listen,
-        runtime_env_agent_port=runtime_env_agent,
-        _system_config={} if WORKER_NICENESS_ENV in os.environ else {"worker_niceness": 0},
-        **dict(ray_init),
-    )
-    return Node(params, head=True, shutdown_at_exit=True, spawn_reaper=True)
-
-
-def embedded_start_failure(
-    err: BaseException, temp_dir: str | None = None, environ: Mapping[str, str] | None = None
-) -> str:
-    """The error for an embedded Ray that did not start: Ray's own message, the fatal line of the
-    newest session's ``raylet.err`` (which Ray's message leaves out), and what to do about it."""
-    environ = os.environ if environ is None else environ
-    text = f"could not start an embedded Ray: {_short_error(err).rstrip('.')}"
-    cause = raylet_fatal_line(temp_dir)
-    if cause:
-        text += f"; the raylet of the newest Ray session logged: {cause}"
-    if "timed out during startup" in str(err) or "agent" in cause:
-        text += (
-            ". A raylet gives its dashboard agent a fixed 15 s to start, which a busy machine can miss: "
-            "try again when it is less loaded"
-        )
-        if environ.get("PYTHONDONTWRITEBYTECODE"):
-            text += (
-                ". PYTHONDONTWRITEBYTECODE is set, so every Ray process compiles Ray's modules from source "
-                "(the dashboard agent took 35 s to start that way on a loaded 2-core machine): unset it for "
-                "one run, which writes the bytecode cache, or run `python -m compileall -q` on Ray's package "
-                "directory"
-            )
-    return text
-
-
-def raylet_fatal_line(temp_dir: str | None = None) -> str:
-    """The reason of the first fatal check in ``TEMP/session_latest/logs/raylet.err`` ("" if none)."""
-    if temp_dir is None:
-        from ray._common.utils import get_default_ray_temp_dir
-
-        temp_dir = get_default_ray_temp_dir()
-    path = os.path.join(temp_dir, "session_latest", "logs", "raylet.err")
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            lines = fh.read(1 << 20).splitlines()
-    except OSError:
-        return ""
-    for line in lines:
-        match = _FATAL_CHECK.search(line)
-        if match:
-            return match.group(1).strip()[:400]
-    return ""
-
-
-_FATAL_CHECK = re.compile(r"Check failed: (?:\S+\(\) )?(.*)")
-
-
-def _section_num_nodes(section: Any) -> int | None:
+def section_num_nodes(section: Any) -> int | None:
+    """``num_nodes`` of a ``cluster`` section (a mapping or a config object) when it is a whole
+    number >= 1, else ``None``."""
     value = section.get("num_nodes") if isinstance(section, Mapping) else getattr(section, "num_nodes", None)
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
     return None
-
-
-def _short_error(err: BaseException) -> str:
-    text = str(err).strip()
-    cause = getattr(err, "cause", None)
-    if cause is not None:
-        text = f"{type(cause).__name__}: {cause}"
-    first = text.splitlines()[-1] if text else type(err).__name__
-    return first[:500]
 
 
 # -- explanations (shared with `rlinf cluster doctor`) ---------------------------------------------

@@ -74,7 +74,7 @@ class RayScheduler(Scheduler):
     def start(self, config: Any, *, timeout: float | None = None) -> None:
         """Attach to or start Ray, wait for ``cluster.num_nodes`` ranked nodes (up to ``timeout``,
         default ``RLINF_CLUSTER_TIMEOUT``), and plan every component against the probed nodes."""
-        from rlinf_scheduler.runtime.cluster import Cluster, _section_num_nodes
+        from rlinf_scheduler.runtime.cluster import Cluster, section_num_nodes
 
         section = cluster_section(config)
         if hasattr(section, "model_dump") and not isinstance(section, Mapping):
@@ -87,7 +87,7 @@ class RayScheduler(Scheduler):
         # from the probed nodes).
         resolve_cluster(section, self.hardware)
         cluster = Cluster(
-            _section_num_nodes(section), address=self.address, timeout=timeout, ray_init=self.ray_init
+            section_num_nodes(section), address=self.address, timeout=timeout, ray_init=self.ray_init
         )
         try:
             self.plan = cluster.plan(section, hardware=self.hardware)

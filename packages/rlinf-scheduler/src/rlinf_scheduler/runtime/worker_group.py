@@ -29,19 +29,22 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rlinf_core.errors import ConfigError, SchedulerError, WaitTimeout
 from rlinf_core.worker import GroupCall, Worker, WorkerGroup, WorkerInfo
 from rlinf_scheduler.runtime._ray import import_ray
-from rlinf_scheduler.runtime.cluster import NET_DEVICES_ENV, NODE_RANK_ENV, NodeInfo
+from rlinf_scheduler.runtime.node_info import NET_DEVICES_ENV, NODE_RANK_ENV, NodeInfo
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from rlinf_scheduler.placement import ComponentPlacement, ProcessPlacement
-    from rlinf_scheduler.runtime.cluster import Cluster
+    from rlinf_scheduler.runtime.code_sync import CodeSync
 
 __all__ = [
     "VISIBILITY_VARS",
+    "LaunchCluster",
     "RayGroupCall",
     "RayWorkerGroup",
     "WorkerError",
@@ -503,8 +506,25 @@ class RayWorkerGroup(WorkerGroup):
 
 
 # -- launch --------------------------------------------------------------------------------------
+class LaunchCluster(Protocol):
+    """What :func:`launch_worker_group` needs of a cluster; a
+    :class:`~rlinf_scheduler.runtime.cluster.Cluster` provides it."""
+
+    @property
+    def code_sync(self) -> CodeSync | None: ...
+
+    @property
+    def driver_versions(self) -> Mapping[str, str]: ...
+
+    def node(self, rank: int) -> NodeInfo: ...
+
+    def check_paths(self, rank: int, paths: Iterable[str]) -> dict[str, str | None]: ...
+
+    def free_port(self, rank: int) -> int: ...
+
+
 def launch_worker_group(
-    cluster: Cluster,
+    cluster: LaunchCluster,
     placement: ComponentPlacement,
     worker_cls: type[Worker],
     args: Sequence[Any] = (),

@@ -1,0 +1,122 @@
+"""The embedded Ray: a single-node Ray head started for this process when no cluster runs.
+
+:func:`start_local_node` starts it with the ports of the node's agents named (see its docstring);
+:func:`embedded_start_failure` explains a start that failed, with the fatal line of the raylet's
+log that Ray's own message leaves out.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+from rlinf_core.errors import ConfigError
+from rlinf_scheduler.runtime._ray import import_ray, short_error
+from rlinf_scheduler.runtime.node import WORKER_NICENESS_ENV
+
+__all__ = ["embedded_start_failure", "free_tcp_ports", "raylet_fatal_line", "start_local_node"]
+
+
+def free_tcp_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct TCP ports free on ``host`` right now."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+_EMBEDDED_KEYS = {"num_cpus", "num_gpus", "resources", "object_store_memory", "include_dashboard", "labels"}
+
+
+def start_local_node(ray_init: Mapping[str, Any]) -> Any:
+    """Start a single-node Ray head for this process (the embedded cluster).
+
+    Unlike ``ray.init()``, it names the ports of the node's agents: a raylet whose agent ports are
+    left to be discovered gives its agents a fixed 15 s to report them and aborts on a cold or busy
+    machine. Token authentication is on unless ``RAY_AUTH_MODE`` says otherwise (as ``ray.init``).
+    Workers run at the driver's priority: Ray renices its worker processes to 15 by default,
+    which on a shared machine hands their CPU to any other process (``RAY_worker_niceness``
+    set in the environment still wins).
+    """
+    unknown = sorted(set(ray_init) - _EMBEDDED_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"ray_init options {', '.join(unknown)} are not supported for an embedded Ray; "
+            f"supported: {', '.join(sorted(_EMBEDDED_KEYS))}"
+        )
+    import_ray()
+    from ray._private.authentication.authentication_token_setup import (
+        enable_token_auth_by_default,
+        ensure_token_if_auth_enabled,
+    )
+    from ray._private.node import Node
+    from ray._private.parameter import RayParams
+
+    enable_token_auth_by_default()
+    ensure_token_if_auth_enabled(None, create_token_if_missing=True)
+    metrics_agent, metrics_export, agent_listen, runtime_env_agent = free_tcp_ports(4)
+    params = RayParams(
+        metrics_agent_port=metrics_agent,
+        metrics_export_port=metrics_export,
+        dashboard_agent_listen_port=agent_listen,
+        runtime_env_agent_port=runtime_env_agent,
+        _system_config={} if WORKER_NICENESS_ENV in os.environ else {"worker_niceness": 0},
+        **dict(ray_init),
+    )
+    return Node(params, head=True, shutdown_at_exit=True, spawn_reaper=True)
+
+
+def embedded_start_failure(
+    err: BaseException, temp_dir: str | None = None, environ: Mapping[str, str] | None = None
+) -> str:
+    """The error for an embedded Ray that did not start: Ray's own message, the fatal line of the
+    newest session's ``raylet.err`` (which Ray's message leaves out), and what to do about it."""
+    environ = os.environ if environ is None else environ
+    text = f"could not start an embedded Ray: {short_error(err).rstrip('.')}"
+    cause = raylet_fatal_line(temp_dir)
+    if cause:
+        text += f"; the raylet of the newest Ray session logged: {cause}"
+    if "timed out during startup" in str(err) or "agent" in cause:
+        text += (
+            ". A raylet gives its dashboard agent a fixed 15 s to start, which a busy machine can miss: "
+            "try again when it is less loaded"
+        )
+        if environ.get("PYTHONDONTWRITEBYTECODE"):
+            text += (
+                ". PYTHONDONTWRITEBYTECODE is set, so every Ray process compiles Ray's modules from source "
+                "(the dashboard agent took 35 s to start that way on a loaded 2-core machine): unset it for "
+                "one run, which writes the bytecode cache, or run `python -m compileall -q` on Ray's package "
+                "directory"
+            )
+    return text
+
+
+def raylet_fatal_line(temp_dir: str | None = None) -> str:
+    """The reason of the first fatal check in ``TEMP/session_latest/logs/raylet.err`` ("" if none)."""
+    if temp_dir is None:
+        from ray._common.utils import get_default_ray_temp_dir
+
+        temp_dir = get_default_ray_temp_dir()
+    path = os.path.join(temp_dir, "session_latest", "logs", "raylet.err")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            lines = fh.read(1 << 20).splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        match = _FATAL_CHECK.search(line)
+        if match:
+            return match.group(1).strip()[:400]
+    return ""
+
+
+_FATAL_CHECK = re.compile(r"Check failed: (?:\S+\(\) )?(.*)")
