@@ -188,7 +188,7 @@ def read_metrics(run_dir: Path) -> list[dict[str, float]]:
 def evaluate(policy: Path, seed: int) -> float | None:
     if not policy.exists():
         return None
-    from rlinf_algos.local_runner import evaluate_policy
+    from rlinf_algos.evaluate import evaluate_policy
 
     return float(evaluate_policy(policy, episodes=10, seed=10_000 + seed)["mean"])
 

@@ -19,11 +19,11 @@ value clipping              0.2 around the old value for rlinf and SB3 (``clip_r
 
 Peers (``--peers``):
 
-- ``rlinf``: ``rlinf_algos.runner.run_training`` (env, rollout and actor workers over channels,
+- ``rlinf``: ``rlinf_algos.runtime.training.run_training`` (env, rollout and actor workers over channels,
   what ``rlinf train`` runs; configured as ``examples/quickstart.yaml``: one node, env stepping
   in 2 pipeline stages, ``max_staleness: 1`` so the next rollout overlaps the update) when that
   module is installed; the in-process runner
-  (``rlinf_algos.local_runner.train``) is measured too, as ``rlinf_inprocess_sps``. Without the
+  (``runner.scheduler: local``, :mod:`rlinf_algos.runtime.local`) is measured too, as ``rlinf_inprocess_sps``. Without the
   distributed runner, ``rlinf_sps`` is the in-process figure and the JSON says so
   (``rlinf_runner``).
 - ``sb3``: ``stable_baselines3.PPO`` on a ``DummyVecEnv`` wrapped in ``VecNormalize``.
@@ -35,8 +35,8 @@ Peers (``--peers``):
 Part 2, rollout only (env-steps/s of collecting PPO rollouts, no update):
 
 - ``rlinf``: env and rollout workers exchanging observations and actions over their direct
-  links (``run_training`` in rollout-only mode) when available; otherwise the in-process collector
-  (``PPOCollector.collect`` over ``VectorEnvStepper``), labelled as such;
+  links (``run_training`` in rollout-only mode) when available; otherwise the same collection
+  loop in process (``collect_ppo`` over a ``LocalPort``), labelled as such;
 - ``bare``: one process, a gymnasium sync vector env stepped with the actions of a plain torch
   64x64 tanh actor (and the value head a PPO rollout needs): the floor of any rollout system.
 
@@ -145,12 +145,12 @@ class _Clock:
 
 
 def _distributed_runner() -> Any | None:
-    """``rlinf_algos.runner.run_training`` when the distributed runner is installed, else ``None``."""
+    """``rlinf_algos.runtime.training.run_training`` when rlinf-algos is installed, else ``None``."""
     try:
-        from rlinf_algos import runner
+        from rlinf_algos.runtime import training
     except ImportError:
         return None
-    return getattr(runner, "run_training", None)
+    return getattr(training, "run_training", None)
 
 
 def _rlinf_ppo_sections(total_steps: int, seed: int, anneal: bool) -> dict[str, Any]:
@@ -195,12 +195,10 @@ def _rlinf_distributed_config(sections: dict[str, Any]) -> dict[str, Any]:
 def _rlinf_inprocess_train(
     sections: dict[str, Any], run_dir: Path, clock: _Clock | None = None
 ) -> dict[str, Any]:
-    from rlinf_algos import local_runner
-    from rlinf_algos.algorithms import PPOConfig, SACConfig, load_sections
+    from rlinf_core.plugins import load_plugins
 
-    algo_cls = PPOConfig if sections["algorithm"]["name"] == "ppo" else SACConfig
-    algo = algo_cls(**sections["algorithm"])
-    env, model, runner = load_sections(sections)
+    algo_cls = load_plugins().algorithms.get(sections["algorithm"]["name"])
+    algo = algo_cls(algo_cls.config_model(**sections["algorithm"]))
     rows: list[dict[str, float]] = []
 
     def progress(row: dict[str, float]) -> None:
@@ -208,7 +206,7 @@ def _rlinf_inprocess_train(
         if clock is not None:
             clock.mark(int(row["step"]))
 
-    summary = local_runner.train(algo, env, model, runner, run_dir, progress=progress)
+    summary = algo.run(None, sections, run_dir, progress=progress)  # runner.scheduler: local
     summary["rows"] = rows
     return summary
 
@@ -228,7 +226,7 @@ def peer_rlinf_inprocess(warmup: int, iters: int, seed: int) -> dict[str, Any]:
     return {
         **clock.result(warmup - 1, t_begin),
         "rollout_fraction": rollout / (rollout + update),
-        "runner": "in-process (rlinf_algos.local_runner)",
+        "runner": "in-process (rlinf_algos.runtime.local)",
     }
 
 
@@ -238,7 +236,7 @@ def peer_rlinf_distributed(warmup: int, iters: int, rollout_iters: int, seed: in
     0). Each ``run_training`` launches its own workers (counted in ``untimed_s``)."""
     run_training = _distributed_runner()
     if run_training is None:
-        raise RuntimeError("rlinf_algos.runner.run_training is not installed")
+        raise RuntimeError("rlinf_algos.runtime.training.run_training is not installed")
     from rlinf_core.plugins import load_plugins
 
     host = load_plugins()
@@ -273,7 +271,7 @@ def peer_rlinf_distributed(warmup: int, iters: int, rollout_iters: int, seed: in
             out[part] = {
                 **clock.result(first, t_part),
                 "summary_sps": summary.get("env_steps_per_s"),
-                "runner": "distributed (rlinf_algos.runner.run_training)",
+                "runner": "distributed (rlinf_algos.runtime.training.run_training)",
             }
     finally:
         if scheduler is not None:
@@ -457,25 +455,27 @@ def peer_bare_rollout(warmup: int, iters: int, seed: int) -> dict[str, Any]:
 
 
 def peer_rlinf_rollout_inprocess(warmup: int, iters: int, seed: int) -> dict[str, Any]:
+    import torch
+
     from rlinf_algos.envs import VectorEnvStepper
-    from rlinf_algos.local_runner import PPOCollector, RewardScaler
-    from rlinf_algos.models import GaussianActorCritic
+    from rlinf_algos.models.mlp import GaussianActorCritic
+    from rlinf_algos.ppo.rollout import LocalPort, collect_ppo
 
     t_begin = time.perf_counter()
     stepper = VectorEnvStepper(ENV_ID, NUM_ENVS, seed)
     model = GaussianActorCritic(stepper.obs_dim, stepper.act_dim, HIDDEN, "tanh")
-    collector = PPOCollector(stepper, model, ROLLOUT_STEPS, RewardScaler(NUM_ENVS, GAMMA))
+    port, gen = LocalPort(stepper), torch.Generator().manual_seed(seed)
     for _ in range(warmup):
-        collector.collect()
+        collect_ppo(port, model, ROLLOUT_STEPS, gen)
     clock = _Clock()
     clock.mark(0)
     for _ in range(iters):
-        collector.collect()
+        collect_ppo(port, model, ROLLOUT_STEPS, gen)
     clock.mark(iters * BATCH)
     stepper.close()
     return {
         **clock.result(0, t_begin),
-        "runner": "in-process (PPOCollector over VectorEnvStepper)",
+        "runner": "in-process (collect_ppo over a LocalPort)",
     }
 
 
@@ -665,7 +665,7 @@ def print_throughput(res: dict[str, Any], args: argparse.Namespace) -> dict[str,
         if row in res:
             why = f"the distributed run failed: {res[row]['error'].splitlines()[0][:200]}"
         else:
-            why = "the distributed runner (rlinf_algos.runner.run_training) is not installed"
+            why = "rlinf-algos (rlinf_algos.runtime.training.run_training) is not installed"
         return sps(f"{row}_inprocess"), f"in-process ({why})"
 
     rlinf_sps, rlinf_runner = pick("train:rlinf")

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from rlinf_algos.runner import validate_run_config
+from rlinf_algos.runtime.training import validate_run_config
 from rlinf_core.cli import build_cli
 from rlinf_core.errors import ConfigError
 from rlinf_core.plugins import load_plugins
@@ -215,7 +215,7 @@ def test_commands_and_runner_import_light() -> None:
     """`rlinf --help` must not pay for torch, ray, mujoco, tensorboardX or matplotlib."""
     code = (
         "import sys, click, rlinf_algos.plugin as p; p.rlinf_register_commands(click.Group()); "
-        "import rlinf_algos.runner, rlinf_algos.cli, rlinf_algos.plot; "
+        "import rlinf_algos.runtime.training, rlinf_algos.cli, rlinf_algos.plot; "
         "print([m for m in ('torch', 'ray', 'gymnasium', 'mujoco', 'tensorboardX', 'matplotlib') if m in sys.modules])"
     )
     out = subprocess.run(

@@ -7,7 +7,10 @@ import sys
 
 import pytest
 
-from rlinf_algos.algorithms import GRPO, PPO, SAC, GRPOConfig, PPOConfig, SACConfig, load_sections
+from rlinf_algos.config import load_sections
+from rlinf_algos.grpo import GRPO, GRPOConfig
+from rlinf_algos.ppo import PPO, PPOConfig
+from rlinf_algos.sac import SAC, SACConfig
 from rlinf_core.config import validate_model
 from rlinf_core.errors import ConfigError, RlinfError
 from rlinf_core.plugins import load_plugins
@@ -73,7 +76,7 @@ def test_registered_through_the_plugin_manager() -> None:
 
 def test_plugin_and_algorithms_import_without_heavy_modules() -> None:
     code = (
-        "import sys, rlinf_algos, rlinf_algos.plugin, rlinf_algos.algorithms;"
+        "import sys, rlinf_algos, rlinf_algos.plugin, rlinf_algos.ppo, rlinf_algos.sac, rlinf_algos.grpo;"
         "rlinf_algos.plugin.rlinf_register_algorithms();"
         "heavy = [m for m in ('torch', 'gymnasium', 'mujoco', 'ray') if m in sys.modules];"
         "assert not heavy, heavy"

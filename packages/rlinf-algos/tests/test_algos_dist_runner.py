@@ -8,16 +8,16 @@ from __future__ import annotations
 import csv
 import json
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from rlinf_algos.local_runner import latest_checkpoint, load_policy
-from rlinf_algos.runner import run_training
-from rlinf_algos.workers import _digest
+from rlinf_algos.evaluate import load_policy
+from rlinf_algos.rundir import latest_checkpoint
+from rlinf_algos.runtime.training import run_training
+from rlinf_algos.runtime.workers import digest as _digest
 
 pytestmark = pytest.mark.network
 
@@ -152,8 +152,9 @@ def test_killed_rollout_and_env_workers_are_restarted_and_their_batches_dropped(
 ) -> None:
     import ray
 
-    # Iterations long enough (2048 env steps, about a second even on an idle machine) that a kill
-    # 0.2 s into one always lands mid-collection, never after the iteration already finished.
+    # The kill lands where the runtime reports that rollout rank 0 is collecting the iteration (its
+    # first env message arrived), never after a sleep: on a fast idle machine an iteration of 2048
+    # env steps can be over before a timer fires, and on a loaded one not started yet.
     config = ppo_config(total_steps=8192, log_interval=2048)
     config["cluster"] = placement()
     config["algorithm"]["rollout_steps"] = 512
@@ -161,19 +162,13 @@ def test_killed_rollout_and_env_workers_are_restarted_and_their_batches_dropped(
     victims = {1: "rollout", 3: "env"}  # iteration -> the component killed in mid-collection
     killed: list[tuple[int, str]] = []
 
-    def on_iteration(run: Any, k: int) -> None:
+    def on_collecting(run: Any, k: int) -> None:
         if k in victims and all(k != done for done, _ in killed):
             component = victims[k]
-            actor = run.groups[component].actors[0]
-
-            def kill() -> None:
-                time.sleep(0.2)
-                ray.kill(actor, no_restart=True)
-
             killed.append((k, component))
-            threading.Thread(target=kill, daemon=True).start()
+            ray.kill(run.groups[component].actors[0], no_restart=True)
 
-    summary = run_training(config, run_dir=tmp_path, callbacks={"on_iteration": on_iteration})
+    summary = run_training(config, run_dir=tmp_path, callbacks={"on_collecting": on_collecting})
     assert killed == [(1, "rollout"), (3, "env")]
     assert summary["restarts"] == 2 and summary["dropped_batches"] == 2
     assert summary["total_env_steps"] == 8192 and summary["iterations"] == 4  # dropped ones ran again

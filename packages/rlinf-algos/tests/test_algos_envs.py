@@ -7,11 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from rlinf_algos import sac
 from rlinf_algos.envs import VectorEnvStepper, make_vector_env
-from rlinf_algos.local_runner import PPOCollector
-from rlinf_algos.models import GaussianActorCritic
+from rlinf_algos.models.mlp import GaussianActorCritic
+from rlinf_algos.ppo import PPOConfig
+from rlinf_algos.ppo.learner import PPOLearnerSide
+from rlinf_algos.ppo.rollout import LocalPort, collect_ppo
+from rlinf_algos.recipe import LearnerContext
 from rlinf_algos.replay import ReplayBuffer
+from rlinf_algos.sac import functional as sac
 from rlinf_core.errors import ConfigError
 
 ENV = "InvertedPendulum-v5"
@@ -99,7 +102,10 @@ def test_ppo_collector_bootstraps_truncated_steps() -> None:
         with torch.no_grad():
             model.actor_mean[-1].bias.zero_()
             model.actor_log_std.fill_(-20.0)  # near-zero actions: no termination in 3 steps
-        r = PPOCollector(st, model, rollout_steps=7, update_obs_norm=False).collect()
+        traj = collect_ppo(LocalPort(st), model, 7, torch.Generator().manual_seed(0))
+        traj["version"] = 0
+        ctx = LearnerContext(None, 1, 10.0, publish=lambda: None)
+        r = PPOLearnerSide(model, PPOConfig(normalize_reward=False), ctx, st.num_envs).assemble([traj])
         assert r.obs.shape == (7, 2, 4) and r.actions.shape == (7, 2, 1)
         assert r.truncated[:, 0].tolist() == [False, False, True, False, False, True, False]
         assert not r.terminated.any()

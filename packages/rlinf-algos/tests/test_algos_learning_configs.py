@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlinf_algos.algorithms import PPO, SAC, load_sections
-from rlinf_algos.local_runner import build_policy, sac_critic, sac_policy_spec
-from rlinf_algos.models import SquashedGaussianActor
+from rlinf_algos.config import load_sections
+from rlinf_algos.models import build_policy
+from rlinf_algos.models.mlp import SquashedGaussianActor
+from rlinf_algos.ppo import PPO
+from rlinf_algos.sac import SAC
+from rlinf_algos.sac.recipe import sac_critic, sac_policy_spec
 from rlinf_core.config import load_yaml
 from rlinf_core.errors import ConfigError
 
@@ -93,7 +96,9 @@ def test_sac_model_knobs_reach_actor_and_critics() -> None:
             "runner": {"total_steps": 10},
         }
     )
-    spec = sac_policy_spec(model, 17, 6, [-1.0] * 6, [1.0] * 6)
+    spec = sac_policy_spec(
+        model, {"obs_dim": 17, "act_dim": 6, "action_low": [-1.0] * 6, "action_high": [1.0] * 6}
+    )
     assert spec["hidden"] == [256, 256] and spec["activation"] == "relu"
     torch.manual_seed(0)
     actor = build_policy(spec)

@@ -15,7 +15,7 @@ import yaml
 from click.testing import CliRunner
 
 from rlinf_algos.lm.model import load_policy
-from rlinf_algos.runner import run_training, validate_run_config
+from rlinf_algos.runtime.training import run_training, validate_run_config
 from rlinf_core.cli import build_cli
 from rlinf_core.config import apply_overrides, load_yaml
 from rlinf_core.errors import ConfigError

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlinf_algos.models import (
+from rlinf_algos.models.mlp import (
     EnsembleLinear,
     GaussianActorCritic,
     RunningNorm,

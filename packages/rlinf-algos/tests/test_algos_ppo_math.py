@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rlinf_algos import ppo
+from rlinf_algos.ppo import functional as ppo
 
 
 def col(*xs: float) -> torch.Tensor:

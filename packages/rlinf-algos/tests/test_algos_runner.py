@@ -13,22 +13,31 @@ import numpy as np
 import pytest
 import torch
 
-from rlinf_algos.algorithms import GRPO, PPO, SAC, GRPOConfig, PPOConfig, SACConfig, load_sections
-from rlinf_algos.local_runner import (
-    LeanAdam,
-    PPOLearner,
-    PPORollout,
-    SACLearner,
-    _best_of,
-    atomic_torch_save,
-    evaluate_policy,
-    latest_checkpoint,
-    load_policy,
-    train,
-)
-from rlinf_algos.models import GaussianActorCritic, SquashedGaussianActor, TwinQ
+from rlinf_algos.config import load_sections
+from rlinf_algos.evaluate import evaluate_policy, load_policy
+from rlinf_algos.grpo import GRPO, GRPOConfig
+from rlinf_algos.models.mlp import GaussianActorCritic, SquashedGaussianActor, TwinQ
+from rlinf_algos.optim import LeanAdam
+from rlinf_algos.ppo import PPO, PPOConfig
+from rlinf_algos.ppo.learner import PPOLearner, PPORollout
 from rlinf_algos.replay import ReplayBuffer
-from rlinf_algos.sac import polyak_update as sac_polyak
+from rlinf_algos.rundir import atomic_torch_save, latest_checkpoint
+from rlinf_algos.rundir import best_of as _best_of
+from rlinf_algos.runtime.local import train_local
+from rlinf_algos.sac import SAC, SACConfig
+from rlinf_algos.sac.functional import polyak_update as sac_polyak
+from rlinf_algos.sac.learner import SACLearner
+
+
+def train(algo, env, model, runner, run_dir, *, progress=None, resume=False):  # type: ignore[no-untyped-def]
+    """The in-process runtime for an algorithm config and its sections (as the CLI runs it)."""
+    from rlinf_algos.config import RolloutConfig, RunSections
+    from rlinf_core.plugins import load_plugins
+
+    recipe = load_plugins().algorithms.get(algo.name)(algo).recipe()
+    sections = RunSections(env=env, model=model, runner=runner, rollout=RolloutConfig())
+    return train_local(recipe, sections, run_dir, progress=progress, resume=resume)
+
 
 ENV = "InvertedPendulum-v5"
 SUMMARY_KEYS = {"total_env_steps", "wall_s", "env_steps_per_s", "final_return_mean", "best_return_mean"}
@@ -364,7 +373,7 @@ def test_ppo_update_matches_plain_loop() -> None:
     metrics kept as tensors) takes the same steps as the textbook loop: a minibatch indexed from
     the same permutation, the loss functions of ``rlinf_algos.ppo``, ``zero_grad``/``backward``/
     clip/``Adam.step``."""
-    from rlinf_algos import ppo as ppo_math
+    from rlinf_algos.ppo import functional as ppo_math
 
     g = torch.Generator().manual_seed(1)
     T, N, D, A = 16, 4, 3, 2

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from rlinf_algos import grpo, sac
+from rlinf_algos.grpo import functional as grpo
+from rlinf_algos.sac import functional as sac
 
 
 def t(*xs: float) -> torch.Tensor:

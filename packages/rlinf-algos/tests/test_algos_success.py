@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from rlinf_algos.envs import VectorEnvStepper
-from rlinf_algos.local_runner import build_policy, evaluate_policy
+from rlinf_algos.evaluate import evaluate_policy
+from rlinf_algos.models import build_policy
 
 GOAL_ID = "rlinf-test/Goal1D-v0"
 

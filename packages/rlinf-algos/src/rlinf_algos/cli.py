@@ -129,6 +129,23 @@ class _StopOnTerm:
     help="Continue the run in this directory from its newest checkpoint.",
 )
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Validate everything, print the resolved config and the placement plan, start nothing "
+    "(exit 0, or 2 on a configuration problem).",
+)
+@click.option(
+    "--inventory",
+    "inventory_path",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="With --dry-run: accelerators per node for the plan (as `rlinf cluster plan --inventory`).",
+)
+@click.option(
+    "--gpus-per-node",
+    type=click.IntRange(min=0),
+    help="With --dry-run: give every node this many GPUs (instead of --inventory).",
+)
 @click.pass_context
 def train_cmd(
     ctx: click.Context,
@@ -137,6 +154,9 @@ def train_cmd(
     run_dir: Path | None,
     resume_dir: Path | None,
     quiet: bool,
+    dry_run: bool,
+    inventory_path: Path | None,
+    gpus_per_node: int | None,
 ) -> None:
     """Train with the run configuration CONFIG.yaml.
 
@@ -146,13 +166,20 @@ def train_cmd(
     The whole configuration is checked before anything starts. Runs on an embedded Ray, or on the
     cluster at RAY_ADDRESS. Ctrl-C or SIGTERM writes a checkpoint first; --resume RUN_DIR continues it.
     """
-    from rlinf_algos.runner import TrainingInterrupted, run_training
+    from rlinf_algos.runtime.training import TrainingInterrupted, run_training
     from rlinf_core.config import load_yaml
     from rlinf_core.errors import RlinfError
 
     if resume_dir is not None and run_dir is not None and resume_dir != run_dir:
         raise click.UsageError("give --resume RUN_DIR or --run-dir DIR, not both")
+    if (inventory_path is not None or gpus_per_node is not None) and not dry_run:
+        raise click.UsageError("--inventory and --gpus-per-node go with --dry-run")
+    if inventory_path is not None and gpus_per_node is not None:
+        raise click.UsageError("give --inventory or --gpus-per-node, not both")
     data = load_yaml(config)
+    if dry_run:
+        _print_dry_run(ctx, data, overrides, inventory_path, gpus_per_node)
+        return
     bar = None if quiet else _ProgressBar()
     target = resume_dir or run_dir
     stop_signal = _StopOnTerm()
@@ -188,23 +215,42 @@ def train_cmd(
         stop_signal.restore()
     if bar is not None:
         bar.close()
-    if "accuracy_before" in summary:  # grpo_lm: a verifier's exact-match accuracy, not env steps
-        click.echo(
-            f"done: held-out accuracy {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f} "
-            f"({summary['accuracy_gain_pp']:+.1f} pp) in {summary['total_s']:.1f} s, "
-            f"{summary['iterations']} GRPO iterations"
-        )
-        click.echo(f"run directory: {target or _run_dir_of(summary)}")
-        return
-    ret = summary.get("final_return_mean")
-    success = summary.get("success_rate")
-    click.echo(
-        f"done: {summary['total_env_steps']} env steps in {summary['wall_s']:.1f} s "
-        f"({summary['env_steps_per_s']:,.0f} steps/s); final return "
-        f"{'-' if ret is None else f'{ret:.1f}'}, best {summary.get('best_return_mean')}"
-        + ("" if success is None else f", success rate {success:.2f} (last 100 training episodes)")
-    )
+    click.echo(summary["summary_text"])
     click.echo(f"run directory: {target or _run_dir_of(summary)}")
+
+
+def _print_dry_run(
+    ctx: click.Context,
+    data: Any,
+    overrides: tuple[str, ...],
+    inventory_path: Path | None,
+    gpus_per_node: int | None,
+) -> None:
+    """``rlinf train --dry-run``: the resolved config, then the plan (or why there is none)."""
+    import yaml
+
+    from rlinf_algos.runtime.training import dry_run
+    from rlinf_core.config import load_yaml
+
+    inventory: Any = None
+    if inventory_path is not None:
+        inventory = load_yaml(inventory_path)
+    elif gpus_per_node is not None:
+        from rlinf_scheduler.placement import Inventory
+
+        inventory = Inventory.uniform(gpus_per_node)
+    out = dry_run(data, overrides=overrides, host=get_host(ctx), inventory=inventory)
+    click.echo("# resolved configuration (what config.yaml of the run would hold)")
+    click.echo(yaml.safe_dump(out["config"], sort_keys=False), nl=False)
+    click.echo(f"\n# scheduler: {out['scheduler']}")
+    if out["plan"] is None:
+        click.echo("# placement: none (runner.scheduler: local trains in this process)")
+        return
+    from rlinf_scheduler.placement import render_table
+
+    click.echo("# placement plan")
+    click.echo(render_table(out["plan"]), nl=False)
+    click.echo("# dry run: nothing was started")
 
 
 def _run_dir_of(summary: dict[str, Any]) -> str:
@@ -220,7 +266,7 @@ def _run_dir_of(summary: dict[str, Any]) -> str:
 def eval_cmd(run_dir: Path, episodes: int, seed: int, stochastic: bool, as_json: bool) -> None:
     """Run the final policy of RUN_DIR for N episodes; print the mean and std of the return (and
     the success rate, for envs that report info["is_success"])."""
-    from rlinf_algos.local_runner import evaluate_policy
+    from rlinf_algos.evaluate import evaluate_policy
 
     res = evaluate_policy(run_dir / "policy.pt", episodes=episodes, seed=seed, deterministic=not stochastic)
     if as_json:

@@ -196,6 +196,7 @@ class VectorEnvStepper:
             )
         self.env_id = env_id
         self.num_envs = num_envs
+        self.seed = seed
         self.env_kwargs = dict(env_kwargs or {})
         self.max_episode_steps = max_episode_steps
         self.obs_dim = int(space.shape[0])

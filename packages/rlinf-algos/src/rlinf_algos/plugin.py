@@ -1,9 +1,9 @@
 """rlinf plugin of rlinf-algos (entry point ``algos``).
 
-Registers the ``ppo``, ``sac``, ``grpo`` and ``grpo_lm`` algorithms and the ``rlinf
-train|eval|plot`` commands. Must import without torch, gymnasium or mujoco: the classes live in
-:mod:`rlinf_algos.algorithms` and :mod:`rlinf_algos.lm.algorithm`, which import only pydantic and
-rlinf_core and load the training code inside ``run()``.
+Registers the ``ppo``, ``sac``, ``grpo`` and ``grpo_lm`` algorithms, the ``mlp`` model type and
+the ``rlinf train|eval|plot`` commands. Must import without torch, gymnasium or mujoco: each
+algorithm's package (:mod:`rlinf_algos.ppo`...) imports only pydantic and rlinf_core and loads
+its training code when it runs.
 """
 
 from __future__ import annotations
@@ -15,10 +15,19 @@ from rlinf_core.plugins import hookimpl
 
 @hookimpl
 def rlinf_register_algorithms() -> list[type]:
-    from rlinf_algos.algorithms import GRPO, PPO, SAC
+    from rlinf_algos.grpo import GRPO
     from rlinf_algos.lm.algorithm import GRPOLM
+    from rlinf_algos.ppo import PPO
+    from rlinf_algos.sac import SAC
 
     return [PPO, SAC, GRPO, GRPOLM]
+
+
+@hookimpl
+def rlinf_register_models() -> list[type]:
+    from rlinf_algos.models import MLPModels
+
+    return [MLPModels]
 
 
 @hookimpl

@@ -1,13 +1,23 @@
-"""The algorithm interface: an RL algorithm's options and its macro flow."""
+"""The algorithm interface: an RL algorithm's options, its checks and its macro flow.
+
+Everything the training runtime (``rlinf train``) calls on an algorithm is declared here, so an
+algorithm of another plugin only has to fill these in: the runtime never looks for optional
+methods or keyword arguments.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-__all__ = ["Algorithm"]
+from rlinf_core.errors import ConfigProblem
+
+__all__ = ["Algorithm", "ProgressFn"]
+
+ProgressFn = Callable[[dict[str, Any]], None]
 
 
 class Algorithm(ABC):
@@ -16,7 +26,12 @@ class Algorithm(ABC):
     Class attributes:
         PLUGIN_NAME: the name ``algorithm.name`` selects.
         config_model: validates the ``algorithm`` section (paths in errors start at ``algorithm``).
-        components: the component names its flow needs placed (``("actor", "rollout", "env")``).
+        components: the component names its flow can use (``("actor", "rollout", "env")``).
+        required_components: those the ``cluster`` section must place (checked before anything
+            starts when the run uses a scheduler).
+        distributed: ``True`` if ``runner.scheduler`` defaults to ``ray`` (workers placed by the
+            ``cluster`` section); ``False``: to ``local`` (in the rlinf process).
+        sections: the top-level YAML sections a run of it may have (others are reported).
 
     The macro flow lives in :meth:`run`; how each component is placed is the cluster
     configuration's business, so the same flow runs collocated, disaggregated or hybrid.
@@ -25,10 +40,56 @@ class Algorithm(ABC):
     PLUGIN_NAME: ClassVar[str]
     config_model: ClassVar[type[BaseModel]]
     components: ClassVar[tuple[str, ...]] = ()
+    required_components: ClassVar[tuple[str, ...]] = ()
+    distributed: ClassVar[bool] = False
+    sections: ClassVar[tuple[str, ...]] = ("cluster", "algorithm", "runner")
 
     def __init__(self, config: BaseModel) -> None:
         self.config = config
 
+    @classmethod
+    def run_config_problems(cls, run_config: Mapping[str, Any]) -> list[ConfigProblem]:
+        """Every problem of the run configuration's sections other than ``algorithm`` and
+        ``cluster`` (those are the runtime's), each with its YAML path; ``rlinf train`` calls this
+        before starting anything. The default reports sections not in :attr:`sections`."""
+        return [
+            ConfigProblem(str(key), f"unknown section; a {cls.PLUGIN_NAME} run has {', '.join(cls.sections)}")
+            for key in run_config
+            if key not in cls.sections
+        ]
+
     @abstractmethod
-    def run(self, scheduler: Any, run_config: Any, run_dir: Any) -> dict[str, Any]:
-        """Run training to the end of its budget and return its summary metrics."""
+    def run(
+        self,
+        scheduler: Any,
+        run_config: Any,
+        run_dir: Any,
+        *,
+        resume: bool = False,
+        progress: ProgressFn | None = None,
+        callbacks: Mapping[str, Callable[..., Any]] | None = None,
+        rollout_only: bool = False,
+    ) -> dict[str, Any]:
+        """Run training to the end of its budget and return its summary metrics.
+
+        Args:
+            scheduler: a started :class:`~rlinf_core.scheduler.Scheduler`, or ``None`` to train in
+                this process (``runner.scheduler: local``).
+            run_config: the validated run configuration (a mapping of sections).
+            run_dir: where the run writes (metrics, checkpoints, the policy, ``summary.json``).
+            resume: continue from the newest checkpoint of ``run_dir``.
+            progress: called with every metrics row.
+            callbacks: named hooks of the runtime (``on_iteration(run, k)``), for tests and tools.
+            rollout_only: collect without learning (throughput measurement); an algorithm that
+                cannot raises :class:`~rlinf_core.errors.RlinfError`.
+        """
+
+    def summary_text(self, summary: Mapping[str, Any]) -> str:
+        """The one-line result ``rlinf train`` prints at the end (the summary's scalars by
+        default; algorithms say what matters for them)."""
+        parts = [
+            f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+            for k, v in summary.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        ]
+        return "done: " + ", ".join(parts)

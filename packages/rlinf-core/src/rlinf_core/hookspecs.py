@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from rlinf_core.algorithm import Algorithm
     from rlinf_core.envs import EnvSpec
     from rlinf_core.hardware import HardwarePlugin
+    from rlinf_core.model import ModelType
     from rlinf_core.network import NetworkProvider
     from rlinf_core.scheduler import Scheduler
 
@@ -91,6 +92,20 @@ def rlinf_register_envs() -> list[EnvSpec] | None:
         ``None`` or an empty list registers nothing.
 
     Called in the driver (config validation) and in env worker processes.
+    """
+
+
+@hookspec
+def rlinf_register_models() -> list[type[ModelType]] | None:
+    """Register model types, selected by ``model.type`` in the run YAML (``mlp`` is shipped by
+    rlinf-algos).
+
+    :returns: :class:`~rlinf_core.model.ModelType` subclasses; each builds policy modules from
+        the spec an algorithm makes of the ``model`` section. ``None`` or an empty list
+        registers nothing.
+
+    Called in the driver (config validation) and in every worker process that builds a policy
+    (rollout, actor, reference workers), so keep the hook itself torch-free.
     """
 
 

@@ -50,6 +50,7 @@ KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
     "algorithms": {"ppo": "rlinf-algos", "sac": "rlinf-algos", "grpo": "rlinf-algos"},
     "schedulers": {"ray": "rlinf-scheduler"},
     "network_providers": {"easytier": "rlinf-net-easytier"},
+    "models": {"mlp": "rlinf-algos"},
 }
 
 # registry attribute -> (hook name, human kind, base class path)
@@ -62,6 +63,7 @@ _REGISTRIES: dict[str, tuple[str, str, str]] = {
         "network provider",
         "rlinf_core.network:NetworkProvider",
     ),
+    "models": ("rlinf_register_models", "model type", "rlinf_core.model:ModelType"),
 }
 
 T = TypeVar("T")
@@ -185,6 +187,11 @@ class PluginHost:
     def network_providers(self) -> Registry[Any]:
         """Network providers (:class:`~rlinf_core.network.NetworkProvider` subclasses)."""
         return self._build("network_providers")
+
+    @cached_property
+    def models(self) -> Registry[Any]:
+        """Model types (:class:`~rlinf_core.model.ModelType` subclasses), by ``model.type``."""
+        return self._build("models")
 
     @cached_property
     def envs(self) -> dict[str, Any]:

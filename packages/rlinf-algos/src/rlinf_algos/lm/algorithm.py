@@ -2,7 +2,7 @@
 ``algorithm: {name: grpo_lm}`` (registered by :mod:`rlinf_algos.plugin`). Imports pydantic and
 rlinf_core only; the training code loads inside :meth:`GRPOLM.run`.
 
-``rlinf train`` (:func:`rlinf_algos.runner.run_training`) validates the whole YAML through
+``rlinf train`` (:func:`rlinf_algos.runtime.training.run_training`) validates the whole YAML through
 :meth:`GRPOLM.run_config_problems` before anything starts, writes ``config.yaml``, starts the
 scheduler ``runner.scheduler`` names (none for ``local``) and calls :meth:`GRPOLM.run`, which owns
 the training loop: in this process (:func:`rlinf_algos.lm.trainer.train_lm`) or on workers
@@ -11,7 +11,7 @@ placed by the ``cluster`` section (:mod:`rlinf_algos.lm.distributed`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -74,6 +74,8 @@ class GRPOLM(Algorithm):
         *,
         resume: bool = False,
         progress: Any = None,
+        callbacks: Mapping[str, Callable[..., Any]] | None = None,
+        rollout_only: bool = False,
     ) -> dict[str, Any]:
         """Warm start, evaluate, train with GRPO, evaluate; return the summary
         (``accuracy_before``, ``accuracy_after``...; also in ``run_dir/summary.json``).
@@ -88,6 +90,8 @@ class GRPOLM(Algorithm):
                 "start a new run, or continue from a saved policy with sft.init_checkpoint=RUN_DIR/policy.pt",
                 path="--resume",
             )
+        if rollout_only:
+            raise RlinfError("grpo_lm has no rollout-only mode (it measures accuracy, not env steps)")
         run = load_lm_sections(run_config)
         run_dir = Path(run_dir)
         if scheduler is None:
@@ -100,6 +104,14 @@ class GRPOLM(Algorithm):
             raise RlinfError(f"grpo_lm: the distributed runner cannot load ({err})") from err
         return train_lm_distributed(
             run, scheduler, run_dir, progress=progress, cluster=_cluster_of(run_config)
+        )
+
+    def summary_text(self, summary: Mapping[str, Any]) -> str:
+        """A verifier's exact-match accuracy before and after, not env steps."""
+        return (
+            f"done: held-out accuracy {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f} "
+            f"({summary['accuracy_gain_pp']:+.1f} pp) in {summary['total_s']:.1f} s, "
+            f"{summary['iterations']} GRPO iterations"
         )
 
 

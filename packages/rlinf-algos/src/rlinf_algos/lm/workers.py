@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rlinf_algos import grpo
+from rlinf_algos.grpo import functional as grpo
 from rlinf_algos.lm.config import LMGRPOConfig, LMModelConfig
 from rlinf_algos.lm.model import TinyLM, generate, sequence_log_probs
 from rlinf_core.worker import Worker
@@ -57,7 +57,7 @@ def sequence_advantages(
     rewards: Tensor, episode_index: Tensor, group_size: int, scale: bool = True
 ) -> tuple[Tensor, Tensor]:
     """GRPO advantages per sequence: the group advantage of each episode's outcome
-    (:func:`rlinf_algos.grpo.group_advantages`) given to every sequence of that episode (in
+    (:func:`rlinf_algos.grpo.functional.group_advantages`) given to every sequence of that episode (in
     multi-agent mode, the lead's and every subagent's).
 
     Args:
@@ -234,7 +234,7 @@ class ActorWorker(Worker):
     def update(self, batch: dict[str, Tensor]) -> dict[str, float]:
         """One GRPO update on a packed batch: advantages from the episode rewards, the sampling
         policy's log-probs recomputed once (``old``), then ``update_epochs`` passes of
-        ``minibatch_size`` sequences through :func:`rlinf_algos.grpo.policy_loss`. Returns the
+        ``minibatch_size`` sequences through :func:`rlinf_algos.grpo.functional.policy_loss`. Returns the
         mean loss, KL, clip fraction, gradient norm and how many sequences were trained on."""
         cfg = self.cfg
         adv, uniform = self.advantages(batch)

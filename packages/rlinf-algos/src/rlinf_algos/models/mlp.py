@@ -14,7 +14,7 @@ travel with the weights when they are broadcast to rollout workers and saved in 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import numpy as np
@@ -199,6 +199,55 @@ class GaussianActorCritic(nn.Module):
     def predict(self, raw_obs: Tensor, deterministic: bool = True) -> Tensor:
         """Actions for raw (unnormalised) observations ``[B, D] -> [B, A]`` (evaluation)."""
         return self.act(self.obs_norm(raw_obs), deterministic)[0]
+
+    # -- what the rollout and the learner use (the policy interface of PPO and GRPO) -------------
+    def normalize(self, raw_obs: Tensor) -> Tensor:
+        """Normalise raw observations with the statistics this version holds."""
+        return self.obs_norm(raw_obs)
+
+    def normalizer(self) -> Callable[[Tensor, Tensor], None]:
+        """A fast ``fn(raw, out)`` that writes the normalised ``raw`` into ``out``, with the
+        statistics frozen as they are now (they change only between weight versions)."""
+        norm = self.obs_norm
+        if not isinstance(norm, RunningNorm):
+            return lambda raw, out: out.copy_(norm(raw))
+        mean = norm.mean.to(torch.float32)
+        inv = torch.rsqrt(norm.var + norm.eps).to(torch.float32)
+        clip = float(norm.clip)
+
+        def run(raw: Tensor, out: Tensor) -> None:
+            torch.sub(raw, mean, out=out)
+            out.mul_(inv).clamp_(-clip, clip)
+
+        return run
+
+    def action_mean(self, obs: Tensor) -> Tensor:
+        """The Gaussian's mean for normalised observations ``[B, D] -> [B, A]``."""
+        return seq_forward(self.actor_mean, obs)
+
+    def action_log_std(self) -> Tensor:
+        """The state-independent ``log_std`` ``[A]`` (detached)."""
+        return self.actor_log_std.detach()
+
+    def policy_parameters(self) -> list[nn.Parameter]:
+        """The policy's parameters without the critic's (GRPO trains no critic)."""
+        return [*self.actor_mean.parameters(), self.actor_log_std]
+
+    def fold_obs_moments(self, mean: np.ndarray, var: np.ndarray, count: float) -> None:
+        """Fold raw-observation batch moments into the statistics (Chan et al.'s update);
+        nothing if this policy does not normalise."""
+        norm = self.obs_norm
+        if count <= 0 or not isinstance(norm, RunningNorm):
+            return
+        with torch.no_grad():
+            b_mean = torch.as_tensor(mean, dtype=torch.float64)
+            b_var = torch.as_tensor(var, dtype=torch.float64)
+            delta = b_mean - norm.mean
+            total = norm.count + count
+            norm.mean += delta * (count / total)
+            m2 = norm.var * norm.count + b_var * count + delta.pow(2) * norm.count * count / total
+            norm.var.copy_(m2 / total)
+            norm.count.copy_(total)
 
 
 class SquashedGaussianActor(nn.Module):

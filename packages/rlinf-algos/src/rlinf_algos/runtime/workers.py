@@ -1,6 +1,8 @@
-"""The workers of the distributed runner: :class:`EnvWorker`, :class:`RolloutWorker` and
-:class:`ActorWorker` (DESIGN.md section 5). They talk only through channels, direct links
-between env and rollout workers, and the versioned weight broadcast; where each runs is the ``cluster`` section's business, so the same code runs
+"""The generic workers of the distributed runtime: :class:`EnvWorker`, :class:`RolloutWorker` and
+:class:`ActorWorker` (DESIGN.md section 5). They never name an algorithm: the rollout worker
+runs its recipe's ``collect`` over its env links, the actor worker its recipe's learner. They
+talk only through channels, direct links between env and rollout workers, and the versioned
+weight broadcast; where each runs is the ``cluster`` section's business, so the same code runs
 collocated, disaggregated or hybrid.
 
 Data flow of one PPO iteration (``T`` = ``algorithm.rollout_steps`` vector steps)::
@@ -31,9 +33,7 @@ Data flow of one PPO iteration (``T`` = ``algorithm.rollout_steps`` vector steps
   aborts the iteration (the dead worker's links break; an :data:`ABORT` item on every trajectory
   key of the generation, so the learner does not wait on it), restarts the worker, and starts
   the next generation: a partial batch is never mixed into a later one.
-- **Observation statistics** are weights: rollout workers normalise with the statistics of the
-  version they hold, send the normalised observations and the raw batch moments, and the learner
-  folds the moments in (:func:`merge_moments`) before publishing the next version.
+- **Observation statistics** are weights (see :mod:`rlinf_algos.stats`).
 """
 
 from __future__ import annotations
@@ -45,27 +45,13 @@ from typing import Any
 
 import numpy as np
 
+from rlinf_algos.channels import traj_key
+from rlinf_algos.recipe import LearnerContext, Recipe
 from rlinf_core.errors import ChannelError, ChannelTimeout, RlinfError
 from rlinf_core.worker import Worker
 from rlinf_scheduler.link import Link
 
-__all__ = [
-    "ABORT",
-    "ActorWorker",
-    "EnvWorker",
-    "ReferenceWorker",
-    "RewardWorker",
-    "RolloutWorker",
-    "advantage_key",
-    "grpo_keys",
-    "merge_moments",
-    "reward_key",
-    "scored_key",
-    "traj_key",
-]
-
-ABORT = "__rlinf_abort__"
-"""The item the driver puts on a generation's keys to end an iteration early."""
+__all__ = ["ActorWorker", "EnvWorker", "RolloutWorker", "digest", "set_threads"]
 
 
 def _close_links(links: dict[int, Link]) -> None:
@@ -77,38 +63,11 @@ def _close_links(links: dict[int, Link]) -> None:
 def _node_address() -> str:
     """The address this node's Ray uses (an overlay's address when Ray is bound to one)."""
     try:
-        from rlinf_scheduler.channel import _node_address as addr
+        from rlinf_scheduler.channel import node_address
 
-        return addr()
+        return node_address()
     except Exception:  # outside Ray (tests of a worker on its own)
         return "127.0.0.1"
-
-
-def traj_key(gen: int | str, rollout_rank: int) -> str:
-    """Trajectories of rollout rank ``r``: to the actor (PPO, SAC) or the reference (GRPO)."""
-    return f"g{gen}/t/{rollout_rank}"
-
-
-def reward_key(gen: int | str, rollout_rank: int) -> str:
-    """GRPO: episode outcomes of rollout rank ``r`` to the reward worker."""
-    return f"g{gen}/r/{rollout_rank}"
-
-
-def scored_key(gen: int | str, rollout_rank: int) -> str:
-    """GRPO: the sequences of rollout rank ``r`` with reference log-probabilities, to the actor."""
-    return f"g{gen}/a/{rollout_rank}"
-
-
-def advantage_key(gen: int | str) -> str:
-    """GRPO: the group advantages of a generation's episodes, from the reward worker to the actor."""
-    return f"g{gen}/adv"
-
-
-def grpo_keys(gen: int | str, rollout_world: int) -> list[str]:
-    """Every key a GRPO consumer may wait on for one batch (the driver aborts them all); GRPO's
-    keys are per iteration, ``gen`` is ``"<generation>.<iteration>"``."""
-    per_rank = [f(gen, r) for r in range(rollout_world) for f in (traj_key, reward_key, scored_key)]
-    return [*per_rank, advantage_key(gen)]
 
 
 def _shards(stage_slots: int, env_world: int, rollout_world: int) -> list[Any]:
@@ -117,47 +76,8 @@ def _shards(stage_slots: int, env_world: int, rollout_world: int) -> list[Any]:
     return route_plan(stage_slots * env_world, env_world, rollout_world)
 
 
-def merge_moments(norm: Any, mean: np.ndarray, var: np.ndarray, count: float) -> None:
-    """Fold batch moments (``mean``/``var`` ``[D]`` float64 over ``count`` rows) into a
-    :class:`~rlinf_algos.models.RunningNorm` (Chan et al.'s parallel update, as
-    ``RunningNorm.update`` does for a batch)."""
-    import torch
-
-    if count <= 0 or not hasattr(norm, "update"):
-        return
-    with torch.no_grad():
-        b_mean = torch.as_tensor(mean, dtype=torch.float64)
-        b_var = torch.as_tensor(var, dtype=torch.float64)
-        delta = b_mean - norm.mean
-        total = norm.count + count
-        norm.mean += delta * (count / total)
-        m2 = norm.var * norm.count + b_var * count + delta.pow(2) * norm.count * count / total
-        norm.var.copy_(m2 / total)
-        norm.count.copy_(total)
-
-
-class _Moments:
-    """Running sum / sum of squares of raw observations (float64) of one batch."""
-
-    def __init__(self, dim: int) -> None:
-        self.s = np.zeros(dim)
-        self.ss = np.zeros(dim)
-        self.n = 0
-
-    def add(self, x: np.ndarray) -> None:
-        x64 = x.astype(np.float64, copy=False)
-        self.s += x64.sum(0)
-        self.ss += np.square(x64).sum(0)
-        self.n += x.shape[0]
-
-    def result(self) -> dict[str, Any]:
-        if self.n == 0:
-            return {"mean": self.s, "var": self.ss, "count": 0}
-        mean = self.s / self.n
-        return {"mean": mean, "var": np.maximum(self.ss / self.n - mean**2, 0.0), "count": self.n}
-
-
-def _set_threads(n: int) -> None:
+def set_threads(n: int) -> None:
+    """``n`` intra-op torch threads and one inter-op thread in this worker process."""
     import torch
 
     torch.set_num_threads(n)
@@ -298,7 +218,7 @@ class EnvWorker(Worker):
                 self.links_key = None
         return out
 
-    def run(self, gen: int, steps: int, links: list[Any]) -> dict[str, Any]:
+    def run(self, gen: int, links: list[Any], steps: int) -> dict[str, Any]:
         """Serve one iteration: send every stage's observations, then ``steps`` times per stage
         receive actions, step, and send the result (see :meth:`_serve` for what it returns)."""
 
@@ -406,15 +326,16 @@ class EnvWorker(Worker):
             st.close()
 
 
-# -- rollout -----------------------------------------------------------------------------------
+# -- rollout ---------------------------------------------------------------------------------------
 
 
 class RolloutWorker(Worker):
     """Policy inference with a versioned copy of the weights. :meth:`configure` builds the
-    policy once the env's sizes are known.
+    policy once the env's sizes are known; :meth:`collect` runs the recipe's collection over this
+    worker's env links (:meth:`recv` / :meth:`send` per pipeline stage).
 
     Args:
-        algo: ``"ppo"`` or ``"sac"``.
+        recipe: the algorithm's :class:`~rlinf_algos.recipe.Recipe`.
         env_world: the number of env workers; ``per_stage``: envs per stage of each.
         stages: ``rollout.pipeline_stages``.
         traj_ch: the trajectory channel; ``weights``: the weight broadcast's name.
@@ -425,7 +346,7 @@ class RolloutWorker(Worker):
 
     def __init__(
         self,
-        algo: str,
+        recipe: Recipe,
         env_world: int,
         per_stage: int,
         stages: int,
@@ -435,7 +356,7 @@ class RolloutWorker(Worker):
         link_token: str,
         timeout: float = 300.0,
     ) -> None:
-        self.algo = algo
+        self.recipe = recipe
         self.env_world, self.per_stage, self.stages = env_world, per_stage, stages
         self.traj_ch = traj_ch
         self.weights_name, self.seed, self.timeout = weights, seed, timeout
@@ -443,13 +364,14 @@ class RolloutWorker(Worker):
         self.model: Any = None
         self.links: dict[int, Link] = {}
         self.links_gen: int | None = None
+        self._report: str | None = None
 
     def setup(self) -> None:
         import torch
 
-        import rlinf_algos.local_runner  # noqa: F401 - the heavy imports, while the envs start
+        import rlinf_algos.models.mlp  # noqa: F401 - the heavy imports, while the envs start
 
-        _set_threads(1)
+        set_threads(1)
         torch.manual_seed(self.seed + 7919 * self.rank)
         self.generator = torch.Generator().manual_seed(self.seed + 7919 * self.rank)
         self.np_rng = np.random.default_rng(self.seed + 7919 * self.rank)
@@ -504,7 +426,7 @@ class RolloutWorker(Worker):
     def configure(self, spec: dict[str, Any]) -> int:
         """Build the policy from ``spec`` (the env's sizes are known once an env worker runs)
         and pull the newest weights (a restarted worker catches up here). Returns the version."""
-        from rlinf_algos.local_runner import build_policy
+        from rlinf_algos.models import build_policy
         from rlinf_scheduler.weights import WeightBroadcast
 
         self.spec = spec
@@ -514,10 +436,11 @@ class RolloutWorker(Worker):
             self.weights_name, timeout=self.timeout, default_timeout=self.timeout
         )
         self.version = -1
-        self._sync(0)
+        self.sync(0)
         return self.version
 
-    def _sync(self, min_version: int) -> None:
+    def sync(self, min_version: int) -> None:
+        """Load the newest weights, waiting for version ``min_version`` at least."""
         if self.version < min_version:
             version, sd = self.wb.fetch(min_version=min_version, timeout=self.timeout)
         else:
@@ -544,7 +467,10 @@ class RolloutWorker(Worker):
         torch.set_rng_state(state["torch"])
         self.np_rng.bit_generator.state = state["numpy"]
 
-    def _recv(self, gen: int, s: int) -> dict[str, Any] | None:
+    def recv(self, s: int) -> dict[str, Any]:
+        """The env message of stage ``s`` (``obs``, and after a step ``rew``, ``term``, ``trunc``
+        and ``final``: the final observations of episodes that ended), over this worker's
+        slots of the stage in order."""
         parts = []
         for sh in self.my_shards:
             stage, item = self.links[sh.src].recv(f"the observations of stage {s}")
@@ -553,6 +479,9 @@ class RolloutWorker(Worker):
                     f"rollout rank {self.rank}: observations of stage {stage} while {s} was due"
                 )
             parts.append(item)
+        if self._report is not None:  # the driver waits for this to inject faults mid-iteration
+            self.traj_ch.put(True, self._report, timeout=self.timeout)
+            self._report = None
         if len(parts) == 1:
             return parts[0]
         out: dict[str, Any] = {}
@@ -572,26 +501,27 @@ class RolloutWorker(Worker):
     def _offsets(self) -> list[int]:
         return [sh.dst_offset for sh in self.my_shards]
 
-    def _send(self, gen: int, s: int, actions: np.ndarray) -> None:
+    def send(self, s: int, actions: np.ndarray) -> None:
+        """The actions ``[slots, A]`` of stage ``s`` to the env workers they belong to."""
         for sh in self.my_shards:
             a = sh.dst_offset
             self.links[sh.src].send((s, actions[a : a + sh.size]))
 
-    def collect(self, gen: int, steps: int, min_version: int, **kw: Any) -> dict[str, Any]:
-        """One iteration of ``steps`` vector steps per stage; the trajectory (PPO) or the
-        transitions (SAC, in chunks) go to the actor. Returns timing and the weight version used,
-        or ``aborted``."""
+    def collect(
+        self, gen: int, steps: int, min_version: int, report: str | None = None, **kw: Any
+    ) -> dict[str, Any]:
+        """One iteration of ``steps`` vector steps per stage (at most, for whole episodes) with
+        weights of version ``min_version`` or newer; the recipe sends the data on. Returns timing
+        and the weight version used, or ``aborted``. ``report``: a channel key rank 0 puts
+        ``True`` on once the iteration's first env message has arrived (the driver's
+        ``on_collecting`` callback waits for it)."""
         t0 = time.perf_counter()
+        self._report = report if self.rank == 0 else None
         out: dict[str, Any] = {"aborted": True}
         try:
             self._accept(gen)
-            self._sync(min_version)
-            if self.algo == "ppo":
-                out = self._collect_ppo(gen, steps, **kw)
-            elif self.algo == "grpo":
-                out = self._collect_grpo(gen, steps, **kw)
-            else:
-                out = self._collect_sac(gen, steps, **kw)
+            self.sync(min_version)
+            out = self.recipe.collect(self, gen, steps, **kw)
         except ChannelError as err:
             return {"aborted": True, "error": str(err)}
         finally:
@@ -601,413 +531,11 @@ class RolloutWorker(Worker):
         out["rollout_s"] = time.perf_counter() - t0
         return out
 
-    def _collect_ppo(self, gen: int, T: int, send: bool = True) -> dict[str, Any]:
-        import torch
-
-        from rlinf_algos.models import gaussian_log_prob, seq_forward
-
-        model, S, n = self.model, self.stages, self.slots
-        D, A = self.spec["obs_dim"], self.spec["act_dim"]
-        obs_buf = np.empty((S, T, n, D), np.float32)
-        act_buf = np.empty((S, T, n, A), np.float32)
-        logp_buf = np.empty((S, T, n), np.float32)
-        rew_buf = np.empty((S, T, n), np.float32)
-        term_buf = np.zeros((S, T, n), bool)
-        trunc_buf = np.zeros((S, T, n), bool)
-        final_t: list[np.ndarray] = []  # (stage, t, slot) of truncated steps, and their obs
-        final_obs: list[np.ndarray] = []
-        moments = _Moments(D)
-        current: list[np.ndarray] = [None] * S  # type: ignore[list-item]
-        norm = model.obs_norm
-
-        def absorb(s: int, t: int, msg: dict[str, Any]) -> None:
-            rew_buf[s, t] = msg["rew"]
-            term_buf[s, t] = msg["term"]
-            trunc_buf[s, t] = msg["trunc"]
-            if "final" in msg:
-                idx, rows = msg["final"]
-                tr = msg["trunc"][idx]
-                if tr.any():
-                    sel = idx[tr]
-                    final_t.append(np.stack([np.full_like(sel, s), np.full_like(sel, t), sel], 1))
-                    with torch.no_grad():
-                        final_obs.append(norm(torch.from_numpy(np.ascontiguousarray(rows[tr]))).numpy())
-
-        for s in range(S):
-            msg = self._recv(gen, s)
-            if msg is None:
-                return {"aborted": True}
-            current[s] = msg["obs"]
-        # The per-step path is kept short (the env worker waits on it): observation statistics
-        # are fixed for the iteration, so normalising is three in-place ops into the buffer; the
-        # raw-observation moments and the log-probabilities are computed once at the end.
-        raw_buf = np.empty((S, T, n, D), np.float32)
-        mean_buf = torch.empty(S, T, n, A)
-        obs_t, act_t = torch.from_numpy(obs_buf), torch.from_numpy(act_buf)
-        if hasattr(norm, "mean"):
-            n_mean = norm.mean.to(torch.float32)
-            n_inv = torch.rsqrt(norm.var + norm.eps).to(torch.float32)
-            n_clip = float(norm.clip)
-        log_std = model.actor_log_std.detach()
-        std = log_std.exp()
-        actor = model.actor_mean
-        with torch.no_grad():
-            for t in range(T):
-                for s in range(S):
-                    if t > 0:
-                        msg = self._recv(gen, s)
-                        if msg is None:
-                            return {"aborted": True}
-                        absorb(s, t - 1, msg)
-                        current[s] = msg["obs"]
-                    raw = current[s]
-                    raw_buf[s, t] = raw
-                    obs = obs_t[s, t]
-                    if hasattr(norm, "mean"):  # RunningNorm.forward, into the buffer
-                        torch.sub(torch.from_numpy(raw), n_mean, out=obs)
-                        obs.mul_(n_inv).clamp_(-n_clip, n_clip)
-                    else:
-                        obs.copy_(norm(torch.from_numpy(raw)))
-                    mean = seq_forward(actor, obs)
-                    noise = torch.randn(mean.shape, generator=self.generator)
-                    torch.add(mean, noise * std, out=act_t[s, t])
-                    self._send(gen, s, act_buf[s, t])
-                    mean_buf[s, t] = mean
-            last = np.empty((S, n, D), np.float32)
-            for s in range(S):
-                msg = self._recv(gen, s)
-                if msg is None:
-                    return {"aborted": True}
-                absorb(s, T - 1, msg)
-                last[s] = norm(torch.from_numpy(msg["obs"])).numpy()
-            logp_buf[:] = gaussian_log_prob(act_t, mean_buf, log_std.expand_as(mean_buf)).numpy()
-        moments.add(raw_buf.reshape(-1, D))
-
-        # [S, T, n, ...] -> [T, S*n, ...]: stage-major slot order, stable across iterations
-        def flat(x: np.ndarray) -> np.ndarray:
-            return np.ascontiguousarray(np.moveaxis(x, 0, 1).reshape(T, S * n, *x.shape[3:]))
-
-        if final_t:
-            ft = np.concatenate(final_t)
-            fidx = np.stack([ft[:, 1], ft[:, 0] * n + ft[:, 2]], 1)  # (t, slot)
-            fobs = np.concatenate(final_obs)
-        else:
-            fidx = np.zeros((0, 2), np.int64)
-            fobs = np.zeros((0, D), np.float32)
-        traj = {
-            "obs": flat(obs_buf),
-            "actions": flat(act_buf),
-            "log_probs": flat(logp_buf),
-            "rewards": flat(rew_buf),
-            "terminated": flat(term_buf),
-            "truncated": flat(trunc_buf),
-            "last_obs": last.reshape(S * n, D),
-            "final_idx": fidx,
-            "final_obs": fobs,
-            "moments": moments.result(),
-            "version": self.version,
-        }
-        if send:
-            self.traj_ch.put(traj, traj_key(gen, self.rank), timeout=self.timeout)
-        return {"aborted": False, "version": self.version, "steps": T * S * n}
-
-    def _collect_grpo(self, gen: int, max_steps: int, batch: str = "", send: bool = True) -> dict[str, Any]:
-        """One GRPO iteration: act on every stage until each of its envs has finished one episode
-        (the env worker's :meth:`EnvWorker.run_episodes`), recording each env's episode as a
-        masked sequence. Two messages go out: the sequences (``obs`` normalised ``[n, L, D]``,
-        ``actions`` ``[n, L, A]``, ``log_probs`` and ``mask`` ``[n, L]``, the raw-observation
-        ``moments``) to the reference worker on :func:`traj_key`, and the outcomes (``returns``
-        ``[n]``, ``gid`` ``[n]``, ``lengths``) to the reward worker on :func:`reward_key`, rows
-        in the same (stage-major) slot order. ``batch`` names the iteration's keys (the driver's
-        ``"<generation>.<iteration>"``)."""
-        import torch
-
-        from rlinf_algos.models import gaussian_log_prob, seq_forward
-
-        model, S, n = self.model, self.stages, self.slots
-        D = self.spec["obs_dim"]
-        norm, actor = model.obs_norm, model.actor_mean
-        log_std = model.actor_log_std.detach()
-        std = log_std.exp()
-        moments = _Moments(D)
-        current: list[np.ndarray] = [None] * S  # type: ignore[list-item]
-        gid: list[np.ndarray] = [None] * S  # type: ignore[list-item]
-        active = [np.ones(n, dtype=bool) for _ in range(S)]
-        pending = [False] * S
-        returns = np.zeros((S, n))
-        lengths = np.zeros((S, n), np.int64)
-        rec: list[dict[str, list[Any]]] = [{"obs": [], "act": [], "mean": [], "mask": []} for _ in range(S)]
-        for s in range(S):
-            msg = self._recv(gen, s)
-            current[s], gid[s] = msg["obs"], msg["gid"]
-        with torch.no_grad():
-            for _ in range(max_steps + 1):
-                live = [s for s in range(S) if active[s].any()]
-                if not live:
-                    break
-                for s in live:
-                    if pending[s]:
-                        msg = self._recv(gen, s)
-                        returns[s] += np.where(active[s], msg["rew"], 0.0)
-                        lengths[s] += active[s]
-                        active[s] = active[s] & ~(msg["term"] | msg["trunc"])
-                        current[s], pending[s] = msg["obs"], False
-                        if not active[s].any():  # this stage is done here: tell its env workers
-                            for sh in self.my_shards:
-                                self.links[sh.src].send((s, None))
-                            continue
-                    raw = current[s]
-                    moments.add(raw[active[s]])
-                    obs = norm(torch.from_numpy(raw))
-                    mean = seq_forward(actor, obs)
-                    action = mean + torch.randn(mean.shape, generator=self.generator) * std
-                    self._send(gen, s, action.numpy())
-                    r = rec[s]
-                    r["obs"].append(obs)
-                    r["act"].append(action)
-                    r["mean"].append(mean)
-                    r["mask"].append(torch.from_numpy(active[s].copy()))
-                    pending[s] = True
-        L = max(len(r["obs"]) for r in rec)
-
-        def stacked(key: str, s: int) -> torch.Tensor:  # [n, L, ...], zero past the stage's end
-            x = torch.stack(rec[s][key], 1)
-            pad = L - x.shape[1]
-            if pad:
-                x = torch.cat([x, x.new_zeros(x.shape[0], pad, *x.shape[2:])], 1)
-            return x
-
-        obs_t = torch.cat([stacked("obs", s) for s in range(S)])
-        act_t = torch.cat([stacked("act", s) for s in range(S)])
-        mean_t = torch.cat([stacked("mean", s) for s in range(S)])
-        mask_t = torch.cat([stacked("mask", s) for s in range(S)])
-        logp = gaussian_log_prob(act_t, mean_t, log_std.expand_as(mean_t))
-        seqs = {
-            "obs": obs_t.numpy(),
-            "actions": act_t.numpy(),
-            "log_probs": logp.numpy(),
-            "mask": mask_t.numpy(),
-            "moments": moments.result(),
-            "version": self.version,
-        }
-        outcome = {"returns": returns.reshape(-1), "gid": np.concatenate(gid), "lengths": lengths.reshape(-1)}
-        if send:
-            self.traj_ch.put(seqs, traj_key(batch or gen, self.rank), timeout=self.timeout)
-            self.traj_ch.put(outcome, reward_key(batch or gen, self.rank), timeout=self.timeout)
-        return {"aborted": False, "version": self.version, "steps": n * sum(len(r["obs"]) for r in rec)}
-
-    def _collect_sac(
-        self, gen: int, T: int, random_actions: bool = False, chunk_steps: int = 8, send: bool = True
-    ) -> dict[str, Any]:
-        import torch
-
-        model, S, n = self.model, self.stages, self.slots
-        low = np.asarray(self.spec["action_low"], np.float32)
-        high = np.asarray(self.spec["action_high"], np.float32)
-        current: list[np.ndarray] = [None] * S  # type: ignore[list-item]
-        pending: list[tuple[np.ndarray, np.ndarray]] = [None] * S  # type: ignore[list-item]
-        chunk: dict[str, list[np.ndarray]] = {
-            k: [] for k in ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
-        }
-
-        def absorb(s: int, msg: dict[str, Any]) -> None:
-            obs, actions = pending[s]
-            nxt = msg["obs"]
-            if "final" in msg:
-                nxt = nxt.copy()
-                idx, rows = msg["final"]
-                nxt[idx] = rows
-            chunk["obs"].append(obs)
-            chunk["actions"].append(actions)
-            chunk["rewards"].append(msg["rew"])
-            chunk["next_obs"].append(nxt)
-            chunk["terminated"].append(msg["term"])
-            chunk["truncated"].append(msg["trunc"])
-
-        def flush() -> None:
-            if not chunk["obs"]:
-                return
-            item: dict[str, Any] = {k: np.concatenate(v, 0) for k, v in chunk.items()}
-            item["version"] = self.version  # the weights these actions came from
-            for v in chunk.values():
-                v.clear()
-            if send:
-                self.traj_ch.put(item, traj_key(gen, self.rank), timeout=self.timeout)
-            self._sync(0)  # newer weights, if the learner published some since
-
-        for s in range(S):
-            msg = self._recv(gen, s)
-            if msg is None:
-                return {"aborted": True}
-            current[s] = msg["obs"]
-        with torch.no_grad():
-            for t in range(T):
-                for s in range(S):
-                    if t > 0:
-                        msg = self._recv(gen, s)
-                        if msg is None:
-                            return {"aborted": True}
-                        absorb(s, msg)
-                        current[s] = msg["obs"]
-                    obs = current[s]
-                    if random_actions:
-                        actions = self.np_rng.uniform(low, high, size=(obs.shape[0], low.shape[0])).astype(
-                            np.float32
-                        )
-                    else:
-                        actions = model.predict(torch.from_numpy(obs), deterministic=False).numpy()
-                    self._send(gen, s, actions)
-                    pending[s] = (obs, actions)
-                if t > 0 and t % chunk_steps == 0:
-                    flush()
-            for s in range(S):
-                msg = self._recv(gen, s)
-                if msg is None:
-                    return {"aborted": True}
-                absorb(s, msg)
-            flush()
-        return {"aborted": False, "version": self.version, "steps": T * S * n}
-
-
-# -- GRPO: reward and reference ------------------------------------------------------------------
-
-
-def _get(ch: Any, key: str, timeout: float) -> Any:
-    """One item of ``key``; ``None`` for the driver's :data:`ABORT`."""
-    item = ch.get(key, timeout=timeout)
-    return None if isinstance(item, str) and item == ABORT else item
-
-
-def _get_all(ch: Any, keys: Any, timeout: float) -> list[Any] | None:
-    """One item of each key, in order; ``None`` as soon as one is the driver's :data:`ABORT`."""
-    items = []
-    for key in keys:
-        item = _get(ch, key, timeout)
-        if item is None:
-            return None
-        items.append(item)
-    return items
-
-
-class RewardWorker(Worker):
-    """GRPO's reward component on embodied tasks: the outcome of each episode (its return, as
-    the env worker's reward function gives it) turned into group-normalised advantages. Takes
-    every rollout rank's outcomes (:func:`reward_key`), groups the episodes by their group id
-    (a group may span workers), and sends the advantages to the actor (:func:`advantage_key`).
-    Needs no torch model and no accelerator: place it on any CPU node.
-
-    Args:
-        algo_cfg: the validated ``algorithm`` section (dict): ``group_size``,
-            ``scale_advantages``.
-        traj_ch: the run's channel; ``rollout_world``: the number of rollout workers.
-    """
-
-    def __init__(
-        self, algo_cfg: dict[str, Any], traj_ch: Any, rollout_world: int, timeout: float = 300.0
-    ) -> None:
-        self.group_size = int(algo_cfg["group_size"])
-        self.scale = bool(algo_cfg.get("scale_advantages", True))
-        self.traj_ch, self.rollout_world, self.timeout = traj_ch, rollout_world, timeout
-
-    def score(self, gen: int | str) -> dict[str, Any]:
-        """Score generation ``gen``'s episodes; returns statistics, or ``aborted``."""
-        import torch
-
-        from rlinf_algos.grpo import group_advantages_by_id
-
-        try:
-            items = _get_all(
-                self.traj_ch, [reward_key(gen, r) for r in range(self.rollout_world)], self.timeout
-            )
-            if items is None:
-                return {"aborted": True}
-            returns = torch.from_numpy(np.concatenate([it["returns"] for it in items])).float()
-            gids = torch.from_numpy(np.concatenate([it["gid"] for it in items])).long()
-            adv = group_advantages_by_id(returns, gids, self.group_size, scale=self.scale).numpy()
-            sizes = np.cumsum([len(it["returns"]) for it in items])[:-1]
-            self.traj_ch.put(
-                {"advantages": np.split(adv, sizes), "returns": returns.numpy()},
-                advantage_key(gen),
-                timeout=self.timeout,
-            )
-        except ChannelError as err:
-            return {"aborted": True, "error": str(err)}
-        order = torch.argsort(gids, stable=True)
-        g = returns[order].view(-1, self.group_size)
-        return {
-            "aborted": False,
-            "group_return_mean": float(returns.mean()),
-            "group_return_std": float(g.std(dim=1).mean()),  # the spread GRPO learns from
-        }
-
-
-class ReferenceWorker(Worker):
-    """GRPO's reference component: a frozen copy of the initial policy (version 0 of the weight
-    broadcast, or the checkpoint's on resume). Takes each rollout rank's sequences
-    (:func:`traj_key`), adds ``ref_log_probs`` ``[n, L]`` under the frozen policy (when
-    ``algorithm.kl_coef > 0``), and passes them to the actor (:func:`scored_key`).
-
-    Args:
-        algo_cfg: the ``algorithm`` section (dict); ``traj_ch``, ``weights``: the run's channel
-            and weight broadcast; ``rollout_world``: the number of rollout workers.
-    """
-
-    def __init__(
-        self, algo_cfg: dict[str, Any], traj_ch: Any, weights: str, rollout_world: int, timeout: float = 300.0
-    ) -> None:
-        self.kl_coef = float(algo_cfg.get("kl_coef", 0.0))
-        self.traj_ch, self.weights_name = traj_ch, weights
-        self.rollout_world, self.timeout = rollout_world, timeout
-
-    def setup(self) -> None:
-        _set_threads(1)
-
-    def configure(self, spec: dict[str, Any]) -> int:
-        """Build the policy and freeze version 0 of the weights; returns the version held."""
-        from rlinf_algos.local_runner import build_policy
-        from rlinf_scheduler.weights import WeightBroadcast
-
-        self.model = build_policy(spec).requires_grad_(False)
-        wb = WeightBroadcast.connect(self.weights_name, timeout=self.timeout, default_timeout=self.timeout)
-        version, sd = wb.fetch(min_version=0, timeout=self.timeout)
-        self.model.load_state_dict(sd)
-        return int(version)
-
-    def compute(self, gen: int | str) -> dict[str, Any]:
-        """Pass generation ``gen``'s sequences on with reference log-probabilities."""
-        import torch
-
-        from rlinf_algos.models import gaussian_log_prob, seq_forward
-
-        t0 = time.perf_counter()
-        try:
-            for r in range(self.rollout_world):
-                item = _get(self.traj_ch, traj_key(gen, r), self.timeout)
-                if item is None:
-                    return {"aborted": True}
-                if self.kl_coef > 0:
-                    with torch.no_grad():
-                        mean = seq_forward(self.model.actor_mean, torch.from_numpy(item["obs"]))
-                        log_std = self.model.actor_log_std.expand_as(mean)
-                        item["ref_log_probs"] = gaussian_log_prob(
-                            torch.from_numpy(item["actions"]), mean, log_std
-                        ).numpy()
-                self.traj_ch.put(item, scored_key(gen, r), timeout=self.timeout)
-        except ChannelError as err:
-            return {"aborted": True, "error": str(err)}
-        return {"aborted": False, "reference_s": time.perf_counter() - t0}
-
-    def state(self) -> dict[str, Any]:
-        return self.model.state_dict()
-
-    def load(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state)
-
 
 # -- actor -------------------------------------------------------------------------------------
 
 
-def _digest(obj: Any) -> str:
+def digest(obj: Any) -> str:
     """A content hash of nested dicts/lists of tensors, arrays and scalars (keys sorted, tensors by
     dtype, shape and bytes), equal for equal states wherever they were built."""
     import torch
@@ -1041,12 +569,11 @@ def _digest(obj: Any) -> str:
 
 
 class ActorWorker(Worker):
-    """The learner: PPO (policy and critic, GAE, reward scaling, observation statistics) or SAC
-    (replay buffer, twin critics, temperature; learning while collection goes on). Rank 0
-    publishes the weights.
+    """The learner: the recipe's :class:`~rlinf_algos.recipe.LearnerSide` (networks, optimisers,
+    buffers) fed from the trajectory channel. Rank 0 publishes the weights.
 
     Args:
-        algo_cfg: the validated ``algorithm`` section (dict, with ``name``).
+        recipe: the algorithm's :class:`~rlinf_algos.recipe.Recipe`.
         model_cfg, runner_cfg: the ``model`` and ``runner`` sections (dicts).
         traj_ch: the trajectory channel; ``weights``: the weight broadcast's name.
         rollout_world: the number of rollout workers.
@@ -1054,270 +581,75 @@ class ActorWorker(Worker):
 
     def __init__(
         self,
-        algo_cfg: dict[str, Any],
+        recipe: Recipe,
         model_cfg: dict[str, Any],
         runner_cfg: dict[str, Any],
         traj_ch: Any,
         weights: str,
         rollout_world: int,
     ) -> None:
-        self.algo_cfg, self.model_cfg, self.runner_cfg = algo_cfg, model_cfg, runner_cfg
+        self.recipe, self.model_cfg, self.runner_cfg = recipe, model_cfg, runner_cfg
         self.traj_ch, self.weights_name = traj_ch, weights
         self.rollout_world = rollout_world
         self.timeout = float(runner_cfg.get("worker_timeout", 300.0))
+        self.side: Any = None
 
     def setup(self) -> None:
         if self.world_size != 1:
             raise RlinfError("the actor runs as one process; place it with one process (e.g. '0-3:0')")
         import torch
 
-        import rlinf_algos.local_runner  # noqa: F401 - the heavy imports, while the envs start
+        import rlinf_algos.models.mlp  # noqa: F401 - the heavy imports, while the envs start
 
         try:  # torch optimisers import torch._dynamo on first use (seconds): do it now, in parallel
             import torch._dynamo
         except Exception:  # pragma: no cover - a torch without dynamo
             pass
-        _set_threads(int(self.runner_cfg.get("torch_threads", 1)))
+        set_threads(int(self.runner_cfg.get("torch_threads", 1)))
         torch.manual_seed(int(self.runner_cfg.get("seed", 0)))
 
     def teardown(self) -> None:
-        if getattr(self, "name", None) == "sac":
-            self.learner.close()  # the actor step's thread (simultaneous, pipelined)
+        if self.side is not None:
+            self.side.close()
 
     def configure(self, spec: dict[str, Any]) -> int:
-        """Build the networks, optimisers (and replay buffer) from ``spec``, create the weight
-        broadcast and publish version 0. Returns the published version."""
-        from rlinf_algos.algorithms import GRPOConfig, PPOConfig, SACConfig
-        from rlinf_algos.local_runner import (
-            GRPOLearner,
-            PPOLearner,
-            RewardScaler,
-            SACLearner,
-            build_policy,
-            sac_critic,
-        )
-        from rlinf_algos.replay import ReplayBuffer
+        """Build the learner for ``spec``, create the weight broadcast and publish version 0.
+        Returns the published version."""
         from rlinf_scheduler.weights import WeightBroadcast
 
         self.spec = spec
-        seed = int(self.runner_cfg.get("seed", 0))
-        self.name = self.algo_cfg["name"]
-        self.model = build_policy(self.spec)
-        if self.name == "ppo":
-            self.cfg = PPOConfig(**self.algo_cfg)
-            self.learner: Any = PPOLearner(self.model, self.cfg, seed=seed)
-            self.scaler = (
-                RewardScaler(self.spec["num_slots"], self.cfg.gamma) if self.cfg.normalize_reward else None
-            )
-        elif self.name == "grpo":  # the frozen reference lives on the ReferenceWorker
-            self.cfg = GRPOConfig(**self.algo_cfg)
-            self.learner = GRPOLearner(self.model, self.cfg, seed=seed, reference=False)
-        else:
-            self.cfg = SACConfig(**self.algo_cfg)
-            critic = sac_critic(self.spec)
-            self.learner = SACLearner(self.model, critic, self.cfg, self.runner_cfg.get("device", "cpu"))
-            self.buffer = ReplayBuffer(
-                self.cfg.buffer_size, (self.spec["obs_dim"],), (self.spec["act_dim"],), seed=seed
-            )
-            self.debt = 0.0
-            self.received = 0
-            self._sums: dict[str, Any] = {}
-            self._count = 0
+        ctx = LearnerContext(
+            traj_ch=self.traj_ch,
+            rollout_world=self.rollout_world,
+            timeout=self.timeout,
+            publish=self._publish,
+            seed=int(self.runner_cfg.get("seed", 0)),
+            device=str(self.runner_cfg.get("device", "cpu")),
+        )
+        self.side = self.recipe.learner(spec, self.model_cfg, ctx)
         self.wb = WeightBroadcast.create(self.weights_name, default_timeout=self.timeout)
         self.published = -1
         self._publish()
         return self.published
 
     def _publish(self) -> None:
-        v = int(self.learner.version)
+        v = int(self.side.version)
         if v > self.published:
-            model = self.learner.policy() if self.name == "sac" else self.model
-            self.wb.publish(model.state_dict(), version=v)
+            self.wb.publish(self.side.publish_module().state_dict(), version=v)
             self.published = v
 
     def version(self) -> int:
-        return int(self.learner.version)
+        return int(self.side.version)
 
-    # -- PPO ---------------------------------------------------------------------------------
-    def _gather(self, gen: int) -> list[Any] | None:
-        return _get_all(self.traj_ch, [traj_key(gen, r) for r in range(self.rollout_world)], self.timeout)
-
-    def train(self, gen: int, lr_frac: float = 1.0, **kw: Any) -> dict[str, Any]:
+    def train(self, gen: int | str, **kw: Any) -> dict[str, Any]:
         """One iteration of learning on the data of generation ``gen``; publishes the new
         weights. Returns the learner's metrics, or ``aborted``."""
         try:
-            if self.name == "ppo":
-                return self._train_ppo(gen, lr_frac)
-            if self.name == "grpo":
-                return self._train_grpo(gen)
-            return self._train_sac(gen, **kw)
+            metrics = self.side.train(gen, **kw)
         except ChannelError as err:
             return {"aborted": True, "error": str(err)}
-
-    def _train_ppo(self, gen: int, lr_frac: float) -> dict[str, Any]:
-        import torch
-
-        from rlinf_algos.local_runner import PPORollout
-
-        t0 = time.perf_counter()
-        items = self._gather(gen)
-        if items is None:
-            return {"aborted": True}
-        t1 = time.perf_counter()
-        cat = {
-            k: np.concatenate([it[k] for it in items], 1)
-            for k in ("obs", "actions", "log_probs", "rewards", "terminated", "truncated")
-        }
-        last_obs = np.concatenate([it["last_obs"] for it in items], 0)
-        T, N = cat["rewards"].shape
-        # final observations of truncated steps, with slot offsets of each rollout rank
-        fidx, fobs, off = [], [], 0
-        for it in items:
-            if len(it["final_idx"]):
-                idx = it["final_idx"].copy()
-                idx[:, 1] += off
-                fidx.append(idx)
-                fobs.append(it["final_obs"])
-            off += it["last_obs"].shape[0]
-        rewards = cat["rewards"]
-        if self.scaler is not None:
-            done = cat["terminated"] | cat["truncated"]
-            rewards = np.stack([self.scaler(rewards[t].astype(np.float64), done[t]) for t in range(T)])
-        model = self.model
-        obs_t = torch.from_numpy(cat["obs"])
-        with torch.no_grad():
-            values = model.value(obs_t.reshape(T * N, -1)).reshape(T, N)
-            last_value = model.value(torch.from_numpy(last_obs))
-            final_values = torch.zeros(T, N)
-            if fidx:
-                idx = torch.from_numpy(np.concatenate(fidx)).long()
-                final_values[idx[:, 0], idx[:, 1]] = model.value(torch.from_numpy(np.concatenate(fobs)))
-        rollout = PPORollout(
-            obs_t,
-            torch.from_numpy(cat["actions"]),
-            torch.from_numpy(cat["log_probs"]),
-            values,
-            torch.from_numpy(np.asarray(rewards, np.float32)),
-            torch.from_numpy(cat["terminated"]),
-            torch.from_numpy(cat["truncated"]),
-            final_values,
-            last_value,
-        )
-        if self.cfg.anneal_lr:
-            self.learner.set_lr_fraction(lr_frac)
-        metrics = self.learner.update(rollout)
-        for it in items:  # observation statistics of this batch, for the next version
-            m = it["moments"]
-            merge_moments(model.obs_norm, m["mean"], m["var"], m["count"])
-        self._publish()
-        metrics["update_s"] = time.perf_counter() - t1
-        metrics["wait_s"] = t1 - t0
-        metrics["policy_lag"] = float(self.learner.version - 1 - min(it["version"] for it in items))
-        metrics["aborted"] = False
-        return metrics
-
-    # -- GRPO --------------------------------------------------------------------------------
-    def _train_grpo(self, gen: int | str) -> dict[str, Any]:
-        """Take every rollout rank's sequences (with reference log-probabilities) and the reward
-        worker's advantages, run the GRPO update, fold in the observation statistics, publish."""
-        import torch
-
-        from rlinf_algos.local_runner import GRPORollout
-
-        t0 = time.perf_counter()
-        keys = [scored_key(gen, r) for r in range(self.rollout_world)] + [advantage_key(gen)]
-        got = _get_all(self.traj_ch, keys, self.timeout)
-        if got is None:
-            return {"aborted": True}
-        *items, scored = got
-        t1 = time.perf_counter()
-        L = max(it["mask"].shape[1] for it in items)
-
-        def cat(key: str) -> torch.Tensor:
-            parts = []
-            for it in items:
-                x = it[key]
-                if x.shape[1] < L:
-                    x = np.concatenate([x, np.zeros((x.shape[0], L - x.shape[1], *x.shape[2:]), x.dtype)], 1)
-                parts.append(x)
-            return torch.from_numpy(np.concatenate(parts))
-
-        rollout = GRPORollout(
-            obs=cat("obs"),
-            actions=cat("actions"),
-            log_probs=cat("log_probs"),
-            mask=cat("mask"),
-            returns=torch.from_numpy(scored["returns"]),
-            lengths=cat("mask").sum(1),
-            version=min(it["version"] for it in items),
-        )
-        ref = cat("ref_log_probs") if self.cfg.kl_coef > 0 else None
-        adv = torch.from_numpy(np.concatenate(scored["advantages"])).float()
-        metrics: dict[str, Any] = self.learner.update(rollout, advantages=adv, ref_log_probs=ref)
-        for it in items:
-            m = it["moments"]
-            merge_moments(self.model.obs_norm, m["mean"], m["var"], m["count"])
-        self._publish()
-        metrics["group_return_mean"] = float(rollout.returns.mean())
-        metrics["update_s"] = time.perf_counter() - t1
-        metrics["wait_s"] = t1 - t0
-        metrics["policy_lag"] = float(self.learner.version - 1 - rollout.version)
-        metrics["aborted"] = False
-        return metrics
-
-    # -- SAC ---------------------------------------------------------------------------------
-    def _train_sac(self, gen: int, chunks: int, global_step: int) -> dict[str, Any]:
-        """Consume ``chunks`` transition messages per rollout rank as they arrive, doing
-        ``updates_per_step`` gradient steps per env step received (after ``learning_starts``)
-        and publishing after each message that changed the weights. ``policy_lag``: the most
-        gradient steps (weight versions) any message's actions were behind the learner when it
-        arrived."""
-        cfg, learner, buffer = self.cfg, self.learner, self.buffer
-        t0 = time.perf_counter()
-        waited = 0.0
-        lag = 0
-        got = 0  # env steps received in this iteration (global_step: those before it)
-        for _ in range(chunks):
-            for r in range(self.rollout_world):
-                tw = time.perf_counter()
-                item = self.traj_ch.get(traj_key(gen, r), timeout=self.timeout)
-                waited += time.perf_counter() - tw
-                if isinstance(item, str) and item == ABORT:
-                    return {"aborted": True}
-                n = item["obs"].shape[0]
-                lag = max(lag, int(learner.version) - int(item["version"]))
-                buffer.add(
-                    item["obs"],
-                    item["actions"],
-                    item["rewards"],
-                    item["next_obs"],
-                    item["terminated"],
-                    item["truncated"],
-                )
-                self.received += n
-                start = global_step + got  # env-step index of this message's first transition
-                got += n
-                eligible = start + n - max(start, cfg.learning_starts)  # those past learning_starts
-                if eligible <= 0 or len(buffer) < cfg.batch_size:
-                    continue
-                self.debt += eligible * cfg.updates_per_step
-                while self.debt >= 1.0:
-                    out = learner.update(buffer.sample(cfg.batch_size))
-                    for k, v in out.items():
-                        self._sums[k] = self._sums[k] + v if k in self._sums else v
-                    self._count += 1
-                    self.debt -= 1.0
-                self._publish()
-        metrics: dict[str, Any] = {
-            "aborted": False,
-            "update_s": time.perf_counter() - t0 - waited,
-            "wait_s": waited,
-            "policy_lag": float(lag),
-        }
-        if self._count:
-            metrics.update({k: float(v) / self._count for k, v in self._sums.items()})
-            self._sums, self._count = {}, 0
-        metrics["updates"] = float(learner.updates)
+        if not metrics.get("aborted"):
+            self._publish()
         return metrics
 
     def discard(self, gen: int) -> int:
@@ -1334,40 +666,25 @@ class ActorWorker(Worker):
 
     # -- state ---------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
-        """What a checkpoint holds of the learner: weights, optimiser, RNG, statistics, and (SAC)
-        the replay buffer."""
+        """What a checkpoint holds of the learner (weights, optimiser, RNG, statistics, buffers)."""
         import torch
 
-        out: dict[str, Any] = {"learner": self.learner.state_dict(), "torch_rng": torch.get_rng_state()}
-        if self.name == "ppo":
-            out["reward_scaler"] = self.scaler.state_dict() if self.scaler is not None else None
-        elif self.name == "sac":
-            out["buffer"] = self.buffer.state_dict()
-            out["update_debt"] = self.debt
-        return out
+        return {**self.side.state(), "torch_rng": torch.get_rng_state()}
 
     def load(self, state: dict[str, Any]) -> str:
         """Restore :meth:`state` output and publish the restored weights; returns its digest."""
         import torch
 
-        self.learner.load_state_dict(state["learner"])
+        self.side.load(state)
         torch.set_rng_state(state["torch_rng"])
-        if self.name == "ppo":
-            if self.scaler is not None and state.get("reward_scaler"):
-                self.scaler.load_state_dict(state["reward_scaler"])
-        elif self.name == "sac":
-            self.buffer.load_state_dict(state["buffer"])
-            self.debt = float(state["update_debt"])
         self._publish()
         return self.digest()
 
     def digest(self) -> str:
         """A short hash of :meth:`state` (tests compare it with the checkpoint's)."""
-        return _digest(self.state())
+        return digest(self.state())
 
     def policy(self) -> dict[str, Any]:
         """The final policy record (``policy.pt``)."""
         spec = {k: v for k, v in self.spec.items() if k != "num_slots"}
-        if self.name == "sac":
-            self.learner.sync()
-        return {"algorithm": self.name, "spec": spec, "state_dict": self.model.state_dict()}
+        return {"algorithm": self.recipe.name, "spec": spec, "state_dict": self.side.final_state_dict()}

@@ -1,0 +1,67 @@
+"""GRPO on embodied tasks: group-relative advantages of whole episodes, no critic.
+
+Light on purpose (pydantic and rlinf_core only, for the plugin). The pieces:
+:mod:`~rlinf_algos.grpo.config`, :mod:`~rlinf_algos.grpo.functional` (the maths, shared with the
+language-model GRPO), :mod:`~rlinf_algos.grpo.learner`, :mod:`~rlinf_algos.grpo.rollout`,
+:mod:`~rlinf_algos.grpo.workers` (the reward and reference components) and
+:mod:`~rlinf_algos.grpo.recipe`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+from rlinf_algos.algorithm import EmbodiedAlgorithm
+from rlinf_algos.config import EnvConfig
+from rlinf_algos.grpo.config import GRPOConfig
+from rlinf_algos.recipe import Recipe
+from rlinf_core.errors import ConfigProblem
+
+__all__ = ["GRPO", "GRPOConfig"]
+
+
+class GRPO(EmbodiedAlgorithm):
+    """Group relative policy optimisation: groups of episodes from one initial state, their returns
+    normalised within the group as advantages, a clipped ratio and a k3 KL to a frozen reference.
+
+    On workers (``runner.scheduler: ray``, the default) the env workers reset each group's
+    copies from one seed and run every episode to its end, the rollout workers act and record the
+    episodes, the ``reward`` worker turns the returns into group advantages, the ``reference``
+    worker adds the frozen policy's log-probabilities, and the actor updates; with
+    ``runner.scheduler: local`` all of it runs in the rlinf process. The language-model GRPO is
+    ``grpo_lm`` (:mod:`rlinf_algos.lm`)."""
+
+    PLUGIN_NAME: ClassVar[str] = "grpo"
+    config_model: ClassVar[type[BaseModel]] = GRPOConfig
+    components: ClassVar[tuple[str, ...]] = ("env", "rollout", "actor", "reward", "reference")
+    required_components: ClassVar[tuple[str, ...]] = ("env", "rollout", "actor", "reward", "reference")
+
+    @classmethod
+    def run_config_problems(cls, run_config: Mapping[str, Any]) -> list[ConfigProblem]:
+        """The sections' problems, and whether ``env.num_envs`` holds exactly the groups of an
+        iteration (``group_size * num_groups``)."""
+        problems = super().run_config_problems(run_config)
+        algo, env = run_config.get("algorithm"), run_config.get("env")
+        try:
+            cfg = GRPOConfig.model_validate(algo)
+            num_envs = EnvConfig.model_validate(env).num_envs
+        except Exception:  # their own problems are reported with their paths
+            return problems
+        need = cfg.group_size * cfg.num_groups
+        if num_envs != need:
+            problems.append(
+                ConfigProblem(
+                    "env.num_envs",
+                    f"GRPO runs one env per episode of an iteration: algorithm.group_size x algorithm.num_groups "
+                    f"= {cfg.group_size} x {cfg.num_groups} = {need}, got {num_envs}",
+                )
+            )
+        return problems
+
+    def recipe(self) -> Recipe:
+        from rlinf_algos.grpo.recipe import GRPORecipe
+
+        return GRPORecipe(self.config)

@@ -1,0 +1,200 @@
+"""GRPO's learner on embodied tasks: group-normalised episode returns as every step's advantage, the
+clipped ratio over masked steps, a k3 KL to a frozen reference (and its side on the actor worker)."""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from rlinf_algos.channels import advantage_key, get_all, scored_key
+from rlinf_algos.grpo import functional as F
+from rlinf_algos.grpo.config import GRPOConfig
+from rlinf_algos.models.mlp import GaussianActorCritic
+from rlinf_algos.optim import LeanAdam, make_adam
+from rlinf_algos.ppo.functional import clip_grad_norm
+from rlinf_algos.recipe import LearnerContext, LearnerSide
+from rlinf_core.errors import RlinfError
+
+__all__ = ["GRPOLearner", "GRPOLearnerSide", "GRPORollout"]
+
+
+@dataclass
+class GRPORollout:
+    """One GRPO iteration: ``num_groups * group_size`` episodes, group ``g`` all started from the
+    same seed. Per-step tensors are ``[S, L, ...]`` (``S`` sequences, ``L`` the longest episode),
+    ``mask`` ``[S, L]`` marks real steps, ``returns`` ``[S]`` are the episodes' (raw) returns, the
+    outcome reward GRPO normalises within each group."""
+
+    obs: Tensor
+    actions: Tensor
+    log_probs: Tensor
+    mask: Tensor
+    returns: Tensor
+    lengths: Tensor
+    version: int = 0
+
+
+class GRPOLearner:
+    """The learner side of GRPO: group-normalised episode returns as every step's advantage, the
+    clipped-ratio loss over masked steps, and a k3 KL to a frozen reference copy of the initial
+    policy (the ``ReferenceWorker``'s job, done here in the same process; ``reference=False``
+    when a reference worker supplies the log-probabilities to :meth:`update`)."""
+
+    def __init__(
+        self, model: GaussianActorCritic, cfg: GRPOConfig, seed: int = 0, reference: bool = True
+    ) -> None:
+        self.model, self.cfg = model, cfg
+        self.reference = copy.deepcopy(model).requires_grad_(False) if reference else None
+        self.params = model.policy_parameters()
+        self.optimizer = make_adam(self.params, cfg.lr, cfg.adam_eps)
+        self.adam = LeanAdam(self.optimizer)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.version = 0
+
+    def update(
+        self, r: GRPORollout, advantages: Tensor | None = None, ref_log_probs: Tensor | None = None
+    ) -> dict[str, float]:
+        """One update on ``r``. ``advantages`` ``[S]`` (the reward worker's) default to the group
+        advantages of ``r.returns`` (groups of consecutive sequences); ``ref_log_probs``
+        ``[S, L]`` (the reference worker's) to this learner's frozen copy's."""
+        cfg = self.cfg
+        adv = (
+            advantages
+            if advantages is not None
+            else F.group_advantages(r.returns, cfg.group_size, scale=cfg.scale_advantages)
+        )
+        S = r.obs.shape[0]
+        ref_logp = ref_log_probs
+        if ref_logp is None and cfg.kl_coef > 0:
+            if self.reference is None:
+                raise RlinfError(
+                    "GRPO with kl_coef > 0 needs reference log-probabilities (no reference here)"
+                )
+            with torch.no_grad():
+                ref_logp = self.reference.evaluate(r.obs, r.actions)[0]
+        # minibatches of whole sequences holding about ``minibatch_size`` valid steps each
+        n_minibatches = max(1, min(S, round(float(r.mask.sum()) / cfg.minibatch_size)))
+        mb = math.ceil(S / n_minibatches)
+        sums = torch.zeros(4)
+        n = 0
+        for _ in range(cfg.update_epochs):
+            perm = torch.randperm(S, generator=self.generator)
+            for start in range(0, S, mb):
+                idx = perm[start : start + mb]
+                logp, _, _ = self.model.evaluate(r.obs[idx], r.actions[idx])
+                loss, stats = F.policy_loss(
+                    logp,
+                    r.log_probs[idx],
+                    adv[idx],
+                    r.mask[idx],
+                    cfg.clip_low,
+                    cfg.clip_high,
+                    ref_log_prob=ref_logp[idx] if ref_logp is not None else None,
+                    kl_coef=cfg.kl_coef,
+                    aggregation=cfg.aggregation,
+                )
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                gn = (
+                    clip_grad_norm(self.params, cfg.max_grad_norm)
+                    if cfg.max_grad_norm is not None
+                    else torch.zeros(())
+                )
+                self.optimizer.step()
+                sums += torch.stack([loss.detach(), stats["kl"], stats["clip_fraction"], gn])
+                n += 1
+        self.version += 1
+        s = (sums / max(n, 1)).tolist()
+        return {"policy_loss": s[0], "kl_ref": s[1], "clip_fraction": s[2], "grad_norm": s[3]}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "reference": self.reference.state_dict() if self.reference is not None else None,
+            "optimizer": self.optimizer.state_dict(),
+            "generator": self.generator.get_state(),
+            "version": self.version,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        if self.reference is not None and state.get("reference") is not None:
+            self.reference.load_state_dict(state["reference"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.version = int(state["version"])
+
+
+class GRPOLearnerSide(LearnerSide):
+    """GRPO on the actor worker: takes every rollout rank's sequences (with the reference
+    worker's log-probabilities) and the reward worker's advantages, updates, folds in the
+    observation statistics. The frozen reference lives on the reference worker."""
+
+    def __init__(self, model: Any, cfg: GRPOConfig, ctx: LearnerContext) -> None:
+        self.model, self.cfg, self.ctx = model, cfg, ctx
+        self.learner = GRPOLearner(model, cfg, seed=ctx.seed, reference=False)
+
+    @property
+    def version(self) -> int:
+        return self.learner.version
+
+    def publish_module(self) -> Any:
+        return self.model
+
+    def train(self, gen: int | str, **kwargs: Any) -> dict[str, Any]:
+        ctx = self.ctx
+        t0 = time.perf_counter()
+        keys = [scored_key(gen, r) for r in range(ctx.rollout_world)] + [advantage_key(gen)]
+        got = get_all(ctx.traj_ch, keys, ctx.timeout)
+        if got is None:
+            return {"aborted": True}
+        *items, scored = got
+        t1 = time.perf_counter()
+        L = max(it["mask"].shape[1] for it in items)
+
+        def cat(key: str) -> torch.Tensor:
+            parts = []
+            for it in items:
+                x = it[key]
+                if x.shape[1] < L:
+                    x = np.concatenate([x, np.zeros((x.shape[0], L - x.shape[1], *x.shape[2:]), x.dtype)], 1)
+                parts.append(x)
+            return torch.from_numpy(np.concatenate(parts))
+
+        rollout = GRPORollout(
+            obs=cat("obs"),
+            actions=cat("actions"),
+            log_probs=cat("log_probs"),
+            mask=cat("mask"),
+            returns=torch.from_numpy(scored["returns"]),
+            lengths=cat("mask").sum(1),
+            version=min(it["version"] for it in items),
+        )
+        ref = cat("ref_log_probs") if self.cfg.kl_coef > 0 else None
+        adv = torch.from_numpy(np.concatenate(scored["advantages"])).float()
+        metrics: dict[str, Any] = self.learner.update(rollout, advantages=adv, ref_log_probs=ref)
+        for it in items:
+            m = it["moments"]
+            self.model.fold_obs_moments(m["mean"], m["var"], m["count"])
+        metrics["group_return_mean"] = float(rollout.returns.mean())
+        metrics["update_s"] = time.perf_counter() - t1
+        metrics["wait_s"] = t1 - t0
+        metrics["policy_lag"] = float(self.learner.version - 1 - rollout.version)
+        metrics["aborted"] = False
+        return metrics
+
+    def state(self) -> dict[str, Any]:
+        return {"learner": self.learner.state_dict()}
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.learner.load_state_dict(state["learner"])
+
+    def final_state_dict(self) -> dict[str, Any]:
+        return self.model.state_dict()

@@ -1,0 +1,153 @@
+"""GRPO's flow on embodied tasks: whole episodes in groups, scored by a reward worker, a frozen
+reference, then a clipped update.
+
+On workers, every iteration's groups start from seeds of their own (``seed + k * num_groups``):
+the env workers reset each group's copies alike and step until every episode ended
+(``EnvWorker.run_episodes``); the rollout workers record the episodes; the reward worker turns
+the returns into group advantages; the reference worker adds the frozen policy's log-probabilities
+(``kl_coef > 0``); the actor updates on both. The batch goes rollout -> reference -> actor in
+several hops, so its channel keys are the iteration's own (``"<generation>.<iteration>"``): an
+abort of iteration ``k`` can never overtake iteration ``k - 1``'s data. In one process the
+collector resets and steps the vector env itself and the learner holds the reference.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rlinf_algos.channels import grpo_keys
+from rlinf_algos.grpo.learner import GRPOLearner, GRPOLearnerSide
+from rlinf_algos.grpo.rollout import GRPOCollector, collect_grpo
+from rlinf_algos.models import build_policy
+from rlinf_algos.ppo.recipe import gaussian_policy_spec
+from rlinf_algos.recipe import IterationPlan, LearnerContext, LocalSession, Recipe, await_call
+from rlinf_core.errors import ConfigError
+
+__all__ = ["GRPORecipe"]
+
+
+class _GRPOLocal(LocalSession):
+    def __init__(self, recipe: GRPORecipe, stepper: Any, spec: dict[str, Any], sections: Any) -> None:
+        cfg, runner = recipe.cfg, sections.runner
+        self.model = build_policy(spec)
+        # the groups' seeds continue from the stepper's (the run seed, plus the steps on resume)
+        self.collector = GRPOCollector(stepper, self.model, cfg.group_size, stepper.seed, recipe.max_steps)
+        self.learner = GRPOLearner(self.model, cfg, seed=runner.seed)
+        self.last: dict[str, float] = {}
+
+    def step(self) -> None:
+        rollout, moments = self.collector.collect()
+        metrics = self.learner.update(rollout)
+        self.model.fold_obs_moments(moments["mean"], moments["var"], moments["count"])
+        self.collector.version = self.learner.version
+        metrics["group_return_mean"] = float(rollout.returns.mean())
+        self.last = metrics
+
+    def metrics(self) -> dict[str, float]:
+        return self.last
+
+    def state(self) -> dict[str, Any]:
+        return {"learner": self.learner.state_dict(), "collector_iteration": self.collector.iteration}
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.learner.load_state_dict(state["learner"])
+        self.collector.iteration = int(state["collector_iteration"])
+
+    def policy_state_dict(self) -> dict[str, Any]:
+        return self.model.state_dict()
+
+
+class GRPORecipe(Recipe):
+    """Group relative policy optimisation's flow (see the module docstring)."""
+
+    name: ClassVar[str] = "grpo"
+    learner_columns: ClassVar[tuple[str, ...]] = (
+        "policy_loss",
+        "kl_ref",
+        "clip_fraction",
+        "grad_norm",
+        "group_return_mean",
+    )
+    worker_columns: ClassVar[tuple[str, ...]] = (
+        "update_s",
+        "wait_s",
+        "policy_lag",
+        "group_return_std",
+        "reference_s",
+    )
+    extra_components: ClassVar[tuple[str, ...]] = ("reward", "reference")
+    policy_components: ClassVar[tuple[str, ...]] = ("reference",)  # it freezes version 0
+    stateful_components: ClassVar[tuple[str, ...]] = ("reference",)
+
+    max_steps: int = 0
+
+    def policy_spec(self, model_cfg: Any, spaces: Any) -> dict[str, Any]:
+        return gaussian_policy_spec(model_cfg, spaces, True)
+
+    def check_spaces(self, env_cfg: Any, spaces: Any) -> None:
+        need = self.cfg.group_size * self.cfg.num_groups
+        if env_cfg.num_envs != need:
+            raise ConfigError(
+                f"GRPO runs one group per {self.cfg.group_size} envs and {self.cfg.num_groups} groups per "
+                f"iteration, so it needs num_envs = algorithm.group_size * algorithm.num_groups = {need}, "
+                f"got {env_cfg.num_envs}",
+                path="env.num_envs",
+            )
+        if not spaces.get("max_episode_steps"):
+            raise ConfigError(
+                f"{env_cfg.id!r} has no time limit; GRPO scores whole episodes: set env.max_episode_steps",
+                path="env.max_episode_steps",
+            )
+        self.max_steps = int(spaces["max_episode_steps"])
+
+    def local_session(self, stepper: Any, spec: dict[str, Any], sections: Any) -> LocalSession:
+        return _GRPOLocal(self, stepper, spec, sections)
+
+    def iteration_steps(self, rollout_cfg: Any, max_episode_steps: int | None) -> int:
+        return int(max_episode_steps or 0)
+
+    def launch_extra(self, run: Any) -> dict[str, tuple[Any, ...]]:
+        from rlinf_algos.grpo.workers import ReferenceWorker, RewardWorker
+
+        algo = self.cfg.model_dump()
+        return {
+            "reward": (RewardWorker, algo, run.traj_ch, run.N, run.timeout),
+            "reference": (ReferenceWorker, algo, run.traj_ch, run.weights, run.N, run.timeout),
+        }
+
+    def plan(self, run: Any, k: int) -> IterationPlan:
+        batch = f"{run.gen}.{k}"
+        base = run.runner_cfg.seed + k * self.cfg.num_groups  # the groups of k start from their own seeds
+        groups = run.groups
+
+        async def learn() -> list[dict[str, Any]]:
+            """The reward worker scores the episodes, the reference worker adds its
+            log-probabilities, the actor updates on both (concurrently; they hand the data on over
+            the channel). Returns ``[actor metrics]`` (aborted if any of them was)."""
+            calls = [
+                groups["reward"].on(0).score(batch),
+                groups["reference"].on(0).compute(batch),
+                groups["actor"].train(batch),
+            ]
+            reward, reference, metrics = [(await await_call(c))[0] for c in calls]
+            if reward.get("aborted") or reference.get("aborted") or metrics.get("aborted"):
+                why = next((x["error"] for x in (reward, reference, metrics) if x.get("error")), "aborted")
+                return [{"aborted": True, "error": why}]
+            metrics["group_return_std"] = reward["group_return_std"]
+            metrics["reference_s"] = reference["reference_s"]
+            return [metrics]
+
+        return IterationPlan(
+            env_method="run_episodes",
+            env_args=(base, self.cfg.group_size, run.T),
+            rollout_kwargs={"batch": batch},
+            learn=learn,
+            abort_keys=grpo_keys(batch, run.N),
+            count_env_steps=True,
+        )
+
+    def collect(self, worker: Any, gen: int, steps: int, **kwargs: Any) -> dict[str, Any]:
+        return collect_grpo(worker, gen, steps, **kwargs)
+
+    def learner(self, spec: dict[str, Any], model_cfg: Any, ctx: LearnerContext) -> GRPOLearnerSide:
+        return GRPOLearnerSide(build_policy(spec), self.cfg, ctx)

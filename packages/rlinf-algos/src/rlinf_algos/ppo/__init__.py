@@ -1,0 +1,45 @@
+"""PPO: proximal policy optimisation with a Gaussian actor-critic.
+
+Light on purpose (pydantic and rlinf_core only, for the plugin). The pieces:
+:mod:`~rlinf_algos.ppo.config` (the ``algorithm`` section), :mod:`~rlinf_algos.ppo.functional`
+(the maths as free functions), :mod:`~rlinf_algos.ppo.learner`, :mod:`~rlinf_algos.ppo.rollout`
+(the collection loop) and :mod:`~rlinf_algos.ppo.recipe` (the flow both runtimes run).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+from rlinf_algos.algorithm import EmbodiedAlgorithm
+from rlinf_algos.ppo.config import PPOConfig
+from rlinf_algos.recipe import Recipe
+from rlinf_core.errors import ConfigProblem
+
+__all__ = ["PPO", "PPOConfig"]
+
+
+class PPO(EmbodiedAlgorithm):
+    """Proximal policy optimisation with a Gaussian MLP policy and a value critic."""
+
+    PLUGIN_NAME: ClassVar[str] = "ppo"
+    config_model: ClassVar[type[BaseModel]] = PPOConfig
+
+    @classmethod
+    def fit_problems(cls, sections: Any) -> list[ConfigProblem]:
+        problems = super().fit_problems(sections)
+        if sections.runner.device != "cpu":
+            problems.append(
+                ConfigProblem(
+                    "runner.device",
+                    f"the PPO learner runs on the CPU (got {sections.runner.device!r}): its MLPs are small "
+                    "enough that an update is per-call overhead; use device: cpu",
+                )
+            )
+        return problems
+
+    def recipe(self) -> Recipe:
+        from rlinf_algos.ppo.recipe import PPORecipe
+
+        return PPORecipe(self.config)

@@ -1,0 +1,47 @@
+"""The ``algorithm`` section of a ``ppo`` run (pydantic only: the plugin imports it without torch)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from rlinf_algos.config import STRICT
+
+__all__ = ["PPOConfig"]
+
+
+class PPOConfig(BaseModel):
+    """``algorithm`` section for ``name: ppo``. Defaults follow CleanRL's ``ppo_continuous_action``
+    (the issue's HalfCheetah benchmark settings, with 8 environments)."""
+
+    model_config = STRICT
+
+    name: Literal["ppo"] = Field("ppo", description="selects this algorithm")
+    gamma: float = Field(0.99, ge=0.0, le=1.0, description="discount")
+    gae_lambda: float = Field(0.95, ge=0.0, le=1.0, description="GAE lambda")
+    lr: float = Field(3e-4, gt=0.0, description="Adam learning rate")
+    anneal_lr: bool = Field(True, description="decay the learning rate linearly to 0 over the run")
+    adam_eps: float = Field(1e-5, gt=0.0, description="Adam epsilon")
+    rollout_steps: int = Field(
+        256, ge=1, description="steps per env per iteration (batch = rollout_steps * env.num_envs)"
+    )
+    minibatch_size: int = Field(
+        64, ge=1, description="samples per gradient step (the last partial one dropped)"
+    )
+    update_epochs: int = Field(10, ge=1, description="passes over each batch")
+    clip_low: float = Field(0.2, ge=0.0, lt=1.0, description="ratio may fall to 1 - clip_low")
+    clip_high: float = Field(0.2, ge=0.0, description="ratio may rise to 1 + clip_high")
+    dual_clip: float | None = Field(None, gt=1.0, description="dual-clip constant c > 1, or null")
+    value_clip: float | None = Field(0.2, gt=0.0, description="PPO2 value clipping range, or null")
+    ent_coef: float = Field(0.0, ge=0.0, description="weight of the entropy bonus")
+    vf_coef: float = Field(0.5, ge=0.0, description="weight of the value loss")
+    max_grad_norm: float | None = Field(0.5, gt=0.0, description="global gradient-norm clip, or null")
+    target_kl: float | None = Field(
+        None, gt=0.0, description="stop an update's epochs once approx KL exceeds it"
+    )
+    normalize_advantages: bool = Field(True, description="normalise advantages within each minibatch")
+    normalize_obs: bool = Field(
+        True, description="running mean/std observation normalisation (statistics travel with the weights)"
+    )
+    normalize_reward: bool = Field(True, description="scale rewards by the std of the discounted return")

@@ -1,0 +1,264 @@
+"""PPO's learner: GAE, then clipped-surrogate epochs over minibatches (and its side on the actor worker)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from rlinf_algos.channels import get_all, traj_key
+from rlinf_algos.models.mlp import GaussianActorCritic
+from rlinf_algos.optim import LeanAdam, make_adam
+from rlinf_algos.ppo import functional as F
+from rlinf_algos.ppo.config import PPOConfig
+from rlinf_algos.recipe import LearnerContext, LearnerSide
+from rlinf_algos.stats import RewardScaler
+
+__all__ = ["PPOLearner", "PPOLearnerSide", "PPORollout"]
+
+
+@dataclass
+class PPORollout:
+    """What the rollout side hands the learner for one PPO iteration, all ``[T, N, ...]`` tensors:
+    ``obs`` (normalised, as the policy saw them), ``actions`` (as sampled, before clipping),
+    ``log_probs``, ``values``, ``rewards`` (scaled if reward scaling is on), ``terminated``,
+    ``truncated``, ``final_values`` (``V(final_obs)`` where truncated, 0 elsewhere) and
+    ``last_value`` ``[N]`` (``V`` of the observation after the last step). ``version`` is the
+    weight version that produced it."""
+
+    obs: Tensor
+    actions: Tensor
+    log_probs: Tensor
+    values: Tensor
+    rewards: Tensor
+    terminated: Tensor
+    truncated: Tensor
+    final_values: Tensor
+    last_value: Tensor
+    version: int = 0
+
+
+class PPOLearner:
+    """The learner side of PPO: GAE, then ``update_epochs`` passes of minibatch updates of the
+    clipped surrogate, clipped value loss and entropy bonus, with gradient clipping and an
+    approx-KL early stop. One optimiser over actor and critic, one backward per minibatch."""
+
+    def __init__(self, model: GaussianActorCritic, cfg: PPOConfig, seed: int = 0) -> None:
+        self.model, self.cfg = model, cfg
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = make_adam(self.params, cfg.lr, cfg.adam_eps)
+        self.adam = LeanAdam(self.optimizer)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.version = 0
+
+    def set_lr_fraction(self, frac: float) -> None:
+        """Set the learning rate to ``frac * cfg.lr`` (linear annealing)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = frac * self.cfg.lr
+
+    def advantages(self, r: PPORollout) -> tuple[Tensor, Tensor]:
+        """``(advantages, returns)`` ``[T, N]`` of a rollout (GAE, bootstrapping on truncation)."""
+        done = r.terminated | r.truncated
+        next_values = F.next_values_with_bootstrap(r.values, r.last_value, done, r.final_values)
+        return F.gae(
+            r.rewards, r.values, next_values, r.terminated, r.truncated, self.cfg.gamma, self.cfg.gae_lambda
+        )
+
+    def update(self, r: PPORollout) -> dict[str, float]:
+        """``update_epochs`` passes over the rollout in minibatches (the last partial one dropped),
+        each a fresh permutation; stops after an epoch whose last minibatch's approx-KL passed
+        ``target_kl``. Lean on purpose (a minibatch step of these tiny networks is mostly per-call
+        overhead): each epoch gathers its permutation once and normalises the advantages of all
+        its minibatches in one pass; minibatches are views; the optimiser step is
+        :class:`LeanAdam`; metrics stay tensors until the end (no host sync per step)."""
+        cfg = self.cfg
+        adv, ret = self.advantages(r)
+        b_obs = r.obs.reshape(-1, r.obs.shape[-1])
+        b_act = r.actions.reshape(-1, r.actions.shape[-1])
+        b_logp, b_val = r.log_probs.reshape(-1), r.values.reshape(-1)
+        b_adv, b_ret = adv.reshape(-1), ret.reshape(-1)
+        B, mb = b_obs.shape[0], min(cfg.minibatch_size, b_obs.shape[0])
+        M = B // mb  # minibatches per epoch
+        model, adam = self.model, self.adam
+        adam.refresh()
+        stats = torch.zeros(cfg.update_epochs * M, 4)  # pg, vf, -entropy, grad norm
+        ratios = torch.zeros(cfg.update_epochs * M, mb)  # log-ratios, for KL and clip fraction
+        n_mb = 0
+        epochs = 0
+        for _ in range(cfg.update_epochs):
+            used = torch.randperm(B, generator=self.generator)[: M * mb]
+            e_obs, e_act = b_obs[used], b_act[used]
+            e_logp, e_val, e_ret = b_logp[used], b_val[used], b_ret[used]
+            e_adv = b_adv[used].view(M, mb)
+            if cfg.normalize_advantages:
+                e_adv = F.normalize_advantages(e_adv, dim=1)
+            for i in range(M):
+                a, b = i * mb, (i + 1) * mb
+                logp, entropy, value = model.evaluate(e_obs[a:b], e_act[a:b])
+                log_ratio = logp - e_logp[a:b]
+                pg = F.policy_loss(log_ratio, e_adv[i], cfg.clip_low, cfg.clip_high, cfg.dual_clip)
+                vf = F.value_loss(value, e_ret[a:b], e_val[a:b], cfg.value_clip)
+                loss = pg + cfg.vf_coef * vf
+                ent = F.entropy_loss(entropy)
+                if cfg.ent_coef:
+                    loss = loss + cfg.ent_coef * ent
+                adam.zero_grad()
+                loss.backward()
+                with torch.no_grad():
+                    if cfg.max_grad_norm is not None:
+                        gn = F.clip_grads_(adam.grads(), cfg.max_grad_norm)
+                    else:
+                        gn = torch.zeros(())
+                    adam.step()
+                    ratios[n_mb] = log_ratio
+                    torch.stack([pg, vf, ent, gn], out=stats[n_mb])
+                n_mb += 1
+            epochs += 1
+            if cfg.target_kl is not None and float(F.approx_kl(ratios[n_mb - 1])) > cfg.target_kl:
+                break
+        self.version += 1
+        with torch.no_grad():
+            s = stats[:n_mb].mean(0).tolist() if n_mb else [0.0] * 4
+            kl = float(F.approx_kl(ratios[n_mb - 1])) if n_mb else 0.0
+            cf = float(F.clip_fraction(ratios[:n_mb], cfg.clip_low, cfg.clip_high)) if n_mb else 0.0
+        y, yhat = b_ret, b_val
+        var_y = float(y.var())
+        explained = float("nan") if var_y == 0 else 1.0 - float((y - yhat).var()) / var_y
+        return {
+            "policy_loss": s[0],
+            "value_loss": s[1],
+            "entropy": -s[2],
+            "clip_fraction": cf,
+            "grad_norm": s[3],
+            "approx_kl": kl,
+            "epochs": float(epochs),
+            "explained_variance": explained,
+            "lr": self.optimizer.param_groups[0]["lr"],
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "generator": self.generator.get_state(),
+            "version": self.version,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.adam.refresh()
+        self.generator.set_state(state["generator"])
+        self.version = int(state["version"])
+
+
+class PPOLearnerSide(LearnerSide):
+    """PPO on the actor worker (and in the in-process runtime): turns the rollout workers'
+    trajectories into a :class:`PPORollout` and updates.
+
+    Which weights compute the values: the learner's, when it takes the batch (the weights the
+    update starts from). The rollout side needs no critic then, and with ``max_staleness: 0`` the
+    values are exactly the collecting policy's; with a stale batch they are the fresher
+    estimate, which is what GAE should bootstrap from. Rewards are scaled here too (one running
+    return per env slot, in slot order), and the batch's observation moments are folded into the
+    policy's statistics after the update, for the next version.
+    """
+
+    def __init__(self, model: Any, cfg: PPOConfig, ctx: LearnerContext, num_slots: int) -> None:
+        self.model, self.cfg, self.ctx = model, cfg, ctx
+        self.learner = PPOLearner(model, cfg, seed=ctx.seed)
+        self.scaler = RewardScaler(num_slots, cfg.gamma) if cfg.normalize_reward else None
+
+    @property
+    def version(self) -> int:
+        return self.learner.version
+
+    def publish_module(self) -> Any:
+        return self.model
+
+    def assemble(self, items: list[dict[str, Any]]) -> PPORollout:
+        """One :class:`PPORollout` from the trajectories of every rollout rank (slot order)."""
+        cat = {
+            k: np.concatenate([it[k] for it in items], 1)
+            for k in ("obs", "actions", "log_probs", "rewards", "terminated", "truncated")
+        }
+        last_obs = np.concatenate([it["last_obs"] for it in items], 0)
+        T, N = cat["rewards"].shape
+        # final observations of truncated steps, with slot offsets of each rollout rank
+        fidx, fobs, off = [], [], 0
+        for it in items:
+            if len(it["final_idx"]):
+                idx = it["final_idx"].copy()
+                idx[:, 1] += off
+                fidx.append(idx)
+                fobs.append(it["final_obs"])
+            off += it["last_obs"].shape[0]
+        rewards = cat["rewards"]
+        if self.scaler is not None:
+            done = cat["terminated"] | cat["truncated"]
+            rewards = np.stack([self.scaler(rewards[t].astype(np.float64), done[t]) for t in range(T)])
+        model = self.model
+        obs_t = torch.from_numpy(cat["obs"])
+        with torch.no_grad():
+            values = model.value(obs_t.reshape(T * N, -1)).reshape(T, N)
+            last_value = model.value(torch.from_numpy(last_obs))
+            final_values = torch.zeros(T, N)
+            if fidx:
+                idx = torch.from_numpy(np.concatenate(fidx)).long()
+                final_values[idx[:, 0], idx[:, 1]] = model.value(torch.from_numpy(np.concatenate(fobs)))
+        return PPORollout(
+            obs_t,
+            torch.from_numpy(cat["actions"]),
+            torch.from_numpy(cat["log_probs"]),
+            values,
+            torch.from_numpy(np.asarray(rewards, np.float32)),
+            torch.from_numpy(cat["terminated"]),
+            torch.from_numpy(cat["truncated"]),
+            final_values,
+            last_value,
+            min(int(it["version"]) for it in items),
+        )
+
+    def learn(self, items: list[dict[str, Any]], lr_frac: float = 1.0) -> dict[str, Any]:
+        """Update on ``items`` (one trajectory per rollout rank), then fold in their observation
+        moments; returns the learner's metrics and ``policy_lag``."""
+        rollout = self.assemble(items)
+        if self.cfg.anneal_lr:
+            self.learner.set_lr_fraction(lr_frac)
+        metrics: dict[str, Any] = self.learner.update(rollout)
+        for it in items:  # observation statistics of this batch, for the next version
+            m = it["moments"]
+            self.model.fold_obs_moments(m["mean"], m["var"], m["count"])
+        metrics["policy_lag"] = float(self.learner.version - 1 - rollout.version)
+        return metrics
+
+    def train(self, gen: int | str, lr_frac: float = 1.0, **kwargs: Any) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        keys = [traj_key(gen, r) for r in range(self.ctx.rollout_world)]
+        items = get_all(self.ctx.traj_ch, keys, self.ctx.timeout)
+        if items is None:
+            return {"aborted": True}
+        t1 = time.perf_counter()
+        metrics = self.learn(items, lr_frac)
+        metrics["update_s"] = time.perf_counter() - t1
+        metrics["wait_s"] = t1 - t0
+        metrics["aborted"] = False
+        return metrics
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "learner": self.learner.state_dict(),
+            "reward_scaler": self.scaler.state_dict() if self.scaler is not None else None,
+        }
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.learner.load_state_dict(state["learner"])
+        if self.scaler is not None and state.get("reward_scaler"):
+            self.scaler.load_state_dict(state["reward_scaler"])
+
+    def final_state_dict(self) -> dict[str, Any]:
+        return self.model.state_dict()

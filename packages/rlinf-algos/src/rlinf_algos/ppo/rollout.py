@@ -1,0 +1,140 @@
+"""PPO's rollout: the one collection loop, run by a rollout worker over its env links and by the
+in-process runtime over its own vector env (:class:`LocalPort`).
+
+The loop talks to a *port*: ``stages`` pipeline stages of ``slots`` env slots each, ``recv(s)``
+the env message of stage ``s`` (``obs``; after a step also ``rew``, ``term``, ``trunc`` and
+``final`` = (slot indices, final observations) of the episodes that ended) and ``send(s,
+actions)``. The per-step path is kept short (the env side waits on it): the observation
+statistics are fixed for the iteration, so normalising is three in-place ops into the buffer;
+the raw-observation moments and the log-probabilities are computed once at the end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlinf_algos.models.mlp import gaussian_log_prob
+from rlinf_algos.stats import Moments
+
+__all__ = ["LocalPort", "collect_ppo"]
+
+
+class LocalPort:
+    """A one-stage port over a :class:`~rlinf_algos.envs.VectorEnvStepper` in this process:
+    ``send`` steps the envs, ``recv`` returns what the step gave, as an env worker's message."""
+
+    stages = 1
+
+    def __init__(self, stepper: Any) -> None:
+        self.stepper = stepper
+        self.slots = stepper.num_envs
+        self._msg: dict[str, Any] | None = None
+
+    def recv(self, s: int) -> dict[str, Any]:
+        """The message of the last step (whose ``obs`` are the current observations)."""
+        return self._msg if self._msg is not None else {"obs": self.stepper.obs}
+
+    def send(self, s: int, actions: np.ndarray) -> None:
+        step = self.stepper.step(actions)
+        msg: dict[str, Any] = {
+            "obs": step.obs,
+            "rew": step.rewards,
+            "term": step.terminated,
+            "trunc": step.truncated,
+        }
+        done = step.done
+        if done.any():
+            idx = np.flatnonzero(done)
+            msg["final"] = (idx, step.final_obs[idx])
+        self._msg = msg
+
+
+@torch.no_grad()
+def collect_ppo(port: Any, policy: Any, T: int, generator: torch.Generator) -> dict[str, Any]:
+    """``T`` steps of every stage of ``port`` with ``policy`` (a Gaussian actor-critic: its
+    ``normalizer``, ``action_mean``, ``action_log_std`` and ``normalize``). Returns the
+    trajectory, ``[T, stages * slots, ...]`` arrays in stage-major slot order: ``obs``
+    (normalised, as the policy saw them), ``actions`` (as sampled), ``log_probs``, ``rewards``
+    (raw), ``terminated``, ``truncated``; ``last_obs`` (normalised, after the last step);
+    ``final_idx`` ``[K, 2]`` (t, slot) and ``final_obs`` of truncated steps (normalised, for the
+    learner's bootstrap); ``moments`` of the raw observations (the next version's statistics)."""
+    S, n = port.stages, port.slots
+    current = [port.recv(s)["obs"] for s in range(S)]
+    D = current[0].shape[1]
+    std = policy.action_log_std().exp()
+    log_std = policy.action_log_std()
+    A = log_std.shape[0]
+    obs_buf = np.empty((S, T, n, D), np.float32)
+    act_buf = np.empty((S, T, n, A), np.float32)
+    raw_buf = np.empty((S, T, n, D), np.float32)
+    rew_buf = np.empty((S, T, n), np.float32)
+    term_buf = np.zeros((S, T, n), bool)
+    trunc_buf = np.zeros((S, T, n), bool)
+    final_t: list[np.ndarray] = []  # (stage, t, slot) of truncated steps, and their obs
+    final_obs: list[np.ndarray] = []
+    mean_buf = torch.empty(S, T, n, A)
+    obs_t, act_t = torch.from_numpy(obs_buf), torch.from_numpy(act_buf)
+    normalize = policy.normalizer()
+
+    def absorb(s: int, t: int, msg: dict[str, Any]) -> None:
+        rew_buf[s, t] = msg["rew"]
+        term_buf[s, t] = msg["term"]
+        trunc_buf[s, t] = msg["trunc"]
+        if "final" in msg:
+            idx, rows = msg["final"]
+            tr = msg["trunc"][idx]
+            if tr.any():
+                sel = idx[tr]
+                final_t.append(np.stack([np.full_like(sel, s), np.full_like(sel, t), sel], 1))
+                final_obs.append(policy.normalize(torch.from_numpy(np.ascontiguousarray(rows[tr]))).numpy())
+
+    for t in range(T):
+        for s in range(S):
+            if t > 0:
+                msg = port.recv(s)
+                absorb(s, t - 1, msg)
+                current[s] = msg["obs"]
+            raw = current[s]
+            raw_buf[s, t] = raw
+            obs = obs_t[s, t]
+            normalize(torch.from_numpy(raw), obs)
+            mean = policy.action_mean(obs)
+            noise = torch.randn(mean.shape, generator=generator)
+            torch.add(mean, noise * std, out=act_t[s, t])
+            port.send(s, act_buf[s, t])
+            mean_buf[s, t] = mean
+    last = np.empty((S, n, D), np.float32)
+    for s in range(S):
+        msg = port.recv(s)
+        absorb(s, T - 1, msg)
+        last[s] = policy.normalize(torch.from_numpy(msg["obs"])).numpy()
+    logp = gaussian_log_prob(act_t, mean_buf, log_std.expand_as(mean_buf)).numpy()
+    moments = Moments(D)
+    moments.add(raw_buf.reshape(-1, D))
+
+    # [S, T, n, ...] -> [T, S*n, ...]: stage-major slot order, stable across iterations
+    def flat(x: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(np.moveaxis(x, 0, 1).reshape(T, S * n, *x.shape[3:]))
+
+    if final_t:
+        ft = np.concatenate(final_t)
+        fidx = np.stack([ft[:, 1], ft[:, 0] * n + ft[:, 2]], 1)  # (t, slot)
+        fobs = np.concatenate(final_obs)
+    else:
+        fidx = np.zeros((0, 2), np.int64)
+        fobs = np.zeros((0, D), np.float32)
+    return {
+        "obs": flat(obs_buf),
+        "actions": flat(act_buf),
+        "log_probs": flat(logp),
+        "rewards": flat(rew_buf),
+        "terminated": flat(term_buf),
+        "truncated": flat(trunc_buf),
+        "last_obs": last.reshape(S * n, D),
+        "final_idx": fidx,
+        "final_obs": fobs,
+        "moments": moments.result(),
+    }

@@ -1,0 +1,225 @@
+"""What an embodied algorithm gives the runtime: its :class:`Recipe`, and the algorithm base class.
+
+An algorithm is one folder (``ppo/``, ``sac/``, ``grpo/``): its ``algorithm`` section, its maths
+(free functions), its learner, and its recipe. The runtime (:mod:`rlinf_algos.runtime`) runs any
+recipe and never names an algorithm:
+
+- in one process (``runner.scheduler: local``), :mod:`rlinf_algos.runtime.local` builds the
+  env, asks the recipe for a :class:`LocalSession` and calls its :meth:`~LocalSession.step` until
+  the budget is spent, writing metrics, checkpoints, the policy and the summary;
+- on workers (``runner.scheduler: ray``), :mod:`rlinf_algos.runtime.distributed` launches the env,
+  rollout and actor workers (and the recipe's :attr:`Recipe.extra_components`), and for each
+  iteration asks the recipe for an :class:`IterationPlan`: which env-worker method serves it,
+  what the rollout workers are told, and how the learning side starts. The generic workers call
+  back into the recipe: :meth:`Recipe.collect` on a rollout worker, :meth:`Recipe.learner` on the
+  actor worker.
+
+Adding an algorithm is one folder with these pieces (its class derives from
+:class:`~rlinf_algos.algorithm.EmbodiedAlgorithm`) and one registration line in
+:mod:`rlinf_algos.plugin`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+__all__ = [
+    "IterationPlan",
+    "LearnerContext",
+    "LearnerSide",
+    "LocalSession",
+    "Recipe",
+    "await_call",
+]
+
+
+async def await_call(call: Any) -> Any:
+    """Await a :class:`~rlinf_core.worker.GroupCall` (its ``__await__``): what an
+    :attr:`IterationPlan.learn` returns for a plain call on the actor."""
+    return await call
+
+
+@dataclass
+class IterationPlan:
+    """How the driver runs one iteration on workers.
+
+    Attributes:
+        env_method: the :class:`~rlinf_algos.runtime.workers.EnvWorker` method that serves it
+            (``run``: fixed steps; ``run_episodes``: whole episodes), called as
+            ``method(gen, link_addresses, *env_args)``.
+        env_args: its further arguments.
+        rollout_kwargs: keyword arguments of every rollout worker's ``collect`` (beside the
+            generation, the steps and the minimum weight version).
+        learn: starts the learning side of the iteration (``None`` in rollout-only mode); its
+            awaitable gives ``[metrics]`` (``{"aborted": True, ...}`` if the batch was lost).
+        abort_keys: every channel key a consumer of this iteration may wait on (the driver puts an
+            ``ABORT`` on each when the iteration fails).
+        count_env_steps: the iteration's env steps are what the env workers report (episodes end
+            when they end); otherwise exactly :attr:`Recipe.batch`.
+    """
+
+    env_method: str
+    env_args: tuple[Any, ...]
+    rollout_kwargs: dict[str, Any]
+    learn: Callable[[], Awaitable[list[dict[str, Any]]]] | None
+    abort_keys: list[str]
+    count_env_steps: bool = False
+
+
+@dataclass
+class LearnerContext:
+    """What the actor worker hands a recipe's learner: the trajectory channel, the number of
+    rollout workers, the wait limit, and ``publish()`` (broadcast the weights if the learner's
+    version moved on)."""
+
+    traj_ch: Any
+    rollout_world: int
+    timeout: float
+    publish: Callable[[], None]
+    seed: int = 0
+    device: str = "cpu"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class LearnerSide(ABC):
+    """The learning side of a recipe, living on the actor worker."""
+
+    @property
+    @abstractmethod
+    def version(self) -> int:
+        """The weight version of :meth:`publish_module`."""
+
+    @abstractmethod
+    def train(self, gen: int | str, **kwargs: Any) -> dict[str, Any]:
+        """Learn on iteration data of generation ``gen`` from the channel; returns the metrics
+        (``{"aborted": True}`` if the driver aborted it)."""
+
+    @abstractmethod
+    def publish_module(self) -> Any:
+        """The module whose ``state_dict`` the rollout workers load (at :attr:`version`)."""
+
+    @abstractmethod
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint holds of the learner."""
+
+    @abstractmethod
+    def load(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state` output."""
+
+    @abstractmethod
+    def final_state_dict(self) -> dict[str, Any]:
+        """The weights of ``policy.pt``."""
+
+    def close(self) -> None:  # noqa: B027 - optional; most learners run nothing beside
+        """Stop whatever the learner runs beside (threads)."""
+
+
+class LocalSession(ABC):
+    """An algorithm's loop body in one process (``runner.scheduler: local``)."""
+
+    @abstractmethod
+    def step(self) -> None:
+        """Collect and learn for a while (the runtime checks after each step whether a metrics
+        row or a checkpoint is due)."""
+
+    @abstractmethod
+    def metrics(self) -> dict[str, float]:
+        """The learner's metrics for the row that is due (averaged since the last row where the
+        learner keeps running sums)."""
+
+    @abstractmethod
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint holds of the session (learner, buffers, collection RNG)."""
+
+    @abstractmethod
+    def load(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state` output."""
+
+    @abstractmethod
+    def policy_state_dict(self) -> dict[str, Any]:
+        """The weights of ``policy.pt``."""
+
+    def close(self) -> None:  # noqa: B027 - optional; most sessions run nothing beside
+        """Stop whatever the session runs beside (threads)."""
+
+
+class Recipe(ABC):
+    """An algorithm's flow, written once for both runtimes (see the module docstring).
+
+    Class attributes:
+        name: the algorithm's name (checkpoints and summaries record it).
+        learner_columns: the learner's ``metrics.csv`` columns (after the base columns).
+        worker_columns: further columns the workers' runtime adds (``wait_s``, ``policy_lag``...).
+        extra_components: components besides ``env``, ``rollout`` and ``actor`` (launched by
+            :meth:`launch_extra`).
+        policy_components: those of them that build the policy: ``configure(spec)`` is called on
+            them once the actor has published version 0.
+        stateful_components: those of them whose ``state()`` / ``load()`` go into checkpoints.
+        whole_batch: the learner trains on an iteration's complete batch only (an aborted
+            iteration must never have been trained on).
+    """
+
+    name: ClassVar[str]
+    learner_columns: ClassVar[tuple[str, ...]]
+    worker_columns: ClassVar[tuple[str, ...]] = ("wait_s", "policy_lag")
+    extra_components: ClassVar[tuple[str, ...]] = ()
+    policy_components: ClassVar[tuple[str, ...]] = ()
+    stateful_components: ClassVar[tuple[str, ...]] = ()
+    whole_batch: ClassVar[bool] = False
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+
+    # -- both runtimes -------------------------------------------------------------------------
+    @abstractmethod
+    def policy_spec(self, model_cfg: Any, spaces: Mapping[str, Any]) -> dict[str, Any]:
+        """The spec of the policy (see :func:`rlinf_algos.models.build_policy`) for the ``model``
+        section and the env's ``spaces`` (``obs_dim``, ``act_dim``, ``action_low``,
+        ``action_high``, ``max_episode_steps``)."""
+
+    def check_spaces(self, env_cfg: Any, spaces: Mapping[str, Any]) -> None:  # noqa: B027 - optional
+        """Raise :class:`~rlinf_core.errors.ConfigError` if the env cannot be trained on."""
+
+    # -- in one process ------------------------------------------------------------------------
+    @abstractmethod
+    def local_session(self, stepper: Any, spec: dict[str, Any], sections: Any) -> LocalSession:
+        """The loop body over ``stepper`` (a :class:`~rlinf_algos.envs.VectorEnvStepper`)."""
+
+    # -- on workers ------------------------------------------------------------------------------
+    def channel_maxsize(self, rollout_cfg: Any) -> int:
+        """The bound of each key of the trajectory channel (0: none)."""
+        return 0
+
+    @abstractmethod
+    def iteration_steps(self, rollout_cfg: Any, max_episode_steps: int | None) -> int:
+        """Vector steps per env per iteration (an upper bound for whole episodes)."""
+
+    def staleness(self, rollout_cfg: Any) -> int:
+        """How many weight versions the rollout policy may lag the learner."""
+        return max(1, rollout_cfg.max_staleness)
+
+    @property
+    def on_policy(self) -> bool:
+        """Collection of iteration ``k`` waits for weights ``k - staleness``."""
+        return True
+
+    def launch_extra(self, run: Any) -> dict[str, tuple[Any, ...]]:
+        """``{component: (worker class, *args)}`` of :attr:`extra_components`."""
+        return {}
+
+    @abstractmethod
+    def plan(self, run: Any, k: int) -> IterationPlan:
+        """Iteration ``k`` of ``run`` (a :class:`~rlinf_algos.runtime.distributed.DistributedRun`)."""
+
+    @abstractmethod
+    def collect(self, worker: Any, gen: int, steps: int, **kwargs: Any) -> dict[str, Any]:
+        """On a rollout worker: one iteration over its env links (``worker.recv(s)`` /
+        ``worker.send(s, actions)``); put the data on the channel; return
+        ``{"aborted": False, "version": ..., "steps": ...}``."""
+
+    @abstractmethod
+    def learner(self, spec: dict[str, Any], model_cfg: Any, ctx: LearnerContext) -> LearnerSide:
+        """On the actor worker: the learner for ``spec``."""

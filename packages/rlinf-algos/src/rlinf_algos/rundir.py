@@ -1,0 +1,401 @@
+"""What a run writes into its directory, and how: metrics, checkpoints, the policy, the summary.
+
+A run directory holds:
+
+- ``config.yaml``: the resolved configuration (written before training starts);
+- ``metrics.csv``: one row per ``runner.log_interval`` env steps, a fixed header
+  (:data:`BASE_COLUMNS`, the algorithm's columns, ``success_rate``);
+- ``tensorboard/``: the same scalars as TensorBoard event files; ``wandb/`` with the ``wandb``
+  logger;
+- ``checkpoints/step_<n>.pt``: everything needed to continue (``--resume``);
+- ``policy.pt``: the final policy (weights and the spec to rebuild it);
+- ``summary.json``: the run's headline figures.
+
+Every file is written atomically (a temp file in the same folder, fsync, ``os.replace``): a
+crash never leaves a truncated checkpoint, policy or summary behind.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
+from rlinf_core.io import atomic_open, atomic_write_text
+
+__all__ = [
+    "BASE_COLUMNS",
+    "MetricsLog",
+    "MetricsSinks",
+    "RunRecorder",
+    "atomic_torch_save",
+    "best_of",
+    "check_resume_config",
+    "default_run_dir",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "make_sinks",
+    "tensorboard_tag",
+    "write_summary",
+]
+
+BASE_COLUMNS = ("step", "wall_s", "episode_return_mean", "episode_length_mean", "episodes", "env_steps_per_s")
+"""The columns every embodied run's ``metrics.csv`` starts with."""
+
+
+# -- files ---------------------------------------------------------------------------------------
+
+
+def atomic_torch_save(obj: Any, path: Path) -> None:
+    """``torch.save`` to a temp file in ``path``'s folder, fsync, then ``os.replace``: a crash
+    mid-save never leaves a truncated file at ``path``."""
+    import torch
+
+    with atomic_open(path) as f:
+        torch.save(obj, f)
+
+
+def write_summary(run_dir: Path, summary: Mapping[str, Any]) -> None:
+    """``summary.json`` (atomic)."""
+    atomic_write_text(Path(run_dir) / "summary.json", json.dumps(dict(summary), indent=2) + "\n")
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest ``checkpoints/step_<n>.pt`` of ``run_dir`` (by step), or ``None``."""
+    folder = Path(run_dir) / "checkpoints"
+    best: tuple[int, Path] | None = None
+    for p in folder.glob("step_*.pt"):
+        try:
+            n = int(p.stem.removeprefix("step_"))
+        except ValueError:
+            continue
+        if best is None or n > best[0]:
+            best = (n, p)
+    return best[1] if best else None
+
+
+def load_checkpoint(run_dir: Path, algorithm: str) -> tuple[Path, dict[str, Any]]:
+    """The newest checkpoint of ``run_dir`` and its contents; an error if there is none or it
+    belongs to another algorithm."""
+    import torch
+
+    path = latest_checkpoint(run_dir)
+    if path is None:
+        raise RlinfError(f"nothing to resume in {run_dir}: no checkpoints/step_*.pt there")
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    if state.get("algorithm") != algorithm:
+        raise RlinfError(f"{path} is a {state.get('algorithm')!r} checkpoint, not {algorithm!r}")
+    return path, state
+
+
+def default_run_dir(config_path: str | Path | None, root: str | Path = "runs") -> Path:
+    """``runs/<config stem>-<YYYYmmdd-HHMMSS>`` (a suffix is added if it exists)."""
+    stem = Path(config_path).stem if config_path else "run"
+    base = Path(root) / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, i = base, 1
+    while path.exists():
+        i += 1
+        path = Path(f"{base}-{i}")
+    return path
+
+
+def check_resume_config(path: Path, now: Mapping[str, Any]) -> None:
+    """A resumed run must keep the env, the model and the algorithm of the run it continues
+    (``runner`` settings such as ``total_steps`` may change): compare with its ``config.yaml``."""
+    import yaml
+
+    if not path.is_file():
+        return
+    then = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    problems = []
+    for section in ("env", "model"):
+        a, b = then.get(section) or {}, now.get(section) or {}
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                problems.append(
+                    ConfigProblem(
+                        f"{section}.{key}",
+                        f"is {b.get(key)!r}, but the run being resumed used {a.get(key)!r}",
+                    )
+                )
+    name_then = (then.get("algorithm") or {}).get("name")
+    name_now = (now.get("algorithm") or {}).get("name")
+    if name_then != name_now:
+        problems.append(
+            ConfigProblem("algorithm.name", f"is {name_now!r}, but the run being resumed used {name_then!r}")
+        )
+    if problems:
+        raise ConfigError(problems)
+
+
+def best_of(best: float, final: float | None) -> float | None:
+    """``best_return_mean``: the best of the logged rows and the final return (``None`` if
+    neither is known)."""
+    vals = [v for v in (best, final) if v is not None and not math.isnan(v) and v != -math.inf]
+    return max(vals) if vals else None
+
+
+# -- metrics ---------------------------------------------------------------------------------------
+
+
+class MetricsLog:
+    """``metrics.csv`` with a fixed header (empty cells where a row has no value, e.g. before SAC
+    learns). With ``append`` a resumed run adds to the file it finds."""
+
+    def __init__(self, path: Path, columns: Iterable[str], append: bool) -> None:
+        self.path = path
+        self.columns = list(columns)
+        self._file: Any = None
+        self.append = append and path.exists() and path.stat().st_size > 0
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        if self._file is None:
+            self._file = self.path.open("a" if self.append else "w", newline="", encoding="utf-8")
+            if not self.append:
+                csv.writer(self._file).writerow(self.columns)
+        csv.writer(self._file).writerow([_fmt(row.get(c, "")) for c in self.columns])
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _fmt(v: Any) -> Any:
+    return f"{v:.6g}" if isinstance(v, float) else v
+
+
+def tensorboard_tag(key: str) -> str:
+    """The TensorBoard tag of a metrics column (``charts/``, ``perf/`` or ``train/``)."""
+    if key.startswith("episode_") or key in ("episodes", "success_rate"):
+        return f"charts/{key}"
+    if key in ("env_steps_per_s", "wall_s", "rollout_s", "update_s", "wait_s", "policy_lag"):
+        return f"perf/{key}"
+    return f"train/{key}"
+
+
+def _scalars(row: Mapping[str, Any]) -> dict[str, float]:
+    return {
+        k: float(v)
+        for k, v in row.items()
+        if k != "step" and isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(float(v))
+    }
+
+
+class _TensorBoard:
+    """Event files under ``run_dir/tensorboard`` (tensorboardX), opened on the first row."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.writer: Any = None
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        if self.writer is None:
+            from tensorboardX import SummaryWriter
+
+            self.writer = SummaryWriter(logdir=str(self.run_dir / "tensorboard"), flush_secs=10)
+        step = int(row["step"])
+        for key, value in _scalars(row).items():
+            self.writer.add_scalar(tensorboard_tag(key), value, step)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+class _Wandb:
+    """A Weights & Biases run in ``run_dir/wandb`` (``WANDB_MODE=offline`` needs no network;
+    ``wandb sync`` uploads it later), opened on the first row, with the run's resolved config."""
+
+    def __init__(self, run_dir: Path, config: Mapping[str, Any]) -> None:
+        self.run_dir, self.config = run_dir, dict(config)
+        self.run: Any = None
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        if self.run is None:
+            import wandb
+
+            (self.run_dir / "wandb").mkdir(parents=True, exist_ok=True)
+            self.run = wandb.init(
+                dir=str(self.run_dir),
+                name=self.run_dir.name,
+                config=self.config,
+                reinit="create_new",
+            )
+        self.run.log({tensorboard_tag(k): v for k, v in _scalars(row).items()}, step=int(row["step"]))
+
+    def close(self) -> None:
+        if self.run is not None:
+            self.run.finish()
+            self.run = None
+
+
+class MetricsSinks:
+    """The metrics backends of ``runner.loggers`` other than ``csv`` (which the runtime writes
+    with its fixed columns): every row goes to each, at its ``step``."""
+
+    def __init__(self, sinks: list[Any]) -> None:
+        self.sinks = sinks
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        if "step" not in row:
+            return
+        for sink in self.sinks:
+            sink.add(row)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+
+def make_sinks(names: Iterable[str], run_dir: Path, config: Mapping[str, Any]) -> MetricsSinks:
+    """The :class:`MetricsSinks` for ``runner.loggers`` (``wandb`` must be importable: the
+    run configuration check reports it otherwise)."""
+    sinks: list[Any] = []
+    for name in names:
+        if name == "tensorboard":
+            sinks.append(_TensorBoard(run_dir))
+        elif name == "wandb":
+            sinks.append(_Wandb(run_dir, config))
+    return MetricsSinks(sinks)
+
+
+class RunRecorder:
+    """The bookkeeping every runtime shares: the recent episodes' statistics, wall time, metrics
+    rows (``metrics.csv`` and the progress callback), the best return and the summary's base.
+
+    Args:
+        run_dir: the run directory.
+        log_interval: env steps between metrics rows (``runner.log_interval``).
+        columns: the header of ``metrics.csv`` (``None``: no CSV, ``runner.loggers`` without it).
+        episodes: where finished episodes are counted (``episodes`` and the ``recent_returns``,
+            ``recent_lengths``, ``recent_successes`` deques: a
+            :class:`~rlinf_algos.envs.VectorEnvStepper` or :class:`~rlinf_algos.stats.EpisodeStats`).
+        progress: called with every row.
+        resume: append to the ``metrics.csv`` there is.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        log_interval: int,
+        columns: Iterable[str] | None,
+        episodes: Any,
+        progress: Callable[[dict[str, Any]], None] | None,
+        resume: bool,
+    ) -> None:
+        self.run_dir, self.log_interval, self.episodes, self.progress = (
+            run_dir,
+            log_interval,
+            episodes,
+            progress,
+        )
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.log = (
+            MetricsLog(run_dir / "metrics.csv", columns, append=resume) if columns is not None else None
+        )
+        self.t0 = time.perf_counter()
+        self.wall_offset = 0.0
+        self.best = -math.inf
+        self.last_log_step = 0
+        self.last_log_time = self.t0
+        self.last_row: dict[str, Any] = {}
+
+    def start_clock(self, step: int) -> None:
+        """Training starts (or resumes) at ``step``: rows and throughput count from here."""
+        self.t0 = self.last_log_time = time.perf_counter()
+        self.last_log_step = step
+
+    @property
+    def wall_s(self) -> float:
+        return self.wall_offset + time.perf_counter() - self.t0
+
+    def return_mean(self) -> float:
+        r = self.episodes.recent_returns
+        return float(sum(r) / len(r)) if r else float("nan")
+
+    def row(self, step: int, metrics: Mapping[str, Any], force: bool = False) -> dict[str, Any] | None:
+        """Write a metrics row at ``step`` env steps if ``log_interval`` steps passed since the
+        last one (or ``force``); returns it."""
+        if step <= self.last_log_step or (not force and step - self.last_log_step < self.log_interval):
+            return None
+        now = time.perf_counter()
+        ret = self.return_mean()
+        if not math.isnan(ret):
+            self.best = max(self.best, ret)
+        ep = self.episodes
+        lengths = ep.recent_lengths
+        row: dict[str, Any] = {
+            "step": step,
+            "wall_s": round(self.wall_s, 3),
+            "episode_return_mean": ret,
+            "episode_length_mean": float(sum(lengths) / len(lengths)) if lengths else float("nan"),
+            "episodes": ep.episodes,
+            "env_steps_per_s": (step - self.last_log_step) / max(now - self.last_log_time, 1e-9),
+        }
+        if ep.recent_successes:  # envs that report info["is_success"]
+            row["success_rate"] = float(sum(ep.recent_successes) / len(ep.recent_successes))
+        for k, v in metrics.items():
+            if k not in row and isinstance(v, int | float) and not isinstance(v, bool):
+                row[k] = v
+        if self.log is not None:
+            self.log.write(row)
+        self.last_row = row
+        self.last_log_step, self.last_log_time = step, now
+        if self.progress is not None:
+            self.progress(row)
+        return row
+
+    def state(self) -> dict[str, Any]:
+        """The recorder's part of a checkpoint's ``run`` record."""
+        ep = self.episodes
+        return {
+            "episodes": ep.episodes,
+            "recent_returns": list(ep.recent_returns),
+            "recent_lengths": list(ep.recent_lengths),
+            "recent_successes": list(ep.recent_successes),
+            "wall_s": self.wall_s,
+            "best": self.best,
+        }
+
+    def load(self, s: Mapping[str, Any]) -> None:
+        ep = self.episodes
+        ep.episodes = int(s["episodes"])
+        ep.recent_returns.extend(s["recent_returns"])
+        ep.recent_lengths.extend(s["recent_lengths"])
+        ep.recent_successes.extend(s.get("recent_successes", ()))
+        self.wall_offset = float(s["wall_s"])
+        self.best = float(s["best"])
+
+    def summary(self, algorithm: str, env_id: str, steps: int, interrupted: bool) -> dict[str, Any]:
+        """The summary fields every embodied runtime writes."""
+        wall = self.wall_s
+        final = self.return_mean()
+        ep = self.episodes
+        return {
+            "algorithm": algorithm,
+            "env_id": env_id,
+            "total_env_steps": steps,
+            "wall_s": round(wall, 3),
+            "env_steps_per_s": steps / wall if wall > 0 else 0.0,
+            "final_return_mean": None if math.isnan(final) else final,
+            # the best logged row's, or the final one if better (a run stopped between rows)
+            "best_return_mean": best_of(self.best, final),
+            # over the last 100 training episodes; None if the env has no info["is_success"]
+            "success_rate": float(sum(ep.recent_successes) / len(ep.recent_successes))
+            if ep.recent_successes
+            else None,
+            "episodes": ep.episodes,
+            "interrupted": interrupted,
+        }
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()

@@ -1,0 +1,340 @@
+"""The entry point behind ``rlinf train``: validate everything, start the scheduler, run.
+
+- :func:`run_training` takes a run configuration (a mapping, as loaded from YAML), validates all
+  of it up front (every problem with its YAML path), starts the scheduler the ``runner`` section
+  names through the plugin registry (``ray`` by default: an embedded Ray, or the cluster at
+  ``RAY_ADDRESS``), runs the algorithm and returns its summary. ``rollout_only=True`` runs the env
+  and rollout workers without learning (what ``benchmarks/ppo_throughput.py`` times).
+- :func:`validate_run_config` is the up-front check alone; :func:`dry_run` adds the resolved
+  configuration and the placement plan (``rlinf train --dry-run``), starting nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rlinf_algos.rundir import check_resume_config, default_run_dir, latest_checkpoint, make_sinks
+from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
+from rlinf_core.io import atomic_write_text
+
+__all__ = [
+    "LOCAL",
+    "TrainingInterrupted",
+    "default_run_dir",
+    "dry_run",
+    "run_training",
+    "validate_run_config",
+]
+
+ProgressFn = Callable[[dict[str, Any]], None]
+
+LOCAL = "local"
+"""``runner.scheduler: local`` trains in the rlinf process, without workers."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C ended a run. ``run_dir`` is its directory; ``checkpoint`` the checkpoint written on
+    the way out (``None`` if training had not started or none could be written)."""
+
+    def __init__(self, run_dir: Path, checkpoint: Path | None) -> None:
+        super().__init__(f"interrupted: {run_dir}")
+        self.run_dir, self.checkpoint = run_dir, checkpoint
+
+
+# -- validation --------------------------------------------------------------------------------
+
+
+def _count_processes(text: Any) -> int | None:
+    """Processes a placement string asks for, when it says so without the inventory."""
+    from rlinf_core.cluster import parse_placement
+
+    try:
+        parts = parse_placement(text)
+    except ConfigError:
+        return None
+    count = 0
+    for part in parts:
+        if part.processes is not None:
+            count = part.processes[1] + 1
+        elif part.resources is not None:
+            count += part.resources[1] - part.resources[0] + 1
+        else:
+            return None
+    return count
+
+
+def validate_run_config(data: Mapping[str, Any], host: Any = None) -> tuple[Any, Any, str]:
+    """Check the whole run configuration before anything starts.
+
+    Returns ``(algorithm_class, algorithm_config, scheduler_name)``; raises one
+    :class:`ConfigError` listing every problem of every section with its YAML path.
+    """
+    from rlinf_core.config import validate_model
+    from rlinf_core.plugins import load_plugins
+
+    host = host or load_plugins()
+    problems: list[ConfigProblem] = []
+    algo_cls = algo_cfg = None
+    section = data.get("algorithm")
+    names = ", ".join(host.algorithms.names()) or "none (install rlinf-algos)"
+    if section is None:
+        problems.append(
+            ConfigProblem("algorithm", f"missing section; it needs a `name` (registered: {names})")
+        )
+    elif not isinstance(section, Mapping):
+        problems.append(ConfigProblem("algorithm", f"must be a mapping with a `name`, got {section!r}"))
+    elif "name" not in section:
+        problems.append(ConfigProblem("algorithm.name", f"missing; registered algorithms: {names}"))
+    elif section["name"] not in host.algorithms:
+        problems.append(
+            ConfigProblem("algorithm.name", f"unknown algorithm {section['name']!r}; registered: {names}")
+        )
+    else:
+        algo_cls = host.algorithms.get(section["name"])
+        try:
+            algo_cfg = validate_model(algo_cls.config_model, dict(section), "algorithm")
+        except ConfigError as err:
+            problems.extend(err.problems)
+    if algo_cls is not None:
+        problems.extend(algo_cls.run_config_problems(data))
+        problems.extend(_logger_problems(data))
+
+    runner = data.get("runner") if isinstance(data.get("runner"), Mapping) else {}
+    default = "ray" if algo_cls is None or algo_cls.distributed else LOCAL
+    scheduler = runner.get("scheduler") or default
+    if not isinstance(scheduler, str):
+        scheduler = str(scheduler)
+    if scheduler != LOCAL and scheduler not in host.schedulers:
+        known = ", ".join([*host.schedulers.names(), LOCAL])
+        problems.append(
+            ConfigProblem("runner.scheduler", f"unknown scheduler {scheduler!r}; available: {known}")
+        )
+    if scheduler != LOCAL:
+        problems.extend(_cluster_problems(data, algo_cls, host))
+    if problems:
+        raise ConfigError(problems)
+    return algo_cls, algo_cfg, scheduler
+
+
+def _loggers(data: Mapping[str, Any]) -> list[str]:
+    """``runner.loggers`` other than ``csv`` (the runtime writes metrics.csv itself)."""
+    runner = data.get("runner")
+    names = runner.get("loggers") if isinstance(runner, Mapping) else None
+    if not isinstance(names, list):
+        names = ["csv", "tensorboard"]
+    return [n for n in names if n != "csv"]
+
+
+def _logger_problems(data: Mapping[str, Any]) -> list[ConfigProblem]:
+    """``wandb`` in ``runner.loggers`` needs the wandb package."""
+    if "wandb" not in _loggers(data):
+        return []
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is None:
+        return [
+            ConfigProblem(
+                "runner.loggers",
+                "wandb is not installed: pip install wandb (WANDB_MODE=offline logs without a network), "
+                "or drop it from the list",
+            )
+        ]
+    return []
+
+
+def dry_run(
+    config: Mapping[str, Any],
+    *,
+    overrides: Iterable[str] = (),
+    host: Any = None,
+    inventory: Any = None,
+) -> dict[str, Any]:
+    """Validate ``config`` (with ``overrides``) as :func:`run_training` would and return
+    ``{"config": resolved config, "scheduler": name, "plan": placement plan or None}`` without
+    starting anything. ``inventory``: accelerators per node for the plan (an
+    :class:`~rlinf_scheduler.placement.Inventory` or its YAML data; ``None``: none)."""
+    from rlinf_core.config import apply_overrides
+    from rlinf_core.plugins import load_plugins
+
+    host = host or load_plugins()
+    data = apply_overrides(dict(config), list(overrides))
+    _, algo_cfg, scheduler_name = validate_run_config(data, host)
+    plan = None
+    if scheduler_name != LOCAL:
+        from rlinf_scheduler.placement import plan_placement
+
+        plan = plan_placement(data["cluster"], inventory, hardware=host)
+    return {"config": _resolved(data, algo_cfg), "scheduler": scheduler_name, "plan": plan}
+
+
+def _cluster_problems(data: Mapping[str, Any], algo_cls: Any, host: Any) -> list[ConfigProblem]:
+    from rlinf_core.cluster import resolve_cluster_partial
+
+    cluster = data.get("cluster")
+    if cluster is None:
+        return [
+            ConfigProblem(
+                "cluster",
+                "missing section; on one machine use `cluster: {num_nodes: 1, component_placement: "
+                "{actor: {node_group: node, placement: 0}, ...}}` (see examples/quickstart.yaml), or set "
+                "runner.scheduler: local",
+            )
+        ]
+    _, problems = resolve_cluster_partial(cluster, host.hardware)
+    problems = list(problems)
+    placement = cluster.get("component_placement") if isinstance(cluster, Mapping) else None
+    if algo_cls is not None and isinstance(placement, Mapping):
+        placed = set()
+        for key in placement:
+            placed.update(x.strip() for x in str(key).split(","))
+        required = algo_cls.required_components if algo_cls.distributed else ()
+        missing = [c for c in required if c not in placed]
+        if missing:
+            problems.append(
+                ConfigProblem(
+                    "cluster.component_placement",
+                    f"algorithm {algo_cls.PLUGIN_NAME!r} needs {', '.join(missing)} placed "
+                    f"(it runs {', '.join(required)})",
+                )
+            )
+        for key, spec in placement.items():
+            if "actor" in [x.strip() for x in str(key).split(",")] and algo_cls.distributed:
+                text = spec.get("placement") if isinstance(spec, Mapping) else spec
+                n = _count_processes(text)
+                if n is not None and n != 1:
+                    problems.append(
+                        ConfigProblem(
+                            f"cluster.component_placement.{key}.placement",
+                            f"the {algo_cls.PLUGIN_NAME} actor (learner) runs as one process, got {n} "
+                            f"from {text!r}; give it several accelerators with one process, e.g. '0-3:0'",
+                        )
+                    )
+    return problems
+
+
+def _resolved(data: Mapping[str, Any], algo_cfg: Any) -> dict[str, Any]:
+    out = dict(data)
+    if algo_cfg is not None and hasattr(algo_cfg, "model_dump"):
+        out["algorithm"] = algo_cfg.model_dump(mode="json")
+    for name, model in _section_models().items():
+        if isinstance(out.get(name), Mapping) or name in ("model", "rollout"):
+            try:
+                out[name] = model.model_validate(out.get(name) or {}).model_dump(mode="json")
+            except Exception:  # another algorithm's section: keep it as written
+                pass
+    return out
+
+
+def _section_models() -> dict[str, Any]:
+    from rlinf_algos.config import EnvConfig, ModelConfig, RolloutConfig, RunnerConfig
+
+    return {"env": EnvConfig, "model": ModelConfig, "runner": RunnerConfig, "rollout": RolloutConfig}
+
+
+def run_training(
+    config: Mapping[str, Any],
+    *,
+    run_dir: str | Path | None = None,
+    overrides: Iterable[str] = (),
+    resume: bool = False,
+    progress: ProgressFn | None = None,
+    callbacks: Mapping[str, Callable[..., Any]] | None = None,
+    rollout_only: bool = False,
+    host: Any = None,
+    scheduler: Any = None,
+    config_path: str | Path | None = None,
+    on_started: Callable[[], Any] | None = None,
+) -> dict[str, Any]:
+    """Validate ``config`` (with dotted ``overrides`` applied), start the scheduler it names,
+    train, and return the summary (also in ``run_dir/summary.json``).
+
+    Args:
+        config: the run configuration (``cluster``, ``algorithm``, ``env``, ``model``,
+            ``runner``, ``rollout`` sections).
+        run_dir: where the run writes; default ``runs/<config stem>-<time>``. With ``resume`` it
+            must hold a checkpoint.
+        overrides: ``key.path=value`` strings (values parsed as YAML).
+        resume: continue from the newest checkpoint of ``run_dir``.
+        progress: called with every metrics row (a dict with ``step``, ``wall_s``,
+            ``episode_return_mean``... and ``total_steps``).
+        callbacks: ``{"on_iteration": fn(run, k)}`` hooks of the distributed runner (tests).
+        rollout_only: run env and rollout workers only, no learning (throughput measurement).
+        host: a :class:`~rlinf_core.plugins.PluginHost` (default: the installed plugins).
+        scheduler: an already started scheduler to use (it is not shut down); default: the one
+            ``runner.scheduler`` names, started here and shut down at the end.
+        config_path: where ``config`` came from (names the default run directory).
+        on_started: called once the scheduler has started, before training (``rlinf train``
+            installs its SIGTERM handler there: ``ray.init`` replaces the process's handlers).
+    """
+    import yaml
+
+    from rlinf_core.config import apply_overrides
+    from rlinf_core.plugins import load_plugins
+
+    host = host or load_plugins()
+    data = apply_overrides(dict(config), list(overrides))
+    algo_cls, algo_cfg, scheduler_name = validate_run_config(data, host)
+    algo = algo_cls(algo_cfg)
+    if run_dir is None:
+        if resume:
+            raise RlinfError("resume needs the run directory to continue (--resume RUN_DIR)")
+        run_dir = default_run_dir(config_path)
+    run_dir = Path(run_dir)
+    if resume and latest_checkpoint(run_dir) is None:
+        raise RlinfError(f"nothing to resume in {run_dir}: no checkpoints/step_*.pt there")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    resolved = _resolved(data, algo_cfg)
+    if resume:
+        check_resume_config(run_dir / "config.yaml", resolved)
+    atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
+
+    sinks = make_sinks(_loggers(resolved), run_dir, resolved)
+    total = _total_steps(resolved)
+
+    def on_row(row: dict[str, Any]) -> None:
+        sinks.add(row)
+        if progress is not None:
+            progress({**row, "total_steps": total})
+
+    own = None
+    if scheduler is None and scheduler_name != LOCAL:
+        own = scheduler = host.schedulers.get(scheduler_name)(hardware=host)
+        scheduler.start(data)
+    if on_started is not None:
+        on_started()
+    started = time.time()
+    try:
+        summary = algo.run(
+            scheduler,
+            data,
+            run_dir,
+            resume=resume,
+            progress=on_row,
+            callbacks=callbacks,
+            rollout_only=rollout_only,
+        )
+    except TrainingInterrupted:
+        raise
+    except KeyboardInterrupt:
+        raise TrainingInterrupted(run_dir, _interrupt_checkpoint(run_dir, started)) from None
+    finally:
+        sinks.close()
+        if own is not None:
+            own.shutdown()
+    return {**summary, "run_dir": str(run_dir), "summary_text": algo.summary_text(summary)}
+
+
+def _interrupt_checkpoint(run_dir: Path, since: float) -> Path | None:
+    """The checkpoint an interrupted run wrote after ``since`` (epoch seconds), if any."""
+    path = latest_checkpoint(run_dir)
+    return path if path is not None and path.stat().st_mtime >= since else None
+
+
+def _total_steps(data: Mapping[str, Any]) -> int | None:
+    runner = data.get("runner")
+    if isinstance(runner, Mapping) and isinstance(runner.get("total_steps"), int):
+        return int(runner["total_steps"])
+    return None

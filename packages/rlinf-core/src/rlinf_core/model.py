@@ -1,0 +1,41 @@
+"""The model-type interface: what ``model.type`` in a run YAML selects.
+
+A model type turns a *spec* (a plain dict of sizes and options, saved beside the weights in
+``policy.pt`` and sent to every worker) into a fresh policy module. Plugins add types with the
+``rlinf_register_models`` hook; rlinf-algos ships ``mlp``. Torch-free on purpose: the class is
+registered (and ``model.type`` validated) in processes that never build a network.
+
+The runtime uses a policy only through a small interface, never through its attributes:
+
+- ``act(obs)`` / ``predict(raw_obs, deterministic)``: actions for a batch of observations;
+- ``evaluate(obs, actions)``: log-probabilities, entropy and (actor-critics) values;
+- ``state_dict()`` / ``load_state_dict(state)``: the weights that are broadcast and saved.
+
+Each algorithm documents what more it asks of the policies it trains (PPO's rollout reads a
+Gaussian head's mean and standard deviation through methods of the policy, for example).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+__all__ = ["ModelType"]
+
+
+class ModelType(ABC):
+    """Base class of a model type (``mlp``, ``vla``, ``hf``...).
+
+    Class attributes:
+        PLUGIN_NAME: the name ``model.type`` selects.
+        roles: the networks it can build (``spec["cls"]`` values), for error messages.
+    """
+
+    PLUGIN_NAME: ClassVar[str]
+    roles: ClassVar[tuple[str, ...]] = ()
+
+    @abstractmethod
+    def build(self, spec: Mapping[str, Any]) -> Any:
+        """A fresh module for ``spec`` (its ``cls`` picks the network of this type); raise
+        :class:`~rlinf_core.errors.RlinfError` naming what is wrong with the spec."""
