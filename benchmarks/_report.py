@@ -1,5 +1,7 @@
 """What every comparison benchmark in this folder reports the same way: the machine it ran on,
-the figures' formatting, and the closing lines (load average, wall time, ``--json``)."""
+the figures' formatting, and the closing lines (load average, wall time, ``--json``, with the
+date and the command line). ``benchmarks/results_table.py`` turns the JSON files kept in
+``benchmarks/results/`` into ``benchmarks/RESULTS.md``."""
 
 from __future__ import annotations
 
@@ -7,7 +9,10 @@ import json
 import math
 import os
 import platform
+import shlex
+import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +47,14 @@ def machine(dists: tuple[str, ...], **extra: Any) -> dict[str, Any]:
 
 
 def finish(report: dict[str, Any], t0: float, json_path: Path | None) -> dict[str, Any]:
-    """Stamp the load at the end and the wall time, print them, and write ``json_path``."""
+    """Stamp the load at the end and the wall time, print them, and write ``json_path``.
+
+    The JSON also records when the run ended (``date``, UTC) and the command line that produced
+    it (``command``), which ``benchmarks/results_table.py`` shows beside the figures."""
     report["machine"]["load_at_end"] = os.getloadavg()
     report["wall_s"] = time.perf_counter() - t0
+    report.setdefault("date", datetime.now(UTC).isoformat(timespec="seconds"))
+    report.setdefault("command", shlex.join(["python", *sys.argv]))
     print(
         f"\nload average at start {report['machine']['load_at_start'][0]:.1f}, at end "
         f"{report['machine']['load_at_end'][0]:.1f} ({os.cpu_count()} CPUs); took {report['wall_s']:.0f} s"

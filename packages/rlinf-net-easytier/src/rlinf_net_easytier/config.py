@@ -95,23 +95,76 @@ class EasyTierConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(default_factory=default_instance_name)
-    role: Literal["bootstrap", "node"] = "node"
-    network_name: str
-    secret_file: Path | None = None
-    secret_env: str | None = None
-    ipv4: str
-    listen: list[str] = Field(default_factory=list)
-    peers: list[str] = Field(default_factory=list)
-    hostname: str | None = None
-    dev_name: str = "et0"
-    private_mode: bool = True
-    no_tun: bool = False
-    public_stun: bool = False
-    upnp: bool = False
-    mtu: int | None = Field(default=None, ge=576, le=9000)
-    backend: Literal["pyo3", "easytier-core"] = "pyo3"
-    ready_timeout: float = Field(default=30.0, gt=0, le=3600)
+    name: str = Field(
+        default_factory=default_instance_name,
+        description="Instance name (`--name`; default: this host's name): 1-63 letters, digits, '.', '_' "
+        "or '-'. Several instances can run on one host; `status`, `verify` and `down` pick one by name.",
+    )
+    role: Literal["bootstrap", "node"] = Field(
+        default="node",
+        description="`bootstrap`: the node with a public address that listens (on 11010 unless `listen` "
+        "says otherwise); `node`: dials `peers` (`--role`).",
+    )
+    network_name: str = Field(
+        description="Overlay network name, the same on every node: 1-64 characters without spaces "
+        "(`--network-name`)."
+    )
+    secret_file: Path | None = Field(
+        default=None,
+        description="File holding the shared network secret, readable by its owner only (`--secret-file`). "
+        "Exactly one of `secret_file` and `secret_env`.",
+    )
+    secret_env: str | None = Field(
+        default=None,
+        description="Name of the environment variable holding the secret (`--secret-env`), never the "
+        "secret itself.",
+    )
+    ipv4: str = Field(
+        description="This node's fixed overlay address, unique in the network: `10.10.0.11` or "
+        "`10.10.0.11/24` (prefix /8 to /30, default /24) (`--ipv4`)."
+    )
+    listen: list[str] = Field(
+        default_factory=list,
+        description="Ports or listener URLs (`--listen`, repeatable): `11010` means `tcp://0.0.0.0:11010`. "
+        "A bootstrap with none listens on 11010.",
+    )
+    peers: list[str] = Field(
+        default_factory=list,
+        description="URLs to dial (`--peer`, repeatable), e.g. `tcp://203.0.113.7:11010`; schemes tcp, "
+        "udp, ws, wss, quic, wg, faketcp. A `node` needs at least one, normally the bootstrap's.",
+    )
+    hostname: str | None = Field(
+        default=None, description="Name shown to peers, 1-32 characters (default: the instance name)."
+    )
+    dev_name: str = Field(default="et0", description="TUN device name, 1-15 characters (`--dev-name`).")
+    private_mode: bool = Field(
+        default=True,
+        description="Refuse nodes of other networks (`--private-mode/--no-private-mode`).",
+    )
+    no_tun: bool = Field(
+        default=False,
+        description="Run without a TUN device (no root needed): the node relays, but this host cannot open "
+        "connections to overlay addresses (`--no-tun`).",
+    )
+    public_stun: bool = Field(
+        default=False,
+        description="Use EasyTier's public STUN servers (`--public-stun`); off, no lookups leave the node.",
+    )
+    upnp: bool = Field(default=False, description="Map ports with UPnP (`--upnp`).")
+    mtu: int | None = Field(
+        default=None, ge=576, le=9000, description="TUN MTU (`--mtu`; default: EasyTier's)."
+    )
+    backend: Literal["pyo3", "easytier-core"] = Field(
+        default="pyo3",
+        description="`pyo3`: the EasyTier core in-process (easytier-pyo3); `easytier-core`: the binary on "
+        "PATH, configured by a 0600 TOML file (`--backend`).",
+    )
+    ready_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Seconds `up` waits for the first peer (a bootstrap: for its listeners) (`--timeout`).",
+    )
 
     @field_validator("name")
     @classmethod
