@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlinf_core.config import validate_model
 from rlinf_core.errors import ConfigError, ConfigProblem
@@ -129,11 +129,12 @@ class RunnerConfig(BaseModel):
         "to each",
     )
 
-    @model_validator(mode="after")
-    def _unique_loggers(self) -> RunnerConfig:
-        if len(set(self.loggers)) != len(self.loggers):
-            raise ValueError(f"loggers lists a backend twice: {self.loggers}")
-        return self
+    @field_validator("loggers")
+    @classmethod
+    def _unique_loggers(cls, loggers: list[str]) -> list[str]:
+        if len(set(loggers)) != len(loggers):
+            raise ValueError(f"lists a backend twice: {loggers}")
+        return loggers
 
 
 class RolloutConfig(BaseModel):
