@@ -146,6 +146,11 @@ def test_cli_config_error_exits_2_without_a_traceback(tmp_path: Path) -> None:
     for path_ in ("algorithm.gamma", "runner.total_steps", "rollout.max_staleness", "env.id"):
         assert path_ in proc.stderr
     assert not (tmp_path / "runs").exists()
+    dry = subprocess.run(
+        [exe, "train", str(path), "--dry-run"], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert dry.returncode == 2 and "algorithm.gamma" in dry.stderr and "Traceback" not in dry.stderr
+    assert not (tmp_path / "runs").exists()
 
 
 def test_train_in_process_then_eval_and_plot(host: Any, tmp_path: Path) -> None:
@@ -222,3 +227,28 @@ def test_commands_and_runner_import_light() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_dry_run_prints_the_resolved_config_and_the_plan_and_starts_nothing(
+    host: Any, tmp_path: Path
+) -> None:
+    cloud = EXAMPLES / "ppo_cloud_edge.yaml"
+    res = invoke(
+        host, "train", str(cloud), "--dry-run", "--inventory", str(EXAMPLES / "inventory_cloud_edge.yaml")
+    )
+    assert res.exit_code == 0, (res.output, res.exception)
+    resolved = yaml.safe_load(res.output.split("# scheduler:")[0])
+    assert resolved["algorithm"]["gae_lambda"] == 0.95  # defaults filled in
+    assert resolved["runner"]["loggers"] == ["csv", "tensorboard"]
+    assert "# placement plan" in res.output and "actor" in res.output and "nothing was started" in res.output
+    res = invoke(host, "train", str(EXAMPLES / "quickstart.yaml"), "runner.scheduler=local", "--dry-run")
+    assert res.exit_code == 0 and "placement: none" in res.output, res.output
+    # a configuration problem: a ConfigError with its YAML path (the CLI host prints it and exits
+    # 2, test_cli_config_error_exits_2_without_a_traceback), no run directory
+    run_dir = tmp_path / "never"
+    res = invoke(host, "train", str(EXAMPLES / "quickstart.yaml"), "runner.total_steps=-5", "--dry-run",
+                 "--run-dir", str(run_dir))  # fmt: skip
+    assert isinstance(res.exception, ConfigError) and "runner.total_steps" in str(res.exception)
+    assert not run_dir.exists()
+    res = invoke(host, "train", str(EXAMPLES / "quickstart.yaml"), "--gpus-per-node", "2")
+    assert res.exit_code == 2 and "--dry-run" in res.output
