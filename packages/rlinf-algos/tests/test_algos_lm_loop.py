@@ -91,9 +91,11 @@ def test_algorithm_class_and_module_entry_point(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.learning
 def test_grpo_arith_example_gains_accuracy(tmp_path: Path) -> None:
-    """The full single-agent example, the issue's goal: at least +30 pp of held-out exact-match
-    accuracy over the warm start (``runner.time_limit_s: 900`` caps the run). Measured here:
-    0.215 -> 0.695, +48.0 pp in 592 s at load average 11 (README, "LLM GRPO")."""
+    """The full single-agent example: at least +30 pp of held-out exact-match accuracy over the
+    warm start (``runner.time_limit_s: 900`` caps the run). Not reproduced: one machine measured
+    0.215 -> 0.695, a fresh clone's seed 0 gives 0.023 -> 0.066 (benchmarks/RESULTS.md,
+    ``grpo_arith_readme``), so CI leaves this check out until the language-model work makes it
+    hold over seeds."""
     summary = _run_full("grpo_arith.yaml", tmp_path)
     assert summary["accuracy_after"] - summary["accuracy_before"] >= 0.30
 

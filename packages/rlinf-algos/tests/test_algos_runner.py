@@ -328,13 +328,15 @@ def test_sac_learns_inverted_pendulum(tmp_path: Path) -> None:
     sections = {
         "env": {"id": ENV, "num_envs": 1},
         "model": {"hidden_sizes": [64, 64]},
-        "runner": {"total_steps": 12_000, "log_interval": 1000},
+        "runner": {"total_steps": 20_000, "log_interval": 1000},
     }
     SAC(cfg).run(None, sections, tmp_path)
     # the 100-episode window of the training log lags far behind once episodes get long: evaluate.
-    # A uniform random policy scores about 6; this run measured 186 (balancing for ~190 steps).
+    # A uniform random policy scores about 6. At 12k steps this check did not hold (58 on seed 0,
+    # before and after the recipe rebuild); at 20k the final policy balanced for the whole 1000
+    # steps on seeds 0, 1 and 2 (about 30 s each).
     ev = evaluate_policy(tmp_path / "policy.pt", episodes=3)
-    assert ev["mean"] >= 100, ev
+    assert ev["mean"] >= 500, ev
 
 
 def test_lean_adam_matches_torch_adam() -> None:
