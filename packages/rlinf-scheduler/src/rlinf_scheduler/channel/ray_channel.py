@@ -348,6 +348,19 @@ class RayChannel(Channel):
         self._hold(entry, ref)
         self._call("put", (key, entry, 0.0, True))
 
+    def _entries(self, items: Iterable[Any], weights: Iterable[float] | None) -> list[Any]:
+        """The encoded entries of a ``put_many`` (each held until the server has it)."""
+        items = list(items)
+        ws = [1.0] * len(items) if weights is None else list(weights)
+        if len(ws) != len(items):
+            raise ValueError(f"put_many got {len(items)} items but {len(ws)} weights")
+        entries = []
+        for item, w in zip(items, ws, strict=True):
+            entry, ref = self._encode(item, w)
+            self._hold(entry, ref)
+            entries.append(entry)
+        return entries
+
     def put_many(
         self,
         items: Iterable[Any],
@@ -362,15 +375,7 @@ class RayChannel(Channel):
         the error says how many.
         """
         t = self._timeout_of(timeout)
-        items = list(items)
-        ws = [1.0] * len(items) if weights is None else list(weights)
-        if len(ws) != len(items):
-            raise ValueError(f"put_many got {len(items)} items but {len(ws)} weights")
-        entries = []
-        for item, w in zip(items, ws, strict=True):
-            entry, ref = self._encode(item, w)
-            self._hold(entry, ref)
-            entries.append(entry)
+        entries = self._entries(items, weights)
         if entries:
             self._call("put_many", (key, entries, t), self._wait_of(t))
 
@@ -483,15 +488,7 @@ class RayChannel(Channel):
     ) -> None:
         """Async :meth:`put_many`."""
         t = self._timeout_of(timeout)
-        items = list(items)
-        ws = [1.0] * len(items) if weights is None else list(weights)
-        if len(ws) != len(items):
-            raise ValueError(f"put_many got {len(items)} items but {len(ws)} weights")
-        entries = []
-        for item, w in zip(items, ws, strict=True):
-            entry, ref = self._encode(item, w)
-            self._hold(entry, ref)
-            entries.append(entry)
+        entries = self._entries(items, weights)
         if entries:
             await self._acall("put_many", (key, entries, t), key, self._wait_of(t))
 
