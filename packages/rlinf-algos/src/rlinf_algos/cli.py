@@ -128,6 +128,11 @@ class _StopOnTerm:
     type=click.Path(file_okay=False, path_type=Path),
     help="Continue the run in this directory from its newest checkpoint.",
 )
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="RUN_DIR may hold a run: move it aside to RUN_DIR.replaced-<time> and start anew.",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option(
     "--dry-run",
@@ -153,6 +158,7 @@ def train_cmd(
     overrides: tuple[str, ...],
     run_dir: Path | None,
     resume_dir: Path | None,
+    overwrite: bool,
     quiet: bool,
     dry_run: bool,
     inventory_path: Path | None,
@@ -172,6 +178,8 @@ def train_cmd(
 
     if resume_dir is not None and run_dir is not None and resume_dir != run_dir:
         raise click.UsageError("give --resume RUN_DIR or --run-dir DIR, not both")
+    if overwrite and resume_dir is not None:
+        raise click.UsageError("--overwrite starts a new run; --resume continues one: give one of them")
     if (inventory_path is not None or gpus_per_node is not None) and not dry_run:
         raise click.UsageError("--inventory and --gpus-per-node go with --dry-run")
     if inventory_path is not None and gpus_per_node is not None:
@@ -193,6 +201,7 @@ def train_cmd(
             host=get_host(ctx),
             config_path=config,
             on_started=stop_signal.arm,
+            overwrite=overwrite,
         )
     except TrainingInterrupted as stop:
         if bar is not None:

@@ -18,7 +18,9 @@ crash never leaves a truncated checkpoint, policy or summary behind.
 from __future__ import annotations
 
 import csv
+import io
 import json
+import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -30,16 +32,21 @@ from rlinf_core.io import atomic_open, atomic_write_text
 
 __all__ = [
     "BASE_COLUMNS",
+    "RUN_FILES",
     "MetricsLog",
     "MetricsSinks",
     "RunRecorder",
     "atomic_torch_save",
     "best_of",
     "check_resume_config",
+    "checkpoints",
     "default_run_dir",
+    "existing_run",
     "latest_checkpoint",
     "load_checkpoint",
     "make_sinks",
+    "move_aside",
+    "remove_stale_temp_files",
     "tensorboard_tag",
     "write_summary",
 ]
@@ -79,18 +86,79 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return best[1] if best else None
 
 
+def checkpoints(run_dir: Path) -> list[Path]:
+    """The ``checkpoints/step_<n>.pt`` of ``run_dir``, newest (highest step) first."""
+    found = []
+    for p in (Path(run_dir) / "checkpoints").glob("step_*.pt"):
+        try:
+            found.append((int(p.stem.removeprefix("step_")), p))
+        except ValueError:
+            continue
+    return [p for _, p in sorted(found, reverse=True)]
+
+
 def load_checkpoint(run_dir: Path, algorithm: str) -> tuple[Path, dict[str, Any]]:
-    """The newest checkpoint of ``run_dir`` and its contents; an error if there is none or it
-    belongs to another algorithm."""
+    """The newest checkpoint of ``run_dir`` that loads, and its contents. A damaged one (a crash
+    of the disk or the machine, a file cut short by a copy) is skipped with a warning naming it,
+    and the one before is tried; an error if none loads or the newest that loads belongs to
+    another algorithm."""
     import torch
 
-    path = latest_checkpoint(run_dir)
-    if path is None:
+    found = checkpoints(run_dir)
+    if not found:
         raise RlinfError(f"nothing to resume in {run_dir}: no checkpoints/step_*.pt there")
-    state = torch.load(path, map_location="cpu", weights_only=False)
-    if state.get("algorithm") != algorithm:
-        raise RlinfError(f"{path} is a {state.get('algorithm')!r} checkpoint, not {algorithm!r}")
-    return path, state
+    skipped = []
+    for path in found:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=False)
+            if not isinstance(state, dict) or "run" not in state:
+                raise ValueError("not an rlinf checkpoint")
+        except Exception as err:  # any damage: a truncated zip, a zero-byte file, garbage
+            skipped.append(f"{path.name} ({type(err).__name__}: {str(err)[:120]})")
+            logging.getLogger("rlinf.train").warning("skipping the damaged checkpoint %s: %s", path, err)
+            continue
+        if state.get("algorithm") != algorithm:
+            raise RlinfError(f"{path} is a {state.get('algorithm')!r} checkpoint, not {algorithm!r}")
+        state["skipped_checkpoints"] = skipped
+        return path, state
+    raise RlinfError(
+        f"no checkpoint of {run_dir} loads: {'; '.join(skipped)}; the run cannot be resumed "
+        "(start a new one with another --run-dir)"
+    )
+
+
+RUN_FILES = ("config.yaml", "metrics.csv", "summary.json", "policy.pt", "checkpoints")
+"""What makes a directory a run's."""
+
+
+def existing_run(run_dir: Path) -> list[str]:
+    """The run files :data:`RUN_FILES` that ``run_dir`` holds (empty: no run there)."""
+    return [name for name in RUN_FILES if (Path(run_dir) / name).exists()]
+
+
+def move_aside(run_dir: Path) -> Path:
+    """Rename ``run_dir`` to ``<run_dir>.replaced-<YYYYmmdd-HHMMSS>`` (``--overwrite``)."""
+    base = Path(f"{run_dir}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+    target, i = base, 1
+    while target.exists():
+        i += 1
+        target = Path(f"{base}-{i}")
+    Path(run_dir).rename(target)
+    return target
+
+
+def remove_stale_temp_files(run_dir: Path) -> list[Path]:
+    """Delete the temp files an atomic write leaves when the process is killed mid-write
+    (``.<name>.*.tmp`` in the run directory and its ``checkpoints``); returns them."""
+    gone = []
+    for folder in (Path(run_dir), Path(run_dir) / "checkpoints"):
+        for p in folder.glob(".*.tmp"):
+            try:
+                p.unlink()
+                gone.append(p)
+            except OSError:
+                pass
+    return gone
 
 
 def default_run_dir(config_path: str | Path | None, root: str | Path = "runs") -> Path:
@@ -160,6 +228,32 @@ class MetricsLog:
                 csv.writer(self._file).writerow(self.columns)
         csv.writer(self._file).writerow([_fmt(row.get(c, "")) for c in self.columns])
         self._file.flush()
+
+    def drop_rows_after(self, step: int) -> int:
+        """Keep only the rows up to ``step`` (a resumed run starts from a checkpoint behind the
+        last rows a killed run wrote: without this they would appear twice); returns how many
+        were dropped. Atomic."""
+        if self._file is not None or not self.path.is_file():
+            return 0
+        with self.path.open(newline="", encoding="utf-8", errors="replace") as f:
+            rows = list(csv.reader(f))
+        if not rows or "step" not in rows[0]:
+            return 0
+        col = rows[0].index("step")
+
+        def keep(row: list[str]) -> bool:
+            try:
+                return float(row[col]) <= step
+            except (IndexError, ValueError):
+                return False
+
+        kept = [rows[0]] + [r for r in rows[1:] if keep(r)]
+        dropped = len(rows) - len(kept)
+        if dropped:
+            out = io.StringIO(newline="")
+            csv.writer(out).writerows(kept)
+            atomic_write_text(self.path, out.getvalue(), perms=self.path.stat().st_mode & 0o777)
+        return dropped
 
     def close(self) -> None:
         if self._file is not None:
@@ -365,7 +459,11 @@ class RunRecorder:
             "best": self.best,
         }
 
-    def load(self, s: Mapping[str, Any]) -> None:
+    def load(self, s: Mapping[str, Any], step: int) -> None:
+        """Restore a checkpoint's ``run`` record taken at env step ``step`` (metrics rows a killed
+        run wrote after it are dropped)."""
+        if self.log is not None:
+            self.log.drop_rows_after(step)
         ep = self.episodes
         ep.episodes = int(s["episodes"])
         ep.recent_returns.extend(s["recent_returns"])

@@ -307,11 +307,13 @@ class DistributedRun:
         self.groups["env"].reseed(self.runner_cfg.seed + int(run["steps"])).wait(self.timeout)
         self.steps = int(run["steps"])
         self.iteration = int(run["iteration"])
-        self.rec.load(run)
+        self.rec.load(run, int(run["steps"]))
         self.restarts = int(run.get("restarts", 0))
         self.dropped_batches = int(run.get("dropped_batches", 0))
         self.dropped_env_steps = int(run.get("dropped_env_steps", 0))
         self.resumed_from = str(path)
+        for skipped in state.get("skipped_checkpoints", []):
+            self._log(f"resume: skipped the damaged checkpoint {skipped}")
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:

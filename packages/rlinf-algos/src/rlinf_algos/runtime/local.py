@@ -85,7 +85,7 @@ def train_local(
         if state is not None:
             session.load(state)
             stepper.steps = int(state["run"]["steps"])
-            rec.load(state["run"])
+            rec.load(state["run"], int(state["run"]["steps"]))
             torch.set_rng_state(state["run"]["torch_rng"])
         rec.start_clock(stepper.steps)
         last_ckpt = stepper.steps

@@ -11,12 +11,21 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rlinf_algos.rundir import check_resume_config, default_run_dir, latest_checkpoint, make_sinks
+from rlinf_algos.rundir import (
+    check_resume_config,
+    default_run_dir,
+    existing_run,
+    latest_checkpoint,
+    make_sinks,
+    move_aside,
+    remove_stale_temp_files,
+)
 from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
 from rlinf_core.io import atomic_write_text
 
@@ -247,6 +256,7 @@ def run_training(
     scheduler: Any = None,
     config_path: str | Path | None = None,
     on_started: Callable[[], Any] | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Validate ``config`` (with dotted ``overrides`` applied), start the scheduler it names,
     train, and return the summary (also in ``run_dir/summary.json``).
@@ -269,6 +279,13 @@ def run_training(
         config_path: where ``config`` came from (names the default run directory).
         on_started: called once the scheduler has started, before training (``rlinf train``
             installs its SIGTERM handler there: ``ray.init`` replaces the process's handlers).
+        overwrite: ``run_dir`` may hold a run (without ``resume`` that is refused): it is moved
+            aside to ``<run_dir>.replaced-<time>``, never deleted.
+
+    Runs are never lost: an existing run directory is refused unless resumed or overwritten;
+    temp files a killed run left are removed; a resumed run rewrites ``config.yaml`` only once it
+    has started (a failed resume leaves the old one), and drops the metrics rows a killed run
+    wrote after its checkpoint.
     """
     import yaml
 
@@ -284,18 +301,42 @@ def run_training(
             raise RlinfError("resume needs the run directory to continue (--resume RUN_DIR)")
         run_dir = default_run_dir(config_path)
     run_dir = Path(run_dir)
+    log = logging.getLogger("rlinf.train")
     if resume and latest_checkpoint(run_dir) is None:
         raise RlinfError(f"nothing to resume in {run_dir}: no checkpoints/step_*.pt there")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if not resume and existing_run(run_dir):
+        if not overwrite:
+            raise RlinfError(
+                f"{run_dir} holds a run ({', '.join(existing_run(run_dir))}); continue it with "
+                f"--resume {run_dir}, write elsewhere with another --run-dir, or replace it with "
+                "--overwrite (the old run is moved aside, not deleted)"
+            )
+        log.warning("moved the run that was in %s to %s (--overwrite)", run_dir, move_aside(run_dir))
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RlinfError(f"cannot create the run directory {run_dir}: {err.strerror or err}") from None
+    for stale in remove_stale_temp_files(run_dir):
+        log.warning("removed %s, left by a run killed while it wrote a file", stale)
     resolved = _resolved(data, algo_cfg)
-    if resume:
+    config_text = yaml.safe_dump(resolved, sort_keys=False)
+    if resume:  # config.yaml changes only once the resumed run has started (a failed resume keeps it)
         check_resume_config(run_dir / "config.yaml", resolved)
-    atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
+    else:
+        atomic_write_text(run_dir / "config.yaml", config_text)
+    config_pending = resume
 
     sinks = make_sinks(_loggers(resolved), run_dir, resolved)
     total = _total_steps(resolved)
 
+    def write_config() -> None:
+        nonlocal config_pending
+        if config_pending:
+            atomic_write_text(run_dir / "config.yaml", config_text)
+            config_pending = False
+
     def on_row(row: dict[str, Any]) -> None:
+        write_config()
         sinks.add(row)
         if progress is not None:
             progress({**row, "total_steps": total})
@@ -317,14 +358,18 @@ def run_training(
             callbacks=callbacks,
             rollout_only=rollout_only,
         )
-    except TrainingInterrupted:
-        raise
-    except KeyboardInterrupt:
-        raise TrainingInterrupted(run_dir, _interrupt_checkpoint(run_dir, started)) from None
+    except (TrainingInterrupted, KeyboardInterrupt) as stop:
+        checkpoint = _interrupt_checkpoint(run_dir, started)
+        if checkpoint is not None:  # the resumed run got as far as a checkpoint of its own
+            write_config()
+        if isinstance(stop, TrainingInterrupted):
+            raise
+        raise TrainingInterrupted(run_dir, checkpoint) from None
     finally:
         sinks.close()
         if own is not None:
             own.shutdown()
+    write_config()
     return {**summary, "run_dir": str(run_dir), "summary_text": algo.summary_text(summary)}
 
 
