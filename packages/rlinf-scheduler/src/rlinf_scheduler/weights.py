@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from rlinf_core.errors import ChannelError, ChannelTimeout
-from rlinf_scheduler.channel.client import ray_get
+from rlinf_scheduler.channel.client import pinned_actor_options, ray_get
 from rlinf_scheduler.channel.peer import peer_desc
 from rlinf_scheduler.channel.wire import ChannelPeerDied, pack_payload, unpack_payload
 
@@ -129,20 +129,11 @@ class WeightBroadcast:
         default_timeout: float = 300.0,
     ) -> WeightBroadcast:
         import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         if not isinstance(name, str) or not name:
             raise ValueError(f"weight broadcast name must be a non-empty string, got {name!r}")
         node = node_id or ray.get_runtime_context().get_node_id()
-        options: dict[str, Any] = {
-            "name": ACTOR_PREFIX + name,
-            "get_if_exists": True,
-            "scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False),
-        }
-        if namespace is not None:
-            options["namespace"] = namespace
-        if detached:
-            options["lifetime"] = "detached"
+        options = pinned_actor_options(ACTOR_PREFIX + name, node, namespace, detached)
         actor = _registry_cls().options(**options).remote(name)
         ray_get(actor.version_.remote(), 60.0, f"weight registry {name!r} to start")
         return cls(name, actor, namespace, default_timeout)

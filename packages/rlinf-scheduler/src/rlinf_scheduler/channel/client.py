@@ -18,7 +18,7 @@ from rlinf_core.errors import ChannelError, ChannelTimeout
 from rlinf_scheduler.channel.peer import PEER_ID, peer_desc
 from rlinf_scheduler.channel.wire import HDR, ChannelPeerDied, frame, hello, keepalive, raise_remote
 
-__all__ = ["AsyncConn", "SyncConn", "ray_get"]
+__all__ = ["AsyncConn", "SyncConn", "pinned_actor_options", "ray_get"]
 
 
 class SyncConn:
@@ -158,3 +158,20 @@ def ray_get(ref: Any, timeout: float, what: str) -> Any:
         raise
     except ray.exceptions.RayActorError as exc:
         raise ChannelPeerDied(f"the actor behind {what} died: {exc}", what) from None
+
+
+def pinned_actor_options(name: str, node_id: str, namespace: str | None, detached: bool) -> dict[str, Any]:
+    """``actor.options(...)`` of a named actor created on node ``node_id`` only (or the existing
+    one of that name): what the channel and the weight registry are."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    options: dict[str, Any] = {
+        "name": name,
+        "get_if_exists": True,
+        "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False),
+    }
+    if namespace is not None:
+        options["namespace"] = namespace
+    if detached:
+        options["lifetime"] = "detached"
+    return options

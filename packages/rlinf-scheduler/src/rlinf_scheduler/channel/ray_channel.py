@@ -24,7 +24,7 @@ from typing import Any
 
 from rlinf_core.channel import DEFAULT_KEY, DEFAULT_TIMEOUT, Channel
 from rlinf_core.errors import ChannelError, ChannelTimeout
-from rlinf_scheduler.channel.client import AsyncConn, SyncConn, ray_get
+from rlinf_scheduler.channel.client import AsyncConn, SyncConn, pinned_actor_options, ray_get
 from rlinf_scheduler.channel.peer import peer_desc
 from rlinf_scheduler.channel.server import ACTOR_PREFIX, actor_cls
 from rlinf_scheduler.channel.wire import (
@@ -111,7 +111,6 @@ class RayChannel(Channel):
         ``ValueError`` for a bad argument.
         """
         import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         _check_name(name)
         if maxsize < 0:
@@ -122,15 +121,7 @@ class RayChannel(Channel):
         alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
         if node not in alive:
             raise ValueError(f"node_id {node!r} of channel {name!r} is not an alive Ray node")
-        options: dict[str, Any] = {
-            "name": ACTOR_PREFIX + name,
-            "get_if_exists": True,
-            "scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False),
-        }
-        if namespace is not None:
-            options["namespace"] = namespace
-        if detached:
-            options["lifetime"] = "detached"
+        options = pinned_actor_options(ACTOR_PREFIX + name, node, namespace, detached)
         actor = actor_cls().options(**options).remote(name, maxsize, default_timeout, None)
         info = ray_get(actor.connect_info.remote(), timeout, f"channel actor {name!r} to start")
         if info["maxsize"] != maxsize:
