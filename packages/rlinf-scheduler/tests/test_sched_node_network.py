@@ -71,7 +71,10 @@ PROVIDERS = Providers(LoopNet, Silent)
 
 
 @pytest.fixture(autouse=True)
-def _reset_loopnet():
+def _reset_loopnet(monkeypatch):
+    # `--auth` must agree with RAY_AUTH_MODE, which an embedded Ray earlier in this process (or
+    # the user's shell) may have set
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     LoopNet.answer = ("lo", "127.0.0.2")  # not 127.0.0.1, which `ray start` replaces by the host's address
     LoopNet.asked = []
 

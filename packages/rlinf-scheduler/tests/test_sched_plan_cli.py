@@ -290,3 +290,57 @@ def test_missing_file_and_missing_section(tmp_path):
     assert lines == [
         "cluster: expected a mapping with num_nodes, node_groups and component_placement, got list"
     ]
+
+
+@pytest.mark.parametrize("key", ["''", "' , '", "'actor,'", "',rollout'"])
+def test_an_empty_component_name_is_a_config_error_not_a_crash(tmp_path, key):
+    # a key without a name used to reach the planner and crash it (IndexError)
+    cfg = write(
+        tmp_path,
+        "c.yaml",
+        f"""
+        cluster:
+          num_nodes: 1
+          component_placement:
+            {key}: {{node_group: node, placement: "0"}}
+            env: "0"
+        """,
+    )
+    lines = assert_clean_failure(rlinf("cluster", "plan", cfg))
+    assert len(lines) == 1, lines
+    path, _, message = lines[0].partition(": ")
+    assert path.startswith("cluster.component_placement") and message.startswith("empty component name in")
+    assert "write names separated by commas" in message
+
+
+def test_the_cluster_model_refuses_empty_component_names():
+    from pydantic import ValidationError
+
+    from rlinf_core.cluster import ClusterConfig
+
+    with pytest.raises(ValidationError, match="empty component name"):
+        ClusterConfig.model_validate({"num_nodes": 1, "component_placement": {"": "0"}})
+
+
+def test_rlinf_only_cluster_keys_are_accepted_with_one_warning(tmp_path):
+    """A cluster section written for RLinf (profiling, auto_scheduler...) plans, naming the keys
+    it ignores once; a key neither rlinf nor RLinf has stays an error."""
+    cfg = write(
+        tmp_path,
+        "rlinf.yaml",
+        """\
+        cluster:
+          num_nodes: 1
+          profiling: {enabled: true}
+          auto_scheduler: false
+          component_placement: {actor: {node_group: node, placement: "0"}}
+        """,
+    )
+    res = rlinf("cluster", "plan", cfg)
+    assert res.returncode == 0, res.stderr
+    warnings = [line for line in res.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1
+    assert "cluster.profiling" in warnings[0] and "cluster.auto_scheduler" in warnings[0]
+    bad = write(tmp_path, "bad.yaml", Path(cfg).read_text().replace("profiling", "profilng"))
+    lines = assert_clean_failure(rlinf("cluster", "plan", bad))
+    assert any(line.startswith("cluster.profilng") for line in lines)

@@ -269,9 +269,16 @@ def test_ray_start_command_carries_rank_in_env_and_no_secret(tmp_path, monkeypat
     assert "--head" in cmd and "--port=6390" in cmd and "--node-ip-address=127.0.0.2" in cmd
     assert address == "127.0.0.2:6390" and ip == "127.0.0.2"
     assert not any(secret in part for part in cmd)
-    worker = NodeStartOptions(rank=1, address="127.0.0.2:6390", net_device="lo", token_file=str(token))
+    worker = NodeStartOptions(
+        rank=1, address="127.0.0.2:6390", node_ip="127.0.0.3", net_device="lo", token_file=str(token)
+    )
     cmd, env, ip, _ = build_ray_start(worker)
-    assert ip == "127.0.0.1" and env["RLINF_COMM_NET_DEVICES"] == "lo" and env["RLINF_NODE_RANK"] == "1"
+    assert ip == "127.0.0.3" and env["RLINF_COMM_NET_DEVICES"] == "lo" and env["RLINF_NODE_RANK"] == "1"
+    # lo's own 127.0.0.1 would be swapped for the external address by `ray start` on a joining node
+    with pytest.raises(
+        ConfigError, match=r"^--net-device: a joining node cannot use 127\.0\.0\.1 \(the address of lo\)"
+    ):
+        build_ray_start(NodeStartOptions(rank=1, address="127.0.0.2:6390", net_device="lo", auth="disabled"))
     missing = NodeStartOptions(rank=1, address="127.0.0.2:6390", token_file=str(tmp_path / "none"))
     with pytest.raises(ConfigError, match="copy the head's token file"):
         build_ray_start(missing)

@@ -64,7 +64,11 @@ def plan_cmd(
             f"{config} has no `cluster` section (top-level keys: {', '.join(map(str, data)) or 'none'})",
             "cluster",
         )
-    section = data["cluster"]
+    from rlinf_core.compat import ignored_keys_warning, split_rlinf_cluster_keys
+
+    section, ignored, _ = split_rlinf_cluster_keys(data["cluster"], keep_unknown=True)
+    if ignored:  # RLinf's keys rlinf does not implement: accepted, named once
+        click.echo(f"warning: {ignored_keys_warning(ignored)}", err=True)
     inventory: Inventory | dict | None
     if inventory_path is not None:
         inventory = load_yaml(
@@ -119,14 +123,15 @@ def node() -> None:
 @click.option(
     "--auth",
     type=click.Choice(["token", "disabled"]),
-    default="token",
-    show_default=True,
-    help="Ray token authentication (every node of one cluster must agree).",
+    default=None,
+    help="Ray token authentication (every node of one cluster must agree). Default: RAY_AUTH_MODE if set, "
+    "else token; an --auth that contradicts RAY_AUTH_MODE is refused.",
 )
 @click.option(
     "--token-file",
     type=click.Path(dir_okay=False),
-    help="The auth token file (default: RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token; the head creates it).",
+    help="The auth token file (default: RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token; the head creates it with "
+    "mode 600; a file open to other users is set to 600, or refused when that is not possible).",
 )
 @click.option(
     "--timeout", type=click.FloatRange(min=1), default=300, show_default=True, help="Seconds for `ray start`."
@@ -145,7 +150,7 @@ def node_start(
     num_gpus: int | None,
     num_cpus: int | None,
     temp_dir: str | None,
-    auth: str,
+    auth: str | None,
     token_file: str | None,
     timeout: float,
     as_json: bool,
@@ -220,13 +225,19 @@ def node_stop(node_ip: str | None, grace: float) -> None:
 @node.command("list")
 @click.option("--json", "as_json", is_flag=True)
 def node_list(as_json: bool) -> None:
-    """List the nodes `rlinf node start` started on this machine."""
-    from rlinf_scheduler.runtime.node import load_records, session_pids
+    """List the nodes `rlinf node start` started on this machine. A node is running only while its
+    processes live and its head answers on its GCS port; otherwise its record is stale (a head that
+    lost its GCS while its raylet lives on), shown with the command that clears it."""
+    from rlinf_scheduler.runtime.node import head_answers, load_records, session_pids, stop_command
 
     rows = []
     for rec in load_records():
         d = rec.to_dict()
         d["running_processes"] = len(session_pids(rec.sid))
+        d["head_answers"] = head_answers(rec)
+        d["state"] = "running" if d["running_processes"] and d["head_answers"] else "stale"
+        if d["state"] == "stale":
+            d["clear_with"] = stop_command(rec)
         rows.append(d)
     if as_json:
         click.echo(json.dumps({"nodes": rows}, indent=2))
@@ -235,10 +246,13 @@ def node_list(as_json: bool) -> None:
         click.echo("no node started by `rlinf node start` is recorded on this machine")
     for d in rows:
         on = f" on the {d['network']} overlay ({d['net_device']})" if d.get("network") else ""
-        click.echo(
-            f"rank {d['rank']} {'head' if d['head'] else 'worker'} {d['node_ip']}{on} -> {d['address']}: "
-            f"{d['running_processes']} processes running (session {d['sid']})"
-        )
+        where = f"rank {d['rank']} {'head' if d['head'] else 'worker'} {d['node_ip']}{on} -> {d['address']}"
+        if d["state"] == "running":
+            click.echo(f"{where}: running, {d['running_processes']} processes (session {d['sid']})")
+            continue
+        why = "its head does not answer" if not d["head_answers"] else "none of its processes runs"
+        left = f", {d['running_processes']} of its processes still run" if d["running_processes"] else ""
+        click.echo(f"{where}: STALE ({why}{left}, session {d['sid']}); clear it with `{d['clear_with']}`")
 
 
 # -- rlinf cluster status / wait / doctor --------------------------------------------------------
@@ -432,6 +446,7 @@ def status_cmd(address: str | None, num_nodes: int | None, as_json: bool) -> Non
 def wait_cmd(address: str | None, num_nodes: int, gpus: int, timeout: float) -> None:
     """Exit 0 once at least N nodes and G GPUs are alive; exit 1 at the timeout naming what is missing."""
     from rlinf_scheduler.runtime._ray import import_ray
+    from rlinf_scheduler.runtime.auth import AuthRefused
 
     deadline = time.monotonic() + timeout
     c = None
@@ -439,6 +454,8 @@ def wait_cmd(address: str | None, num_nodes: int, gpus: int, timeout: float) -> 
     while c is None:
         try:
             c = _connect(address)
+        except AuthRefused:
+            raise  # not transient: waiting cannot fix credentials
         except SchedulerError as err:
             last_error = str(err)
             if time.monotonic() >= deadline:

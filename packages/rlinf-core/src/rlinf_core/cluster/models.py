@@ -216,3 +216,13 @@ class ClusterConfig(_Model):
     )
     node_groups: list[NodeGroup] = Field(default_factory=list)
     component_placement: dict[str, ComponentPlacementSpec] = Field(default_factory=dict)
+
+    @field_validator("component_placement")
+    @classmethod
+    def _component_names(cls, value: dict[str, ComponentPlacementSpec]) -> dict[str, ComponentPlacementSpec]:
+        for key in value:
+            if any(not name.strip() for name in key.split(",")):
+                raise ValueError(
+                    f"empty component name in {key!r} (write names separated by commas: 'actor,rollout')"
+                )
+        return value

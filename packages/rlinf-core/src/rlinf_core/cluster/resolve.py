@@ -430,6 +430,8 @@ def resolve_cluster_partial(
     placed: dict[str, str] = {}
     for key, value in cp.items():
         kpath = p("component_placement", str(key))
+        if isinstance(key, str) and (not key or key != key.strip()):
+            kpath = p("component_placement") + f"[{key!r}]"  # blanks would vanish in the path
         if not isinstance(key, str):
             add(kpath, f"component names must be strings, got {key!r}")
             continue
@@ -467,6 +469,8 @@ def resolve_cluster_partial(
             parts = parse_placement(spec.placement, path=ppath)
         except ConfigError as err:
             problems.extend(err.problems)
+            continue
+        if not names:  # reported above; a component without a name cannot be planned
             continue
         components.append(ComponentSpec(tuple(names), spec.node_group, spec.placement, parts, ppath, kpath))
 

@@ -19,6 +19,7 @@ checks and the explanations of connection failures. Starting an embedded Ray is
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from rlinf_core.cluster import compress_ranks
 from rlinf_core.errors import ConfigError, SchedulerError, WaitTimeout
 from rlinf_scheduler.runtime._ray import import_ray, short_error
+from rlinf_scheduler.runtime.auth import AuthRefused, check_gcs_auth
 from rlinf_scheduler.runtime.code_sync import CodeSync, resolve_code_sync
 from rlinf_scheduler.runtime.embedded import (
     embedded_start_failure,
@@ -60,6 +62,7 @@ __all__ = [
     "DEFAULT_CLUSTER_TIMEOUT",
     "NET_DEVICES_ENV",
     "NODE_RANK_ENV",
+    "AuthRefused",
     "Cluster",
     "NodeInfo",
     "RankCheck",
@@ -185,7 +188,8 @@ def split_address(address: str) -> tuple[str, int] | None:
 def running_local_address() -> str | None:
     """The GCS address of the cluster last started on this machine (``ray start`` writes it to
     ``$RAY_TMPDIR/ray/ray_current_cluster``) if it still runs, else the head of a node that
-    ``rlinf node start`` started here and that still runs."""
+    ``rlinf node start`` started here and that still runs: its processes live and its head
+    answers (a record whose head lost its GCS is stale, never attached to)."""
     ray = import_ray()
     from ray._private import services
     from ray._private.utils import read_ray_address
@@ -199,12 +203,28 @@ def running_local_address() -> str | None:
             alive = set()
         if addr in alive:
             return addr
-    from rlinf_scheduler.runtime.node import load_records, session_pids
+    from rlinf_scheduler.runtime.node import load_records, record_alive
 
     for rec in load_records():
-        if session_pids(rec.sid):
+        if record_alive(rec):
             return rec.address
     return None
+
+
+def stale_records_note() -> str:
+    """``stale node record(s) of IP (its head HOST:PORT does not answer; clear it with `CMD`)``
+    for the records of this machine whose node is not alive ("" when there are none)."""
+    from rlinf_scheduler.runtime.node import load_records, record_alive, stop_command
+
+    stale = [rec for rec in load_records() if not record_alive(rec)]
+    if not stale:
+        return ""
+    which = ", ".join(
+        f"{rec.node_ip or 'this machine'} (its head {rec.address} does not answer; clear it with "
+        f"`{stop_command(rec)}`)"
+        for rec in stale
+    )
+    return f"stale node record{'s' if len(stale) > 1 else ''} of {which}"
 
 
 # -- the cluster ---------------------------------------------------------------------------------
@@ -258,6 +278,7 @@ class Cluster:
         self._closed = False
         self._embedded_node: Any = None
         self._allow_embedded = embedded
+        self._stale_note = ""
         self._connect(address, dict(ray_init or {}), namespace)
         if wait:
             try:
@@ -283,15 +304,23 @@ class Cluster:
             self.address = ray.get_runtime_context().gcs_address
             return
         addr = address or os.environ.get("RAY_ADDRESS") or None
+        stale = ""
         if addr is None:
             addr = running_local_address()
+            stale = "" if addr is not None else stale_records_note()
         if addr is None and not self._allow_embedded:
             raise SchedulerError(
-                "no Ray cluster is running: RAY_ADDRESS is unset and none was started on this machine. "
-                "Start one with `rlinf node start --rank 0 --head` (and `rlinf node start --rank R --address "
+                "no Ray cluster is running: RAY_ADDRESS is unset and none was started on this machine"
+                + (f" (there is a {stale})" if stale else "")
+                + ". Start one with `rlinf node start --rank 0 --head` (and `rlinf node start --rank R --address "
                 "HEAD:PORT` on the other nodes), or pass --address"
             )
         if addr is None or addr == "local":
+            self._stale_note = stale
+            if stale and (self.expected_nodes is None or self.expected_nodes <= 1):
+                note = f"ignoring the {stale}: starting an embedded Ray for this run"
+                self.warnings.append(note)
+                log.warning(note)
             self._start_embedded(ray, ray_init, runtime_env, namespace)
             return
         self._attach(ray, addr, ray_init, runtime_env, namespace)
@@ -305,8 +334,11 @@ class Cluster:
                 "unset and none was started on this machine). Start Ray on every node first: "
                 "`rlinf node start --rank 0 --head` on the head, `rlinf node start --rank R --address "
                 "HEAD_IP:6379` on the others, then run the driver on a node of that cluster"
+                + (f" (ignored: the {self._stale_note})" if self._stale_note else "")
             )
         ray_init.setdefault("include_dashboard", False)
+        from rlinf_scheduler.runtime.embedded import loopback_node_ip
+
         for attempt in (1, 2):
             try:
                 self._embedded_node = start_local_node(ray_init)
@@ -321,9 +353,10 @@ class Cluster:
                     continue
                 raise SchedulerError(embedded_start_failure(err)) from err
         try:
-            ray.init(
-                address=self._embedded_node.address, namespace=namespace, runtime_env=runtime_env or None
-            )
+            with loopback_node_ip():  # Ray would turn 127.0.0.1 into this machine's external address
+                ray.init(
+                    address=self._embedded_node.address, namespace=namespace, runtime_env=runtime_env or None
+                )
         except Exception as err:
             self._stop_embedded_node()
             raise SchedulerError(f"could not connect to the embedded Ray: {err}") from err
@@ -340,8 +373,17 @@ class Cluster:
             if why is not None:
                 raise SchedulerError(unreachable_message(addr, why))
         adopt_local_auth(addr)
+        check_attach_token()
+        if hostport is not None:
+            check_gcs_auth(addr)  # an auth refusal is final: say so now, not after ray.init's retries
+        from rlinf_scheduler.runtime.embedded import loopback_node_ip
+
+        # Ray would turn a head at 127.0.0.1 (rlinf node start --node-ip 127.0.0.1) into this
+        # machine's external address, where that head does not listen
+        local = hostport is not None and hostport[0] in ("127.0.0.1", "localhost")
         try:
-            ray.init(address=addr, namespace=namespace, runtime_env=runtime_env or None, **ray_init)
+            with loopback_node_ip() if local else contextlib.nullcontext():
+                ray.init(address=addr, namespace=namespace, runtime_env=runtime_env or None, **ray_init)
         except Exception as err:
             raise SchedulerError(connect_failure_message(addr, err)) from err
         self._owns_ray = True
@@ -615,7 +657,7 @@ def unreachable_message(addr: str, why: str) -> str:
     host = addr.rpartition(":")[0]
     return (
         f"cannot reach the Ray head at {addr} ({why}). Check that Ray runs on the head "
-        f"(`rlinf cluster status` there), that {host} is the address other nodes use to reach it (the head's "
+        f"(`rlinf node list` there), that {host} is the address other nodes use to reach it (the head's "
         "--node-ip-address; a head bound to 127.0.0.1 is reachable from its own machine only), and that "
         "firewalls/security groups allow the port"
     )
@@ -634,6 +676,19 @@ def connect_failure_message(addr: str, err: BaseException) -> str:
             "or the file ~/.ray/auth_token); `rlinf node start` does this for the nodes it starts"
         )
     return f"could not connect to the Ray cluster at {addr}: {str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__}"
+
+
+def check_attach_token() -> None:
+    """Before attaching: the token file this process would send (``RAY_AUTH_TOKEN_PATH`` or
+    ``~/.ray/auth_token``, unless the token is in ``RAY_AUTH_TOKEN`` or authentication is
+    disabled) is private (see :func:`~rlinf_scheduler.runtime.auth.secure_token_file`)."""
+    from rlinf_scheduler.runtime.auth import TOKEN_ENV, auth_mode, default_token_path, secure_token_file
+
+    if auth_mode() == "disabled" or os.environ.get(TOKEN_ENV):
+        return
+    path = default_token_path()
+    if path.exists():
+        secure_token_file(path)
 
 
 def adopt_local_auth(addr: str | None) -> None:

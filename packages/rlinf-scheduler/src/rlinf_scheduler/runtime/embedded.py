@@ -1,4 +1,5 @@
-"""The embedded Ray: a single-node Ray head started for this process when no cluster runs.
+"""The embedded Ray: a single-node Ray head on 127.0.0.1, started for this process when no
+cluster runs.
 
 :func:`start_local_node` starts it with the ports of the node's agents named (see its docstring);
 :func:`embedded_start_failure` explains a start that failed, with the fatal line of the raylet's
@@ -7,17 +8,30 @@ log that Ray's own message leaves out.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rlinf_core.errors import ConfigError
 from rlinf_scheduler.runtime._ray import import_ray, short_error
+from rlinf_scheduler.runtime.auth import prepare_local_token
 from rlinf_scheduler.runtime.node import WORKER_NICENESS_ENV
 
-__all__ = ["embedded_start_failure", "free_tcp_ports", "raylet_fatal_line", "start_local_node"]
+__all__ = [
+    "LOOPBACK",
+    "embedded_start_failure",
+    "free_tcp_ports",
+    "loopback_node_ip",
+    "raylet_fatal_line",
+    "start_local_node",
+]
+
+LOOPBACK = "127.0.0.1"
+"""The embedded Ray's address: it serves this machine only (RLinf's ``ray.init()`` binds every
+interface)."""
 
 
 def free_tcp_ports(count: int, host: str = "127.0.0.1") -> list[int]:
@@ -42,7 +56,9 @@ def start_local_node(ray_init: Mapping[str, Any]) -> Any:
 
     Unlike ``ray.init()``, it names the ports of the node's agents: a raylet whose agent ports are
     left to be discovered gives its agents a fixed 15 s to report them and aborts on a cold or busy
-    machine. Token authentication is on unless ``RAY_AUTH_MODE`` says otherwise (as ``ray.init``).
+    machine. It binds the loopback address (127.0.0.1) only: nothing on the network can reach it.
+    Token authentication is on unless ``RAY_AUTH_MODE`` says otherwise (as ``ray.init``), with a
+    token file of mode 0600 (created so when missing; a wider one is fixed or refused).
     Workers run at the driver's priority: Ray renices its worker processes to 15 by default,
     which on a shared machine hands their CPU to any other process (``RAY_worker_niceness``
     set in the environment still wins).
@@ -60,11 +76,15 @@ def start_local_node(ray_init: Mapping[str, Any]) -> Any:
     )
     from ray._private.node import Node
     from ray._private.parameter import RayParams
+    from ray._raylet import AuthenticationTokenLoader
 
     enable_token_auth_by_default()
+    if prepare_local_token() is not None:  # Ray would create ~/.ray/auth_token world-readable
+        AuthenticationTokenLoader.instance().reset_cache()
     ensure_token_if_auth_enabled(None, create_token_if_missing=True)
-    metrics_agent, metrics_export, agent_listen, runtime_env_agent = free_tcp_ports(4)
+    metrics_agent, metrics_export, agent_listen, runtime_env_agent = free_tcp_ports(4, LOOPBACK)
     params = RayParams(
+        node_ip_address=LOOPBACK,  # Ray's servers listen on 127.0.0.1 only for exactly this address
         metrics_agent_port=metrics_agent,
         metrics_export_port=metrics_export,
         dashboard_agent_listen_port=agent_listen,
@@ -72,7 +92,25 @@ def start_local_node(ray_init: Mapping[str, Any]) -> Any:
         _system_config={} if WORKER_NICENESS_ENV in os.environ else {"worker_niceness": 0},
         **dict(ray_init),
     )
-    return Node(params, head=True, shutdown_at_exit=True, spawn_reaper=True)
+    with loopback_node_ip():
+        return Node(params, head=True, shutdown_at_exit=True, spawn_reaper=True)
+
+
+@contextlib.contextmanager
+def loopback_node_ip() -> Iterator[None]:
+    """Within it, Ray takes 127.0.0.1 as this machine's address (for ``ray.init`` to reach the
+    embedded Ray). Ray replaces a loopback address it is given by the machine's external address
+    unless clusters are "disabled" (its mode for macOS and Windows, where it binds loopback to
+    avoid firewall prompts); that switch is only read by ``get_node_ip_address``, and it is put
+    back on exit so that a later attach to a real cluster is not affected."""
+    from ray._private import ray_constants
+
+    before = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before
 
 
 def embedded_start_failure(

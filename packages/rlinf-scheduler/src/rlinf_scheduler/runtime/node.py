@@ -9,10 +9,13 @@ processes in a state file (``$RLINF_STATE_DIR``, default ``~/.local/state/rlinf/
 ``stop`` terminates only the processes of sessions that ``start`` recorded (SIGTERM, then SIGKILL
 after a grace period). It never runs ``ray stop``, which would kill every Ray on the machine.
 
-Token authentication: with ``--auth token`` (the default), ``start`` passes ``RAY_AUTH_MODE=token``
-and ``RAY_AUTH_TOKEN_PATH=FILE`` to ``ray start`` through its environment; the token itself never
-appears on a command line, in output or in the state file. The head creates the token file when
-it is missing (mode 0600); every other node needs a copy of it (same path, or ``--token-file``).
+Token authentication: with ``--auth token`` (the default unless ``RAY_AUTH_MODE`` says otherwise;
+an explicit ``--auth`` that contradicts the variable is refused), ``start`` passes
+``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN_PATH=FILE`` to ``ray start`` through its environment;
+the token itself never appears on a command line, in output or in the state file. The head
+creates the token file when it is missing (mode 0600); every other node needs a copy of it (same
+path, or ``--token-file``). A token file open to other users is set to 0600 (or refused, see
+:func:`~rlinf_scheduler.runtime.auth.secure_token_file`).
 
 Overlay networks: with ``--network PROVIDER`` (e.g. ``easytier``), ``start`` asks the network
 provider plugin for the ``(device, ipv4)`` of its instance already running on this host
@@ -27,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -40,6 +42,14 @@ from typing import Any
 
 from rlinf_core.errors import ConfigError, NetworkError, SchedulerError, WaitTimeout
 from rlinf_core.io import atomic_write_text
+from rlinf_scheduler.runtime.auth import (
+    AUTH_MODE_ENV,
+    AUTH_MODES,
+    auth_mode,
+    create_token_file,
+    default_token_path,
+    secure_token_file,
+)
 
 __all__ = [
     "NodeRecord",
@@ -47,16 +57,22 @@ __all__ = [
     "bind_to_network",
     "build_ray_start",
     "default_token_path",
+    "head_answers",
     "interface_ipv4",
     "join_instructions",
     "load_records",
+    "record_alive",
     "session_pids",
     "start_node",
     "state_dir",
+    "stop_command",
     "stop_nodes",
 ]
 
 STATE_DIR_ENV = "RLINF_STATE_DIR"
+LOOPBACK = "127.0.0.1"
+SINGLE_HOST_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+"""Ray's cluster switch; ``0`` makes ``ray start`` keep 127.0.0.1 instead of the external address."""
 NET_PROVIDER_ENV = "RLINF_NET_PROVIDER"
 WORKER_NICENESS_ENV = "RAY_worker_niceness"
 """Ray's niceness for its worker processes: 15 unless set, which on a shared machine hands their
@@ -72,13 +88,6 @@ def state_dir(env: Mapping[str, str] | None = None) -> Path:
         return Path(env[STATE_DIR_ENV]).expanduser()
     base = Path(env.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     return base / "rlinf" / "nodes"
-
-
-def default_token_path() -> Path:
-    """Ray's default token file (``~/.ray/auth_token``) unless ``RAY_AUTH_TOKEN_PATH`` names one."""
-    if os.environ.get("RAY_AUTH_TOKEN_PATH"):
-        return Path(os.environ["RAY_AUTH_TOKEN_PATH"]).expanduser()
-    return Path.home() / ".ray" / "auth_token"
 
 
 def interface_ipv4(device: str) -> str:
@@ -113,7 +122,8 @@ class NodeStartOptions:
     num_gpus: int | None = None
     num_cpus: int | None = None
     temp_dir: str | None = None
-    auth: str = "token"
+    auth: str | None = None
+    """``token`` or ``disabled``; ``None``: ``RAY_AUTH_MODE`` if set, else ``token``."""
     token_file: str | None = None
     extra_args: Sequence[str] = ()
     timeout: float = 300.0
@@ -163,28 +173,42 @@ def _ray_executable() -> list[str]:
 
 
 def _resolve_auth(opts: NodeStartOptions) -> tuple[str, str | None]:
-    mode = opts.auth.lower()
-    if mode not in ("token", "disabled"):
-        raise ConfigError(f"--auth must be token or disabled, got {opts.auth!r}", "--auth")
+    """``(mode, token file)`` for ``ray start``: ``--auth`` (default: ``RAY_AUTH_MODE``, else
+    token; the two must agree when both are given), the token file checked to be private (or
+    created with mode 0600 on the head)."""
+    env_mode = auth_mode()
+    if opts.auth is None:
+        mode = env_mode or "token"
+    else:
+        mode = opts.auth.lower()
+        if mode not in AUTH_MODES:
+            raise ConfigError(f"--auth must be token or disabled, got {opts.auth!r}", "--auth")
+        if env_mode is not None and env_mode != mode:
+            raise ConfigError(
+                f"--auth {mode} conflicts with RAY_AUTH_MODE={os.environ[AUTH_MODE_ENV]} in this environment, "
+                "which the drivers here follow: drop --auth (it follows the variable) or change RAY_AUTH_MODE; "
+                "every node and driver of one cluster must agree",
+                "--auth",
+            )
     if mode == "disabled":
         return "disabled", None
     if not opts.token_file and os.environ.get("RAY_AUTH_TOKEN"):
         return "token", None  # the token is in the environment; it is inherited as it is
+    where = "--token-file" if opts.token_file else "RAY_AUTH_TOKEN_PATH"
     path = Path(opts.token_file).expanduser() if opts.token_file else default_token_path()
     if not path.is_absolute():
         path = path.resolve()
-    if path.is_file():
-        if not path.read_text(encoding="utf-8").strip():
-            raise ConfigError(f"the Ray auth token file {path} is empty", "--token-file")
-        return "token", str(path)
-    if not opts.head:
-        raise ConfigError(
-            f"token authentication is on but there is no token file at {path}: copy the head's token "
-            f"file to this node (same path, or pass --token-file FILE), or use --auth disabled on every node",
-            "--token-file",
-        )
-    atomic_write_text(path, secrets.token_hex(32), perms=0o600)
-    return "token", str(path)
+    if not path.exists():
+        if not opts.head:
+            raise ConfigError(
+                f"token authentication is on but there is no token file at {path}: copy the head's token "
+                f"file to this node (same path, or pass --token-file FILE; keep it mode 600), or use --auth "
+                "disabled on every node",
+                "--token-file",
+            )
+        if create_token_file(path):
+            return "token", str(path)
+    return "token", str(secure_token_file(path, where))
 
 
 def _is_loopback(ip: str) -> bool:
@@ -262,6 +286,17 @@ def build_ray_start(opts: NodeStartOptions) -> tuple[list[str], dict[str, str], 
         # Allowed, but unusual: the seed's convention is that the head is rank 0.
         pass
     node_ip = opts.node_ip or (interface_ipv4(opts.net_device) if opts.net_device else None)
+    if node_ip == "localhost":
+        node_ip = LOOPBACK
+    if node_ip == LOOPBACK and not opts.head:
+        source = "--node-ip" if opts.node_ip else "--net-device"
+        raise ConfigError(
+            "a joining node cannot use 127.0.0.1"
+            + (f" (the address of {opts.net_device})" if source == "--net-device" else "")
+            + ": `ray start` replaces it by this machine's external address on a joining node; give it "
+            "another loopback address such as --node-ip 127.0.0.2",
+            source,
+        )
     cmd = [*_ray_executable(), "start"]
     if opts.head:
         if not 0 < opts.port < 65536:
@@ -292,6 +327,10 @@ def build_ray_start(opts: NodeStartOptions) -> tuple[list[str], dict[str, str], 
         cmd += [f"--temp-dir={opts.temp_dir}"]
     cmd += ["--disable-usage-stats", *opts.extra_args]
     env = {"RLINF_NODE_RANK": str(opts.rank), "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    if node_ip == LOOPBACK:
+        # `ray start` replaces 127.0.0.1 by the external address unless clusters are "disabled" (its
+        # loopback-only mode); Ray's servers listen on 127.0.0.1 only for exactly this address
+        env[SINGLE_HOST_ENV] = "0"
     if opts.net_device:
         env["RLINF_COMM_NET_DEVICES"] = opts.net_device
     if opts.network:
@@ -344,6 +383,34 @@ def load_records(directory: Path | None = None) -> list[NodeRecord]:
         rec.path = str(path)
         out.append(rec)
     return out
+
+
+HEAD_ANSWER_TIMEOUT = 1.0
+"""Seconds a node record's head has to accept a TCP connection on its GCS port."""
+
+
+def head_answers(rec: NodeRecord, timeout: float = HEAD_ANSWER_TIMEOUT) -> bool:
+    """Whether the head of ``rec`` (``rec.address``, its GCS) accepts a TCP connection within
+    ``timeout`` seconds."""
+    host, sep, port = rec.address.rpartition(":")
+    if not sep or not port.isdigit():
+        return False
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def record_alive(rec: NodeRecord, timeout: float = HEAD_ANSWER_TIMEOUT) -> bool:
+    """Whether the node of ``rec`` still runs: processes of its session live and its head answers.
+    A record whose head lost its GCS (a crash, an OOM kill) while its raylet lives on is stale."""
+    return bool(session_pids(rec.sid)) and head_answers(rec, timeout)
+
+
+def stop_command(rec: NodeRecord) -> str:
+    """The command that stops the processes of ``rec`` and removes it."""
+    return f"rlinf node stop --node-ip {rec.node_ip}" if rec.node_ip else "rlinf node stop"
 
 
 def _check_head_reachable(address: str, network: str, timeout: float = 10.0) -> None:
@@ -502,7 +569,7 @@ def join_instructions(rec: NodeRecord) -> str:
             where = rec.token_path or "RAY_AUTH_TOKEN (from the environment)"
             lines.append(
                 f"Token authentication is on: copy the token file {where} to each node first (same path, or "
-                "pass --token-file FILE there). The token is never printed."
+                "pass --token-file FILE there; keep it mode 600). The token is never printed."
             )
         lines.append("Then check with `rlinf cluster wait --nodes N` and `rlinf cluster status`.")
     return "\n".join(lines)
