@@ -14,12 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from rlinf_algos.runtime.training import validate_run_config
-from rlinf_core.cli import build_cli
 from rlinf_core.errors import ConfigError
-from rlinf_core.plugins import load_plugins
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"
@@ -31,17 +28,6 @@ TRAIN_EXAMPLES = [
     "ppo_cloud_edge",
     "grpo_pendulum",
 ]
-
-
-@pytest.fixture(scope="module")
-def host() -> Any:
-    return load_plugins()
-
-
-def invoke(host: Any, *args: str) -> Any:
-    cli = build_cli()
-    host.register_commands(cli)
-    return CliRunner().invoke(cli, list(args), obj=host, catch_exceptions=True)
 
 
 def quickstart() -> dict[str, Any]:
@@ -61,7 +47,7 @@ def test_every_example_validates(name: str, host: Any) -> None:
     assert cfg.name == algo_cls.PLUGIN_NAME and scheduler == "ray"
 
 
-def test_cloud_edge_example_plans_as_seed_000(host: Any) -> None:
+def test_cloud_edge_example_plans_as_seed_000(host: Any, invoke: Any) -> None:
     res = invoke(
         host,
         "cluster",
@@ -153,7 +139,7 @@ def test_cli_config_error_exits_2_without_a_traceback(tmp_path: Path) -> None:
     assert not (tmp_path / "runs").exists()
 
 
-def test_train_in_process_then_eval_and_plot(host: Any, tmp_path: Path) -> None:
+def test_train_in_process_then_eval_and_plot(host: Any, tmp_path: Path, invoke: Any) -> None:
     run_dir = tmp_path / "run"
     res = invoke(
         host,
@@ -188,14 +174,14 @@ def test_train_in_process_then_eval_and_plot(host: Any, tmp_path: Path) -> None:
     assert (run_dir / "plots" / "return.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_eval_and_plot_explain_a_wrong_directory(host: Any, tmp_path: Path) -> None:
+def test_eval_and_plot_explain_a_wrong_directory(host: Any, tmp_path: Path, invoke: Any) -> None:
     res = invoke(host, "eval", str(tmp_path))
     assert "no saved policy" in str(res.exception)
     res = invoke(host, "plot", str(tmp_path))
     assert "no metrics.csv" in str(res.exception)
 
 
-def test_resume_keeps_the_env_and_model_of_the_run(host: Any, tmp_path: Path) -> None:
+def test_resume_keeps_the_env_and_model_of_the_run(host: Any, tmp_path: Path, invoke: Any) -> None:
     run_dir = tmp_path / "run"
     base = [
         "train",
@@ -230,7 +216,7 @@ def test_commands_and_runner_import_light() -> None:
 
 
 def test_dry_run_prints_the_resolved_config_and_the_plan_and_starts_nothing(
-    host: Any, tmp_path: Path
+    host: Any, tmp_path: Path, invoke: Any
 ) -> None:
     cloud = EXAMPLES / "ppo_cloud_edge.yaml"
     res = invoke(

@@ -3,6 +3,8 @@ checks and the choice of runtime. Light (pydantic and rlinf_core): the plugin im
 
 from __future__ import annotations
 
+import itertools
+import os
 from abc import abstractmethod
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -42,7 +44,63 @@ class EmbodiedAlgorithm(Algorithm):
             sections = load_run_sections(run_config)
         except ConfigError as err:
             return unknown + list(err.problems) + env_id_problems(run_config)
-        return unknown + cls.fit_problems(sections) + _model_problems(sections) + env_id_problems(run_config)
+        return (
+            unknown
+            + cls.fit_problems(sections)
+            + _model_problems(sections)
+            + cls.memory_problems(sections, run_config.get("algorithm"))
+            + env_id_problems(run_config)
+        )
+
+    @classmethod
+    def memory_items(cls, sections: Any, algo_config: Any) -> list[tuple[str, str, int]]:
+        """What the run will hold in memory, as ``(YAML path, what, lower bound in bytes)``
+        estimated from the config alone (observations and actions count as one number each, so
+        the true need is larger): the env copies and the networks with their gradients and Adam
+        moments. Algorithms add their rollout or replay buffer."""
+        items = [
+            ("env.num_envs", f"{sections.env.num_envs:,} env copies", sections.env.num_envs * _ENV_BYTES)
+        ]
+        sizes = sections.model.hidden_sizes
+        if sizes:
+            dims = [1, *sizes, 1]
+            params = sum((a + 1) * b for a, b in itertools.pairwise(dims))
+            items.append(
+                (
+                    "model.hidden_sizes",
+                    f"networks of hidden sizes {_short(sizes)} ({params:,} parameters each, with "
+                    f"gradients and Adam moments, x{cls.network_copies})",
+                    params * 4 * 4 * cls.network_copies,
+                )
+            )
+        return items
+
+    network_copies: ClassVar[int] = 2
+    """How many networks of ``model.hidden_sizes`` the learner holds (actor and critic)."""
+
+    @classmethod
+    def memory_problems(cls, sections: Any, algo_section: Any) -> list[ConfigProblem]:
+        """The items of :meth:`memory_items` that cannot fit in this machine's memory (each
+        alone); ``RLINF_SKIP_MEMORY_CHECK=1`` turns the check off (a learner node with more
+        memory than the driver's)."""
+        if os.environ.get("RLINF_SKIP_MEMORY_CHECK", "") not in ("", "0"):
+            return []
+        try:
+            algo_config = cls.config_model.model_validate(algo_section)
+        except Exception:  # its own problems are reported with their paths
+            return []
+        total = memory_total()
+        problems = []
+        for path, what, nbytes in cls.memory_items(sections, algo_config):
+            if nbytes > total:
+                problems.append(
+                    ConfigProblem(
+                        path,
+                        f"{what} would need at least {format_bytes(nbytes)}, more than the {format_bytes(total)} "
+                        "of memory of this machine: lower it (RLINF_SKIP_MEMORY_CHECK=1 skips this check)",
+                    )
+                )
+        return problems
 
     @classmethod
     def fit_problems(cls, sections: Any) -> list[ConfigProblem]:
@@ -107,6 +165,47 @@ class EmbodiedAlgorithm(Algorithm):
             f"{'-' if ret is None else f'{ret:.1f}'}, best {summary.get('best_return_mean')}"
             + ("" if success is None else f", success rate {success:.2f} (last 100 training episodes)")
         )
+
+
+_ENV_BYTES = 4 * 2**10
+"""A lower bound of the memory of one env copy (a gymnasium env object and its arrays)."""
+
+
+def memory_total() -> int:
+    """This machine's physical memory in bytes."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except ImportError:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def format_bytes(n: int) -> str:
+    """``n`` bytes in the largest binary unit below it: ``7.3 TiB``."""
+    for unit, scale in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n} bytes"
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def rollout_item(
+    sections: Any, steps: int, steps_path: str, floats_per_step: int, what: str
+) -> tuple[str, str, int]:
+    """A buffer of ``env.num_envs x steps`` steps of ``floats_per_step`` float32, reported at the
+    larger of its two factors."""
+    n = sections.env.num_envs
+    path = steps_path if steps > n else "env.num_envs"
+    return (
+        path,
+        f"{what} of env.num_envs {n:,} x {steps_path} {steps:,} steps",
+        n * steps * floats_per_step * 4,
+    )
 
 
 def _model_problems(sections: Any) -> list[ConfigProblem]:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rlinf_core.config import validate_model
+from rlinf_core.config import ConfigSection, validate_model
 from rlinf_core.errors import ConfigError, ConfigProblem
 
 __all__ = [
@@ -29,14 +29,16 @@ __all__ = [
     "load_sections",
 ]
 
-STRICT = ConfigDict(extra="forbid", validate_default=True)
-"""Unknown keys are errors; defaults are validated too."""
+STRICT = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
+"""Unknown keys are errors; defaults are validated too; no inf or nan. The section models derive
+from :class:`~rlinf_core.config.ConfigSection`, which adds the same strictness for numbers
+(``true`` is not a number)."""
 
 LOGGERS = ("csv", "tensorboard", "wandb")
 """The metrics backends ``runner.loggers`` may list."""
 
 
-class EnvConfig(BaseModel):
+class EnvConfig(ConfigSection):
     """``env`` section: which gymnasium id, how many copies, how they run."""
 
     model_config = STRICT
@@ -52,7 +54,7 @@ class EnvConfig(BaseModel):
     kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for gymnasium.make")
 
 
-class ModelConfig(BaseModel):
+class ModelConfig(ConfigSection):
     """``model`` section: which model type and its sizes. ``null`` sizes pick the algorithm's
     default (64x64 tanh for PPO and GRPO, 256x256 relu for SAC)."""
 
@@ -97,7 +99,7 @@ class ModelConfig(BaseModel):
         return self
 
 
-class RunnerConfig(BaseModel):
+class RunnerConfig(ConfigSection):
     """``runner`` section as the in-process runner reads it."""
 
     model_config = STRICT
@@ -117,7 +119,11 @@ class RunnerConfig(BaseModel):
         "or `local` to train in the rlinf process without workers",
     )
     max_restarts: int = Field(
-        10, ge=0, description="env/rollout worker restarts allowed in one run before giving up"
+        10,
+        ge=0,
+        description="worker restarts allowed in one run before giving up: a dead env or rollout worker "
+        "is restarted and its iteration run again; a dead learner (actor) is restarted from the newest "
+        "checkpoint, losing at most checkpoint_interval env steps",
     )
     worker_timeout: float = Field(
         300.0, gt=0.0, description="seconds a worker waits on a channel before reporting what it waited for"
@@ -137,7 +143,7 @@ class RunnerConfig(BaseModel):
         return loggers
 
 
-class RolloutConfig(BaseModel):
+class RolloutConfig(ConfigSection):
     """``rollout`` section: how the workers (``runner.scheduler: ray``) pipeline env stepping,
     inference and learning. The in-process runtime ignores it."""
 
@@ -241,15 +247,16 @@ def load_run_sections(run_config: Any) -> RunSections:
 
 
 def env_id_problems(run_config: Any) -> list[ConfigProblem]:
-    """Whether ``env.id`` is a registered gymnasium id (plugin ids included); imports gymnasium."""
+    """Whether ``env.id`` is a registered gymnasium id (plugin ids included) whose constructor
+    takes the keys of ``env.kwargs``; imports gymnasium."""
     env = run_config.get("env") if isinstance(run_config, Mapping) else None
     env_id = env.get("id") if isinstance(env, Mapping) else None
     if not isinstance(env_id, str) or not env_id:
         return []
-    from rlinf_algos.envs import ensure_registered
+    from rlinf_algos.envs import ensure_registered, env_kwargs_problems
 
     try:
         ensure_registered(env_id)
     except ConfigError as err:
         return list(err.problems)
-    return []
+    return env_kwargs_problems(env_id, env.get("kwargs"))

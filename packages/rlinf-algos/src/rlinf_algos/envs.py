@@ -27,9 +27,17 @@ from typing import Any, Literal
 
 import numpy as np
 
-from rlinf_core.errors import ConfigError
+from rlinf_core.config import describe_value
+from rlinf_core.errors import ConfigError, ConfigProblem, join_path
 
-__all__ = ["EnvStep", "VectorEnvStepper", "ensure_registered", "final_observations", "make_vector_env"]
+__all__ = [
+    "EnvStep",
+    "VectorEnvStepper",
+    "ensure_registered",
+    "env_kwargs_problems",
+    "final_observations",
+    "make_vector_env",
+]
 
 
 def ensure_registered(env_id: str, path: str = "env.id") -> None:
@@ -53,6 +61,62 @@ def ensure_registered(env_id: str, path: str = "env.id") -> None:
         f"'HalfCheetah-v5'; plugin ids are registered by installed rlinf plugins)",
         path=path,
     )
+
+
+def env_kwargs_problems(env_id: str, kwargs: Any, path: str = "env.kwargs") -> list[ConfigProblem]:
+    """The keys of ``kwargs`` that the constructor of the registered ``env_id`` does not take
+    (with the closest it takes), checked against its signature without building the env. Where
+    the constructor takes ``**kwargs``, one of gymnasium's own envs is built once to see (a cheap
+    simulation) and its error reported; nothing is reported for other such constructors, or one
+    whose module does not import here (it may on the node that runs the env)."""
+    import inspect
+
+    import gymnasium
+    from gymnasium.envs.registration import load_env_creator
+
+    if not isinstance(kwargs, dict) or not kwargs:
+        return []
+    try:
+        spec = gymnasium.spec(env_id)
+        entry = spec.entry_point
+        creator = load_env_creator(entry) if isinstance(entry, str) else entry
+        params = inspect.signature(creator).parameters.values()
+    except Exception:  # not importable on this machine, or no signature
+        return []
+    if creator is None:
+        return []
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        # the signature does not say; gymnasium's own envs (MuJoCo, classic control) are cheap
+        # simulations: build one to see, the way an env worker would
+        if not getattr(creator, "__module__", "").startswith("gymnasium."):
+            return []
+        try:
+            gymnasium.make(env_id, **kwargs).close()
+        except Exception as err:
+            why = f"{type(err).__name__}: {err}".splitlines()[0]
+            why = why if len(why) <= 160 else why[:157] + "..."
+            return [ConfigProblem(path, f"cannot create {env_id!r} with these kwargs ({why})")]
+        return []
+    takes = {
+        p.name
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
+    takes |= {"max_episode_steps", "disable_env_checker"}  # gymnasium.make's own
+    problems = []
+    for key in kwargs:
+        if key in takes:
+            continue
+        close = difflib.get_close_matches(str(key), sorted(takes), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        problems.append(
+            ConfigProblem(
+                join_path(path, str(key)),
+                f"{env_id!r} takes no keyword argument {describe_value(key)} ({hint}it takes: "
+                f"{', '.join(sorted(takes)) or 'none'})",
+            )
+        )
+    return problems
 
 
 def make_vector_env(
@@ -99,7 +163,8 @@ def make_vector_env(
         )
     except TypeError as err:  # an unknown keyword of the env's constructor
         raise ConfigError(
-            f"cannot create {env_id!r} with kwargs {kwargs}: {err}", path="env.kwargs"
+            f"cannot create {env_id!r} with kwargs {describe_value(kwargs)}: {describe_value(str(err))}",
+            path="env.kwargs",
         ) from None
     envs = RecordEpisodeStatistics(envs, buffer_length=stats_window)
     obs, _ = envs.reset(seed=seed)

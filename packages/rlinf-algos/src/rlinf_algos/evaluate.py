@@ -23,14 +23,31 @@ def load_policy(path: Path) -> tuple[torch.nn.Module, dict[str, Any]]:
         raise RlinfError(
             f"no saved policy at {path} (a finished or interrupted run writes RUN_DIR/policy.pt)"
         )
-    record = torch.load(path, map_location="cpu", weights_only=False)
+    redo = "train again, or evaluate another run's policy.pt"
+    try:
+        record = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # a truncated zip, a zero-byte file, another format
+        raise RlinfError(
+            f"{path} cannot be loaded ({_why(err)}): the file is damaged or not a policy; {redo}"
+        ) from None
+    if not isinstance(record, dict) or not isinstance(record.get("spec"), dict) or "state_dict" not in record:
+        raise RlinfError(
+            f"{path} is not a policy saved by `rlinf train` (no spec and state_dict in it); {redo}"
+        )
     try:
         module = build_policy(dict(record["spec"]))
+        module.load_state_dict(record["state_dict"])
     except RlinfError as err:
         raise RlinfError(f"{path}: {err}") from None
-    module.load_state_dict(record["state_dict"])
+    except Exception as err:  # weights that do not fit the spec
+        raise RlinfError(f"{path}: its weights do not fit its network ({_why(err)}); {redo}") from None
     module.eval()
     return module, record
+
+
+def _why(err: BaseException) -> str:
+    text = f"{type(err).__name__}: {err}".splitlines()[0]
+    return text if len(text) <= 160 else text[:157] + "..."
 
 
 def evaluate_policy(

@@ -2,32 +2,53 @@
 
 Reads ``RUN_DIR/metrics.csv`` and writes ``RUN_DIR/plots/return.png`` (episode return against
 env steps, with the episode length on a second axis when present) and
-``RUN_DIR/plots/metrics.png`` (one small panel per other numeric column).
+``RUN_DIR/plots/metrics.png`` (one small panel per other numeric column). A damaged or foreign
+``metrics.csv`` (not UTF-8, no ``step`` column) is one error line.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import math
 from pathlib import Path
+from typing import Any
 
 from rlinf_core.errors import RlinfError
+from rlinf_core.io import read_user_text
 
 __all__ = ["plot_run", "read_metrics"]
 
 _SKIP = {"step", "wall_s", "episode_return_mean", "episode_length_mean"}
 
+_MAX_METRICS_BYTES = 2**30
+
+
+def _columns(row: dict[Any, Any]) -> str:
+    text = ", ".join(str(k) for k in row if isinstance(k, str))
+    return text if len(text) <= 120 else text[:117] + "..."
+
 
 def read_metrics(run_dir: str | Path) -> dict[str, list[float]]:
     """Columns of ``metrics.csv`` as float lists (``nan`` for empty cells)."""
     path = Path(run_dir) / "metrics.csv"
-    if not path.is_file():
+    if not path.exists():
         raise RlinfError(f"no metrics.csv in {run_dir}: is it a run directory written by `rlinf train`?")
-    with path.open(newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
+    text = read_user_text(path, what="metrics file", max_bytes=_MAX_METRICS_BYTES)
+    try:
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    except csv.Error as err:
+        raise RlinfError(
+            f"{path} is not a CSV file ({err}); it is damaged, or not written by `rlinf train`"
+        ) from None
     if not rows:
         raise RlinfError(f"{path} has no rows yet: the run logs one every runner.log_interval env steps")
-    cols: dict[str, list[float]] = {k: [] for k in rows[0]}
+    if "step" not in rows[0]:
+        raise RlinfError(
+            f"{path} has no `step` column (columns: {_columns(rows[0])}); it is damaged, or not a metrics "
+            "file written by `rlinf train`"
+        )
+    cols: dict[str, list[float]] = {k: [] for k in rows[0] if isinstance(k, str)}
     for row in rows:
         for k in cols:
             try:
@@ -47,27 +68,16 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
     run_dir = Path(run_dir)
     cols = read_metrics(run_dir)
     out = Path(out_dir) if out_dir is not None else run_dir / "plots"
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RlinfError(
+            f"cannot create the plot folder {out}: {err.strerror or err}; give another --out"
+        ) from None
     steps = cols["step"]
-    written = []
-
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    ax.plot(steps, cols["episode_return_mean"], color="tab:blue", label="episode return (mean of last 100)")
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("episode return")
-    ax.grid(alpha=0.3)
-    if "episode_length_mean" in cols:
-        ax2 = ax.twinx()
-        ax2.plot(steps, cols["episode_length_mean"], color="tab:gray", alpha=0.5, label="episode length")
-        ax2.set_ylabel("episode length")
-    ax.set_title(f"{run_dir.name}: learning curve")
-    ax.legend(loc="upper left")
-    fig.tight_layout()
-    path = out / "return.png"
-    fig.savefig(path)
-    plt.close(fig)
-    written.append(path)
-
+    written: list[Path] = []
+    if "episode_return_mean" in cols:
+        written.append(_return_plot(plt, run_dir, cols, out))
     others = [k for k, v in cols.items() if k not in _SKIP and any(not math.isnan(x) for x in v)]
     if others:
         ncols = 3
@@ -86,3 +96,23 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
         plt.close(fig)
         written.append(path)
     return written
+
+
+def _return_plot(plt: Any, run_dir: Path, cols: dict[str, list[float]], out: Path) -> Path:
+    steps = cols["step"]
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    ax.plot(steps, cols["episode_return_mean"], color="tab:blue", label="episode return (mean of last 100)")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("episode return")
+    ax.grid(alpha=0.3)
+    if "episode_length_mean" in cols:
+        ax2 = ax.twinx()
+        ax2.plot(steps, cols["episode_length_mean"], color="tab:gray", alpha=0.5, label="episode length")
+        ax2.set_ylabel("episode length")
+    ax.set_title(f"{run_dir.name}: learning curve")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    path = out / "return.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -175,11 +175,11 @@ def default_run_dir(config_path: str | Path | None, root: str | Path = "runs") -
 def check_resume_config(path: Path, now: Mapping[str, Any]) -> None:
     """A resumed run must keep the env, the model and the algorithm of the run it continues
     (``runner`` settings such as ``total_steps`` may change): compare with its ``config.yaml``."""
-    import yaml
+    from rlinf_core.config import describe_value, load_yaml
 
     if not path.is_file():
         return
-    then = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    then = load_yaml(path, what="config.yaml of the run")
     problems = []
     for section in ("env", "model"):
         a, b = then.get(section) or {}, now.get(section) or {}
@@ -188,7 +188,8 @@ def check_resume_config(path: Path, now: Mapping[str, Any]) -> None:
                 problems.append(
                     ConfigProblem(
                         f"{section}.{key}",
-                        f"is {b.get(key)!r}, but the run being resumed used {a.get(key)!r}",
+                        f"is {describe_value(b.get(key))}, but the run being resumed used "
+                        f"{describe_value(a.get(key))}",
                     )
                 )
     name_then = (then.get("algorithm") or {}).get("name")
@@ -471,6 +472,28 @@ class RunRecorder:
         ep.recent_successes.extend(s.get("recent_successes", ()))
         self.wall_offset = float(s["wall_s"])
         self.best = float(s["best"])
+
+    def rewind(self, s: Mapping[str, Any], step: int) -> int:
+        """Go back, mid-run, to a checkpoint's ``run`` record taken at env step ``step`` (the
+        learner was restarted from it): the metrics rows written after it are dropped from
+        ``metrics.csv`` (the steps after it run again and write their rows anew), the episode
+        statistics and the best return are the checkpoint's; the wall clock keeps running.
+        Returns how many rows were dropped."""
+        dropped = 0
+        if self.log is not None:
+            self.log.close()
+            dropped = self.log.drop_rows_after(step)
+            self.log.append = self.log.path.is_file() and self.log.path.stat().st_size > 0
+        ep = self.episodes
+        for window in (ep.recent_returns, ep.recent_lengths, ep.recent_successes):
+            window.clear()
+        ep.episodes = int(s["episodes"])
+        ep.recent_returns.extend(s["recent_returns"])
+        ep.recent_lengths.extend(s["recent_lengths"])
+        ep.recent_successes.extend(s.get("recent_successes", ()))
+        self.best = float(s["best"])
+        self.last_log_step, self.last_log_time = step, time.perf_counter()
+        return dropped
 
     def summary(self, algorithm: str, env_id: str, steps: int, interrupted: bool) -> dict[str, Any]:
         """The summary fields every embodied runtime writes."""

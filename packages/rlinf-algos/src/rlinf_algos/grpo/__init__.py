@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from rlinf_algos.algorithm import EmbodiedAlgorithm
+from rlinf_algos.algorithm import EmbodiedAlgorithm, rollout_item
 from rlinf_algos.config import EnvConfig
 from rlinf_algos.grpo.config import GRPOConfig
 from rlinf_algos.recipe import Recipe
@@ -60,6 +60,16 @@ class GRPO(EmbodiedAlgorithm):
                 )
             )
         return problems
+
+    @classmethod
+    def memory_items(cls, sections: Any, algo_config: Any) -> list[tuple[str, str, int]]:
+        """Adds the episodes of an iteration when their length is known (env.max_episode_steps):
+        observation, action, log-probs of the policy and the reference, reward (5 float32 at least)."""
+        items = super().memory_items(sections, algo_config)
+        steps = sections.env.max_episode_steps
+        if steps is not None:
+            items.append(rollout_item(sections, steps, "env.max_episode_steps", 5, "the episodes"))
+        return items
 
     def recipe(self) -> Recipe:
         from rlinf_algos.grpo.recipe import GRPORecipe

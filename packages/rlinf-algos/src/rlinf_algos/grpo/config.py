@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from rlinf_algos.config import STRICT
+from rlinf_core.config import ConfigSection
 
 __all__ = ["GRPOConfig"]
 
 
-class GRPOConfig(BaseModel):
+class GRPOConfig(ConfigSection):
     """``algorithm`` section for ``name: grpo``: group-relative advantages, no critic."""
 
     model_config = STRICT

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from rlinf_algos.algorithm import EmbodiedAlgorithm
+from rlinf_algos.algorithm import EmbodiedAlgorithm, rollout_item
 from rlinf_algos.ppo.config import PPOConfig
 from rlinf_algos.recipe import Recipe
 from rlinf_core.errors import ConfigProblem
@@ -38,6 +38,21 @@ class PPO(EmbodiedAlgorithm):
                 )
             )
         return problems
+
+    @classmethod
+    def memory_items(cls, sections: Any, algo_config: Any) -> list[tuple[str, str, int]]:
+        """Adds the rollout buffer: per step observation, action, mean, log-prob, reward, value,
+        flags, advantage and return (9 float32 at least), and one log-ratio per update epoch."""
+        return [
+            *super().memory_items(sections, algo_config),
+            rollout_item(
+                sections,
+                algo_config.rollout_steps,
+                "algorithm.rollout_steps",
+                9 + algo_config.update_epochs,
+                "a rollout buffer",
+            ),
+        ]
 
     def recipe(self) -> Recipe:
         from rlinf_algos.ppo.recipe import PPORecipe

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from rlinf_algos.config import STRICT
+from rlinf_core.config import ConfigSection
 
 __all__ = ["PPOConfig"]
 
 
-class PPOConfig(BaseModel):
+class PPOConfig(ConfigSection):
     """``algorithm`` section for ``name: ppo``. Defaults follow CleanRL's ``ppo_continuous_action``
     (the issue's HalfCheetah benchmark settings, with 8 environments)."""
 

@@ -12,9 +12,22 @@ Fault tolerance: env and rollout workers that die are restarted (``WorkerGroup.r
 iteration they were in is aborted on every worker (their links break; an ``ABORT`` item on each
 key of the plan), its partial batch is dropped and logged (``dropped_batches``,
 ``dropped_env_steps`` in the summary), the new worker pulls the newest weights, and the iteration
-is run again under the next generation, so nothing of the lost batch is mixed in. The actor holds
-the optimiser state and is not restarted: the run stops with the error and ``--resume`` continues
-from the newest checkpoint.
+is run again under the next generation, so nothing of the lost batch is mixed in.
+
+The learner (the actor worker) holds the optimiser state, so when its process dies the run goes
+back to the newest checkpoint that loads: the actor is restarted on its placement from the
+checkpoint's state and publishes under a new weight broadcast (the old one died with it); the
+rollout workers rebuild their policy from it and take the checkpoint's sampling RNG, the envs are
+reseeded as a ``--resume`` would, the metrics rows written after the checkpoint are dropped, and
+the iterations after it run again under the next generation (a batch collected before the
+restart is never trained on). The event goes to ``learner_restarts`` in the summary (``step``,
+``reason``, ``checkpoint``, ``steps_lost``). Checkpoints are written before an iteration would
+take the env steps since the last one past ``runner.checkpoint_interval``, so a restart loses
+at most that many (before the first, the learner starts afresh from the run's start). Every
+restart, of any worker, counts against ``runner.max_restarts``; when the learner cannot be
+restarted (restarts used up, checkpoints turned off) the run ends with a message
+naming the newest checkpoint and the ``--resume`` command, after writing ``policy.pt`` (the
+newest weights the rollout workers hold) and ``summary.json`` (with ``error``).
 
 Env and rollout workers exchange observations and actions over direct links (see
 :mod:`rlinf_algos.runtime.workers`); the driver hands every env worker the rollout workers' link
@@ -29,13 +42,15 @@ import collections
 import logging
 import math
 import secrets
+import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from rlinf_algos.channels import ABORT
-from rlinf_algos.recipe import IterationPlan, Recipe, await_call
+from rlinf_algos.recipe import IterationPlan, Recipe
 from rlinf_algos.rundir import (
     BASE_COLUMNS,
     RunRecorder,
@@ -43,11 +58,12 @@ from rlinf_algos.rundir import (
     load_checkpoint,
     write_summary,
 )
+from rlinf_algos.runtime.recovery import LearnerDied, RecoveryMixin, RunFailed, failure_reason, worker_died
 from rlinf_algos.runtime.training import TrainingInterrupted
 from rlinf_algos.stats import EpisodeStats
 from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
 
-__all__ = ["DistributedRun", "run_distributed"]
+__all__ = ["DistributedRun", "RunFailed", "run_distributed"]
 
 ProgressFn = Callable[[dict[str, Any]], None]
 
@@ -79,12 +95,15 @@ def run_distributed(
     return run.run()
 
 
-class DistributedRun:
+class DistributedRun(RecoveryMixin):
     """One run of a recipe on workers. Build it with a started scheduler, call :meth:`run`.
 
     Attributes a test or a callback may read: ``groups`` (``{"env", "rollout", "actor", ...}``
-    worker groups), ``iteration``, ``gen`` (the channel-key generation), ``restarts``,
-    ``dropped_batches``, ``dropped_env_steps``, ``steps``, ``traj_ch``.
+    worker groups), ``pids`` (``{component: [process id by rank]}``, renewed after every
+    restart), ``iteration``, ``gen`` (the channel-key generation), ``restarts``,
+    ``learner_restarts``, ``dropped_batches``, ``dropped_env_steps``, ``steps``, ``traj_ch``,
+    ``batch_log`` (per update: the iteration, the generations and weight versions of the items
+    it consumed, and the learner's version before it).
 
     ``callbacks``: ``on_iteration(run, k)`` before iteration ``k`` starts; ``on_collecting(run,
     k)`` once rollout rank 0 has reported that it is collecting iteration ``k`` (fault tests
@@ -128,6 +147,10 @@ class DistributedRun:
         self.plan_k: IterationPlan | None = None  # the iteration in flight
         self.resume_digest: str | None = None
         self.resumed_from: str | None = None
+        self.pids: dict[str, list[int]] = {}
+        self.learner_restarts: list[dict[str, Any]] = []
+        self.batch_log: list[dict[str, Any]] = []
+        self.final_policy: dict[str, Any] | None = None
 
     # -- set-up ----------------------------------------------------------------------------------
     def _world(self, component: str) -> int | None:
@@ -179,7 +202,7 @@ class DistributedRun:
         if M is not None and N is not None:
             self._check_sizes(M, N)
         uid = secrets.token_hex(4)
-        self.weights = f"rlinf-{uid}-policy"
+        self.weights = self.weights_base = f"rlinf-{uid}-policy"
         self.link_token = secrets.token_hex(16)  # travels only as a Ray call argument
         S, seed = self.rollout_cfg.pipeline_stages, self.runner_cfg.seed
         self.traj_ch = self.channel(
@@ -224,9 +247,23 @@ class DistributedRun:
         for name in ("actor", "rollout", *self.recipe.policy_components):
             self.groups[name].configure(spec).wait(self.timeout)
         self.link_addrs = [tuple(a) for a in self.groups["rollout"].link_address().wait(self.timeout)]
-        for name in ("env", "rollout"):
+        for name in ("env", "rollout", "actor"):
             if hasattr(self.groups[name], "stop_on_failure"):
                 self.groups[name].stop_on_failure = False
+        for name in self.groups:
+            self._note_pids(name)
+
+    def _note_pids(self, component: str, ranks: list[int] | None = None) -> None:
+        """Ask ``component``'s workers (``ranks``, default all) for their process ids."""
+        group = self.groups[component]
+        try:
+            view = group if ranks is None else group.on(ranks)
+            got = view.pid().wait(self.timeout)
+        except AttributeError:  # a worker class without pid()
+            return
+        pids = self.pids.setdefault(component, [0] * getattr(group, "world_size", len(got)))
+        for r, pid in zip(ranks if ranks is not None else range(len(got)), got, strict=True):
+            pids[r] = int(pid)
 
     # -- bookkeeping -----------------------------------------------------------------------------
     @property
@@ -252,12 +289,20 @@ class DistributedRun:
             "restarts": self.restarts,
             "dropped_batches": self.dropped_batches,
             "dropped_env_steps": self.dropped_env_steps,
+            "learner_restarts": list(self.learner_restarts),
         }
 
     def checkpoint(self) -> Path:
         """Write ``checkpoints/step_<n>.pt`` atomically (nothing may be in flight)."""
-        actor = self.groups["actor"].state().wait(self.timeout)[0]
-        rngs = self.groups["rollout"].rng_state().wait(self.timeout)
+        try:
+            actor = self.groups["actor"].state().wait(self.timeout)[0]
+        except Exception as err:
+            if worker_died(err, "actor"):
+                raise LearnerDied(
+                    f"{failure_reason(err)} (writing the checkpoint of env step {self.steps})"
+                ) from err
+            raise
+        rngs = self._with_restarts("rollout", lambda: self.groups["rollout"].rng_state().wait(self.timeout))
         path = self.run_dir / "checkpoints" / f"step_{self.steps:010d}.pt"
         state = {
             "algorithm": self.name,
@@ -311,6 +356,7 @@ class DistributedRun:
         self.restarts = int(run.get("restarts", 0))
         self.dropped_batches = int(run.get("dropped_batches", 0))
         self.dropped_env_steps = int(run.get("dropped_env_steps", 0))
+        self.learner_restarts = list(run.get("learner_restarts", []))
         self.resumed_from = str(path)
         for skipped in state.get("skipped_checkpoints", []):
             self._log(f"resume: skipped the damaged checkpoint {skipped}")
@@ -337,13 +383,13 @@ class DistributedRun:
                 asyncio.run(self._main())
             except (KeyboardInterrupt, asyncio.CancelledError):
                 raise TrainingInterrupted(self.run_dir, self._interrupt()) from None
-            self.rec.row(self.steps, self.last_metrics, force=True)
-            if (
-                self.runner_cfg.checkpoint_interval
-                and self.steps != self.last_ckpt_step
-                and not self.rollout_only
-            ):
-                self.checkpoint()
+            except RunFailed as err:
+                try:
+                    self._finish(error=str(err))
+                    note = ". policy.pt (the newest weights the rollout workers held) and summary.json are written."
+                except Exception as fin:  # say so, and still give the first error
+                    note = f" Writing policy.pt and summary.json failed too: {fin}"
+                raise RunFailed(f"{err}{note}") from None
             return self._finish()
         finally:
             self._teardown()
@@ -355,28 +401,67 @@ class DistributedRun:
         # iterations end with their episodes
         self.iterations = max(1, math.ceil(total / self.batch))
         self.inflight: collections.deque[tuple[int, asyncio.Future[Any]]] = collections.deque()
+        self.inflight_keys: dict[int, list[str]] = {}
         self.last_metrics: dict[str, Any] = {}
-        while self.steps < total:
-            k = self.iteration
-            while self.inflight and self.inflight[0][0] < k - staleness:
+        while True:
+            try:
+                if await self._turn(total, staleness):
+                    return
+            except LearnerDied as died:
+                await self._recover_learner(died.reason)
+
+    async def _turn(self, total: int, staleness: int) -> bool:
+        """One turn of the loop: an iteration or, once the budget is spent, the ending (the last
+        updates, the final row, checkpoint and policy). ``True`` when the run is done."""
+        interval = self.runner_cfg.checkpoint_interval if not self.rollout_only else 0
+        if self.steps >= total:
+            while self.inflight:
                 await self._finish_train()
-            interval = self.runner_cfg.checkpoint_interval
-            if interval and self.steps - self.last_ckpt_step >= interval and not self.rollout_only:
-                while self.inflight:
-                    await self._finish_train()
+            self.rec.row(self.steps, self.last_metrics, force=True)
+            if interval and self.steps != self.last_ckpt_step:
                 self.checkpoint()
-            if "on_iteration" in self.callbacks:
-                self.callbacks["on_iteration"](self, k)
-            if await self._iteration(k, staleness):
-                self.iteration += 1
-        while self.inflight:
+            if not self.rollout_only and "actor" in self.groups:
+                self.final_policy = self._policy()
+            return True
+        k = self.iteration
+        while self.inflight and self.inflight[0][0] < k - staleness:
             await self._finish_train()
+        # checkpoint before an iteration would take the steps since the last one past the
+        # interval: a learner restart loses at most `checkpoint_interval` env steps
+        since = self.steps - self.last_ckpt_step
+        if interval and since > 0 and since + self.batch > interval:
+            while self.inflight:
+                await self._finish_train()
+            self.checkpoint()
+        if "on_iteration" in self.callbacks:
+            self.callbacks["on_iteration"](self, k)
+        if await self._iteration(k, staleness):
+            self.iteration += 1
+        return False
 
     async def _finish_train(self) -> None:
         k, fut = self.inflight.popleft()
-        metrics = (await fut)[0]
+        self.inflight_keys.pop(k, None)
+        try:
+            metrics = (await fut)[0]
+        except Exception as err:
+            if worker_died(err, "actor"):
+                raise LearnerDied(f"{failure_reason(err)} (learning on iteration {k})") from err
+            raise
         if metrics.get("aborted"):
             raise RlinfError(f"the actor lost the batch of iteration {k}: {metrics.get('error', 'aborted')}")
+        audit = metrics.pop("batch_audit", None)
+        if audit is not None:
+            items = audit["items"]
+            self.batch_log.append(
+                {
+                    "iteration": k,
+                    "gens": sorted({g for g, _ in items}),
+                    "versions": sorted({v for _, v in items if v is not None}),
+                    "items": len(items),
+                    "learner_version": audit["learner_version"],
+                }
+            )
         metrics.setdefault("rollout_s", getattr(self, "rollout_s", float("nan")))
         self.last_metrics = metrics
         self.rec.row(self.collected_at.pop(k, (k + 1) * self.batch), metrics)
@@ -406,17 +491,20 @@ class DistributedRun:
         }
         if report is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._signal_collecting, k, report)
-        results, dead, fatal = await self._gather(calls)
+        results, dead, fatal, learner_err = await self._gather(calls, train_fut, plan.abort_keys)
         aborted = dead or fatal or any(res.get("aborted") for res in results.values())
         env_res = [results[("env", r)] for r in range(self.M) if ("env", r) in results]
         for res in env_res:
             self.stats.absorb(res["returns"], res["lengths"], res.get("successes", ()))
+        if not aborted and learner_err is not None:  # collected, but the learner is gone
+            raise LearnerDied(f"{failure_reason(learner_err)} (learning on iteration {k})")
         if not aborted:
             self.steps += sum(r["steps"] for r in env_res) if plan.count_env_steps else self.batch
             self.collected_at[k] = self.steps
             rollout_s = max(results[("rollout", r)].get("rollout_s", 0.0) for r in range(self.N))
             if train_fut is not None:
                 self.inflight.append((k, train_fut))
+                self.inflight_keys[k] = list(plan.abort_keys)
                 self.rollout_s = rollout_s
             else:  # rollout only: a row per log interval
                 self.last_metrics = {"rollout_s": rollout_s}
@@ -435,26 +523,28 @@ class DistributedRun:
             f"({why}); generation {gen} -> {gen + 1}"
         )
         if train_fut is not None:
-            res = (await train_fut)[0]
-            if self.recipe.whole_batch and not res.get("aborted"):  # cannot happen: the batch was incomplete
-                raise RlinfError(f"iteration {k}: the actor trained on an incomplete batch")
+            res = None
+            try:
+                res = (await train_fut)[0]
+            except Exception as err:
+                if not worker_died(err, "actor"):
+                    raise
+                learner_err = err
+            if res is not None and self.recipe.whole_batch and not res.get("aborted"):
+                raise RlinfError(f"iteration {k}: the actor trained on an incomplete batch")  # cannot happen
         if fatal:
             err = next(iter(fatal.values()))
             raise err
+        loop = asyncio.get_running_loop()
         for comp in ("env", "rollout"):
             ranks = sorted(r for (c, r) in dead if c == comp)
-            if not ranks:
-                continue
-            self.restarts += len(ranks)
-            if self.restarts > self.runner_cfg.max_restarts:
-                raise RlinfError(
-                    f"{comp} rank(s) {ranks} died and runner.max_restarts={self.runner_cfg.max_restarts} restarts "
-                    f"are used up; the newest checkpoint is in {self.run_dir / 'checkpoints'} (--resume)"
-                )
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, self._restart, comp, ranks)
-            self._log(f"restarted {comp} rank(s) {ranks}; they pulled the newest weights")
+            if ranks:
+                # a rollout worker follows the learner's weights; when the learner is gone too, its
+                # restart (next) rebuilds every rollout worker's policy
+                await loop.run_in_executor(None, self._replace, comp, ranks, learner_err is None)
         self.gen = gen + 1
+        if learner_err is not None:
+            raise LearnerDied(f"{failure_reason(learner_err)} (learning on iteration {k})")
         return False
 
     def _signal_collecting(self, k: int, key: str) -> None:
@@ -468,56 +558,37 @@ class DistributedRun:
             return
         self.callbacks["on_collecting"](self, k)
 
-    def _restart(self, comp: str, ranks: list[int]) -> None:
-        group = self.groups[comp]
-        group.restart(ranks, timeout=self.timeout)
-        if comp == "rollout":  # rebuild the policy, pull the newest weights, listen anew
-            group.on(ranks).configure(self.spec).wait(self.timeout)
-            for r, addr in zip(ranks, group.on(ranks).link_address().wait(self.timeout), strict=True):
-                self.link_addrs[r] = tuple(addr)
+    # -- restarts --------------------------------------------------------------------------------
+    def _drain(self, keys: list[str], stop: threading.Event) -> None:
+        """Take every item off ``keys`` until ``stop`` is set (then once more)."""
+        while True:
+            for key in keys:
+                for _ in range(1000):
+                    try:
+                        self.traj_ch.get_nowait(key)
+                    except Exception:  # empty
+                        break
+            if stop.is_set():
+                return
+            time.sleep(0.05)
 
-    async def _gather(
-        self, calls: dict[tuple[str, int], Any]
-    ) -> tuple[dict[Any, Any], dict[Any, Any], dict[Any, Any]]:
-        """Wait for every call; a died worker's rank goes to ``dead``, another error to
-        ``fatal``. On the first failure the generation is aborted so survivors return."""
-        futs = {asyncio.ensure_future(await_call(c)): key for key, c in calls.items()}
-        results: dict[Any, Any] = {}
-        dead: dict[Any, Any] = {}
-        fatal: dict[Any, Any] = {}
-        pending = set(futs)
-        aborted = False
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for f in done:
-                key = futs[f]
-                err = f.exception()
-                if err is None:
-                    results[key] = f.result()[0]
-                    if results[key].get("aborted") and not aborted:
-                        aborted = True
-                        await self._abort_keys()
-                elif getattr(err, "error_type", "") == "WorkerDied":
-                    dead[key] = err
-                else:
-                    fatal[key] = err
-                if (dead or fatal) and not aborted:
-                    aborted = True
-                    await self._abort_keys()
-        return results, dead, fatal
+    def _put_abort(self, keys: list[str], timeout: float | None = None) -> None:
+        """An ``ABORT`` on each of ``keys`` (with ``timeout``: best effort, a full key is skipped)."""
+        for key in keys:
+            if timeout is None:
+                self.traj_ch.put(ABORT, key, timeout=self.timeout)
+                continue
+            try:
+                self.traj_ch.put(ABORT, key, timeout=timeout)
+            except Exception as err:
+                self._log(f"could not end {key} ({err})")
 
     async def _abort_keys(self) -> None:
         """End the iteration in flight for its consumers (an ``ABORT`` on every key of its plan).
         Env and rollout workers need none: a worker that fails or gives up closes its links,
         which ends the iteration on its peers in turn."""
         keys = self.plan_k.abort_keys if self.plan_k is not None else []
-        loop = asyncio.get_running_loop()
-
-        def put_all() -> None:
-            for key in keys:
-                self.traj_ch.put(ABORT, key, timeout=self.timeout)
-
-        await loop.run_in_executor(None, put_all)
+        await asyncio.get_running_loop().run_in_executor(None, self._put_abort, list(keys))
 
     # -- endings ---------------------------------------------------------------------------------
     def _interrupt(self) -> Path | None:
@@ -537,20 +608,50 @@ class DistributedRun:
         self._finish(interrupted=True)
         return path
 
-    def _finish(self, interrupted: bool = False) -> dict[str, Any]:
+    def _policy(self) -> dict[str, Any]:
+        """The learner's final policy record (``policy.pt``)."""
+        try:
+            return self.groups["actor"].policy().wait(self.timeout)[0]
+        except Exception as err:
+            if worker_died(err, "actor"):
+                raise LearnerDied(f"{failure_reason(err)} (fetching the final policy)") from err
+            raise
+
+    def _rollout_policy(self) -> dict[str, Any] | None:
+        """``policy.pt`` when the learner is gone: the newest weights a rollout worker holds
+        (the last version the learner published that reached them), or ``None``."""
+        try:
+            held = self.groups["rollout"].policy_weights().wait(self.timeout)
+        except Exception as err:
+            self._log(
+                f"no policy.pt: the learner is gone and the rollout workers' weights are not readable ({err})"
+            )
+            return None
+        best = max(held, key=lambda h: h["version"])
+        self._log(f"policy.pt holds weight version {best['version']}, as the rollout workers had it")
+        spec = {k: v for k, v in self.spec.items() if k != "num_slots"}
+        return {"algorithm": self.name, "spec": spec, "state_dict": best["state_dict"]}
+
+    def _finish(self, interrupted: bool = False, error: str | None = None) -> dict[str, Any]:
         self.rec.close()
         if not self.rollout_only and "actor" in self.groups:
-            policy = self.groups["actor"].policy().wait(self.timeout)[0]
-            policy["env_id"] = self.env_cfg.id
-            policy["env_kwargs"] = dict(self.env_cfg.kwargs)  # `rlinf eval` builds the same env
-            policy["max_episode_steps"] = self.env_cfg.max_episode_steps
-            atomic_torch_save(policy, self.run_dir / "policy.pt")
+            policy = self.final_policy
+            if policy is None and error is None:
+                policy = self.groups["actor"].policy().wait(self.timeout)[0]
+            elif policy is None:
+                policy = self._rollout_policy()
+            if policy is not None:
+                policy["env_id"] = self.env_cfg.id
+                policy["env_kwargs"] = dict(self.env_cfg.kwargs)  # `rlinf eval` builds the same env
+                policy["max_episode_steps"] = self.env_cfg.max_episode_steps
+                atomic_torch_save(policy, self.run_dir / "policy.pt")
         summary = self.rec.summary(self.name, self.env_cfg.id, self.steps, interrupted)
         summary.update(
             {
                 "rollout_only": self.rollout_only,
                 "iterations": self.iteration,
                 "restarts": self.restarts,
+                "learner_restarts": self.learner_restarts,
                 "dropped_batches": self.dropped_batches,
                 "dropped_env_steps": self.dropped_env_steps,
                 "workers": {
@@ -561,6 +662,8 @@ class DistributedRun:
                 "events": self.events[-20:],
             }
         )
+        if error is not None:
+            summary["error"] = error
         write_summary(self.run_dir, summary)
         return summary
 

@@ -26,7 +26,8 @@ from rlinf_algos.rundir import (
     move_aside,
     remove_stale_temp_files,
 )
-from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
+from rlinf_core.config import describe_value, validate_model
+from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError, join_path
 from rlinf_core.io import atomic_write_text
 
 __all__ = [
@@ -81,7 +82,6 @@ def validate_run_config(data: Mapping[str, Any], host: Any = None) -> tuple[Any,
     Returns ``(algorithm_class, algorithm_config, scheduler_name)``; raises one
     :class:`ConfigError` listing every problem of every section with its YAML path.
     """
-    from rlinf_core.config import validate_model
     from rlinf_core.plugins import load_plugins
 
     host = host or load_plugins()
@@ -94,12 +94,16 @@ def validate_run_config(data: Mapping[str, Any], host: Any = None) -> tuple[Any,
             ConfigProblem("algorithm", f"missing section; it needs a `name` (registered: {names})")
         )
     elif not isinstance(section, Mapping):
-        problems.append(ConfigProblem("algorithm", f"must be a mapping with a `name`, got {section!r}"))
+        problems.append(
+            ConfigProblem("algorithm", f"must be a mapping with a `name`, got {describe_value(section)}")
+        )
     elif "name" not in section:
         problems.append(ConfigProblem("algorithm.name", f"missing; registered algorithms: {names}"))
-    elif section["name"] not in host.algorithms:
+    elif not isinstance(section["name"], str) or section["name"] not in host.algorithms:
         problems.append(
-            ConfigProblem("algorithm.name", f"unknown algorithm {section['name']!r}; registered: {names}")
+            ConfigProblem(
+                "algorithm.name", f"unknown algorithm {describe_value(section['name'])}; registered: {names}"
+            )
         )
     else:
         algo_cls = host.algorithms.get(section["name"])
@@ -107,8 +111,19 @@ def validate_run_config(data: Mapping[str, Any], host: Any = None) -> tuple[Any,
             algo_cfg = validate_model(algo_cls.config_model, dict(section), "algorithm")
         except ConfigError as err:
             problems.extend(err.problems)
+    cluster = data.get("cluster")
+    sections = data
+    if cluster is not None and not isinstance(cluster, Mapping):
+        problems.append(
+            ConfigProblem(
+                "cluster",
+                f"must be a mapping with num_nodes, node_groups and component_placement, got "
+                f"{describe_value(cluster)}",
+            )
+        )
+        sections = {k: v for k, v in data.items() if k != "cluster"}  # reported: not the algorithm's
     if algo_cls is not None:
-        problems.extend(algo_cls.run_config_problems(data))
+        problems.extend(algo_cls.run_config_problems(sections))
         problems.extend(_logger_problems(data))
 
     runner = data.get("runner") if isinstance(data.get("runner"), Mapping) else {}
@@ -119,9 +134,11 @@ def validate_run_config(data: Mapping[str, Any], host: Any = None) -> tuple[Any,
     if scheduler != LOCAL and scheduler not in host.schedulers:
         known = ", ".join([*host.schedulers.names(), LOCAL])
         problems.append(
-            ConfigProblem("runner.scheduler", f"unknown scheduler {scheduler!r}; available: {known}")
+            ConfigProblem(
+                "runner.scheduler", f"unknown scheduler {describe_value(scheduler)}; available: {known}"
+            )
         )
-    if scheduler != LOCAL:
+    if scheduler != LOCAL and sections is data:
         problems.extend(_cluster_problems(data, algo_cls, host))
     if problems:
         raise ConfigError(problems)
@@ -169,7 +186,7 @@ def dry_run(
     from rlinf_core.plugins import load_plugins
 
     host = host or load_plugins()
-    data = apply_overrides(dict(config), list(overrides))
+    data = accept_rlinf_keys(apply_overrides(dict(config), list(overrides)))
     _, algo_cfg, scheduler_name = validate_run_config(data, host)
     plan = None
     if scheduler_name != LOCAL:
@@ -179,8 +196,22 @@ def dry_run(
     return {"config": _resolved(data, algo_cfg), "scheduler": scheduler_name, "plan": plan}
 
 
+def accept_rlinf_keys(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` without the ``cluster`` keys RLinf reads and rlinf does not implement
+    (:mod:`rlinf_core.compat`), after one warning naming them; unknown keys stay (and are errors)."""
+    from rlinf_core.compat import ignored_keys_warning, split_rlinf_cluster_keys
+
+    out = dict(data)
+    cleaned, ignored, _ = split_rlinf_cluster_keys(out.get("cluster"), keep_unknown=True)
+    if ignored:
+        logging.getLogger("rlinf.config").warning("warning: %s", ignored_keys_warning(ignored))
+        out["cluster"] = cleaned
+    return out
+
+
 def _cluster_problems(data: Mapping[str, Any], algo_cls: Any, host: Any) -> list[ConfigProblem]:
     from rlinf_core.cluster import resolve_cluster_partial
+    from rlinf_core.compat import split_rlinf_cluster_keys
 
     cluster = data.get("cluster")
     if cluster is None:
@@ -192,16 +223,37 @@ def _cluster_problems(data: Mapping[str, Any], algo_cls: Any, host: Any) -> list
                 "runner.scheduler: local",
             )
         ]
-    _, problems = resolve_cluster_partial(cluster, host.hardware)
-    problems = list(problems)
+    cluster, _, problems = split_rlinf_cluster_keys(cluster)
+    _, resolve_problems = resolve_cluster_partial(cluster, host.hardware)
+    problems.extend(resolve_problems)
     placement = cluster.get("component_placement") if isinstance(cluster, Mapping) else None
+    required = algo_cls.required_components if algo_cls is not None and algo_cls.distributed else ()
+    if required and isinstance(cluster, Mapping) and cluster.get("component_placement", {}) == {}:
+        problems.append(
+            ConfigProblem(
+                "cluster.component_placement",
+                f"missing: the {algo_cls.PLUGIN_NAME} workers need a placement of {', '.join(required)} "
+                "(e.g. `component_placement: {actor: {node_group: node, placement: 0}, ...}`, see "
+                "examples/quickstart.yaml), or set runner.scheduler: local",
+            )
+        )
     if algo_cls is not None and isinstance(placement, Mapping):
         placed = set()
         for key in placement:
-            placed.update(x.strip() for x in str(key).split(","))
-        required = algo_cls.required_components if algo_cls.distributed else ()
+            names = [x.strip() for x in str(key).split(",")]
+            placed.update(names)
+            unknown = [n for n in names if n and n not in algo_cls.components]
+            if unknown and algo_cls.components:
+                problems.append(
+                    ConfigProblem(
+                        _placement_path(key),
+                        f"unknown component{'s' if len(unknown) > 1 else ''} "
+                        f"{', '.join(map(repr, unknown))}: a {algo_cls.PLUGIN_NAME} run has "
+                        f"{', '.join(algo_cls.components)}",
+                    )
+                )
         missing = [c for c in required if c not in placed]
-        if missing:
+        if placement and missing:
             problems.append(
                 ConfigProblem(
                     "cluster.component_placement",
@@ -216,12 +268,17 @@ def _cluster_problems(data: Mapping[str, Any], algo_cls: Any, host: Any) -> list
                 if n is not None and n != 1:
                     problems.append(
                         ConfigProblem(
-                            f"cluster.component_placement.{key}.placement",
+                            join_path(_placement_path(key), "placement"),
                             f"the {algo_cls.PLUGIN_NAME} actor (learner) runs as one process, got {n} "
-                            f"from {text!r}; give it several accelerators with one process, e.g. '0-3:0'",
+                            f"from {describe_value(text)}; give it several accelerators with one process, e.g. '0-3:0'",
                         )
                     )
     return problems
+
+
+def _placement_path(key: Any) -> str:
+    text = str(key)
+    return join_path("cluster.component_placement", text if len(text) <= 60 else text[:57] + "...")
 
 
 def _resolved(data: Mapping[str, Any], algo_cfg: Any) -> dict[str, Any]:
@@ -293,7 +350,7 @@ def run_training(
     from rlinf_core.plugins import load_plugins
 
     host = host or load_plugins()
-    data = apply_overrides(dict(config), list(overrides))
+    data = accept_rlinf_keys(apply_overrides(dict(config), list(overrides)))
     algo_cls, algo_cfg, scheduler_name = validate_run_config(data, host)
     algo = algo_cls(algo_cfg)
     if run_dir is None:

@@ -39,6 +39,7 @@ Data flow of one PPO iteration (``T`` = ``algorithm.rollout_steps`` vector steps
 from __future__ import annotations
 
 import hashlib
+import os
 import socket
 import time
 from typing import Any
@@ -52,6 +53,15 @@ from rlinf_core.worker import Worker
 from rlinf_scheduler.link import Link
 
 __all__ = ["ActorWorker", "EnvWorker", "RolloutWorker", "digest", "set_threads"]
+
+
+class _Process:
+    """What every worker of the runtime answers about its process."""
+
+    def pid(self) -> int:
+        """This worker's process id (the driver keeps it in ``DistributedRun.pids``; fault tests
+        and ``benchmarks/chaos.py`` kill the process by it)."""
+        return os.getpid()
 
 
 def _close_links(links: dict[int, Link]) -> None:
@@ -90,7 +100,7 @@ def set_threads(n: int) -> None:
 # -- env ---------------------------------------------------------------------------------------
 
 
-class EnvWorker(Worker):
+class EnvWorker(_Process, Worker):
     """A seeded vector env of any registered gymnasium id, split into pipeline stages.
 
     Args:
@@ -329,7 +339,7 @@ class EnvWorker(Worker):
 # -- rollout ---------------------------------------------------------------------------------------
 
 
-class RolloutWorker(Worker):
+class RolloutWorker(_Process, Worker):
     """Policy inference with a versioned copy of the weights. :meth:`configure` builds the
     policy once the env's sizes are known; :meth:`collect` runs the recipe's collection over this
     worker's env links (:meth:`recv` / :meth:`send` per pipeline stage).
@@ -423,17 +433,27 @@ class RolloutWorker(Worker):
             self.links[env_rank] = link
         self.links_gen = gen
 
-    def configure(self, spec: dict[str, Any]) -> int:
+    def configure(
+        self, spec: dict[str, Any], weights: str | None = None, connect_timeout: float | None = None
+    ) -> int:
         """Build the policy from ``spec`` (the env's sizes are known once an env worker runs)
-        and pull the newest weights (a restarted worker catches up here). Returns the version."""
+        and pull the newest weights (a restarted worker catches up here). ``weights``: the
+        broadcast to follow from now on (a restarted learner publishes under a new name, from the
+        version of its checkpoint). ``connect_timeout``: how long to wait for the broadcast to
+        exist (default ``timeout``; the driver passes less when it exists already, so that one
+        whose learner died since fails soon). Returns the version."""
         from rlinf_algos.models import build_policy
         from rlinf_scheduler.weights import WeightBroadcast
 
+        if weights is not None:
+            self.weights_name = weights
         self.spec = spec
         self.model = build_policy(spec)
         self.model.eval()
         self.wb = WeightBroadcast.connect(
-            self.weights_name, timeout=self.timeout, default_timeout=self.timeout
+            self.weights_name,
+            timeout=self.timeout if connect_timeout is None else connect_timeout,
+            default_timeout=self.timeout,
         )
         self.version = -1
         self.sync(0)
@@ -466,6 +486,11 @@ class RolloutWorker(Worker):
         self.generator.set_state(state["generator"])
         torch.set_rng_state(state["torch"])
         self.np_rng.bit_generator.state = state["numpy"]
+
+    def policy_weights(self) -> dict[str, Any]:
+        """The weights this worker acts with and their version: the newest the learner published
+        that this worker fetched (what ``policy.pt`` holds when the learner is gone)."""
+        return {"version": self.version, "state_dict": self.model.state_dict()}
 
     def recv(self, s: int) -> dict[str, Any]:
         """The env message of stage ``s`` (``obs``, and after a step ``rew``, ``term``, ``trunc``
@@ -535,6 +560,44 @@ class RolloutWorker(Worker):
 # -- actor -------------------------------------------------------------------------------------
 
 
+class _AuditedChannel:
+    """The trajectory channel as the learner sees it: every item it takes is noted as
+    ``(generation, weight version)`` (the generation from the key ``g<gen>/...``, the version
+    from the item's ``version``, ``None`` where it has none)."""
+
+    def __init__(self, ch: Any) -> None:
+        self.ch = ch
+        self.taken: list[tuple[str, int | None]] = []
+
+    def get(self, key: Any, *args: Any, **kwargs: Any) -> Any:
+        item = self.ch.get(key, *args, **kwargs)
+        self._note(key, item)
+        return item
+
+    def get_nowait(self, key: Any) -> Any:
+        item = self.ch.get_nowait(key)
+        self._note(key, item)
+        return item
+
+    def _note(self, key: Any, item: Any) -> None:
+        if isinstance(item, dict):
+            gen = str(key).split("/", 1)[0].removeprefix("g")
+            version = item.get("version")
+            self.taken.append((gen, None if version is None else int(version)))
+
+    def take(self) -> list[tuple[str, int | None]]:
+        taken, self.taken = self.taken, []
+        return taken
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "ch":  # not built yet
+            raise AttributeError(name)
+        return getattr(self.ch, name)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickles as the channel it wraps
+        return (_AuditedChannel, (self.ch,))
+
+
 def digest(obj: Any) -> str:
     """A content hash of nested dicts/lists of tensors, arrays and scalars (keys sorted, tensors by
     dtype, shape and bytes), equal for equal states wherever they were built."""
@@ -568,7 +631,7 @@ def digest(obj: Any) -> str:
     return h.hexdigest()[:16]
 
 
-class ActorWorker(Worker):
+class ActorWorker(_Process, Worker):
     """The learner: the recipe's :class:`~rlinf_algos.recipe.LearnerSide` (networks, optimisers,
     buffers) fed from the trajectory channel. Rank 0 publishes the weights.
 
@@ -593,6 +656,7 @@ class ActorWorker(Worker):
         self.rollout_world = rollout_world
         self.timeout = float(runner_cfg.get("worker_timeout", 300.0))
         self.side: Any = None
+        self.audit = _AuditedChannel(traj_ch)
 
     def setup(self) -> None:
         if self.world_size != 1:
@@ -612,14 +676,22 @@ class ActorWorker(Worker):
         if self.side is not None:
             self.side.close()
 
-    def configure(self, spec: dict[str, Any]) -> int:
-        """Build the learner for ``spec``, create the weight broadcast and publish version 0.
-        Returns the published version."""
+    def configure(
+        self, spec: dict[str, Any], weights: str | None = None, state: dict[str, Any] | None = None
+    ) -> int:
+        """Build the learner for ``spec``, create the weight broadcast and publish version 0, or
+        with ``state`` (:meth:`state` output: a restarted learner) the checkpoint's weights at
+        its version. ``weights``: the broadcast's name (default the constructor's). Returns the
+        published version."""
+        import torch
+
         from rlinf_scheduler.weights import WeightBroadcast
 
+        if weights is not None:
+            self.weights_name = weights
         self.spec = spec
         ctx = LearnerContext(
-            traj_ch=self.traj_ch,
+            traj_ch=self.audit,
             rollout_world=self.rollout_world,
             timeout=self.timeout,
             publish=self._publish,
@@ -627,6 +699,9 @@ class ActorWorker(Worker):
             device=str(self.runner_cfg.get("device", "cpu")),
         )
         self.side = self.recipe.learner(spec, self.model_cfg, ctx)
+        if state is not None:
+            self.side.load(state)
+            torch.set_rng_state(state["torch_rng"])
         self.wb = WeightBroadcast.create(self.weights_name, default_timeout=self.timeout)
         self.published = -1
         self._publish()
@@ -644,12 +719,17 @@ class ActorWorker(Worker):
     def train(self, gen: int | str, **kw: Any) -> dict[str, Any]:
         """One iteration of learning on the data of generation ``gen``; publishes the new
         weights. Returns the learner's metrics, or ``aborted``."""
+        version = int(self.side.version)
+        self.audit.take()
         try:
             metrics = self.side.train(gen, **kw)
         except ChannelError as err:
             return {"aborted": True, "error": str(err)}
         if not metrics.get("aborted"):
             self._publish()
+        # what the update consumed: the driver checks that no batch mixes weight versions or
+        # generations (read by benchmarks/chaos.py; not a metrics column)
+        metrics["batch_audit"] = {"learner_version": version, "items": self.audit.take()}
         return metrics
 
     def discard(self, gen: int) -> int:

@@ -8,7 +8,7 @@ Light on purpose (pydantic and rlinf_core only, for the plugin). The pieces:
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
@@ -24,6 +24,19 @@ class SAC(EmbodiedAlgorithm):
 
     PLUGIN_NAME: ClassVar[str] = "sac"
     config_model: ClassVar[type[BaseModel]] = SACConfig
+
+    network_copies: ClassVar[int] = 5
+    """The actor, two critics and their two targets."""
+
+    @classmethod
+    def memory_items(cls, sections: Any, algo_config: Any) -> list[tuple[str, str, int]]:
+        """Adds the replay buffer: per transition observation, next observation, action, reward
+        and flags (5 float32 at least)."""
+        size = algo_config.buffer_size
+        return [
+            *super().memory_items(sections, algo_config),
+            ("algorithm.buffer_size", f"a replay buffer of {size:,} transitions", size * 5 * 4),
+        ]
 
     def recipe(self) -> Recipe:
         from rlinf_algos.sac.recipe import SACRecipe

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
 from rlinf_algos.config import STRICT
+from rlinf_core.config import ConfigSection
 
 __all__ = ["SACConfig"]
 
 
-class SACConfig(BaseModel):
+class SACConfig(ConfigSection):
     """``algorithm`` section for ``name: sac``. Defaults follow CleanRL's ``sac_continuous_action``
     and SB3 (one gradient step per env step)."""
 

@@ -1,0 +1,150 @@
+"""The learner restarts itself: the actor worker's process is killed (SIGKILL on its PID, which
+the worker reports) while a PPO run is collecting, on a real embedded Ray with real MuJoCo envs.
+With restarts left, the run goes back to the newest checkpoint and finishes; with
+``runner.max_restarts: 0`` it ends with a message naming the checkpoint and the ``--resume``
+command, and writes the policy and the summary first. One Ray serves the module; each test
+takes 40-50 s on a loaded 2-core machine, hence ``slow``."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from rlinf_algos.evaluate import load_policy
+from rlinf_algos.runtime.distributed import RunFailed
+from rlinf_algos.runtime.training import run_training
+
+pytestmark = [pytest.mark.network, pytest.mark.slow]
+
+BATCH = 64 * 4  # rollout_steps x num_envs: env steps per iteration
+INTERVAL = 2 * BATCH  # checkpoint_interval
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Any:
+    """One embedded Ray for the module (runs attach to it instead of starting their own)."""
+    from rlinf_scheduler.runtime.cluster import Cluster
+
+    cluster = Cluster(1, ray_init={"num_cpus": 2})
+    yield cluster
+    cluster.shutdown()
+
+
+def ppo_config(**runner: Any) -> dict[str, Any]:
+    return {
+        "cluster": {
+            "num_nodes": 1,
+            "component_placement": {
+                "env": {"node_group": "node", "placement": "0"},
+                "rollout": {"node_group": "node", "placement": "0"},
+                "actor": {"node_group": "node", "placement": "0"},
+            },
+        },
+        "algorithm": {"name": "ppo", "rollout_steps": 64, "update_epochs": 2, "minibatch_size": 64},
+        "env": {"id": "InvertedPendulum-v5", "num_envs": 4},
+        "model": {"hidden_sizes": [16, 16]},
+        "rollout": {"pipeline_stages": 2},
+        "runner": {
+            "total_steps": 8 * BATCH,
+            "log_interval": BATCH,
+            "checkpoint_interval": INTERVAL,
+            "seed": 3,
+            "loggers": ["csv"],
+            **runner,
+        },
+    }
+
+
+def rows(run_dir: Path) -> list[int]:
+    with (run_dir / "metrics.csv").open() as f:
+        return [int(r["step"]) for r in csv.DictReader(f)]
+
+
+def kill_learner_at(k_kill: int, killed: list[int]) -> Any:
+    """An ``on_collecting`` callback that SIGKILLs the actor worker's process once, while
+    iteration ``k_kill`` is being collected (the learner is then updating on ``k_kill - 1`` or
+    waiting for ``k_kill``)."""
+
+    def on_collecting(run: Any, k: int) -> None:
+        if k == k_kill and not killed:
+            pid = run.pids["actor"][0]
+            killed.append(pid)
+            os.kill(pid, signal.SIGKILL)
+
+    return on_collecting
+
+
+def test_a_killed_learner_is_restarted_from_the_newest_checkpoint(ray_cluster: Any, tmp_path: Path) -> None:
+    killed: list[int] = []
+    seen: dict[str, Any] = {}
+
+    def on_iteration(run: Any, k: int) -> None:
+        seen["pid"] = run.pids["actor"][0]
+        seen["log"] = run.batch_log
+
+    summary = run_training(
+        ppo_config(),
+        run_dir=tmp_path,
+        callbacks={"on_collecting": kill_learner_at(5, killed), "on_iteration": on_iteration},
+    )
+    assert len(killed) == 1 and seen["pid"] != killed[0]  # a new process learns
+    assert summary["total_env_steps"] == 8 * BATCH and summary["restarts"] == 1
+    (event,) = summary["learner_restarts"]
+    assert set(event) == {"step", "reason", "checkpoint", "steps_lost"}
+    # iterations 0-4 were collected (1280 env steps), the newest checkpoint is at 1024
+    assert event["checkpoint"].endswith("step_0000001024.pt")
+    assert 0 < event["steps_lost"] <= INTERVAL and event["step"] - event["steps_lost"] == 1024
+    assert "died" in event["reason"]
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk["learner_restarts"] == summary["learner_restarts"]
+    assert "restarted the learner from step_0000001024.pt" in "\n".join(summary["events"])
+    # the rows after the checkpoint were dropped and written again once: no step twice
+    assert rows(tmp_path) == [BATCH * i for i in range(1, 9)]
+    # every update took one rollout rank's trajectory of one generation and one weight version,
+    # never newer than the learner (a batch of the lost lineage would be)
+    for batch in seen["log"]:
+        assert len(batch["gens"]) == 1 and len(batch["versions"]) == 1, batch
+        assert batch["versions"][0] <= batch["learner_version"], batch
+    assert [b["iteration"] for b in seen["log"]][-4:] == [4, 5, 6, 7]
+    state = torch.load(tmp_path / "checkpoints" / "step_0000002048.pt", weights_only=False)
+    assert state["actor"]["learner"]["version"] == 8  # one update per iteration, none twice
+    assert state["run"]["learner_restarts"] == summary["learner_restarts"]
+    _, record = load_policy(tmp_path / "policy.pt")
+    assert record["algorithm"] == "ppo"
+
+
+def test_without_restarts_left_the_message_names_the_checkpoint_and_the_resume_command(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    killed: list[int] = []
+    with pytest.raises(RunFailed) as failure:
+        run_training(
+            ppo_config(max_restarts=0, total_steps=6 * BATCH),
+            run_dir=tmp_path,
+            callbacks={"on_collecting": kill_learner_at(3, killed)},
+        )
+    message = str(failure.value)
+    newest = tmp_path / "checkpoints" / "step_0000000512.pt"
+    assert killed and "the learner (actor worker) died at env step" in message
+    assert "runner.max_restarts=0" in message and str(newest) in message
+    command = f"rlinf train {tmp_path / 'config.yaml'} --resume {tmp_path}"
+    assert f"`{command}`" in message
+    assert "policy.pt" in message and "Traceback" not in message
+    # the last good state: the newest weights the rollout worker held, and the summary
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert message.startswith(summary["error"]) and summary["learner_restarts"] == []
+    module, record = load_policy(tmp_path / "policy.pt")
+    assert record["algorithm"] == "ppo" and module.predict(torch.zeros(1, 4)).shape == (1, 1)
+    # the advertised command continues the run: its config.yaml, --resume on the run directory
+    config = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    resumed = run_training(config, run_dir=tmp_path, resume=True)
+    assert resumed["resumed_from"] == str(newest) and resumed["total_env_steps"] == 6 * BATCH
+    assert rows(tmp_path) == [BATCH * i for i in range(1, 7)]
