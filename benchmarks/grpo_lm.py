@@ -1,10 +1,13 @@
 """LLM GRPO on CPU: rollout generation throughput, and the time of one GRPO iteration by phase.
 
-Part 1, generation (``tokens/s``): the example's policy (d_model 128, 4 layers) generating
-``NEW`` tokens after a 12-token prompt, side by side:
+Part 1, generation (``tokens/s``): the example's policy (a Qwen2-architecture model folder,
+hidden 128, 4 layers) generating ``NEW`` tokens after a 12-token prompt, side by side:
 
-- ``kv-cache`` (what the rollout worker runs): batched, left-padded prefill, preallocated KV
-  cache, ``torch.inference_mode``;
+- ``kv-cache`` (what the rollout worker runs, :func:`rlinf_algos.lm.hf.generate`): batched,
+  left-padded prefill, the model's KV cache, rows leaving the cache as they finish,
+  ``torch.inference_mode``;
+- ``hf-generate``: transformers' own ``model.generate(do_sample=True)`` on the same batch (the
+  library peer);
 - ``no-cache``: the same sampler recomputing the whole sequence every step (the naive peer);
 - at batch 1, 32 and 256 (one at a time vs batched).
 
@@ -39,36 +42,55 @@ from typing import Any
 import torch
 from _report import fmt
 
-from rlinf_algos.lm.config import LMModelConfig, load_lm_sections
-from rlinf_algos.lm.model import TinyLM, generate
-from rlinf_algos.lm.tokenizer import CharTokenizer
+from rlinf_algos.lm import hf
+from rlinf_algos.lm.config import LMModelConfig, ModelInitConfig, load_lm_sections
+from rlinf_algos.lm.tokens import LMTokenizer
 from rlinf_algos.lm.trainer import PHASES, train_lm
 from rlinf_core.config import apply_overrides, load_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _no_cache_generate(model: TinyLM, prompts: list[list[int]], new: int, gen: torch.Generator) -> int:
+def _no_cache_generate(model: Any, prompts: list[list[int]], new: int, gen: torch.Generator) -> int:
     """The naive peer: one full forward over the whole (equal-length) batch per new token."""
     ids = torch.tensor(prompts)
     with torch.inference_mode():
         for _ in range(new):
-            probs = torch.softmax(model(ids)[:, -1], dim=-1)
+            probs = torch.softmax(model(input_ids=ids, use_cache=False).logits[:, -1], dim=-1)
             nxt = torch.multinomial(probs, 1, generator=gen)
             ids = torch.cat([ids, nxt], dim=1)
     return len(prompts) * new
 
 
+def _hf_generate(model: Any, prompts: list[list[int]], new: int, seed: int) -> int:
+    """The library peer: transformers' ``generate`` (sampling, its own KV cache), no early stop."""
+    torch.manual_seed(seed)
+    ids = torch.tensor(prompts)
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=True,
+            top_k=0,
+            max_new_tokens=new,
+            min_new_tokens=new,
+            pad_token_id=0,
+        )
+    return (out.shape[1] - ids.shape[1]) * len(prompts)
+
+
 def bench_generation(quick: bool) -> list[dict[str, Any]]:
-    tok = CharTokenizer()
-    torch.manual_seed(0)
-    model = TinyLM(LMModelConfig(d_model=128, n_layers=4, n_heads=4, max_seq_len=256), tok.vocab_size).eval()
+    folder = Path(tempfile.mkdtemp(prefix="rlinf-bench-lm-")) / "model"
+    init = ModelInitConfig(hidden_size=128, num_layers=4, num_heads=4, max_position_embeddings=256)
+    hf.new_model_folder(folder, init, seed=0)
+    tok = LMTokenizer.from_folder(folder)
+    model = hf.load_causal_lm(LMModelConfig(path=str(folder)), trainable=False).eval()
     new = 32 if quick else 64
     prompt = tok.encode("12+34+56+78=", bos=True)
     rows = []
     for batch in (1, 32, 256):
         prompts = [prompt] * batch
-        for name in ("kv-cache", "no-cache"):
+        for name in ("kv-cache", "hf-generate", "no-cache"):
             reps = 1 if quick or batch == 256 else 3
             walls, cpus = [], []
             n_tok = 0
@@ -76,7 +98,9 @@ def bench_generation(quick: bool) -> list[dict[str, Any]]:
                 gen = torch.Generator().manual_seed(r)
                 t, c = time.perf_counter(), time.process_time()
                 if name == "kv-cache":
-                    n_tok = generate(model, prompts, new, [], temperature=1.0, generator=gen).num_tokens
+                    n_tok = hf.generate(model, prompts, new, [], temperature=1.0, generator=gen).num_tokens
+                elif name == "hf-generate":
+                    n_tok = _hf_generate(model, prompts, new, r)
                 else:
                     n_tok = _no_cache_generate(model, prompts, new, gen)
                 walls.append(time.perf_counter() - t)
@@ -222,7 +246,9 @@ def main() -> None:
     load0 = os.getloadavg()
     cpu0 = time.process_time()
     gen_rows = bench_generation(args.quick)
-    print(f"rollout generation (TinyLM d128 x4 layers, {gen_rows[0]['new_tokens']} new tokens per sequence)")
+    print(
+        f"rollout generation (Qwen2 hidden 128 x4 layers, {gen_rows[0]['new_tokens']} new tokens per sequence)"
+    )
     print(f"{'batch':>6} {'sampler':>9} {'tokens':>7} {'wall s':>8} {'tokens/s':>10} {'tokens/cpu-s':>13}")
     for r in gen_rows:
         print(

@@ -37,7 +37,7 @@ rtable = _load(RESULTS_TABLE, "rlinf_docs_results_table")
 
 
 def _readmes_with_markers() -> list[Path]:
-    readmes = sorted(ROOT.glob("packages/*/README.md"))
+    readmes = sorted([*ROOT.glob("packages/*/README.md"), *ROOT.glob("packages/*/docs/*.md")])
     return [p for p in readmes if cref.has_markers(p.read_text(encoding="utf-8"))]
 
 
@@ -56,7 +56,7 @@ def test_package_readmes_carry_a_generated_reference() -> None:
     assert {"rlinf-core", "rlinf-hw-franka", "rlinf-net-easytier"} <= names, names
 
 
-@pytest.mark.parametrize("readme", READMES, ids=[p.parent.name for p in READMES])
+@pytest.mark.parametrize("readme", READMES, ids=[str(p.relative_to(ROOT / "packages")) for p in READMES])
 def test_config_reference_is_current(readme: Path) -> None:
     rel = readme.relative_to(ROOT).as_posix()
     result = _run(str(CONFIG_REFERENCE.relative_to(ROOT)), "--check", rel)

@@ -12,21 +12,17 @@ from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
-from rlinf_algos.lm.model import load_policy
 from rlinf_algos.runtime.training import run_training, validate_run_config
-from rlinf_core.cli import build_cli
 from rlinf_core.config import apply_overrides, load_yaml
 from rlinf_core.errors import ConfigError
-from rlinf_core.plugins import load_plugins
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 TINY = [
-    "model.d_model=16",
-    "model.n_layers=1",
-    "model.n_heads=2",
+    "model.init.hidden_size=16",
+    "model.init.num_layers=1",
+    "model.init.num_heads=2",
     "sft.steps=2",
     "sft.batch_size=4",
     "algorithm.iterations=1",
@@ -36,17 +32,6 @@ TINY = [
     "task.eval_size=4",
     "runner.eval_interval=0",
 ]
-
-
-@pytest.fixture(scope="module")
-def host() -> Any:
-    return load_plugins()
-
-
-def invoke(host: Any, *args: str) -> Any:
-    cli = build_cli()
-    host.register_commands(cli)
-    return CliRunner().invoke(cli, list(args), obj=host, catch_exceptions=True)
 
 
 def check_run_dir(run_dir: Path, mode: str) -> dict[str, Any]:
@@ -64,10 +49,11 @@ def check_run_dir(run_dir: Path, mode: str) -> dict[str, Any]:
     assert float(rows[0]["reference_s"]) > 0.0  # kl_coef > 0: the reference ran
     assert (run_dir / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert config["algorithm"]["name"] == "grpo_lm" and config["model"]["d_model"] == 16
+    assert config["algorithm"]["name"] == "grpo_lm" and config["model"]["path"].endswith("base_model")
     assert config["task"]["mode"] == mode and "cluster" in config
-    model, tok, meta = load_policy(run_dir / "policy.pt")
-    assert meta == {"iterations": 1} and model.cfg.d_model == 16 and tok.vocab_size == model.vocab_size
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(str(run_dir / "policy")).config.hidden_size == 16
     return summary
 
 
@@ -75,7 +61,7 @@ def check_run_dir(run_dir: Path, mode: str) -> dict[str, Any]:
     ("name", "mode"), [("grpo_arith.yaml", "single"), ("grpo_multiagent.yaml", "multiagent")]
 )
 def test_rlinf_train_runs_one_iteration_of_each_example(
-    host: Any, name: str, mode: str, tmp_path: Path
+    host: Any, name: str, mode: str, tmp_path: Path, invoke: Any
 ) -> None:
     res = invoke(
         host, "train", str(EXAMPLES / name), "--run-dir", str(tmp_path), *TINY, "runner.scheduler=local"
@@ -96,7 +82,9 @@ def test_both_examples_validate_with_their_placement(host: Any) -> None:
         assert scheduler == "local"
 
 
-def test_bad_configs_are_reported_up_front_with_their_yaml_paths(host: Any, tmp_path: Path) -> None:
+def test_bad_configs_are_reported_up_front_with_their_yaml_paths(
+    host: Any, tmp_path: Path, invoke: Any
+) -> None:
     res = invoke(
         host,
         "train",
@@ -105,14 +93,14 @@ def test_bad_configs_are_reported_up_front_with_their_yaml_paths(host: Any, tmp_
         str(tmp_path / "x"),
         "algorithm.group_size=1",
         "task.num_terms=[1]",
-        "model.n_heads=3",
+        "model.init.num_heads=3",
         "sft.carry_drop=2",
         "runner.scheduler=local",
     )
     # the rlinf entry point prints a ConfigError without a traceback and exits 2
     assert isinstance(res.exception, ConfigError), res.output
     message = str(res.exception)
-    for path in ("algorithm.group_size", "task: num_terms", "model: d_model", "sft.carry_drop"):
+    for path in ("algorithm.group_size", "task: num_terms", "model.init: hidden_size", "sft.carry_drop"):
         assert path in message, path
     assert not (tmp_path / "x").exists()  # nothing started
 
@@ -131,7 +119,7 @@ def test_resume_is_refused_with_a_way_forward(host: Any, tmp_path: Path) -> None
     from rlinf_algos.lm.config import load_lm_sections
 
     data = apply_overrides(load_yaml(EXAMPLES / "grpo_arith.yaml"), TINY)
-    with pytest.raises(ConfigError, match="init_checkpoint"):
+    with pytest.raises(ConfigError, match=r"model\.path=RUN_DIR/policy"):
         GRPOLM(load_lm_sections(data).algorithm).run(None, data, tmp_path, resume=True)
 
 

@@ -8,12 +8,14 @@ from collections.abc import Sequence
 import pytest
 import torch
 
+from rlinf_algos.lm import hf
 from rlinf_algos.lm.agents import HierarchicalAgent, SingleAgent
-from rlinf_algos.lm.config import ArithTaskConfig, LMGRPOConfig, LMModelConfig
-from rlinf_algos.lm.model import TinyLM, sequence_log_probs
+from rlinf_algos.lm.config import ArithTaskConfig, LMGRPOConfig, LMModelConfig, ModelInitConfig
+from rlinf_algos.lm.hf import sequence_log_probs
 from rlinf_algos.lm.reward import RewardWorker
 from rlinf_algos.lm.task import Problem, chain_text, heldout_problems, lead_calls_text, step_width
-from rlinf_algos.lm.tokenizer import CharTokenizer
+from rlinf_algos.lm.tasks import ArithTask
+from rlinf_algos.lm.tokens import LMTokenizer
 from rlinf_algos.lm.workers import (
     ActorWorker,
     ReferenceWorker,
@@ -22,8 +24,27 @@ from rlinf_algos.lm.workers import (
     sequence_advantages,
 )
 
-TOK = CharTokenizer()
+TOK = LMTokenizer.arith()
 W = 3
+
+
+class _Run:
+    """What ArithTask reads of a run: the task section (and the model path for messages)."""
+
+    def __init__(self, task: ArithTaskConfig) -> None:
+        self.task = task
+        self.model = LMModelConfig(path="(in memory)")
+        self.algorithm = LMGRPOConfig(group_size=2)
+
+
+def arith(**kw: object) -> ArithTask:
+    return ArithTask(_Run(ArithTaskConfig(**kw)), TOK)
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory: pytest.TempPathFactory) -> LMModelConfig:
+    init = ModelInitConfig(hidden_size=16, num_layers=1, num_heads=2, max_position_embeddings=32)
+    return LMModelConfig(path=str(hf.new_model_folder(tmp_path_factory.mktemp("m") / "m", init)))
 
 
 def scripted_policy(wrong_subagent: bool = False, bad_lead: bool = False):
@@ -64,7 +85,9 @@ def test_hierarchical_agent_trace_and_isolated_contexts() -> None:
         seen.extend(TOK.decode(p) for p in prompts)
         return policy(prompts, n, stop)
 
-    eps = HierarchicalAgent(TOK, 64, max_calls=8, max_context=256).run(PROBLEMS, 2, gen)
+    eps = HierarchicalAgent(arith(mode="multiagent"), TOK, 64, max_calls=8, max_context=256).run(
+        PROBLEMS, 2, gen
+    )
     assert eps.num_episodes == 4 and eps.failures == [""] * 4
     # subagents see only their own sub-task
     assert "<bos>12+34+56=" in seen and "<bos>5+6=" in seen
@@ -79,7 +102,9 @@ def test_hierarchical_agent_trace_and_isolated_contexts() -> None:
     # the orchestrator's insertion and the prompt are not trained on
     trained = TOK.decode([t for t, m in zip(eps.sequences[0], eps.loss_masks[0], strict=True) if m])
     assert trained == "<call>12+34+56<call>78+90+11<ret>" + chain_text([102, 179], W)
-    r = RewardWorker(TOK).compute({"response_ids": eps.final_responses, "answers": eps.answers})
+    r = RewardWorker(arith(mode="multiagent")).compute(
+        {"response_ids": eps.final_responses, "answers": eps.answers}
+    )
     assert r["rewards"].tolist() == [1.0] * 4
 
 
@@ -87,17 +112,21 @@ def test_hierarchical_agent_trace_and_isolated_contexts() -> None:
     ("kw", "why"), [({"bad_lead": True}, "lead turn 1"), ({"wrong_subagent": True}, "subagent")]
 )
 def test_hierarchical_agent_failures_end_the_episode_with_zero_reward(kw: dict, why: str) -> None:
-    eps = HierarchicalAgent(TOK, 64, max_calls=8, max_context=256).run(PROBLEMS[:1], 2, scripted_policy(**kw))
+    eps = HierarchicalAgent(arith(mode="multiagent"), TOK, 64, max_calls=8, max_context=256).run(
+        PROBLEMS[:1], 2, scripted_policy(**kw)
+    )
     assert all(why in f for f in eps.failures)
     assert eps.final_responses == [[], []]
-    r = RewardWorker(TOK).compute({"response_ids": eps.final_responses, "answers": eps.answers})
+    r = RewardWorker(arith(mode="multiagent")).compute(
+        {"response_ids": eps.final_responses, "answers": eps.answers}
+    )
     assert r["rewards"].tolist() == [0.0, 0.0]
     # the trace still holds what was generated, for the (negative or zero) advantage
     assert set(eps.episode_index) == {0, 1}
 
 
 def test_single_agent_on_grouped_prompt() -> None:
-    eps = SingleAgent(TOK, 64).run(
+    eps = SingleAgent(arith(), TOK, 64).run(
         PROBLEMS[:1], 3, lambda p, n, s: [TOK.encode("<step>1+1=2<ans>2<eos>")] * len(p)
     )
     assert eps.episode_index == [0, 1, 2] and eps.answers == [281] * 3
@@ -105,7 +134,7 @@ def test_single_agent_on_grouped_prompt() -> None:
 
 
 def test_reward_worker_scores_and_checks_lengths() -> None:
-    rw = RewardWorker(TOK.to_dict(), format_reward=0.1)
+    rw = RewardWorker(arith(format_reward=0.1))
     ids = [
         TOK.encode("<step>1+1=2<ans>2<eos>"),
         TOK.encode("<step>1+1=2<ans>3<eos>"),
@@ -119,11 +148,11 @@ def test_reward_worker_scores_and_checks_lengths() -> None:
         rw.compute({"response_ids": ids[:2], "answers": [2]})
 
 
-def test_group_advantages_hand_computed_through_the_actor() -> None:
+def test_group_advantages_hand_computed_through_the_actor(spec: LMModelConfig) -> None:
     # two groups of G=4: rewards [1,0,0,1] -> mean .5, unbiased std 1/sqrt(3) -> +-0.866;
     # [1,1,1,1] -> all zero (and marked uniform)
     cfg = LMGRPOConfig(group_size=4)
-    actor = ActorWorker(TinyLM(LMModelConfig(d_model=16, n_layers=1, n_heads=2), TOK.vocab_size), cfg)
+    actor = ActorWorker(hf.load_causal_lm(spec), cfg)
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])
     # episode 0 has a lead and two subagents; every sequence gets its episode's advantage
     episode_index = torch.tensor([0, 0, 0, 1, 2, 3, 4, 5, 6, 7])
@@ -136,12 +165,12 @@ def test_group_advantages_hand_computed_through_the_actor() -> None:
     assert torch.allclose(adv2, torch.tensor([0.5, 0.5, 0.5, -0.5, -0.5, 0.5, 0, 0, 0, 0]))
 
 
-def test_actor_update_moves_towards_rewarded_responses() -> None:
+def test_actor_update_moves_towards_rewarded_responses(spec: LMModelConfig) -> None:
     torch.manual_seed(0)
     cfg = LMGRPOConfig(group_size=2, lr=1e-2, minibatch_size=4, update_epochs=4, kl_coef=0.1)
-    model = TinyLM(LMModelConfig(d_model=16, n_layers=1, n_heads=2), TOK.vocab_size)
+    model = hf.load_causal_lm(spec)
     actor = ActorWorker(model, cfg)
-    ref = ReferenceWorker(model.cfg, TOK.vocab_size, actor.get_weights()[0])
+    ref = ReferenceWorker(spec, actor.get_weights()[0])
     good, bad = TOK.encode("<bos>1+1=<step>1+1=2<ans>2<eos>"), TOK.encode("<bos>1+1=<step>1+1=3<ans>3<eos>")
     p = len(TOK.encode("<bos>1+1="))
     mask = [[0] * p + [1] * (len(good) - p)] * 2
@@ -157,7 +186,7 @@ def test_actor_update_moves_towards_rewarded_responses() -> None:
     assert float((after * m)[1].sum()) < float((before * m)[1].sum())
     assert stats["trained_sequences"] == 2 and stats["kl"] >= 0.0 and actor.version == 1
     # the rollout worker receives the new weights through get/set_weights
-    rollout = RolloutWorker(model.cfg, TOK.vocab_size)
+    rollout = RolloutWorker(spec)
     rollout.set_weights(*actor.get_weights())
     with torch.no_grad():
         assert torch.allclose(sequence_log_probs(rollout.model, batch["input_ids"]), after, atol=1e-6)
@@ -167,8 +196,8 @@ def test_actor_update_moves_towards_rewarded_responses() -> None:
     assert actor.update(batch)["trained_sequences"] == 0
 
 
-def test_rollout_generate_batch_dict_form() -> None:
-    rollout = RolloutWorker(LMModelConfig(d_model=16, n_layers=1, n_heads=2, max_seq_len=32), TOK.vocab_size)
+def test_rollout_generate_batch_dict_form(spec: LMModelConfig) -> None:
+    rollout = RolloutWorker(spec)
     out = rollout.generate_batch(
         {"prompts": [[1, 8], [1]], "max_new_tokens": 5, "stop_ids": [], "temperature": 0.0}
     )
@@ -182,17 +211,17 @@ def test_sft_reference_solutions_are_what_the_tests_assume() -> None:
     assert len(heldout_problems(cfg)) == cfg.eval_size
 
 
-def test_warm_start_stops_at_the_target_accuracy() -> None:
+def test_warm_start_stops_at_the_target_accuracy(spec: LMModelConfig) -> None:
     from rlinf_algos.lm.config import SFTConfig
     from rlinf_algos.lm.sft import warm_start
     from rlinf_algos.lm.task import ProblemSampler
 
     task = ArithTaskConfig(num_terms=[2], max_digits=2)
-    model = TinyLM(LMModelConfig(d_model=16, n_layers=1, n_heads=2), TOK.vocab_size)
+    model = hf.load_causal_lm(spec)
     sampler = ProblemSampler(task, 0)
     calls: list[int] = []
 
-    def check(m: TinyLM) -> float:
+    def check(m: object) -> float:
         calls.append(1)
         return 0.1 * len(calls)  # 0.1, 0.2, 0.3: reaches 0.25 at the third check
 
@@ -209,3 +238,30 @@ def test_warm_start_stops_at_the_target_accuracy() -> None:
         check=check,
     )
     assert out["steps"] == 50 and out["check_accuracy"] is None
+
+
+def test_single_step_update_skips_the_old_log_prob_forward_exactly(spec: LMModelConfig) -> None:
+    """One epoch, one minibatch: the training forward's detached log-probs stand in for the
+    sampling policy's (the weights are still its), and the update is the one a separate no-grad
+    forward would give."""
+    from rlinf_algos.lm.workers import log_probs_chunked
+
+    cfg = LMGRPOConfig(group_size=2, lr=1e-2, minibatch_size=8, kl_coef=0.0, lr_warmup_iters=0)
+    good, bad = TOK.encode("<bos>1+1=<step>1+1=2<ans>2<eos>"), TOK.encode("<bos>1+1=<step>1+1=3<ans>3<eos>")
+    batch = pack_batch([good, bad], [[0] * 5 + [1] * (len(good) - 5)] * 2, TOK.pad_id)
+    batch["episode_index"] = torch.tensor([0, 1])
+    batch["rewards"] = torch.tensor([1.0, 0.0])
+    torch.manual_seed(0)
+    fast = ActorWorker(hf.load_causal_lm(spec), cfg)
+    torch.manual_seed(0)
+    slow = ActorWorker(hf.load_causal_lm(spec), cfg)
+    assert fast.old_log_probs(batch["input_ids"]) is None
+    slow.old_log_probs = lambda ids: log_probs_chunked(slow.model, ids, cfg.temperature, 8)  # type: ignore[method-assign]
+    a, b = fast.update(dict(batch)), slow.update(dict(batch))
+    assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
+    for p, q in zip(fast.model.parameters(), slow.model.parameters(), strict=True):
+        assert torch.allclose(p, q, atol=1e-6)
+    assert (
+        ActorWorker(fast.model, cfg.model_copy(update={"update_epochs": 2})).old_log_probs(batch["input_ids"])
+        is not None
+    )

@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from rlinf_algos.cli_options import overwrite_option, run_dir_option
 from rlinf_core.cli import get_host
 
 __all__ = ["register"]
@@ -75,10 +76,13 @@ class _ProgressBar:
 
 
 def register(cli: click.Group) -> None:
-    """Add ``train``, ``eval`` and ``plot`` to the ``rlinf`` command group."""
+    """Add ``train``, ``eval``, ``plot`` and ``sft`` to the ``rlinf`` command group."""
+    from rlinf_algos.sft_cli import sft_cmd
+
     cli.add_command(train_cmd)
     cli.add_command(eval_cmd)
     cli.add_command(plot_cmd)
+    cli.add_command(sft_cmd)
 
 
 class _StopOnTerm:
@@ -117,22 +121,14 @@ class _StopOnTerm:
 @click.command("train")
 @click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("overrides", nargs=-1)
-@click.option(
-    "--run-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Where the run writes (default: runs/<config name>-<time>).",
-)
+@run_dir_option
 @click.option(
     "--resume",
     "resume_dir",
     type=click.Path(file_okay=False, path_type=Path),
     help="Continue the run in this directory from its newest checkpoint.",
 )
-@click.option(
-    "--overwrite",
-    is_flag=True,
-    help="RUN_DIR may hold a run: move it aside to RUN_DIR.replaced-<time> and start anew.",
-)
+@overwrite_option
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option(
     "--dry-run",

@@ -1,9 +1,9 @@
 """rlinf plugin of rlinf-algos (entry point ``algos``).
 
-Registers the ``ppo``, ``sac``, ``grpo`` and ``grpo_lm`` algorithms, the ``mlp`` model type and
-the ``rlinf train|eval|plot`` commands. Must import without torch, gymnasium or mujoco: each
-algorithm's package (:mod:`rlinf_algos.ppo`...) imports only pydantic and rlinf_core and loads
-its training code when it runs.
+Registers the ``ppo``, ``sac``, ``grpo``, ``grpo_lm`` and ``ppo_lm`` algorithms, the ``mlp`` model type, the
+``exact_match``, ``math`` and ``arith`` rewards and the ``rlinf train|eval|plot|sft`` commands. Must
+import without torch, gymnasium or mujoco: each algorithm's package (:mod:`rlinf_algos.ppo`...)
+imports only pydantic and rlinf_core and loads its training code when it runs.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from rlinf_core.plugins import hookimpl
 @hookimpl
 def rlinf_register_algorithms() -> list[type]:
     from rlinf_algos.grpo import GRPO
-    from rlinf_algos.lm.algorithm import GRPOLM
+    from rlinf_algos.lm.algorithm import GRPOLM, PPOLM
     from rlinf_algos.ppo import PPO
     from rlinf_algos.sac import SAC
 
-    return [PPO, SAC, GRPO, GRPOLM]
+    return [PPO, SAC, GRPO, GRPOLM, PPOLM]
 
 
 @hookimpl
@@ -28,6 +28,13 @@ def rlinf_register_models() -> list[type]:
     from rlinf_algos.models import MLPModels
 
     return [MLPModels]
+
+
+@hookimpl
+def rlinf_register_rewards() -> list[type]:
+    from rlinf_algos.lm.rewards import ArithReward, ExactMatchReward, MathReward
+
+    return [ExactMatchReward, MathReward, ArithReward]
 
 
 @hookimpl

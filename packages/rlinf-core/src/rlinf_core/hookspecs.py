@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from rlinf_core.hardware import HardwarePlugin
     from rlinf_core.model import ModelType
     from rlinf_core.network import NetworkProvider
+    from rlinf_core.reward import RewardFunction
     from rlinf_core.scheduler import Scheduler
 
 PROJECT_NAME = "rlinf"
@@ -106,6 +107,21 @@ def rlinf_register_models() -> list[type[ModelType]] | None:
 
     Called in the driver (config validation) and in every worker process that builds a policy
     (rollout, actor, reference workers), so keep the hook itself torch-free.
+    """
+
+
+@hookspec
+def rlinf_register_rewards() -> list[type[RewardFunction]] | None:
+    """Register reward functions, selected by ``reward.name`` in the run YAML (``exact_match``,
+    ``math`` and ``arith`` are shipped by rlinf-algos).
+
+    :returns: :class:`~rlinf_core.reward.RewardFunction` subclasses; rlinf builds each with the
+        keyword arguments of ``reward.kwargs`` and calls it on batches of completions. ``None``
+        or an empty list registers nothing.
+
+    Called in the driver (config validation) and in every process that scores completions (the
+    reward component, which may run on a CPU-only node), so keep the hook and the reward
+    torch-free.
     """
 
 

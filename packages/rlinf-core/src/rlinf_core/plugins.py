@@ -51,6 +51,7 @@ KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
     "schedulers": {"ray": "rlinf-scheduler"},
     "network_providers": {"easytier": "rlinf-net-easytier"},
     "models": {"mlp": "rlinf-algos"},
+    "rewards": {"exact_match": "rlinf-algos", "math": "rlinf-algos", "arith": "rlinf-algos"},
 }
 
 # registry attribute -> (hook name, human kind, base class path)
@@ -64,6 +65,7 @@ _REGISTRIES: dict[str, tuple[str, str, str]] = {
         "rlinf_core.network:NetworkProvider",
     ),
     "models": ("rlinf_register_models", "model type", "rlinf_core.model:ModelType"),
+    "rewards": ("rlinf_register_rewards", "reward function", "rlinf_core.reward:RewardFunction"),
 }
 
 T = TypeVar("T")
@@ -192,6 +194,12 @@ class PluginHost:
     def models(self) -> Registry[Any]:
         """Model types (:class:`~rlinf_core.model.ModelType` subclasses), by ``model.type``."""
         return self._build("models")
+
+    @cached_property
+    def rewards(self) -> Registry[Any]:
+        """Reward functions (:class:`~rlinf_core.reward.RewardFunction` subclasses), by
+        ``reward.name``."""
+        return self._build("rewards")
 
     @cached_property
     def envs(self) -> dict[str, Any]:

@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         from rlinf_algos.lm.trainer import train_lm
 
         train_lm(run, run_dir)
-        print(f"run directory: {run_dir} (summary.json, metrics.csv, policy.pt)")
+        print(f"run directory: {run_dir} (summary.json, metrics.csv, policy/)")
     except RlinfError as err:
         print(f"error: {err}", file=sys.stderr)
         return getattr(err, "exit_code", 1)

@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rlinf_algos.lm.task import Problem, combine_prompt, final_answer, parse_calls, prompt_text
-from rlinf_algos.lm.tokenizer import CharTokenizer
+from rlinf_algos.lm.task import combine_prompt, final_answer, parse_calls
+from rlinf_algos.lm.tokens import LMTokenizer
 
 __all__ = ["EpisodeBatch", "GenerateFn", "HierarchicalAgent", "SingleAgent", "make_agent"]
 
@@ -43,7 +43,8 @@ class EpisodeBatch:
         agent_kind: per sequence, ``"agent"``, ``"lead"`` or ``"sub"``.
         final_responses: per episode, the ids of the response the verifier scores (empty when
             the episode failed before its final turn).
-        answers: per episode, the exact answer.
+        answers: per episode, what the reward needs besides the response (the task's
+            ``answer_of``: the exact sum, or a data set row reference).
         failures: per episode, why it ended before its final turn (``""`` when it did not).
         generated_tokens: tokens sampled for these episodes.
     """
@@ -53,7 +54,7 @@ class EpisodeBatch:
     episode_index: list[int] = field(default_factory=list)
     agent_kind: list[str] = field(default_factory=list)
     final_responses: list[list[int]] = field(default_factory=list)
-    answers: list[int] = field(default_factory=list)
+    answers: list[Any] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     generated_tokens: int = 0
 
@@ -78,19 +79,21 @@ def _trim(ids: list[int], pad_id: int) -> list[int]:
 class SingleAgent:
     """One agent, one context: the prompt, then the whole chain."""
 
-    def __init__(self, tokenizer: CharTokenizer, max_new_tokens: int) -> None:
+    def __init__(self, task: Any, tokenizer: LMTokenizer, max_new_tokens: int) -> None:
+        self.task = task
         self.tok = tokenizer
         self.max_new_tokens = max_new_tokens
 
-    def run(self, problems: Sequence[Problem], group_size: int, generate: GenerateFn) -> EpisodeBatch:
+    def run(self, problems: Sequence[Any], group_size: int, generate: GenerateFn) -> EpisodeBatch:
         """Play ``group_size`` episodes of every problem (episodes of one problem adjacent)."""
         out = EpisodeBatch()
         prompts: list[list[int]] = []
         for p in problems:
-            ids = self.tok.encode(prompt_text(p), bos=True)
+            ids = self.task.prompt_ids(p)
+            answer = self.task.answer_of(p)
             for _ in range(group_size):
                 prompts.append(ids)
-                out.answers.append(p.answer)
+                out.answers.append(answer)
         responses = generate(prompts, self.max_new_tokens, [self.tok.eos_id])
         for e, (prompt, resp) in enumerate(zip(prompts, responses, strict=True)):
             resp = _trim(resp, self.tok.pad_id)
@@ -113,22 +116,24 @@ class HierarchicalAgent:
     """
 
     def __init__(
-        self, tokenizer: CharTokenizer, max_new_tokens: int, max_calls: int, max_context: int
+        self, task: Any, tokenizer: LMTokenizer, max_new_tokens: int, max_calls: int, max_context: int
     ) -> None:
+        self.task = task
         self.tok = tokenizer
         self.max_new_tokens = max_new_tokens
         self.max_calls = max_calls
         self.max_context = max_context
 
-    def run(self, problems: Sequence[Problem], group_size: int, generate: GenerateFn) -> EpisodeBatch:
+    def run(self, problems: Sequence[Any], group_size: int, generate: GenerateFn) -> EpisodeBatch:
         tok = self.tok
         out = EpisodeBatch()
         lead_prompts: list[list[int]] = []
         for p in problems:
-            ids = tok.encode(prompt_text(p), bos=True)
+            ids = self.task.prompt_ids(p)
+            answer = self.task.answer_of(p)
             for _ in range(group_size):
                 lead_prompts.append(ids)
-                out.answers.append(p.answer)
+                out.answers.append(answer)
         n = len(lead_prompts)
         out.failures = [""] * n
         out.final_responses = [[] for _ in range(n)]
@@ -193,10 +198,10 @@ class HierarchicalAgent:
 
 
 def make_agent(
-    mode: str, tokenizer: CharTokenizer, max_new_tokens: int, max_calls: int, max_context: int
+    task: Any, tokenizer: LMTokenizer, max_new_tokens: int, max_calls: int, max_context: int
 ) -> SingleAgent | HierarchicalAgent:
-    """The agent of ``task.mode``: hierarchical for ``multiagent``, single otherwise;
-    ``max_context`` is the model's ``max_seq_len``."""
-    if mode == "multiagent":
-        return HierarchicalAgent(tokenizer, max_new_tokens, max_calls, max_context)
-    return SingleAgent(tokenizer, max_new_tokens)
+    """The agent of ``task.mode`` (``task``: an :class:`~rlinf_algos.lm.tasks.LMTask`):
+    hierarchical for ``multiagent``, single otherwise; ``max_context`` is the longest sequence."""
+    if task.mode == "multiagent":
+        return HierarchicalAgent(task, tokenizer, max_new_tokens, max_calls, max_context)
+    return SingleAgent(task, tokenizer, max_new_tokens)

@@ -17,13 +17,13 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from rlinf_algos.lm.config import LMGRPOConfig, load_lm_sections
+from rlinf_algos.lm.config import LMGRPOConfig, LMPPOConfig, load_lm_sections
 from rlinf_core.algorithm import Algorithm
 from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
 
-__all__ = ["GRPOLM"]
+__all__ = ["GRPOLM", "PPOLM"]
 
-SECTIONS = ("cluster", "algorithm", "model", "task", "sft", "runner")
+SECTIONS = ("cluster", "algorithm", "model", "task", "sft", "runner", "data", "reward", "critic")
 
 
 class GRPOLM(Algorithm):
@@ -52,8 +52,12 @@ class GRPOLM(Algorithm):
             run = load_lm_sections(run_config)
         except ConfigError as err:
             return problems + [p for p in err.problems if not p.path.startswith("algorithm")]
+        problems += _source_problems(run)
+        if run_config.get("critic") is not None and not isinstance(run.algorithm, LMPPOConfig):
+            problems.append(ConfigProblem("critic", "a critic is trained by algorithm.name: ppo_lm only"))
         scheduler = run.runner.scheduler or "ray"
-        placement = (run_config.get("cluster") or {}).get("component_placement")
+        cluster = run_config.get("cluster")
+        placement = cluster.get("component_placement") if isinstance(cluster, Mapping) else None
         if scheduler != "local" and run.task.mode == "multiagent" and isinstance(placement, Mapping):
             placed = {x.strip() for key in placement for x in str(key).split(",")}
             if "agent" not in placed:
@@ -87,7 +91,7 @@ class GRPOLM(Algorithm):
         if resume:
             raise ConfigError(
                 "grpo_lm runs are short (a warm start and minutes of GRPO) and do not resume; "
-                "start a new run, or continue from a saved policy with sft.init_checkpoint=RUN_DIR/policy.pt",
+                "start a new run, or continue from the saved policy with model.path=RUN_DIR/policy",
                 path="--resume",
             )
         if rollout_only:
@@ -107,12 +111,59 @@ class GRPOLM(Algorithm):
         )
 
     def summary_text(self, summary: Mapping[str, Any]) -> str:
-        """A verifier's exact-match accuracy before and after, not env steps."""
+        """Held-out accuracy (reward 1) and mean reward before and after, not env steps."""
         return (
             f"done: held-out accuracy {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f} "
-            f"({summary['accuracy_gain_pp']:+.1f} pp) in {summary['total_s']:.1f} s, "
-            f"{summary['iterations']} GRPO iterations"
+            f"({summary['accuracy_gain_pp']:+.1f} pp), mean reward {summary['val_score_before']:.3f} -> "
+            f"{summary['val_score_after']:.3f} in {summary['total_s']:.1f} s, {summary['iterations']} iterations"
         )
+
+
+class PPOLM(GRPOLM):
+    """PPO on a language policy: GRPO's components, with a critic (a value head on a model of
+    the same architecture, the ``critic`` section) trained on the actor and token-level GAE."""
+
+    PLUGIN_NAME: ClassVar[str] = "ppo_lm"
+    config_model: ClassVar[type[BaseModel]] = LMPPOConfig
+
+
+def _source_problems(run: Any) -> list[ConfigProblem]:
+    """What can be checked up front of the model folder, the data files and the reward: the
+    folder is a causal LM, it has a chat template when ``data.apply_chat_template`` is true,
+    the data files exist, the reward loads."""
+    from pathlib import Path
+
+    problems: list[ConfigProblem] = []
+    if run.model.path is not None:
+        from rlinf_algos.lm.folder import check_model_folder, has_chat_template
+
+        try:
+            check_model_folder(run.model.path)
+        except ConfigError as err:
+            return [*problems, *err.problems]
+        if run.data is not None and run.data.apply_chat_template and not has_chat_template(run.model.path):
+            problems.append(
+                ConfigProblem(
+                    "data.apply_chat_template",
+                    f"the tokenizer in {run.model.path} has no chat template; set data.apply_chat_template=false "
+                    "(prompts used as plain text) or add a chat_template to its tokenizer_config.json",
+                )
+            )
+    if run.data is not None:
+        for key in ("train_files", "val_files"):
+            for i, f in enumerate(getattr(run.data, key)):
+                if not Path(f).expanduser().is_file():
+                    problems.append(ConfigProblem(f"data.{key}[{i}]", f"{f}: no such file"))
+    if run.reward is not None:
+        from rlinf_algos.lm.rewards import load_reward
+
+        try:
+            load_reward(run.reward)
+        except ConfigError as err:
+            problems.extend(err.problems)
+        except RlinfError as err:
+            problems.append(ConfigProblem("reward", str(err)))
+    return problems
 
 
 def _cluster_of(run_config: Any) -> dict[str, Any] | None:

@@ -22,28 +22,35 @@ YAML path (``task.num_terms``, ``algorithm.group_size``...).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rlinf_core.config import validate_model
+from rlinf_algos.lm.data import DataConfig
+from rlinf_core.config import ConfigSection, validate_model
 from rlinf_core.errors import ConfigError, ConfigProblem
 
 __all__ = [
+    "ALGORITHM_CONFIGS",
     "ArithTaskConfig",
+    "CriticConfig",
     "LMGRPOConfig",
     "LMModelConfig",
+    "LMPPOConfig",
     "LMRunConfig",
     "LMRunnerConfig",
+    "LoraConfig",
+    "ModelInitConfig",
     "SFTConfig",
     "load_lm_sections",
 ]
 
-_STRICT = ConfigDict(extra="forbid", validate_default=True)
+_STRICT = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
-class LMGRPOConfig(BaseModel):
+class LMGRPOConfig(ConfigSection):
     """``algorithm`` section for ``name: grpo_lm``: GRPO on a language policy with a verifier.
 
     One iteration samples ``group_size`` responses (or, in multi-agent mode, hierarchical
@@ -52,6 +59,8 @@ class LMGRPOConfig(BaseModel):
     """
 
     model_config = _STRICT
+    actor: ClassVar[str] = "rlinf_algos.lm.workers:ActorWorker"
+    """The actor component's class (``module:Class``): what runs this algorithm's update."""
 
     name: Literal["grpo_lm"] = "grpo_lm"
     group_size: int = Field(8, ge=2, description="responses (episodes) sampled per prompt")
@@ -85,30 +94,131 @@ class LMGRPOConfig(BaseModel):
     )
 
 
-class LMModelConfig(BaseModel):
-    """``model`` section: a pre-norm causal transformer with RoPE and tied embeddings."""
+class LMPPOConfig(LMGRPOConfig):
+    """``algorithm`` section for ``name: ppo_lm``: PPO on a language policy with a learned critic.
+
+    The critic is a value head on a model of the same architecture (``critic`` section). Each
+    response's reward is given at its last token; advantages are token-level GAE over the
+    generated tokens (``gamma``, ``lam``), whitened over the batch; the policy takes the clipped
+    ratio loss (with the k3 KL to the reference when ``kl_coef > 0``), the critic a clipped value
+    loss. ``group_size`` responses per prompt (1 is plain PPO).
+    """
+
+    actor: ClassVar[str] = "rlinf_algos.lm.ppo:PPOActorWorker"
+
+    name: Literal["ppo_lm"] = "ppo_lm"  # type: ignore[assignment]
+    group_size: int = Field(1, ge=1, description="responses sampled per prompt")
+    gamma: float = Field(1.0, gt=0.0, le=1.0, description="discount over generated tokens")
+    lam: float = Field(0.95, ge=0.0, le=1.0, description="GAE lambda")
+    value_clip: float | None = Field(0.2, gt=0.0, description="PPO2 value clipping (null: none)")
+    whiten_advantages: bool = Field(True, description="normalise advantages over the batch's tokens")
+    skip_uniform_groups: bool = Field(
+        False, description="leave groups whose rewards are all equal out (a GRPO filter; off for PPO)"
+    )
+
+
+class CriticConfig(ConfigSection):
+    """``critic`` section (``ppo_lm``): the value model."""
 
     model_config = _STRICT
 
-    d_model: int = Field(128, ge=8)
-    n_layers: int = Field(4, ge=1)
-    n_heads: int = Field(4, ge=1)
-    d_ff: int | None = Field(None, ge=8, description="MLP width; null means 4 * d_model")
-    max_seq_len: int = Field(256, ge=16, description="positions the RoPE table covers")
+    path: str | None = Field(
+        None, description="a causal-LM folder for the critic's backbone; null: the policy's model.path"
+    )
+    lr: float = Field(1e-4, gt=0.0, description="AdamW learning rate of the critic")
+    warmup_iters: int = Field(0, ge=0, description="iterations the critic trains before the policy does")
+
+
+class LoraConfig(ConfigSection):
+    """``model.lora``: peft LoRA adapters on the policy; only the adapters train, and only they
+    travel to the rollout workers at each weight sync."""
+
+    model_config = _STRICT
+
+    rank: int = Field(8, ge=1, le=1024, description="LoRA rank r")
+    alpha: float = Field(16.0, gt=0.0, description="LoRA alpha (the update is scaled by alpha / rank)")
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    rope_base: float = Field(10000.0, gt=1.0)
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        "all-linear",
+        description="module names (e.g. [q_proj, v_proj]) or all-linear (every linear layer but the output head)",
+    )
+
+
+class ModelInitConfig(ConfigSection):
+    """``model.init``: build a fresh model from a ``transformers`` config (random weights) and the
+    task's tokenizer, save it as an ordinary model folder, and load it from there like any user's
+    folder. What the examples use, since no weights can be downloaded."""
+
+    model_config = _STRICT
+
+    architecture: Literal["qwen2", "llama"] = "qwen2"
+    hidden_size: int = Field(128, ge=8)
+    num_layers: int = Field(4, ge=1)
+    num_heads: int = Field(4, ge=1)
+    num_kv_heads: int | None = Field(None, ge=1, description="grouped-query attention; null: num_heads")
+    intermediate_size: int | None = Field(None, ge=8, description="MLP width; null: 4 * hidden_size")
+    max_position_embeddings: int = Field(256, ge=16)
+    tokenizer: Literal["arith", "bpe"] = Field(
+        "arith",
+        description="the tokenizer to build: arith (the arithmetic task's characters) or bpe (byte-level "
+        "BPE trained on the data section's prompts and answers, with Qwen's ChatML chat template)",
+    )
+    vocab_size: int = Field(512, ge=300, le=65536, description="vocabulary of a bpe tokenizer")
 
     @model_validator(mode="after")
-    def _heads_divide(self) -> LMModelConfig:
-        if self.d_model % self.n_heads != 0 or (self.d_model // self.n_heads) % 2 != 0:
+    def _heads_divide(self) -> ModelInitConfig:
+        head = self.hidden_size // self.num_heads
+        if self.hidden_size % self.num_heads != 0 or head % 2 != 0:
             raise ValueError(
-                f"d_model ({self.d_model}) must be a multiple of n_heads ({self.n_heads}) with an even "
-                "head size (RoPE rotates pairs)"
+                f"hidden_size ({self.hidden_size}) must be a multiple of num_heads ({self.num_heads}) "
+                "with an even head size (RoPE rotates pairs)"
             )
+        kv = self.num_kv_heads or self.num_heads
+        if self.num_heads % kv != 0:
+            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({kv})")
         return self
 
 
-class ArithTaskConfig(BaseModel):
+class LMModelConfig(ConfigSection):
+    """``model`` section: a Hugging Face causal language model, from a folder (``path``) or built
+    fresh (``init``), optionally with LoRA adapters."""
+
+    model_config = _STRICT
+
+    type: Literal["hf"] = Field("hf", description="hf: transformers AutoModelForCausalLM + AutoTokenizer")
+    path: str | None = Field(
+        None, description="a local model folder (config.json, weights, tokenizer); what a user brings"
+    )
+    init: ModelInitConfig | None = Field(
+        None,
+        description="build a fresh model instead (saved to RUN_DIR/base_model, then loaded from there); "
+        "the default when model.path is not set",
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="parameter dtype (float32 on CPU; bfloat16 on accelerators)"
+    )
+    trust_remote_code: bool = Field(
+        False, description="run code shipped in the model folder (off unless set)"
+    )
+    lora: LoraConfig | None = Field(None, description="peft LoRA adapters; null trains every weight")
+    max_seq_len: int | None = Field(
+        None,
+        ge=16,
+        description="longest sequence (prompt + response); null: the model's max_position_embeddings",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> LMModelConfig:
+        if self.path is not None and self.init is not None:
+            raise ValueError(
+                "set one of model.path (a model folder) and model.init (build a fresh model), not both"
+            )
+        if self.path is None and self.init is None:
+            self.init = ModelInitConfig()
+        return self
+
+
+class ArithTaskConfig(ConfigSection):
     """``task`` section: sums of ``num_terms`` numbers of ``min_digits``..``max_digits`` digits,
     solved as a chain of two-operand steps, checked exactly.
 
@@ -146,7 +256,7 @@ class ArithTaskConfig(BaseModel):
         return self
 
 
-class SFTConfig(BaseModel):
+class SFTConfig(ConfigSection):
     """``sft`` section: the supervised warm start on generated solutions. Deliberately short, so
     the policy GRPO starts from is sometimes right."""
 
@@ -185,12 +295,9 @@ class SFTConfig(BaseModel):
     )
     check_interval: int = Field(50, ge=1, description="steps between target_accuracy checks")
     check_size: int = Field(64, ge=1, description="validation problems per target_accuracy check")
-    init_checkpoint: str | None = Field(
-        None, description="start from this saved policy instead of a fresh one (then SFT continues from it)"
-    )
 
 
-class LMRunnerConfig(BaseModel):
+class LMRunnerConfig(ConfigSection):
     """``runner`` section of the in-process GRPO loop."""
 
     model_config = _STRICT
@@ -220,14 +327,79 @@ class LMRunnerConfig(BaseModel):
     )
 
 
-class LMRunConfig(BaseModel):
-    """The validated sections together."""
+DEFAULT_REWARD = "math"
+"""``reward.name`` when neither it nor ``reward.path`` is set."""
 
-    algorithm: LMGRPOConfig
+VERL_DEFAULT_NAME = "compute_score"
+"""``reward.name`` when ``reward.path`` is set and ``reward.name`` is not (verl's name)."""
+
+
+class RewardConfig(BaseModel):
+    """``reward`` section: which reward scores the completions."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
+
+    name: str | None = Field(
+        None,
+        min_length=1,
+        description="the function in reward.path, or a registered reward (exact_match, math, arith; "
+        "`rlinf plugins` lists them); null: compute_score when reward.path is set, else math",
+    )
+    path: str | None = Field(
+        None,
+        min_length=1,
+        description="a Python file defining verl's compute_score(data_source, solution_str, ground_truth, "
+        "extra_info=None) or a TRL-style callable (completions, **columns) -> list[float]; relative to "
+        "the working directory",
+    )
+    kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="keyword arguments: a registered reward's constructor's, or passed on every call "
+        "to a file's function",
+    )
+    conversational: bool | None = Field(
+        None,
+        strict=True,
+        description="TRL-style callables only: pass completions and prompts as chat messages (as TRL does "
+        "for conversational data); null: when the sample's prompt is a list of messages",
+    )
+
+    @field_validator("kwargs")
+    @classmethod
+    def _finite(cls, value: dict[str, Any]) -> dict[str, Any]:
+        def walk(v: Any, where: str) -> None:
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ValueError(f"{where} must be a finite number, got {v}")
+            if isinstance(v, Mapping):
+                for k, x in v.items():
+                    walk(x, f"{where}.{k}")
+            elif isinstance(v, list | tuple):
+                for i, x in enumerate(v):
+                    walk(x, f"{where}[{i}]")
+
+        for k, v in value.items():
+            walk(v, str(k))
+        return value
+
+    @model_validator(mode="after")
+    def _default_name(self) -> RewardConfig:
+        if self.name is None:
+            self.name = VERL_DEFAULT_NAME if self.path is not None else DEFAULT_REWARD
+        return self
+
+
+class LMRunConfig(BaseModel):
+    """The validated sections together. ``data`` and ``reward`` are set on a data set run (then
+    the arithmetic ``task`` and its ``sft`` warm start are not used)."""
+
+    algorithm: LMGRPOConfig | LMPPOConfig
     model: LMModelConfig
     task: ArithTaskConfig
     sft: SFTConfig
     runner: LMRunnerConfig
+    data: DataConfig | None = None
+    reward: RewardConfig | None = None
+    critic: CriticConfig = Field(default_factory=lambda: CriticConfig())
 
 
 _SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
@@ -236,7 +408,13 @@ _SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("task", ArithTaskConfig),
     ("sft", SFTConfig),
     ("runner", LMRunnerConfig),
+    ("data", DataConfig),
+    ("reward", RewardConfig),
+    ("critic", CriticConfig),
 )
+ALGORITHM_CONFIGS: dict[str, type[LMGRPOConfig]] = {"grpo_lm": LMGRPOConfig, "ppo_lm": LMPPOConfig}
+"""The ``algorithm`` section's model for each language-model algorithm name."""
+_OPTIONAL = ("data", "reward")
 
 
 def load_lm_sections(run_config: Mapping[str, Any] | Any) -> LMRunConfig:
@@ -254,11 +432,42 @@ def load_lm_sections(run_config: Mapping[str, Any] | Any) -> LMRunConfig:
             if name == "algorithm":
                 problems.append(ConfigProblem(name, "missing section (needs at least `name: grpo_lm`)"))
                 continue
+            if name in _OPTIONAL:
+                continue
             data = {}
+        if name == "algorithm" and isinstance(data, Mapping):
+            model = ALGORITHM_CONFIGS.get(str(data.get("name")), LMGRPOConfig)
         try:
             out[name] = validate_model(model, data, prefix=name)
         except ConfigError as err:
             problems.extend(err.problems)
+    has = (
+        (lambda k: run_config.get(k) is not None)
+        if isinstance(run_config, Mapping)
+        else (lambda k: getattr(run_config, k, None) is not None)
+    )
+    if has("data"):
+        for name in ("task", "sft"):
+            if has(name) and name == "task":
+                problems.append(
+                    ConfigProblem(
+                        "task", "a run with a data section trains on its prompts; remove the task section"
+                    )
+                )
+        if "sft" in out and out["sft"].steps and has("sft"):  # type: ignore[attr-defined]
+            problems.append(
+                ConfigProblem(
+                    "sft.steps",
+                    "a data set run does not warm-start in the run; fine-tune first with `rlinf sft` and "
+                    "start from its folder (model.path), or set sft.steps=0",
+                )
+            )
+    elif has("reward"):
+        problems.append(ConfigProblem("reward", "a reward scores a data set's prompts: add a data section"))
     if problems:
         raise ConfigError(problems)
+    if "data" in out and "sft" in out and not has("sft"):
+        out["sft"] = out["sft"].model_copy(update={"steps": 0})
+    if "data" in out and "reward" not in out:
+        out["reward"] = RewardConfig()
     return LMRunConfig(**out)

@@ -35,8 +35,8 @@ from typing import Any
 
 from rlinf_algos.lm.agents import EpisodeBatch, make_agent
 from rlinf_algos.lm.config import LMRunConfig
-from rlinf_algos.lm.task import Problem, max_response_tokens
-from rlinf_algos.lm.tokenizer import CharTokenizer
+from rlinf_algos.lm.tasks import make_task
+from rlinf_algos.lm.tokens import LMTokenizer
 from rlinf_core.errors import RlinfError
 from rlinf_core.worker import Worker
 
@@ -59,8 +59,14 @@ def _run_config(data: Mapping[str, Any] | LMRunConfig) -> LMRunConfig:
     return data if isinstance(data, LMRunConfig) else LMRunConfig.model_validate(data)
 
 
-def _max_new(run: LMRunConfig, tok: CharTokenizer) -> int:
-    return max_response_tokens(run, tok)
+def _tokenizer(run: LMRunConfig) -> LMTokenizer:
+    return LMTokenizer.from_folder(run.model.path or "", run.model.trust_remote_code)
+
+
+def _context(run: LMRunConfig) -> int:
+    from rlinf_algos.lm.folder import folder_context_length
+
+    return run.model.max_seq_len or folder_context_length(run.model.path or "")
 
 
 class ChannelGenerate:
@@ -125,7 +131,7 @@ class ChannelGenerate:
 
 def play(
     agent: Any,
-    problems: Sequence[Problem],
+    problems: Sequence[Any],
     group_size: int,
     generate: ChannelGenerate,
 ) -> tuple[EpisodeBatch, dict[str, Any]]:
@@ -157,15 +163,15 @@ class LMRolloutWorker(Worker):
         from rlinf_algos.lm.workers import RolloutWorker
 
         torch.set_num_threads(self.run_cfg.runner.torch_threads)
-        tok = CharTokenizer()
+        tok = _tokenizer(self.run_cfg)
         alg = self.run_cfg.algorithm
         self.worker = RolloutWorker(
             self.run_cfg.model,
-            tok.vocab_size,
             alg.temperature,
             alg.top_p,
             seed=self.run_cfg.runner.seed + 7919 * (self.rank + 1),
             pad_id=tok.pad_id,
+            max_len=self.run_cfg.model.max_seq_len,
         )
         self.wb: Any = None
 
@@ -228,14 +234,15 @@ class LMAgentWorker(Worker):
         self.gen, self.episodes, self.n_rollout, self.timeout = gen, episodes, n_rollout, timeout
 
     def setup(self) -> None:
-        tok = CharTokenizer()
-        t, m = self.run_cfg.task, self.run_cfg.model
-        self.agent = make_agent(t.mode, tok, _max_new(self.run_cfg, tok), t.max_calls, m.max_seq_len)
+        tok = _tokenizer(self.run_cfg)
+        t = self.run_cfg.task
+        task = make_task(self.run_cfg, tok)
+        self.agent = make_agent(task, tok, task.max_new_tokens(), t.max_calls, _context(self.run_cfg))
 
     def play(
         self,
         key: str,
-        problems: list[Problem],
+        problems: list[Any],
         group_size: int,
         temperature: float | None,
         min_version: int,
@@ -261,7 +268,7 @@ class LMRewardWorker(Worker):
     def setup(self) -> None:
         from rlinf_algos.lm.reward import RewardWorker
 
-        self.worker = RewardWorker(CharTokenizer(), self.run_cfg.task.format_reward)
+        self.worker = RewardWorker(make_task(self.run_cfg, _tokenizer(self.run_cfg)))
 
     def score(self, keys: list[str], dest: str | None) -> dict[str, Any]:
         """Score the episodes at each of ``keys`` (in order); put them with their ``rewards`` on
@@ -285,8 +292,9 @@ class LMRewardWorker(Worker):
 
 
 class LMReferenceWorker(Worker):
-    """The frozen reference: the warm-started policy (version 0 of the broadcast); answers
-    log-prob requests of the actor on the ``refq`` channel."""
+    """The frozen reference: the warm-started policy (version 0 of the broadcast; with LoRA, the
+    base model with the adapter disabled); answers log-prob requests of the actor on the
+    ``refq`` channel."""
 
     def __init__(self, run: dict[str, Any], weights_name: str, refq: Any, timeout: float) -> None:
         self.run_cfg = _run_config(run)
@@ -317,7 +325,6 @@ class LMReferenceWorker(Worker):
         version, sd = wb.fetch(min_version=0, timeout=self.timeout)
         self.worker = ReferenceWorker(
             self.run_cfg.model,
-            CharTokenizer().vocab_size,
             {k: v.clone() for k, v in sd.items()},
             temperature=self.run_cfg.algorithm.temperature,
         )
@@ -343,13 +350,14 @@ class LMActorWorker(Worker):
         """The supervised warm start (:func:`~rlinf_algos.lm.trainer.warm_started_policy`), then
         publish version 0. Returns the SFT stats."""
         from rlinf_algos.lm.trainer import warm_started_policy
-        from rlinf_algos.lm.workers import ActorWorker
+        from rlinf_algos.lm.workers import make_actor
         from rlinf_scheduler.weights import WeightBroadcast
 
         model, self.tok, stats = warm_started_policy(self.run_cfg, None)
-        self.actor = ActorWorker(model, self.run_cfg.algorithm, seed=self.run_cfg.runner.seed)
+        self.actor = make_actor(model, self.run_cfg)
         self.wb = WeightBroadcast.create(self.weights_name, default_timeout=self.timeout)
-        self.wb.publish(self.actor.model.state_dict(), version=0)
+        weights, _ = self.actor.get_weights()
+        self.wb.publish(weights, version=0)
         return stats
 
     def update(self, keys: list[str], ref_key: str | None) -> dict[str, Any]:
@@ -385,7 +393,8 @@ class LMActorWorker(Worker):
         stats = self.actor.update(batch)
         update_s = time.perf_counter() - t
         t = time.perf_counter()
-        self.wb.publish(self.actor.model.state_dict(), version=self.actor.version)
+        weights, version = self.actor.get_weights()
+        self.wb.publish(weights, version=version)
         sync_s = time.perf_counter() - t
         return {
             "stats": stats,
@@ -394,6 +403,7 @@ class LMActorWorker(Worker):
             "reference_wait_s": ref_s,
             "update_s": update_s,
             "sync_s": sync_s,
+            "publish_bytes": self.actor.publish_bytes,
             "pack_s": time.perf_counter() - t0 - ref_s - update_s - sync_s,
         }
 
@@ -401,11 +411,8 @@ class LMActorWorker(Worker):
         return int(self.actor.version)
 
     def policy_state(self) -> dict[str, Any]:
-        """The current weights (CPU tensors) and the tokenizer, for ``policy.pt``."""
-        return {
-            "state_dict": {k: v.detach().cpu().clone() for k, v in self.actor.model.state_dict().items()},
-            "tokenizer": self.tok.to_dict(),
-        }
+        """The current weights as a publish carries them (the adapter alone with LoRA)."""
+        return {"state_dict": self.actor.get_weights()[0]}
 
 
 # -- the driver ----------------------------------------------------------------------------------
@@ -421,8 +428,10 @@ class RemoteComponents:
         self.groups: dict[str, Any] = {}
         self.serving: Any = None
         self.version = 0
-        self.tok = CharTokenizer()
+        self.tok = _tokenizer(run)
+        self.task = make_task(run, self.tok)
         self.evals = 0
+        self.last_publish_bytes = 0
         self.placement: dict[str, Any] = {}
 
     def _plan(self, component: str) -> Any:
@@ -459,7 +468,7 @@ class RemoteComponents:
             ]
             self.gen, self.episodes_ch, self.scored, self.refq = (f.result() for f in futs)
         data = run.model_dump(mode="json")
-        use_agents = self._plan("agent") is not None and run.task.mode == "multiagent"
+        use_agents = self._plan("agent") is not None and self.task.mode == "multiagent"
         n_rollout = int(self._plan("rollout").world_size) if self._plan("rollout") is not None else 1
         launches: dict[str, tuple[Any, ...]] = {
             "actor": (LMActorWorker, data, self.weights_name, self.scored, self.refq, self.timeout),
@@ -481,7 +490,7 @@ class RemoteComponents:
         if not use_agents:
             self.placement["agent"] = {"processes": 0, "where": "the driver (single agent per episode)"}
             self.local_agent = make_agent(
-                run.task.mode, self.tok, _max_new(run, self.tok), run.task.max_calls, run.model.max_seq_len
+                self.task, self.tok, self.task.max_new_tokens(), run.task.max_calls, _context(run)
             )
         self.say(
             "workers: "
@@ -501,7 +510,7 @@ class RemoteComponents:
         return sft
 
     def _play_all(
-        self, key: str, problems: Sequence[Problem], group_size: int, temperature: float | None
+        self, key: str, problems: Sequence[Any], group_size: int, temperature: float | None
     ) -> tuple[list[str], list[Any], list[dict[str, Any]]]:
         """Start the agents (or play in the driver); returns the episode keys (in problem
         order), the pending agent calls, and the driver's own play stats."""
@@ -519,7 +528,7 @@ class RemoteComponents:
         return [f"{key}/a0"], [], [{"problems": list(problems), "gen": gen}]
 
     def _drive(
-        self, key: str, problems: Sequence[Problem], group_size: int, temperature: float | None, train: bool
+        self, key: str, problems: Sequence[Any], group_size: int, temperature: float | None, train: bool
     ) -> dict[str, Any]:
         keys, agent_calls, local = self._play_all(key, problems, group_size, temperature)
         by_reward: dict[int, list[str]] = {}
@@ -557,11 +566,12 @@ class RemoteComponents:
             out["reference_s"] = ref_call.wait(self.timeout)[0]["busy_s"] if ref_call is not None else 0.0
         return out
 
-    def iterate(self, problems: Sequence[Problem], group_size: int) -> dict[str, Any]:
+    def iterate(self, problems: Sequence[Any], group_size: int) -> dict[str, Any]:
         key = f"it{self.version + 1}"
         res = self._drive(key, problems, group_size, None, train=True)
         actor = res["actor"]
         self.version = int(actor["version"])
+        self.last_publish_bytes = int(actor.get("publish_bytes", 0))
         import numpy as np
 
         return {
@@ -580,20 +590,23 @@ class RemoteComponents:
             },
         }
 
-    def evaluate(self, problems: Sequence[Problem], temperature: float = 0.0) -> dict[str, list[bool]]:
+    def evaluate(self, problems: Sequence[Any], temperature: float = 0.0) -> dict[str, list[bool]]:
         self.evals += 1
         res = self._drive(f"eval{self.evals}-v{self.version}", problems, 1, temperature, train=False)
-        return {"correct": res["correct"], "well_formed": res["well_formed"]}
+        return {"correct": res["correct"], "well_formed": res["well_formed"], "rewards": res["rewards"]}
 
     def policy(self) -> Any:
-        """The actor's current policy, as a :class:`~rlinf_algos.lm.model.TinyLM` here."""
-        from rlinf_algos.lm.model import TinyLM
+        """The actor's current policy, as a model in this process."""
+        from rlinf_algos.lm import hf
 
         state = self.groups["actor"].policy_state().wait(self.timeout)[0]
         if self.policy_model is None:
-            self.policy_model = TinyLM(self.run.model, self.tok.vocab_size)
-        self.policy_model.load_state_dict(state["state_dict"])
+            self.policy_model = hf.load_causal_lm(self.run.model)  # requires_grad as trained: the counts
+        hf.load_sync_state(self.policy_model, state["state_dict"])
         return self.policy_model
+
+    def publish_bytes(self) -> int:
+        return self.last_publish_bytes
 
     def close(self) -> None:
         """End the serve loops (a :data:`STOP` per rollout rank) and stop every worker group."""
@@ -623,7 +636,7 @@ def train_lm_distributed(
     (``scheduler``: a started :class:`rlinf_core.scheduler.Scheduler`)."""
     import torch
 
-    from rlinf_algos.lm.trainer import grpo_loop
+    from rlinf_algos.lm.trainer import grpo_loop, resolve_model
     from rlinf_core.scheduler import Scheduler
 
     if not isinstance(scheduler, Scheduler):
@@ -634,6 +647,7 @@ def train_lm_distributed(
     torch.set_num_threads(run.runner.torch_threads)
     t_start = time.perf_counter()
     cpu0 = time.process_time()
+    run = resolve_model(run, Path(run_dir))
     comps = RemoteComponents(run, scheduler, say)
     try:
         sft = comps.start()

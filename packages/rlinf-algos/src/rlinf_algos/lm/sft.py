@@ -16,9 +16,9 @@ import torch
 from torch import Tensor
 
 from rlinf_algos.lm.config import SFTConfig
-from rlinf_algos.lm.model import TinyLM, sequence_log_probs
+from rlinf_algos.lm.hf import sequence_log_probs
 from rlinf_algos.lm.task import Problem, ProblemSampler, sft_example
-from rlinf_algos.lm.tokenizer import CharTokenizer
+from rlinf_algos.lm.tokens import LMTokenizer
 from rlinf_algos.lm.workers import pack_batch
 
 __all__ = ["sft_batch", "warm_start"]
@@ -28,7 +28,7 @@ def sft_batch(
     problems: Sequence[Problem],
     mode: str,
     width: int,
-    tokenizer: CharTokenizer,
+    tokenizer: LMTokenizer,
     carry_drop: float = 0.0,
     rng: random.Random | None = None,
     answer_slip: float = 0.0,
@@ -48,7 +48,7 @@ def sft_batch(
 
 
 def _pack(
-    examples: Sequence[tuple[str, list[tuple[str, bool]]]], tokenizer: CharTokenizer
+    examples: Sequence[tuple[str, list[tuple[str, bool]]]], tokenizer: LMTokenizer
 ) -> dict[str, Tensor]:
     """Packed ``input_ids``/``loss_mask`` of :func:`~rlinf_algos.lm.task.sft_example` output."""
     seqs: list[list[int]] = []
@@ -66,15 +66,15 @@ def _pack(
 
 
 def warm_start(
-    model: TinyLM,
-    tokenizer: CharTokenizer,
+    model: Any,
+    tokenizer: LMTokenizer,
     mode: str,
     width: int,
     cfg: SFTConfig,
     sampler: ProblemSampler,
     log: Callable[[str], None] | None = None,
     log_every: int = 100,
-    check: Callable[[TinyLM], float] | None = None,
+    check: Callable[[Any], float] | None = None,
 ) -> dict[str, Any]:
     """Train ``model`` in place for ``cfg.steps`` steps of ``cfg.batch_size`` problems (AdamW,
     linear warm-up then cosine decay). With ``cfg.target_accuracy`` and a ``check`` (the
@@ -83,7 +83,8 @@ def warm_start(
     the last ``check_accuracy`` (or ``None``)."""
     if cfg.steps == 0:
         return {"steps": 0, "seconds": 0.0, "loss": float("nan"), "check_accuracy": None}
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.99))
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.99))
 
     def lr_at(step: int) -> float:
         if step < cfg.warmup_steps:
@@ -134,7 +135,7 @@ def warm_start(
         )
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         loss_v = float(loss.detach())
         taken = step + 1

@@ -321,7 +321,7 @@ def sft_example(
 def max_response_tokens(run: Any, tokenizer: Any) -> int:
     """``algorithm.max_new_tokens``, or when null the longest reference turn of the task family
     plus 8 tokens of slack (``run``: the validated sections, ``tokenizer``: a
-    :class:`~rlinf_algos.lm.tokenizer.CharTokenizer`)."""
+    :class:`~rlinf_algos.lm.tokens.LMTokenizer`)."""
     if run.algorithm.max_new_tokens is not None:
         return run.algorithm.max_new_tokens
     t = run.task

@@ -9,10 +9,14 @@ final evaluation. One iteration is the macro flow a distributed runner spreads o
     sequences --ReferenceWorker.compute_log_probs--> ref log-probs             "reference"
     batch --ActorWorker.update--> new weights --RolloutWorker.set_weights      "update", "sync"
 
-The run directory gets ``metrics.jsonl`` and ``metrics.csv`` (one row per iteration, with the
-seconds of each phase), ``warm_start.pt`` and ``policy.pt`` (atomic), ``checkpoints/`` when
-``runner.checkpoint_interval`` is set, ``eval_before.json``/``eval_after.json`` (per-problem
-outcomes) and ``summary.json`` (``accuracy_before``, ``accuracy_after``, timings).
+The run directory gets ``metrics.jsonl`` and ``metrics.csv`` (one row per iteration: reward,
+response length, KL, clip fraction, bytes per weight publish, the seconds of each phase),
+``base_model/`` (when ``model.init`` built it), ``warm_start/`` and ``policy/`` (model folders
+``from_pretrained`` loads, merged when LoRA), ``adapter/`` (the peft adapter, with LoRA),
+``checkpoints/iter_N/`` when ``runner.checkpoint_interval`` is set,
+``eval_before.json``/``eval_after.json`` (per-problem outcomes) and ``summary.json``
+(``accuracy_before``/``_after``, ``val_score_before``/``_after``, timings). Every folder and
+file is written beside its place and renamed into it.
 """
 
 from __future__ import annotations
@@ -30,22 +34,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlinf_algos.lm import hf
 from rlinf_algos.lm.agents import EpisodeBatch, HierarchicalAgent, SingleAgent, make_agent
 from rlinf_algos.lm.config import LMRunConfig
-from rlinf_algos.lm.model import TinyLM, load_policy, save_policy
+from rlinf_algos.lm.folder import folder_context_length
 from rlinf_algos.lm.reward import RewardWorker
 from rlinf_algos.lm.sft import warm_start
-from rlinf_algos.lm.task import (
-    Problem,
-    ProblemSampler,
-    heldout_problems,
-    max_response_tokens,
-    prompt_text,
-    step_width,
-)
-from rlinf_algos.lm.tokenizer import CharTokenizer
-from rlinf_algos.lm.workers import ActorWorker, ReferenceWorker, RolloutWorker, pack_batch
-from rlinf_core.errors import RlinfError
+from rlinf_algos.lm.task import ProblemSampler, max_response_tokens, step_width
+from rlinf_algos.lm.tasks import ArithTask, make_task
+from rlinf_algos.lm.tokens import LMTokenizer
+from rlinf_algos.lm.workers import ReferenceWorker, RolloutWorker, make_actor, pack_batch
 from rlinf_core.io import atomic_write_text
 
 __all__ = [
@@ -56,6 +54,7 @@ __all__ = [
     "grpo_loop",
     "max_response_tokens",
     "plot_accuracy",
+    "resolve_model",
     "train_lm",
     "warm_started_policy",
 ]
@@ -67,7 +66,7 @@ def evaluate(
     agent: SingleAgent | HierarchicalAgent,
     rollout: RolloutWorker,
     reward: RewardWorker,
-    problems: Sequence[Problem],
+    problems: Sequence[Any],
     temperature: float = 0.0,
     chunk: int = 256,
 ) -> dict[str, Any]:
@@ -80,25 +79,29 @@ def evaluate(
 
     correct: list[bool] = []
     formed: list[bool] = []
+    scores: list[float] = []
     for i in range(0, len(problems), chunk):
         eps = agent.run(problems[i : i + chunk], 1, gen)
         r = reward.compute({"response_ids": eps.final_responses, "answers": eps.answers})
         correct += [bool(c) for c in r["correct"]]
         formed += [bool(w) for w in r["well_formed"]]
-    return _accuracy_report(problems, correct, formed)
+        scores += [float(x) for x in r["rewards"]]
+    return _accuracy_report(
+        agent.task, problems, {"correct": correct, "well_formed": formed, "rewards": scores}
+    )
 
 
-def _accuracy_report(
-    problems: Sequence[Problem], correct: Sequence[bool], formed: Sequence[bool]
-) -> dict[str, Any]:
-    """``accuracy`` and ``well_formed`` (fractions of ``problems``) and per-problem ``outcomes``."""
+def _accuracy_report(task: Any, problems: Sequence[Any], r: Mapping[str, Sequence[Any]]) -> dict[str, Any]:
+    """``accuracy`` (reward 1), ``score`` (mean reward), ``well_formed`` (fractions of
+    ``problems``) and per-problem ``outcomes``."""
     n = max(len(problems), 1)
     return {
-        "accuracy": sum(correct) / n,
-        "well_formed": sum(formed) / n,
+        "accuracy": sum(bool(c) for c in r["correct"]) / n,
+        "score": sum(float(x) for x in r["rewards"]) / n,
+        "well_formed": sum(bool(w) for w in r["well_formed"]) / n,
         "outcomes": [
-            {"prompt": prompt_text(p), "answer": p.answer, "correct": c}
-            for p, c in zip(problems, correct, strict=True)
+            {**task.describe(p), "correct": bool(c), "reward": float(x)}
+            for p, c, x in zip(problems, r["correct"], r["rewards"], strict=True)
         ],
     }
 
@@ -131,33 +134,40 @@ class LocalComponents:
     is the same interface over placed workers.
 
     Args:
-        run: the validated sections.
+        run: the validated sections (``model.path`` set: see :func:`resolve_model`).
         tok: the tokenizer.
         model: the warm-started policy (the actor trains it in place).
     """
 
-    def __init__(self, run: LMRunConfig, tok: CharTokenizer, model: TinyLM) -> None:
+    def __init__(self, run: LMRunConfig, tok: LMTokenizer, model: Any, task: Any) -> None:
         alg, rcfg = run.algorithm, run.runner
         self.tok = tok
-        self.agent = make_agent(
-            run.task.mode, tok, max_response_tokens(run, tok), run.task.max_calls, run.model.max_seq_len
-        )
+        self.task = task
+        self.agent = make_agent(task, tok, task.max_new_tokens(), run.task.max_calls, context_length(run))
         self.rollout = RolloutWorker(
-            run.model, tok.vocab_size, alg.temperature, alg.top_p, seed=rcfg.seed, pad_id=tok.pad_id
+            run.model,
+            alg.temperature,
+            alg.top_p,
+            seed=rcfg.seed,
+            pad_id=tok.pad_id,
+            max_len=run.model.max_seq_len,
         )
-        self.reward = RewardWorker(tok, run.task.format_reward)
-        self.actor = ActorWorker(model, alg, seed=rcfg.seed)
+        self.reward = RewardWorker(task)
+        self.actor = make_actor(model, run)
         weights, version = self.actor.get_weights()
         self.rollout.set_weights(weights, version)
-        self.reference = (
-            ReferenceWorker(run.model, tok.vocab_size, weights, temperature=alg.temperature)
-            if alg.kl_coef > 0
-            else None
-        )
+        self.reference = None
+        if alg.kl_coef > 0:
+            # with LoRA the reference is the actor's own base weights (adapter disabled)
+            self.reference = (
+                ReferenceWorker(model=model, temperature=alg.temperature)
+                if hf.is_lora(model)
+                else ReferenceWorker(run.model, weights, temperature=alg.temperature)
+            )
         self.placement = {"everything": "in the rlinf process (runner.scheduler: local)"}
 
     def episodes(
-        self, problems: Sequence[Problem], group_size: int, temperature: float | None = None
+        self, problems: Sequence[Any], group_size: int, temperature: float | None = None
     ) -> EpisodeBatch:
         """``group_size`` episodes of every problem, sampled by the rollout worker."""
 
@@ -166,7 +176,7 @@ class LocalComponents:
 
         return self.agent.run(problems, group_size, gen)
 
-    def iterate(self, problems: Sequence[Problem], group_size: int) -> dict[str, Any]:
+    def iterate(self, problems: Sequence[Any], group_size: int) -> dict[str, Any]:
         """One GRPO iteration on ``problems``: generate, reward, reference, update, sync.
         Returns ``rewards``/``correct``/``well_formed`` (per episode), ``sequences``,
         ``generated_tokens``, the actor's ``stats`` and the seconds of each ``phase``."""
@@ -202,62 +212,86 @@ class LocalComponents:
             "phase": phase,
         }
 
-    def evaluate(self, problems: Sequence[Problem], temperature: float = 0.0) -> dict[str, list[bool]]:
-        """One episode per problem at ``temperature``: per problem ``correct`` and ``well_formed``."""
-        out: dict[str, list[bool]] = {"correct": [], "well_formed": []}
+    def evaluate(self, problems: Sequence[Any], temperature: float = 0.0) -> dict[str, list[Any]]:
+        """One episode per problem at ``temperature``: per problem ``correct``, ``well_formed``
+        and ``rewards``."""
+        out: dict[str, list[Any]] = {"correct": [], "well_formed": [], "rewards": []}
         for i in range(0, len(problems), 256):
             eps = self.episodes(problems[i : i + 256], 1, temperature)
             r = self.reward.compute({"response_ids": eps.final_responses, "answers": eps.answers})
             out["correct"] += [bool(c) for c in r["correct"]]
             out["well_formed"] += [bool(w) for w in r["well_formed"]]
+            out["rewards"] += [float(x) for x in r["rewards"]]
         return out
 
-    def policy(self) -> TinyLM:
+    def policy(self) -> Any:
         return self.actor.model
+
+    def publish_bytes(self) -> int:
+        return self.actor.publish_bytes
 
     def close(self) -> None:
         pass
 
 
-def evaluate_components(comps: Any, problems: Sequence[Problem], temperature: float = 0.0) -> dict[str, Any]:
-    """Exact-match accuracy on ``problems`` through ``comps`` (one episode each, greedy at
-    ``temperature=0``): ``accuracy``, ``well_formed`` and per-problem ``outcomes``."""
+def evaluate_components(comps: Any, problems: Sequence[Any], temperature: float = 0.0) -> dict[str, Any]:
+    """Accuracy and mean reward on ``problems`` through ``comps`` (one episode each, greedy at
+    ``temperature=0``): ``accuracy``, ``score``, ``well_formed`` and per-problem ``outcomes``."""
     r = comps.evaluate(problems, temperature)
-    return _accuracy_report(problems, r["correct"], r["well_formed"])
+    return _accuracy_report(comps.task, problems, r)
+
+
+def context_length(run: LMRunConfig, model: Any = None) -> int:
+    """The longest sequence of the run: ``model.max_seq_len``, else the model folder's context."""
+    return run.model.max_seq_len or folder_context_length(run.model.path or "")
+
+
+def resolve_model(run: LMRunConfig, run_dir: Path) -> LMRunConfig:
+    """``run`` with ``model.path`` set: a ``model.init`` is built (seeded by ``runner.seed``) into
+    ``RUN_DIR/base_model``, an ordinary model folder every component then loads like a user's."""
+    if run.model.init is None:
+        return run
+    corpus = None
+    if run.data is not None:
+        from rlinf_algos.lm.data import load_dataset
+
+        plain = run.data.model_copy(update={"apply_chat_template": False, "max_prompt_length": None})
+        corpus = [t for s in load_dataset(plain, "train") for t in (s.prompt_text, s.answer)]
+    folder = hf.new_model_folder(run_dir / "base_model", run.model.init, seed=run.runner.seed, corpus=corpus)
+    model = run.model.model_copy(update={"path": str(folder), "init": None})
+    return run.model_copy(update={"model": model})
 
 
 def warm_started_policy(
     run: LMRunConfig, log: Callable[[str], None] | None = None
-) -> tuple[TinyLM, CharTokenizer, dict[str, Any]]:
-    """The policy GRPO starts from: a fresh :class:`TinyLM` (or ``sft.init_checkpoint``) after
-    the supervised warm start; returns ``(model, tokenizer, sft_stats)``. Seeds torch and
+) -> tuple[Any, LMTokenizer, dict[str, Any]]:
+    """The policy GRPO starts from: the model folder ``model.path`` (see :func:`resolve_model`)
+    after the supervised warm start; returns ``(model, tokenizer, sft_stats)``. Seeds torch and
     ``random`` from ``runner.seed`` first, so a run's warm start is reproducible."""
-    task, rcfg = run.task, run.runner
+    rcfg = run.runner
     torch.manual_seed(rcfg.seed)
     random.seed(rcfg.seed)
-    tok = CharTokenizer()
-    heldout = heldout_problems(task)
-    if run.sft.init_checkpoint:
-        model, tok_loaded, _ = load_policy(run.sft.init_checkpoint)
-        if tok_loaded.to_dict() != tok.to_dict():
-            raise RlinfError(
-                f"sft.init_checkpoint {run.sft.init_checkpoint}: its tokenizer is not this task's"
-            )
-    else:
-        model = TinyLM(run.model, tok.vocab_size)
-    if run.sft.steps == 0:
+    tok = LMTokenizer.from_folder(run.model.path or "", run.model.trust_remote_code)
+    model = hf.load_causal_lm(run.model)
+    if run.sft.steps == 0 or getattr(run, "data", None) is not None:
         return model, tok, {"steps": 0, "seconds": 0.0, "loss": float("nan"), "check_accuracy": None}
-    sampler = ProblemSampler(task, seed=rcfg.seed + 1, exclude=heldout)
-    validation = ProblemSampler(task, seed=rcfg.seed + 2, exclude=heldout).sample(run.sft.check_size)
-    agent = make_agent(task.mode, tok, max_response_tokens(run, tok), task.max_calls, run.model.max_seq_len)
-    checker = RolloutWorker(run.model, tok.vocab_size, 0.0, 1.0, seed=rcfg.seed, pad_id=tok.pad_id)
-    reward = RewardWorker(tok, task.format_reward)
+    task = ArithTask(run, tok)
+    heldout = task.heldout()
+    sampler = ProblemSampler(run.task, seed=rcfg.seed + 1, exclude=heldout)
+    validation = ProblemSampler(run.task, seed=rcfg.seed + 2, exclude=heldout).sample(run.sft.check_size)
+    agent = make_agent(task, tok, task.max_new_tokens(), run.task.max_calls, context_length(run))
+    reward = RewardWorker(task)
+    checker: list[RolloutWorker] = []
 
-    def check(m: TinyLM) -> float:
-        checker.set_weights(m.state_dict(), -1)
-        return evaluate(agent, checker, reward, validation, 0.0)["accuracy"]
+    def check(m: Any) -> float:
+        if not checker:
+            checker.append(RolloutWorker(run.model, 0.0, 1.0, seed=rcfg.seed, pad_id=tok.pad_id))
+        checker[0].set_weights(hf.sync_state(m), -1)
+        return evaluate(agent, checker[0], reward, validation, 0.0)["accuracy"]
 
-    stats = warm_start(model, tok, task.mode, step_width(task), run.sft, sampler, log=log, check=check)
+    stats = warm_start(
+        model, tok, run.task.mode, step_width(run.task), run.sft, sampler, log=log, check=check
+    )
     return model, tok, stats
 
 
@@ -275,8 +309,9 @@ def train_lm(
     torch.set_num_threads(run.runner.torch_threads)
     t_start = time.perf_counter()
     cpu_start = time.process_time()
+    run = resolve_model(run, Path(run_dir))
     model, tok, sft_stats = warm_started_policy(run, say)
-    comps = LocalComponents(run, tok, model)
+    comps = LocalComponents(run, tok, model, make_task(run, tok))
     return grpo_loop(
         run,
         Path(run_dir),
@@ -296,7 +331,7 @@ def grpo_loop(
     run: LMRunConfig,
     run_dir: Path,
     comps: Any,
-    tok: CharTokenizer,
+    tok: LMTokenizer,
     sft_stats: dict[str, Any],
     say: Callable[[str], None],
     *,
@@ -309,18 +344,22 @@ def grpo_loop(
     """Evaluate the warm-started policy, run ``algorithm.iterations`` GRPO iterations through
     ``comps`` (:class:`LocalComponents` or the distributed runner's), evaluate again, write
     the run directory (``config.yaml``, ``metrics.csv``/``.jsonl``, ``summary.json``,
-    ``accuracy.png``, ``policy.pt``...) and return the summary."""
-    alg, task, rcfg = run.algorithm, run.task, run.runner
+    ``accuracy.png``, ``policy/``, ``adapter/`` with LoRA...) and return the summary."""
+    alg, rcfg = run.algorithm, run.runner
+    task = comps.task
     run_dir.mkdir(parents=True, exist_ok=True)
     _write_config(run_dir, run, cluster)
-    heldout = heldout_problems(task)
-    sampler = ProblemSampler(task, seed=rcfg.seed + 1000, exclude=heldout)
+    heldout = task.heldout()
+    sampler = task.sampler(rcfg.seed + 1000)
     model = comps.policy()
+    trainable, total = hf.parameter_counts(model)
     say(
-        f"task {task.mode}: {model.num_parameters():,} parameters, step width {step_width(task)}, "
-        f"max {max_response_tokens(run, tok)} new tokens per turn, held-out set of {len(heldout)}"
+        f"task {task.mode}: {total:,} parameters ({trainable:,} trainable), "
+        f"max {task.max_new_tokens()} new tokens per turn, held-out set of {len(heldout)}"
     )
-    save_policy(run_dir / "warm_start.pt", model, tok, {"sft": sft_stats})
+    tok_dir = Path(run.model.path or "")
+    if sft_stats["steps"]:
+        hf.save_model_folder(model, tok_dir, run_dir / "warm_start")
 
     t_eval = time.perf_counter()
     before = evaluate_components(comps, heldout, rcfg.eval_temperature)
@@ -353,7 +392,9 @@ def grpo_loop(
                 "well_formed": float(np.mean(res["well_formed"])),
                 "sequences": res["sequences"],
                 "generated_tokens": gen_tokens,
+                "response_length": gen_tokens / max(len(res["rewards"]), 1),
                 "tokens_per_s": gen_tokens / max(phase["generate"], 1e-9),
+                "publish_bytes": comps.publish_bytes(),
                 **{k: round(v, 6) for k, v in st.items()},
                 **{f"{k}_s": round(phase[k], 4) for k in PHASES},
             }
@@ -374,7 +415,7 @@ def grpo_loop(
                     f"update {phase['update']:.2f}s  [{row['wall_s']:.0f}s]{extra}"
                 )
             if rcfg.checkpoint_interval and it % rcfg.checkpoint_interval == 0:
-                save_policy(run_dir / "checkpoints" / f"iter_{it}.pt", comps.policy(), tok, {"iteration": it})
+                hf.save_model_folder(comps.policy(), tok_dir, run_dir / "checkpoints" / f"iter_{it}")
     finally:
         jsonl.close()
     grpo_s = time.perf_counter() - t_grpo
@@ -389,17 +430,23 @@ def grpo_loop(
     after = evaluate_components(comps, heldout, rcfg.eval_temperature)
     _write_json(run_dir / "eval_after.json", after)
     evals.append({"iteration": len(rows), "accuracy": after["accuracy"]})
-    save_policy(run_dir / "policy.pt", comps.policy(), tok, {"iterations": len(rows)})
+    hf.save_model_folder(comps.policy(), tok_dir, run_dir / "policy", run_dir / "adapter")
     total_s = time.perf_counter() - t_start
     n = max(len(rows), 1)
     summary = {
-        "algorithm": "grpo_lm",
+        "algorithm": alg.name,
         "mode": task.mode,
         "scheduler": scheduler,
-        "parameters": model.num_parameters(),
+        "parameters": total,
+        "trainable_parameters": trainable,
+        "lora": run.model.lora is not None,
+        "model_path": run.model.path,
+        "publish_bytes": comps.publish_bytes(),
         "accuracy_before": before["accuracy"],
         "accuracy_after": after["accuracy"],
         "accuracy_gain_pp": 100.0 * (after["accuracy"] - before["accuracy"]),
+        "val_score_before": before["score"],
+        "val_score_after": after["score"],
         "well_formed_before": before["well_formed"],
         "well_formed_after": after["well_formed"],
         "eval_size": len(heldout),

@@ -25,7 +25,6 @@ The packed batch (:func:`pack_batch`): ``input_ids`` ``[N, T]`` long, right-padd
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,11 +32,20 @@ import torch
 from torch import Tensor
 
 from rlinf_algos.grpo import functional as grpo
+from rlinf_algos.lm import hf
 from rlinf_algos.lm.config import LMGRPOConfig, LMModelConfig
-from rlinf_algos.lm.model import TinyLM, generate, sequence_log_probs
+from rlinf_algos.lm.hf import generate, sequence_log_probs
 from rlinf_core.worker import Worker
 
-__all__ = ["ActorWorker", "ReferenceWorker", "RolloutWorker", "pack_batch", "sequence_advantages"]
+__all__ = [
+    "ActorWorker",
+    "ReferenceWorker",
+    "RolloutWorker",
+    "log_probs_chunked",
+    "make_actor",
+    "pack_batch",
+    "sequence_advantages",
+]
 
 
 def pack_batch(
@@ -74,16 +82,17 @@ def sequence_advantages(
     return adv_e[episode_index], uniform_e[episode_index]
 
 
-def _build(model_config: LMModelConfig | dict[str, Any], vocab_size: int) -> TinyLM:
-    cfg = (
+def _spec(model_config: LMModelConfig | dict[str, Any]) -> LMModelConfig:
+    return (
         model_config
         if isinstance(model_config, LMModelConfig)
         else LMModelConfig.model_validate(model_config)
     )
-    return TinyLM(cfg, vocab_size)
 
 
-def _log_probs_chunked(model: TinyLM, ids: Tensor, temperature: float, chunk: int) -> Tensor:
+def log_probs_chunked(model: Any, ids: Tensor, temperature: float, chunk: int) -> Tensor:
+    """:func:`~rlinf_algos.lm.hf.sequence_log_probs` of ``ids`` in chunks of ``chunk`` rows, no
+    gradient."""
     out = torch.zeros(ids.shape, dtype=torch.float32)
     with torch.no_grad():
         for i in range(0, ids.shape[0], chunk):
@@ -95,24 +104,26 @@ class RolloutWorker(Worker):
     """Holds a versioned copy of the policy and samples from it.
 
     Args:
-        model_config: the ``model`` section.
-        vocab_size: the tokenizer's.
+        model_config: the ``model`` section (with ``path`` set: the folder to load).
         temperature, top_p: sampling (``temperature=0`` is greedy).
         seed: of its sampling generator.
-        pad_id: the tokenizer's ``<pad>``.
+        pad_id: the tokenizer's pad token.
+        max_len: longest sequence (``model.max_seq_len``; ``None``: the model's context).
     """
 
     def __init__(
         self,
         model_config: LMModelConfig | dict[str, Any],
-        vocab_size: int,
         temperature: float = 1.0,
         top_p: float = 1.0,
         seed: int = 0,
         pad_id: int = 0,
+        max_len: int | None = None,
     ) -> None:
-        self.model = _build(model_config, vocab_size)
+        spec = _spec(model_config)
+        self.model = hf.load_causal_lm(spec, trainable=False)
         self.model.eval()
+        self.max_len = max_len if max_len is not None else spec.max_seq_len
         self.temperature = temperature
         self.top_p = top_p
         self.pad_id = pad_id
@@ -122,8 +133,9 @@ class RolloutWorker(Worker):
         self.seconds = 0.0
 
     def set_weights(self, state_dict: dict[str, Tensor], version: int) -> None:
-        """Load the actor's weights (``version`` increases with every update)."""
-        self.model.load_state_dict(state_dict)
+        """Load the actor's published weights (the LoRA adapter alone when the model has one;
+        ``version`` increases with every update)."""
+        hf.load_sync_state(self.model, state_dict)
         self.version = version
 
     def generate(
@@ -144,6 +156,7 @@ class RolloutWorker(Worker):
             temperature=self.temperature if temperature is None else temperature,
             top_p=self.top_p,
             generator=self.generator,
+            max_len=self.max_len,
         )
         self.tokens += out.num_tokens
         self.seconds += out.seconds
@@ -162,64 +175,85 @@ class RolloutWorker(Worker):
 
 
 class ReferenceWorker(Worker):
-    """A frozen copy of the warm-started policy: log-probs for the KL term.
+    """The frozen reference policy: log-probs for the KL term.
+
+    Without LoRA it is a frozen copy of the warm-started weights; with LoRA it is the base model
+    with the adapter disabled (:func:`~rlinf_algos.lm.hf.reference_mode`). In one process, pass
+    the actor's LoRA model as ``model``: the reference then shares its weights (no second copy).
 
     Args:
-        model_config, vocab_size: as for the rollout worker.
-        state_dict: the reference weights (the warm-started policy's).
+        model_config: the ``model`` section (loaded when ``model`` is not given).
+        state_dict: the reference weights as a publish carries them (version 0), or ``None``.
+        model: an already built model to use (the actor's, with LoRA).
         temperature: the rollout's (log-probs are taken at the sampling temperature).
         chunk: sequences per forward.
     """
 
     def __init__(
         self,
-        model_config: LMModelConfig | dict[str, Any],
-        vocab_size: int,
-        state_dict: dict[str, Tensor],
+        model_config: LMModelConfig | dict[str, Any] | None = None,
+        state_dict: dict[str, Tensor] | None = None,
+        model: Any = None,
         temperature: float = 1.0,
         chunk: int = 256,
     ) -> None:
-        self.model = _build(model_config, vocab_size)
-        self.model.load_state_dict(state_dict)
-        self.model.eval()
-        for p in self.model.parameters():
-            p.requires_grad_(False)
+        if model is None:
+            if model_config is None:
+                raise ValueError("ReferenceWorker needs model_config or model")
+            model = hf.load_causal_lm(_spec(model_config), trainable=False)
+            if state_dict is not None:
+                hf.load_sync_state(model, state_dict)
+        self.model = model
         self.temperature = temperature
         self.chunk = chunk
 
     def compute_log_probs(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """``{"ref_log_probs": [N, T]}`` for ``batch["input_ids"]`` ``[N, T]``."""
-        return {
-            "ref_log_probs": _log_probs_chunked(self.model, batch["input_ids"], self.temperature, self.chunk)
-        }
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with hf.reference_mode(self.model) as ref:
+                lp = log_probs_chunked(ref, batch["input_ids"], self.temperature, self.chunk)
+        finally:
+            self.model.train(was_training)
+        return {"ref_log_probs": lp}
 
 
 class ActorWorker(Worker):
     """Holds the trained policy and its optimiser; runs the GRPO update.
 
     Args:
-        model: the (warm-started) policy; the actor trains it in place.
+        model: the (warm-started) policy; the actor trains it in place (its LoRA adapter only,
+            when it has one).
         cfg: the ``algorithm`` section.
         seed: of its minibatch shuffling.
     """
 
-    def __init__(self, model: TinyLM, cfg: LMGRPOConfig, seed: int = 0) -> None:
+    def __init__(self, model: Any, cfg: LMGRPOConfig, seed: int = 0) -> None:
         self.model = model
         self.cfg = cfg
-        self.opt = torch.optim.AdamW(
-            model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99)
-        )
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99))
+        self.publish_bytes = 0
         self.generator = torch.Generator().manual_seed(seed)
         self.version = 0
 
+    @classmethod
+    def build(cls, model: Any, run: Any) -> ActorWorker:
+        """The actor of a validated run (``run.algorithm``, ``run.runner.seed``...)."""
+        return cls(model, run.algorithm, seed=run.runner.seed)
+
     def get_weights(self) -> tuple[dict[str, Tensor], int]:
-        """A copy of the current weights and their version (what the broadcast sends)."""
-        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}, self.version
+        """A copy of what a publish carries (the LoRA adapter alone when the model has one,
+        every weight otherwise) and its version; ``publish_bytes`` records its size."""
+        state = hf.sync_state(self.model)
+        self.publish_bytes = hf.state_bytes(state)
+        return state, self.version
 
     def compute_log_probs(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """``{"log_probs": [N, T]}`` under the current policy, no gradient."""
         return {
-            "log_probs": _log_probs_chunked(
+            "log_probs": log_probs_chunked(
                 self.model, batch["input_ids"], self.cfg.temperature, self.cfg.minibatch_size
             )
         }
@@ -230,6 +264,51 @@ class ActorWorker(Worker):
         return sequence_advantages(
             batch["rewards"], batch["episode_index"], self.cfg.group_size, self.cfg.scale_advantages
         )
+
+    def old_log_probs(self, ids: Tensor) -> Tensor | None:
+        """The sampling policy's log-probs of ``ids``, computed before the first step; ``None``
+        when the update is a single step over the whole batch (one epoch, one minibatch): the
+        weights are then still the sampling policy's and the training forward's own log-probs,
+        detached, are exact (the forward TRL skips too)."""
+        cfg = self.cfg
+        if cfg.update_epochs == 1 and ids.shape[0] <= cfg.minibatch_size:
+            return None
+        return log_probs_chunked(self.model, ids, cfg.temperature, cfg.minibatch_size)
+
+    def policy_step(
+        self,
+        ids: Tensor,
+        old: Tensor | None,
+        adv: Tensor,
+        mask: Tensor,
+        ref: Tensor | None,
+        stats: dict[str, float],
+    ) -> None:
+        """One gradient step of the clipped policy loss (with the k3 KL when ``kl_coef > 0``) on a
+        minibatch (``adv``: per sequence ``[B]`` or per token ``[B, T]``; ``old``: ``None`` when
+        the weights are the sampling policy's, see :meth:`old_log_probs`); adds its loss, KL,
+        clip fraction and gradient norm to ``stats``."""
+        cfg = self.cfg
+        lp = sequence_log_probs(self.model, ids, cfg.temperature)
+        loss, st = grpo.policy_loss(
+            lp,
+            lp.detach() if old is None else old,
+            adv,
+            mask,
+            clip_low=cfg.clip_low,
+            clip_high=cfg.clip_high,
+            ref_log_prob=ref,
+            kl_coef=cfg.kl_coef,
+            aggregation=cfg.aggregation,
+        )
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.max_grad_norm is not None:
+            stats["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
+        self.opt.step()
+        stats["loss"] += float(loss.detach())
+        stats["kl"] += float(st["kl"])
+        stats["clip_fraction"] += float(st["clip_fraction"])
 
     def update(self, batch: dict[str, Tensor]) -> dict[str, float]:
         """One GRPO update on a packed batch: advantages from the episode rewards, the sampling
@@ -258,7 +337,7 @@ class ActorWorker(Worker):
         adv = adv[idx]
         ref = batch.get("ref_log_probs")
         ref = ref[idx] if ref is not None else None
-        old = _log_probs_chunked(self.model, ids, cfg.temperature, cfg.minibatch_size)
+        old = self.old_log_probs(ids)
         lengths = (mask > 0).long().cumsum(1).argmax(1) + 1  # last trained token + 1
         n_steps = 0
         self.model.train()
@@ -267,32 +346,24 @@ class ActorWorker(Worker):
             for i in range(0, len(idx), cfg.minibatch_size):
                 mb = perm[i : i + cfg.minibatch_size]
                 t = int(lengths[mb].max())
-                lp = sequence_log_probs(self.model, ids[mb, :t], cfg.temperature)
-                loss, st = grpo.policy_loss(
-                    lp,
-                    old[mb, :t],
+                self.policy_step(
+                    ids[mb, :t],
+                    old[mb, :t] if old is not None else None,
                     adv[mb],
                     mask[mb, :t],
-                    clip_low=cfg.clip_low,
-                    clip_high=cfg.clip_high,
-                    ref_log_prob=ref[mb, :t] if ref is not None else None,
-                    kl_coef=cfg.kl_coef,
-                    aggregation=cfg.aggregation,
+                    ref[mb, :t] if ref is not None else None,
+                    stats,
                 )
-                self.opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if cfg.max_grad_norm is not None:
-                    gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-                    stats["grad_norm"] += float(gn)
-                self.opt.step()
-                stats["loss"] += float(loss.detach())
-                stats["kl"] += float(st["kl"])
-                stats["clip_fraction"] += float(st["clip_fraction"])
                 n_steps += 1
         for k in ("loss", "kl", "clip_fraction", "grad_norm"):
             stats[k] /= max(n_steps, 1)
         return stats
 
-    def frozen_copy(self) -> TinyLM:
-        """A deep copy of the current policy (what the reference starts from)."""
-        return copy.deepcopy(self.model)
+
+def make_actor(model: Any, run: Any) -> ActorWorker:
+    """The actor component the ``algorithm`` section names (its ``actor`` class path: GRPO's
+    :class:`ActorWorker`, PPO's :class:`~rlinf_algos.lm.ppo.PPOActorWorker`), built for ``run``."""
+    import importlib
+
+    module, _, name = run.algorithm.actor.partition(":")
+    return getattr(importlib.import_module(module), name).build(model, run)

@@ -1,0 +1,442 @@
+"""Hugging Face causal language models as rlinf policies: load, LoRA, sample, score, sync, save.
+
+Every language policy is a ``transformers`` ``AutoModelForCausalLM`` loaded from a model folder,
+the same code path for a user's Qwen folder and for the small models the examples build
+(:func:`new_model_folder`), since no weights can be downloaded here.
+
+- :func:`load_causal_lm`: the ``model`` section -> a model (``model.dtype``; ``trust_remote_code``
+  off unless set; peft LoRA adapters with ``model.lora``). Errors name the YAML path.
+- :func:`generate`: batched sampling with the model's KV cache from left-padded prompts
+  (temperature, top-p, greedy at 0, stop ids, per-row done masks, cache compaction as rows
+  finish), seeded by a ``torch.Generator`` so a rollout is reproducible.
+- :func:`sequence_log_probs`: per-token log-probs of right-padded sequences (actor, reference).
+- :func:`sync_state` / :func:`load_sync_state`: what a weight publish carries: the adapter
+  alone when LoRA is on (:func:`state_bytes` reports its size), every weight otherwise.
+- :func:`reference_mode`: the frozen reference is the base model with the adapter disabled (no
+  second copy of the weights).
+- :func:`save_model_folder`: ``policy/`` that ``from_pretrained`` loads (merged when LoRA) and
+  ``adapter/`` that peft loads; both written to a temporary folder and renamed into place.
+
+Shapes: ``B`` sequences, ``T`` tokens, ``V`` vocabulary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from rlinf_algos.lm.config import LMModelConfig, LoraConfig, ModelInitConfig
+from rlinf_algos.lm.folder import check_model_folder
+from rlinf_core.errors import ConfigError, RlinfError
+
+__all__ = [
+    "GenerationOutput",
+    "generate",
+    "is_lora",
+    "load_causal_lm",
+    "load_sync_state",
+    "new_model_folder",
+    "parameter_counts",
+    "reference_mode",
+    "save_model_folder",
+    "sequence_log_probs",
+    "state_bytes",
+    "sync_state",
+]
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _quiet() -> None:
+    """No progress bars or advisory warnings from transformers in a run's output."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def new_model_folder(
+    path: str | Path, init: ModelInitConfig, seed: int = 0, corpus: Iterable[str] | None = None
+) -> Path:
+    """Build a model from a ``transformers`` config with random weights (seeded) and the
+    tokenizer ``init.tokenizer`` names (a ``bpe`` one trained on ``corpus``), and save both as a
+    model folder at ``path`` (written next to it and renamed into place). Returns ``path``."""
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+
+    from rlinf_algos.lm.tokens import arith_tokenizer, bpe_tokenizer
+
+    _quiet()
+    if init.tokenizer == "bpe":
+        if corpus is None:
+            raise ConfigError(
+                "a bpe tokenizer is trained on the data section's texts: add a data section",
+                path="model.init.tokenizer",
+            )
+        tok = bpe_tokenizer(corpus, init.vocab_size)
+    else:
+        tok = arith_tokenizer()
+    common = {
+        "vocab_size": len(tok),
+        "hidden_size": init.hidden_size,
+        "intermediate_size": init.intermediate_size or 4 * init.hidden_size,
+        "num_hidden_layers": init.num_layers,
+        "num_attention_heads": init.num_heads,
+        "num_key_value_heads": init.num_kv_heads or init.num_heads,
+        "max_position_embeddings": init.max_position_embeddings,
+        "tie_word_embeddings": True,
+        "bos_token_id": tok.bos_token_id,
+        "eos_token_id": tok.eos_token_id,
+        "pad_token_id": tok.pad_token_id,
+    }
+    config = Qwen2Config(**common) if init.architecture == "qwen2" else LlamaConfig(**common)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config)
+    path = Path(path)
+    _write_folder(path, lambda tmp: (model.save_pretrained(tmp), _save_tokenizer(tok, tmp)))
+    return path
+
+
+def _save_tokenizer(tok: Any, folder: Path) -> None:
+    """Save ``tok`` with its unk token named in ``tokenizer_config.json``: transformers loads a
+    folder with the architecture's tokenizer class (Qwen2Tokenizer...), whose default unk token
+    would otherwise be added past the model's vocabulary."""
+    tok.save_pretrained(folder)
+    cfg_file = Path(folder) / "tokenizer_config.json"
+    cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
+    cfg.setdefault("unk_token", cfg.get("pad_token"))
+    cfg_file.write_text(json.dumps(cfg, indent=2), encoding="utf-8")
+
+
+def _write_folder(path: Path, write: Any) -> None:
+    """Write a folder atomically: into ``.NAME.tmp-PID`` beside it, then rename (an existing
+    folder is moved aside first and removed after)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        write(tmp)
+        old = path.parent / f".{path.name}.old-{os.getpid()}"
+        if path.exists():
+            os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_causal_lm(spec: LMModelConfig, path: str | Path | None = None, *, trainable: bool = True) -> Any:
+    """The model of the ``model`` section (from ``path`` when given, e.g. a built ``init``
+    folder, else ``model.path``), in ``model.dtype``, with LoRA adapters when ``model.lora`` is
+    set (then only they require gradients). ``trainable=False`` freezes every parameter."""
+    from transformers import AutoModelForCausalLM
+
+    _quiet()
+    folder = check_model_folder(path if path is not None else spec.path or "", "model.path")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(folder), dtype=DTYPES[spec.dtype], trust_remote_code=spec.trust_remote_code
+        )
+    except ValueError as err:
+        if "trust_remote_code" in str(err):
+            raise ConfigError(
+                f"{folder} needs code shipped in the folder; set model.trust_remote_code=true if you trust it",
+                path="model.trust_remote_code",
+            ) from None
+        raise ConfigError(f"{folder}: cannot load the model ({err})", path="model.path") from None
+    except (OSError, RuntimeError) as err:
+        raise ConfigError(f"{folder}: cannot load the model ({err})", path="model.path") from None
+    model.config.use_cache = True
+    if spec.lora is not None:
+        model = apply_lora(model, spec.lora)
+    if not trainable:
+        for p in model.parameters():
+            p.requires_grad_(False)
+    return model
+
+
+def apply_lora(model: Any, lora: LoraConfig) -> Any:
+    """``model`` wrapped in peft LoRA adapters (a ``PeftModel``; only the adapters train)."""
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
+
+    cfg = PeftLoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+    try:
+        return get_peft_model(model, cfg)
+    except ValueError as err:
+        raise ConfigError(f"LoRA cannot be applied: {err}", path="model.lora.target_modules") from None
+
+
+def is_lora(model: Any) -> bool:
+    """Whether ``model`` carries peft adapters."""
+    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+
+
+def parameter_counts(model: Any) -> tuple[int, int]:
+    """``(trainable, total)`` parameters."""
+    total = sum(p.numel() for p in model.parameters())
+    return sum(p.numel() for p in model.parameters() if p.requires_grad), total
+
+
+def sync_state(model: Any) -> dict[str, Tensor]:
+    """A copy of what a weight publish carries: the LoRA adapter's tensors alone when ``model``
+    has one, every weight otherwise (a tied weight, such as an output head sharing the token
+    embedding, once)."""
+    if is_lora(model):
+        from peft import get_peft_model_state_dict
+
+        sd = get_peft_model_state_dict(model)
+    else:
+        sd, seen = {}, set()
+        for k, v in model.state_dict().items():
+            if v.data_ptr() in seen:
+                continue
+            seen.add(v.data_ptr())
+            sd[k] = v
+    return {k: v.detach().cpu().clone() for k, v in sd.items()}
+
+
+def load_sync_state(model: Any, state: dict[str, Tensor]) -> None:
+    """Load a :func:`sync_state` into ``model`` (adapter only, or every weight); a key that
+    does not match is an error, never a silent partial load."""
+    if is_lora(model):
+        from peft import set_peft_model_state_dict
+
+        res = set_peft_model_state_dict(model, state)
+        unexpected = list(getattr(res, "unexpected_keys", []) or [])
+        if unexpected:
+            raise RlinfError(f"weight sync: adapter keys this model does not have: {unexpected[:3]}")
+        return
+    res = model.load_state_dict(state, strict=False)
+    loaded = {t.data_ptr() for k, t in model.state_dict().items() if k in state}
+    full = model.state_dict()
+    missing = [k for k in res.missing_keys if full[k].data_ptr() not in loaded]  # tied ones are loaded
+    if missing or res.unexpected_keys:
+        raise RlinfError(
+            f"weight sync: the published weights do not fit this model (missing {missing[:3]}, "
+            f"unexpected {list(res.unexpected_keys)[:3]})"
+        )
+
+
+def state_bytes(state: dict[str, Tensor]) -> int:
+    """Bytes of a state dict's tensors (what a publish moves)."""
+    return sum(t.numel() * t.element_size() for t in state.values())
+
+
+@contextlib.contextmanager
+def reference_mode(model: Any) -> Iterator[Any]:
+    """``model`` as the frozen reference: with the LoRA adapter disabled (the base weights), or
+    as it is when it has none."""
+    if is_lora(model):
+        with model.disable_adapter():
+            yield model
+    else:
+        yield model
+
+
+def sequence_log_probs(
+    model: Any, input_ids: Tensor, temperature: float = 1.0, attention_mask: Tensor | None = None
+) -> Tensor:
+    """Per-token log-probs of right-padded ``input_ids`` ``[B, T]``: ``out[:, t] = log p(x_t |
+    x_<t)`` for ``t >= 1`` and ``out[:, 0] = 0``, so it lines up with a ``[B, T]`` mask. Logits
+    are divided by ``temperature`` (the rollout's), as the sampler did. Differentiable unless
+    called under ``torch.no_grad``. Right padding needs no mask for a causal model (a pad only
+    follows the tokens it could affect)."""
+    kwargs: dict[str, Any] = {"use_cache": False}
+    if attention_mask is not None:
+        kwargs["attention_mask"] = attention_mask[:, :-1]
+    logits = model(input_ids=input_ids[:, :-1], **kwargs).logits
+    if temperature != 1.0:
+        logits = logits / temperature
+    lp = torch.log_softmax(logits.float(), dim=-1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return F.pad(lp, (1, 0))
+
+
+@dataclass
+class GenerationOutput:
+    """What :func:`generate` returns.
+
+    Attributes:
+        tokens: per prompt, the generated ids (the stop token included when one was produced).
+        finished: per prompt, whether it stopped on a stop token (else it hit ``max_new_tokens``
+            or the model's context).
+        num_tokens: generated tokens in all.
+        seconds: wall time of the call.
+    """
+
+    tokens: list[list[int]]
+    finished: list[bool]
+    num_tokens: int = 0
+    seconds: float = 0.0
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def _sample(logits: Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> Tensor:
+    """Next tokens ``[B]`` from logits ``[B, V]``: argmax at temperature 0, else softmax sampling
+    restricted to the smallest set of tokens whose probability reaches ``top_p``."""
+    if temperature <= 0.0:
+        return logits.argmax(dim=-1)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p < 1.0:
+        sp, si = probs.sort(dim=-1, descending=True)
+        keep = sp.cumsum(dim=-1) - sp < top_p  # the top token always stays
+        choice = torch.multinomial(sp * keep, 1, generator=generator)
+        return si.gather(-1, choice).squeeze(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def max_context(model: Any) -> int:
+    """The model's longest sequence (``max_position_embeddings``)."""
+    cfg = getattr(model, "config", None)
+    return int(getattr(cfg, "max_position_embeddings", None) or 2048)
+
+
+def generate(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    stop_ids: Sequence[int],
+    pad_id: int = 0,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    max_len: int | None = None,
+    compact_below: float = 0.5,
+) -> GenerationOutput:
+    """Sample continuations of ``prompts`` in one batch.
+
+    Prompts are left-padded (attention mask and position ids skip the padding) and prefilled in
+    one forward; then one token per step for every unfinished row, reusing the model's KV cache.
+    A row is done when it emits one of ``stop_ids`` or reaches ``max_new_tokens`` (or
+    ``max_len``, default the model's context). When the unfinished fraction of rows falls below
+    ``compact_below``, finished rows leave the cache.
+    """
+    from transformers import DynamicCache
+
+    t0 = time.perf_counter()
+    if not prompts:
+        return GenerationOutput([], [], 0, 0.0)
+    n = len(prompts)
+    lens = torch.tensor([len(p) for p in prompts])
+    if int(lens.min()) < 1:
+        raise RlinfError("generate: every prompt needs at least one token")
+    lp = int(lens.max())
+    limit = max_len or max_context(model)
+    if lp >= limit:
+        raise RlinfError(f"generate: a prompt of {lp} tokens leaves no room under the context of {limit}")
+    steps = min(max_new_tokens, limit - lp)
+    device = next(model.parameters()).device
+    ids = torch.full((n, lp), pad_id, dtype=torch.long)
+    mask = torch.zeros(n, lp, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, lp - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
+        mask[i, lp - len(p) :] = 1
+    positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+    stop = torch.tensor(sorted(set(stop_ids)), dtype=torch.long)
+    out: list[list[int]] = [[] for _ in range(n)]
+    finished = [False] * n
+    total = 0
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            cache = DynamicCache(config=getattr(model, "config", None))
+            res = model(
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                position_ids=positions.to(device),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache = res.past_key_values
+            logits = res.logits[:, -1].float().cpu()
+            rows = torch.arange(n)  # original index of each cache row
+            next_pos = lens.clone()
+            active = torch.ones(n, dtype=torch.bool)
+            for _ in range(steps):
+                tok = _sample(logits, temperature, top_p, generator)
+                tok_list, act_list = tok.tolist(), active.tolist()
+                for j, r in enumerate(rows.tolist()):
+                    if act_list[j]:
+                        out[r].append(tok_list[j])
+                total += int(active.sum())
+                hit = torch.isin(tok, stop) & active
+                for j in hit.nonzero().flatten().tolist():
+                    finished[int(rows[j])] = True
+                active &= ~hit
+                n_active = int(active.sum())
+                if n_active == 0:
+                    break
+                if n_active < compact_below * len(rows) and len(rows) > 4:
+                    keep = active.nonzero().flatten()
+                    cache.batch_select_indices(keep.to(device))
+                    rows, tok, next_pos, mask = rows[keep], tok[keep], next_pos[keep], mask[keep]
+                    active = torch.ones(len(keep), dtype=torch.bool)
+                tok = torch.where(active, tok, torch.full_like(tok, pad_id))
+                mask = torch.cat([mask, torch.ones(len(rows), 1, dtype=torch.long)], dim=1)
+                res = model(
+                    input_ids=tok.unsqueeze(1).to(device),
+                    attention_mask=mask.to(device),
+                    position_ids=next_pos.unsqueeze(1).to(device),
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+                cache = res.past_key_values
+                logits = res.logits[:, -1].float().cpu()
+                next_pos = next_pos + 1
+    finally:
+        model.train(was_training)
+    return GenerationOutput(out, finished, total, time.perf_counter() - t0)
+
+
+def save_model_folder(
+    model: Any, tokenizer_dir: str | Path, path: str | Path, adapter_path: str | Path | None = None
+) -> Path:
+    """Write ``model`` as a model folder at ``path`` that ``AutoModelForCausalLM`` and
+    ``AutoTokenizer`` load (the tokenizer files copied from ``tokenizer_dir``): merged into the
+    base weights when it has LoRA adapters, whose peft folder then goes to ``adapter_path``
+    (loadable with ``PeftModel.from_pretrained``). Each folder is written beside its place and
+    renamed into it."""
+    path = Path(path)
+    tok_files = [
+        f
+        for f in Path(tokenizer_dir).iterdir()
+        if f.is_file()
+        and (
+            "token" in f.name
+            or f.name.endswith((".model", ".jinja"))
+            or f.name in ("vocab.json", "merges.txt")
+        )
+    ]
+
+    def copy_tokenizer(dst: Path) -> None:
+        for f in tok_files:
+            shutil.copy2(f, dst / f.name)
+
+    if is_lora(model):
+        if adapter_path is not None:
+            _write_folder(Path(adapter_path), lambda tmp: (model.save_pretrained(tmp), copy_tokenizer(tmp)))
+        merged = copy.deepcopy(model).merge_and_unload()
+        _write_folder(path, lambda tmp: (merged.save_pretrained(tmp), copy_tokenizer(tmp)))
+    else:
+        _write_folder(path, lambda tmp: (model.save_pretrained(tmp), copy_tokenizer(tmp)))
+    return path

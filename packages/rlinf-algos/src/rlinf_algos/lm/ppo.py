@@ -1,0 +1,175 @@
+"""PPO for language policies (``algorithm.name: ppo_lm``): a critic with a value head on a model of
+the same architecture, token-level GAE over the generated tokens, clipped policy and value losses.
+
+Seed 003: PPO "handles both LLM policies ... and VLA policies". Everything but the update is
+GRPO's pipeline (agents, rollout, reward, reference workers): :class:`PPOActorWorker` is the
+actor component of ``ppo_lm`` (named by :attr:`rlinf_algos.lm.config.LMPPOConfig.actor`), with
+the same calls as :class:`~rlinf_algos.lm.workers.ActorWorker` (``update``, ``get_weights``).
+
+Alignment (``[N, T]`` tensors, as the log-probs): ``values[:, t]`` is the critic's estimate
+before token ``t`` is generated (read from the hidden state at ``t - 1``), the reward of a
+sequence sits on its last generated token, and GAE runs backwards over the generated tokens only
+(text an orchestrator wrote into a context is skipped, not a step).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from rlinf_algos.lm import hf
+from rlinf_algos.lm.config import CriticConfig, LMModelConfig, LMPPOConfig
+from rlinf_algos.lm.workers import ActorWorker
+from rlinf_algos.ppo import functional as ppo
+
+__all__ = ["PPOActorWorker", "ValueModel", "token_gae"]
+
+
+class ValueModel(nn.Module):
+    """A causal LM's backbone (its ``base_model``: embeddings, blocks, final norm) and a linear
+    value head, zero-initialised so training starts from ``V = 0``."""
+
+    def __init__(self, causal_lm: Any) -> None:
+        super().__init__()
+        self.backbone = causal_lm.base_model
+        hidden = int(causal_lm.config.hidden_size)
+        self.head = nn.Linear(hidden, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        """``[N, T]`` values aligned with :func:`~rlinf_algos.lm.hf.sequence_log_probs`."""
+        h = self.backbone(input_ids=input_ids, use_cache=False).last_hidden_state
+        v = self.head(h.float()).squeeze(-1)
+        return F.pad(v[:, :-1], (1, 0))
+
+
+def token_gae(
+    rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float
+) -> tuple[Tensor, Tensor]:
+    """``(advantages, returns)`` ``[N, T]`` by GAE over the positions where ``mask`` is 1 (taken
+    as consecutive steps; the value after the last one is 0). Zero where ``mask`` is 0."""
+    n, t = rewards.shape
+    adv = torch.zeros_like(values)
+    last = torch.zeros(n, dtype=values.dtype)
+    next_value = torch.zeros(n, dtype=values.dtype)
+    m = mask > 0
+    for i in range(t - 1, -1, -1):
+        delta = rewards[:, i] + gamma * next_value - values[:, i]
+        step = delta + gamma * lam * last
+        adv[:, i] = torch.where(m[:, i], step, torch.zeros_like(step))
+        last = torch.where(m[:, i], step, last)
+        next_value = torch.where(m[:, i], values[:, i], next_value)
+    return adv, adv + values
+
+
+class PPOActorWorker(ActorWorker):
+    """The policy and the critic, their optimisers, and the PPO update.
+
+    Args:
+        model: the (warm-started) policy.
+        cfg: the ``algorithm`` section (:class:`LMPPOConfig`).
+        seed: of the minibatch order.
+        critic: the ``critic`` section.
+        model_spec: the ``model`` section (the critic's backbone defaults to its folder).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        cfg: LMPPOConfig,
+        seed: int = 0,
+        critic: CriticConfig | None = None,
+        model_spec: LMModelConfig | None = None,
+    ) -> None:
+        super().__init__(model, cfg, seed)
+        critic = critic or CriticConfig()
+        path = critic.path or (model_spec.path if model_spec is not None else None)
+        if path is None:
+            raise ValueError("PPOActorWorker: give critic.path or the model section")
+        spec = (model_spec or LMModelConfig(path=path)).model_copy(
+            update={"path": path, "init": None, "lora": None}
+        )
+        self.critic_cfg = critic
+        self.critic = ValueModel(hf.load_causal_lm(spec))
+        self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=critic.lr, betas=(0.9, 0.99))
+
+    @classmethod
+    def build(cls, model: Any, run: Any) -> PPOActorWorker:
+        return cls(model, run.algorithm, seed=run.runner.seed, critic=run.critic, model_spec=run.model)
+
+    def _values(self, ids: Tensor) -> Tensor:
+        out = torch.zeros(ids.shape, dtype=torch.float32)
+        with torch.no_grad():
+            for i in range(0, ids.shape[0], self.cfg.minibatch_size):
+                out[i : i + self.cfg.minibatch_size] = self.critic(ids[i : i + self.cfg.minibatch_size])
+        return out
+
+    def update(self, batch: dict[str, Tensor]) -> dict[str, float]:
+        """One PPO update: values and GAE, then ``update_epochs`` passes of minibatches through
+        the clipped policy loss (with the k3 KL when ``kl_coef > 0``) and the clipped value loss.
+        Returns the mean policy loss, value loss, KL, clip fraction, gradient norm, the explained
+        variance of the values and how many sequences were trained on."""
+        cfg: LMPPOConfig = self.cfg  # type: ignore[assignment]
+        ids, mask = batch["input_ids"], batch["loss_mask"]
+        seq_reward = batch["rewards"].float()[batch["episode_index"]]
+        if cfg.skip_uniform_groups and cfg.group_size > 1:
+            _, uniform = self.advantages(batch)
+            keep = (~uniform).nonzero().flatten()
+        else:
+            keep = torch.arange(ids.shape[0])
+        stats = {
+            k: 0.0 for k in ("loss", "value_loss", "kl", "clip_fraction", "grad_norm", "explained_variance")
+        }
+        stats["trained_sequences"] = float(len(keep))
+        self.version += 1
+        if len(keep) == 0:
+            return stats
+        ids, mask, seq_reward = ids[keep], mask[keep], seq_reward[keep]
+        ref = batch.get("ref_log_probs")
+        ref = ref[keep] if ref is not None else None
+        lengths = (mask > 0).long().cumsum(1).argmax(1) + 1  # last generated token + 1
+        rewards = torch.zeros_like(mask)
+        rewards[torch.arange(len(keep)), lengths - 1] = seq_reward
+        values = self._values(ids)
+        adv, returns = token_gae(rewards, values, mask, cfg.gamma, cfg.lam)
+        if cfg.whiten_advantages:
+            m = mask > 0
+            a = adv[m]
+            adv = torch.where(m, (adv - a.mean()) / (a.std() + 1e-8), torch.zeros_like(adv))
+        old = self.old_log_probs(ids)
+        warm = min(1.0, self.version / cfg.lr_warmup_iters) if cfg.lr_warmup_iters else 1.0
+        for g in self.opt.param_groups:
+            g["lr"] = cfg.lr * warm
+        train_policy = self.version > self.critic_cfg.warmup_iters
+        n_steps = 0
+        self.model.train()
+        for _ in range(cfg.update_epochs):
+            perm = torch.randperm(len(keep), generator=self.generator)
+            for i in range(0, len(keep), cfg.minibatch_size):
+                mb = perm[i : i + cfg.minibatch_size]
+                t = int(lengths[mb].max())
+                mmask = mask[mb, :t]
+                sel = mmask > 0
+                v = self.critic(ids[mb, :t])
+                v_loss = ppo.value_loss(v[sel], returns[mb, :t][sel], values[mb, :t][sel], cfg.value_clip)
+                self.critic_opt.zero_grad(set_to_none=True)
+                v_loss.backward()
+                if cfg.max_grad_norm is not None:
+                    torch.nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.max_grad_norm)
+                self.critic_opt.step()
+                stats["value_loss"] += float(v_loss.detach())
+                if train_policy:
+                    adv_mb, ref_mb = adv[mb, :t], ref[mb, :t] if ref is not None else None
+                    old_mb = old[mb, :t] if old is not None else None
+                    self.policy_step(ids[mb, :t], old_mb, adv_mb, mmask, ref_mb, stats)
+                n_steps += 1
+        for k in ("loss", "value_loss", "kl", "clip_fraction", "grad_norm"):
+            stats[k] /= max(n_steps, 1)
+        m = mask > 0
+        var = returns[m].var()
+        stats["explained_variance"] = float(1.0 - (returns[m] - values[m]).var() / var) if var > 0 else 0.0
+        return stats

@@ -1,0 +1,232 @@
+"""What a language-model GRPO run trains on: a task turns problems into prompt ids and scores the
+responses (pure Python, no torch, so agents and the reward component stay light processes).
+
+Two tasks share one interface, :class:`LMTask`:
+
+- :class:`ArithTask` (``task`` section): the generated arithmetic family with its exact verifier,
+  single-agent, multi-agent (lead + subagents) or flat;
+- :class:`DatasetTask` (``data`` and ``reward`` sections): prompts from JSONL or parquet files
+  (RLinf's and verl's layouts) scored by a reward function (a built-in, a plugin's, or the
+  user's ``compute_score`` file).
+
+A problem crosses process boundaries as itself (an arithmetic :class:`~rlinf_algos.lm.task.Problem`)
+or as a :class:`SampleRef` (split and row); each process holding the task resolves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from rlinf_algos.lm.task import (
+    Problem,
+    ProblemSampler,
+    heldout_problems,
+    max_response_tokens,
+    prompt_text,
+    verify_chain,
+)
+from rlinf_algos.lm.tokens import LMTokenizer
+from rlinf_core.errors import RlinfError
+
+__all__ = ["ArithTask", "DatasetTask", "LMTask", "SampleRef", "make_task"]
+
+
+class LMTask(Protocol):
+    """The interface the agents, the reward component and the loop use."""
+
+    mode: str
+    """``single``, ``multiagent`` or ``flat`` (datasets are ``single``)."""
+
+    def heldout(self) -> list[Any]:
+        """The evaluation problems (fixed across runs)."""
+
+    def sampler(self, seed: int) -> Any:
+        """An object with ``sample(n) -> list[problem]`` drawing training problems."""
+
+    def prompt_ids(self, problem: Any) -> list[int]:
+        """The prompt of ``problem`` as token ids."""
+
+    def answer_of(self, problem: Any) -> Any:
+        """What the reward needs besides the response (sent with every episode)."""
+
+    def score(self, responses: Sequence[Sequence[int]], answers: Sequence[Any]) -> dict[str, Any]:
+        """``rewards`` ``float32 [E]``, ``correct`` and ``well_formed`` ``bool [E]``, ``reasons``."""
+
+    def max_new_tokens(self) -> int:
+        """Tokens a response may have."""
+
+    def describe(self, problem: Any) -> dict[str, Any]:
+        """``prompt`` and ``answer`` of ``problem`` for the evaluation files."""
+
+
+class ArithTask:
+    """The arithmetic family of the ``task`` section, scored by the exact verifier."""
+
+    def __init__(self, run: Any, tok: LMTokenizer) -> None:
+        self.run, self.cfg, self.tok = run, run.task, tok
+        self.mode = self.cfg.mode
+        missing = [t for t in ("<step>", "<ans>", "<call>", "<ret>") if not tok.has_token(t)]
+        if missing:
+            raise RlinfError(
+                f"model.path {run.model.path}: its tokenizer has no {', '.join(missing)} token(s), which the "
+                "arith task writes; build the model with model.init (the task's tokenizer) or add them"
+            )
+        self._heldout = heldout_problems(self.cfg)
+
+    def heldout(self) -> list[Problem]:
+        return self._heldout
+
+    def sampler(self, seed: int) -> ProblemSampler:
+        return ProblemSampler(self.cfg, seed=seed, exclude=self._heldout)
+
+    def prompt_ids(self, problem: Problem) -> list[int]:
+        return self.tok.encode(prompt_text(problem), bos=True)
+
+    def answer_of(self, problem: Problem) -> int:
+        return problem.answer
+
+    def score(self, responses: Sequence[Sequence[int]], answers: Sequence[Any]) -> dict[str, Any]:
+        if len(responses) != len(answers):
+            raise ValueError(f"{len(responses)} responses but {len(answers)} answers")
+        rewards = np.zeros(len(answers), dtype=np.float32)
+        correct = np.zeros(len(answers), dtype=bool)
+        formed = np.zeros(len(answers), dtype=bool)
+        reasons = []
+        for i, (ids, ans) in enumerate(zip(responses, answers, strict=True)):
+            v = verify_chain(self.tok.decode(list(ids)), int(ans), self.cfg.format_reward)
+            rewards[i], correct[i], formed[i] = v.reward, v.correct, v.well_formed
+            reasons.append(v.reason)
+        return {"rewards": rewards, "correct": correct, "well_formed": formed, "reasons": reasons}
+
+    def max_new_tokens(self) -> int:
+        return max_response_tokens(self.run, self.tok)
+
+    def describe(self, problem: Problem) -> dict[str, Any]:
+        return {"prompt": prompt_text(problem), "answer": problem.answer}
+
+
+@dataclass(frozen=True)
+class SampleRef:
+    """A row of a data set split: what travels between processes instead of the row."""
+
+    split: str
+    index: int
+
+
+class _RowSampler:
+    """Training rows in a seeded order: a fresh permutation every epoch."""
+
+    def __init__(self, n: int, seed: int, shuffle: bool = True) -> None:
+        self.n, self.shuffle = n, shuffle
+        self.rng = np.random.default_rng(seed)
+        self.order: list[int] = []
+
+    def sample(self, k: int) -> list[SampleRef]:
+        out = []
+        while len(out) < k:
+            if not self.order:
+                self.order = (self.rng.permutation(self.n) if self.shuffle else np.arange(self.n)).tolist()
+            out.append(SampleRef("train", int(self.order.pop(0))))
+        return out
+
+
+class DatasetTask:
+    """Prompts of the ``data`` section scored by the ``reward`` section's function.
+
+    Args:
+        run: the validated sections (``data``, ``reward``, ``algorithm``, ``model``).
+        tok: the model's tokenizer (prompts are encoded with it).
+        hf_tokenizer: a ``transformers`` tokenizer for chat templates (``None``: loaded from
+            ``model.path`` when ``data.apply_chat_template`` needs it).
+    """
+
+    mode = "single"
+
+    def __init__(self, run: Any, tok: LMTokenizer, hf_tokenizer: Any = None) -> None:
+        from rlinf_algos.lm.data import load_dataset
+        from rlinf_algos.lm.rewards import load_reward
+
+        self.run, self.tok = run, tok
+        if hf_tokenizer is None:
+            hf_tokenizer = _hf_tokenizer(run)
+        self.splits = {"train": load_dataset(run.data, "train", hf_tokenizer)}
+        if run.data.val_files:
+            self.splits["val"] = load_dataset(run.data, "val", hf_tokenizer)
+        self.reward = load_reward(run.reward)
+        self._prompts: dict[SampleRef, list[int]] = {}
+
+    def sample(self, ref: SampleRef) -> Any:
+        return self.splits[ref.split][ref.index]
+
+    def heldout(self) -> list[SampleRef]:
+        val = self.splits.get("val")
+        return [SampleRef("val", i) for i in range(len(val))] if val is not None else []
+
+    def sampler(self, seed: int) -> _RowSampler:
+        return _RowSampler(len(self.splits["train"]), seed, self.run.data.shuffle)
+
+    def prompt_ids(self, problem: SampleRef) -> list[int]:
+        ids = self._prompts.get(problem)
+        if ids is None:
+            text = self.sample(problem).prompt_text
+            ids = self.tok.encode(text)
+            if (
+                self.tok.bos_id is not None
+                and (not ids or ids[0] != self.tok.bos_id)
+                and _wants_bos(self.tok)
+            ):
+                ids.insert(0, self.tok.bos_id)
+            self._prompts[problem] = ids
+        return ids
+
+    def answer_of(self, problem: SampleRef) -> SampleRef:
+        return problem
+
+    def score(self, responses: Sequence[Sequence[int]], answers: Sequence[Any]) -> dict[str, Any]:
+        refs = [
+            a if isinstance(a, SampleRef) else SampleRef(**a) if isinstance(a, dict) else SampleRef(*a)
+            for a in answers
+        ]
+        texts = [self.tok.decode([t for t in r if t != self.tok.eos_id]) for r in responses]
+        scores = np.asarray(self.reward(texts, [self.sample(r) for r in refs]), dtype=np.float32)
+        formed = np.asarray([bool(r) and r[-1] == self.tok.eos_id for r in responses], dtype=bool)
+        return {
+            "rewards": scores,
+            "correct": scores >= 1.0,
+            "well_formed": formed,
+            "reasons": ["" for _ in refs],
+        }
+
+    def max_new_tokens(self) -> int:
+        return self.run.algorithm.max_new_tokens or 256
+
+    def describe(self, problem: SampleRef) -> dict[str, Any]:
+        s = self.sample(problem)
+        return {"prompt": s.prompt_text, "answer": s.answer, "source": s.source}
+
+
+def _wants_bos(tok: LMTokenizer) -> bool:
+    """Whether the tokenizer's post-processor would add its bos token (Llama-style) to text."""
+    backend = tok.backend
+    if hasattr(backend, "encode_batch"):
+        return bool(backend.encode("", add_special_tokens=True).ids)
+    return bool(backend.build_inputs_with_special_tokens([]))
+
+
+def _hf_tokenizer(run: Any) -> Any:
+    if run.data.apply_chat_template is False and run.data.max_prompt_length is None:
+        return None  # plain-text prompts: no transformers tokenizer needed (nor torch)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(run.model.path, trust_remote_code=run.model.trust_remote_code)
+
+
+def make_task(run: Any, tok: LMTokenizer) -> ArithTask | DatasetTask:
+    """The task of a validated run: :class:`DatasetTask` when it has a ``data`` section."""
+    if getattr(run, "data", None) is not None:
+        return DatasetTask(run, tok)
+    return ArithTask(run, tok)

@@ -1,0 +1,205 @@
+"""Tokenizers of language policies, light enough for agent and reward processes (no torch).
+
+:class:`LMTokenizer` reads a model folder's ``tokenizer.json`` with the ``tokenizers`` library
+(what every fast Hugging Face tokenizer is underneath) and its special tokens from
+``tokenizer_config.json``, so an agent process encodes prompts and decodes responses without
+importing torch or transformers. A folder without ``tokenizer.json`` (a slow, sentencepiece-only
+tokenizer) falls back to ``transformers.AutoTokenizer``.
+
+:func:`arith_tokenizer` builds the character vocabulary of the arithmetic task (digits, ``+``,
+``=``, parentheses and the task's special tokens ``<bos>``, ``<eos>``, ``<step>``, ``<ans>``,
+``<call>``, ``<ret>``) as a ``transformers`` fast tokenizer, so an arithmetic model folder is an
+ordinary Hugging Face folder.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rlinf_core.errors import RlinfError
+
+__all__ = [
+    "ARITH_CHARS",
+    "ARITH_SPECIALS",
+    "LMTokenizer",
+    "TokenizerError",
+    "arith_tokenizer",
+    "bpe_tokenizer",
+]
+
+ARITH_SPECIALS: tuple[str, ...] = ("<pad>", "<bos>", "<eos>", "<step>", "<ans>", "<call>", "<ret>")
+ARITH_CHARS = "0123456789+=()"
+
+
+class TokenizerError(RlinfError, ValueError):
+    """Text the vocabulary cannot encode, or an id outside it."""
+
+
+def _token_text(value: Any) -> str | None:
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+class LMTokenizer:
+    """Encode and decode with a model folder's tokenizer.
+
+    Args:
+        backend: a ``tokenizers.Tokenizer`` or a ``transformers`` tokenizer.
+        specials: ``bos``/``eos``/``pad`` token texts (``None`` when the tokenizer has none).
+        source: where it came from (for messages).
+    """
+
+    def __init__(self, backend: Any, specials: dict[str, str | None], source: str = "") -> None:
+        self.backend = backend
+        self.source = source
+        self._fast = hasattr(backend, "encode_batch")  # a tokenizers.Tokenizer
+        self.bos_id = self._id_of(specials.get("bos"))
+        self.eos_id = self._id_of(specials.get("eos"))
+        if self.eos_id is None:
+            raise TokenizerError(f"tokenizer {source}: no eos_token (generation could never stop)")
+        pad = self._id_of(specials.get("pad"))
+        self.pad_id = self.eos_id if pad is None else pad
+
+    @classmethod
+    def arith(cls) -> LMTokenizer:
+        """The arithmetic task's character tokenizer (:func:`arith_tokenizer`), in memory."""
+        return cls(
+            arith_tokenizer().backend_tokenizer, {"bos": "<bos>", "eos": "<eos>", "pad": "<pad>"}, "arith"
+        )
+
+    @classmethod
+    def from_folder(cls, path: str | Path, trust_remote_code: bool = False) -> LMTokenizer:
+        """The tokenizer of the model folder ``path``."""
+        path = Path(path)
+        cfg: dict[str, Any] = {}
+        cfg_file = path / "tokenizer_config.json"
+        if cfg_file.is_file():
+            try:
+                cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as err:
+                raise TokenizerError(f"{cfg_file}: unreadable ({err})") from None
+        specials = {k: _token_text(cfg.get(f"{k}_token")) for k in ("bos", "eos", "pad")}
+        if (path / "tokenizer.json").is_file():
+            from tokenizers import Tokenizer
+
+            try:
+                backend = Tokenizer.from_file(str(path / "tokenizer.json"))
+            except Exception as err:  # a damaged file
+                raise TokenizerError(f"{path / 'tokenizer.json'}: cannot be read ({err})") from None
+            return cls(backend, specials, str(path))
+        from transformers import AutoTokenizer
+
+        try:
+            tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+        except Exception as err:
+            raise TokenizerError(f"{path}: no tokenizer could be loaded ({err})") from None
+        specials = {
+            "bos": tok.bos_token,
+            "eos": tok.eos_token,
+            "pad": tok.pad_token,
+        }
+        return cls(tok, specials, str(path))
+
+    def _id_of(self, text: str | None) -> int | None:
+        if text is None:
+            return None
+        tid = self.backend.token_to_id(text) if self._fast else self.backend.convert_tokens_to_ids(text)
+        return None if tid is None or (not self._fast and tid == self.backend.unk_token_id) else int(tid)
+
+    def has_token(self, text: str) -> bool:
+        """Whether ``text`` is one token of the vocabulary."""
+        return self._id_of(text) is not None
+
+    def token_id(self, text: str) -> int:
+        """The id of the single token ``text`` (a special token such as ``<ret>``)."""
+        tid = self._id_of(text)
+        if tid is None:
+            raise TokenizerError(f"tokenizer {self.source} has no token {text!r}")
+        return tid
+
+    @property
+    def ret_id(self) -> int:
+        """``<ret>``: where a lead agent hands control to its subagents (arithmetic task)."""
+        return self.token_id("<ret>")
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.backend.get_vocab_size() if self._fast else len(self.backend))
+
+    def encode(self, text: str, bos: bool = False) -> list[int]:
+        """Ids of ``text`` (no special tokens added), with the bos token first if ``bos``."""
+        try:
+            if self._fast:
+                ids = list(self.backend.encode(text, add_special_tokens=False).ids)
+            else:
+                ids = list(self.backend.encode(text, add_special_tokens=False))
+        except Exception as err:
+            raise TokenizerError(f"tokenizer {self.source} cannot encode {text[:60]!r}: {err}") from None
+        if bos and self.bos_id is not None:
+            ids.insert(0, self.bos_id)
+        return ids
+
+    def decode(self, ids: Iterable[int], skip_pad: bool = True) -> str:
+        """Text of ``ids`` (special tokens kept as text, the pad token dropped if ``skip_pad``)."""
+        ids = [int(t) for t in ids]
+        n = self.vocab_size
+        bad = [t for t in ids if not 0 <= t < n]
+        if bad:
+            raise TokenizerError(f"token id {bad[0]} is outside the vocabulary (0..{n - 1})")
+        if skip_pad and self.pad_id != self.eos_id:
+            ids = [t for t in ids if t != self.pad_id]
+        if self._fast:
+            return self.backend.decode(ids, skip_special_tokens=False)
+        return self.backend.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def arith_tokenizer() -> Any:
+    """The arithmetic task's character tokenizer as a ``transformers`` fast tokenizer (one id per
+    character and per special token; ``<pad>`` is 0)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {s: i for i, s in enumerate([*ARITH_SPECIALS, *ARITH_CHARS])}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token=None))
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tk.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>"
+    )
+    tok.add_special_tokens({"additional_special_tokens": list(ARITH_SPECIALS[3:])})
+    return tok
+
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+"""Qwen's ChatML layout: ``<|im_start|>role\\ncontent<|im_end|>\\n`` per message."""
+
+
+def bpe_tokenizer(corpus: Iterable[str], vocab_size: int = 512) -> Any:
+    """A byte-level BPE tokenizer trained here on ``corpus`` (every byte is in the vocabulary, so
+    any text encodes), with Qwen's ChatML special tokens and chat template: ``<|im_end|>`` ends a
+    turn (the eos token), ``<|endoftext|>`` pads."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tk.train_from_iterator(corpus, trainer)
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
+    tok.chat_template = CHATML_TEMPLATE
+    return tok

@@ -1,0 +1,55 @@
+"""``rlinf sft``: supervised fine-tuning of a Hugging Face causal LM on prompt-response pairs
+(:mod:`rlinf_algos.lm.finetune`), writing a model folder.
+
+Light at import: click and rlinf_core only; the command imports torch and transformers when it
+runs. Errors meant for the user are :class:`~rlinf_core.errors.RlinfError` (a
+:class:`~rlinf_core.errors.ConfigError` names the YAML path), which the ``rlinf`` console script
+prints as one line without a traceback.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import click
+
+from rlinf_algos.cli_options import overwrite_option, run_dir_option
+
+__all__ = ["sft_cmd"]
+
+
+@click.command("sft")
+@click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("overrides", nargs=-1)
+@run_dir_option
+@overwrite_option
+@click.option("--quiet", is_flag=True, help="Print the summary line only.")
+def sft_cmd(
+    config: Path, overrides: tuple[str, ...], run_dir: Path | None, overwrite: bool, quiet: bool
+) -> None:
+    """Fine-tune a model folder on the prompt-response pairs of CONFIG.yaml.
+
+    CONFIG has the sections `model` (`path: DIR`, or `init` to build a small model), `data`
+    (`train_files`, `val_files`, `prompt_key`, `response_key`...), `train` and `runner`.
+    OVERRIDES are dotted `key=value` settings applied on top (values are YAML):
+    `rlinf sft examples/grpo_verl_format/sft.yaml train.steps=50 runner.seed=1`.
+
+    The run directory gets config.yaml, metrics.csv, summary.json (validation loss before and
+    after), policy/ (a model folder transformers loads; merged when LoRA) and adapter/ with LoRA.
+    """
+    from rlinf_algos.lm.finetune import load_sft_config, train_sft
+    from rlinf_algos.rundir import default_run_dir
+    from rlinf_core.config import apply_overrides, load_yaml
+
+    data = apply_overrides(load_yaml(config), overrides)
+    run = load_sft_config(data)
+    target = run_dir or default_run_dir(config)
+    command = shlex.join(["rlinf", "sft", str(config), *overrides, "--run-dir", str(target)])
+
+    def log(msg: str) -> None:
+        click.echo(msg, err=True)
+
+    result = train_sft(run, target, None if quiet else log, overwrite=overwrite, command=command)
+    click.echo(result.summary["summary_text"])
+    click.echo(f"run directory: {target}")

@@ -1,0 +1,319 @@
+"""``rlinf sft``: supervised fine-tuning of a model folder on prompt-response pairs
+(:mod:`rlinf_algos.lm.finetune`): the loss mask, a run through the command that lowers the
+validation loss, ``policy/`` and ``adapter/`` reloaded with transformers and peft, and the errors
+a user can make."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+from click.testing import CliRunner
+
+from rlinf_algos.lm.finetune import (
+    SFTDataConfig,
+    encode_example,
+    load_examples,
+    load_sft_config,
+    lr_at,
+    token_nll,
+    train_sft,
+)
+from rlinf_algos.lm.hf import sequence_log_probs
+from rlinf_algos.lm.tokens import LMTokenizer, bpe_tokenizer
+from rlinf_algos.sft_cli import sft_cmd
+from rlinf_core.cli import build_cli
+from rlinf_core.errors import ConfigError, RlinfError
+
+TINY_INIT = {
+    "architecture": "qwen2",
+    "hidden_size": 32,
+    "num_layers": 1,
+    "num_heads": 2,
+    "max_position_embeddings": 64,
+    "tokenizer": "bpe",
+    "vocab_size": 320,
+}
+
+
+def _rows(n: int, seed: int, messages: bool) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        a, b = rng.randint(1, 20), rng.randint(1, 9)
+        q = f"What is {a} + {b}?"
+        out.append(
+            {
+                "prompt": [{"role": "user", "content": q}] if messages else q + " ",
+                "reward_model": {"style": "rule", "ground_truth": str(a + b)},
+                "extra_info": {"index": i},
+                "response": f"{a} + {b} = {a + b} #### {a + b}",
+            }
+        )
+    return out
+
+
+def _jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _config(train: Path, val: Path | None, **train_cfg: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {"train_files": str(train)}
+    if val is not None:
+        data["val_files"] = str(val)
+    return {
+        "model": {"init": dict(TINY_INIT)},
+        "data": data,
+        "train": {
+            "steps": 40,
+            "batch_size": 8,
+            "lr": 1e-2,
+            "warmup_steps": 4,
+            "eval_batch_size": 16,
+            **train_cfg,
+        },
+        "runner": {"seed": 0, "torch_threads": 1, "log_interval": 10},
+    }
+
+
+def _yaml(path: Path, cfg: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def invoke(*args: str) -> Any:
+    cli = build_cli()
+    if "sft" not in cli.commands:
+        cli.add_command(sft_cmd)
+    return CliRunner().invoke(cli, ["sft", *args], catch_exceptions=True)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("sft_data")
+    return {
+        "train": _jsonl(d / "train.jsonl", _rows(64, 0, messages=True)),
+        "val": _jsonl(d / "val.jsonl", _rows(16, 1, messages=True)),
+        "plain": _jsonl(d / "plain.jsonl", _rows(8, 2, messages=False)),
+    }
+
+
+@pytest.fixture(scope="module")
+def tokenizer_folder(tmp_path_factory: pytest.TempPathFactory, files: dict[str, Path]) -> Path:
+    d = tmp_path_factory.mktemp("tok")
+    corpus = [r["response"] for r in _rows(64, 0, messages=True)] + ["What is + ?"]
+    bpe_tokenizer(corpus, 300).save_pretrained(str(d))
+    return d
+
+
+# -- the examples --------------------------------------------------------------------------------
+
+
+def test_loss_mask_covers_the_response_and_eos_only(tokenizer_folder: Path) -> None:
+    tok = LMTokenizer.from_folder(tokenizer_folder)
+    prompt, response = "What is 2 + 3? ", "2 + 3 = 5 #### 5"
+    ids, mask = encode_example(prompt, response, tok)
+    p = tok.encode(prompt)
+    assert ids[: len(p)] == p and mask[: len(p)] == [0] * len(p)
+    assert ids[len(p) :] == [*tok.encode(response), tok.eos_id]
+    assert mask[len(p) :] == [1] * (len(ids) - len(p))
+    assert tok.decode([t for t, m in zip(ids, mask, strict=True) if m]) == response + "<|im_end|>"
+    # a response that already ends with the eos token does not get a second one
+    ids2, mask2 = encode_example(prompt, response + "<|im_end|>", tok)
+    assert ids2 == ids and mask2 == mask
+    # bos first when the tokenizer wants one; nothing predicts position 0
+    ids3, mask3 = encode_example("", response, tok)
+    assert mask3[0] == 0 and sum(mask3) == len(ids3) - 1
+
+
+def test_chat_template_prompt_then_the_assistant_turn(tokenizer_folder: Path, files: dict[str, Path]) -> None:
+    from transformers import AutoTokenizer
+
+    tok = LMTokenizer.from_folder(tokenizer_folder)
+    hf_tok = AutoTokenizer.from_pretrained(str(tokenizer_folder))
+    cfg = SFTDataConfig(train_files=[str(files["train"])])
+    ds = load_examples(cfg, "train", tok, hf_tok, max_length=64)
+    assert len(ds) == 64 and ds.filtered == 0
+    row = _rows(64, 0, messages=True)[0]
+    ex = ds.examples[0]
+    whole = hf_tok.apply_chat_template(
+        [*row["prompt"], {"role": "assistant", "content": row["response"]}], tokenize=False
+    )
+    # the templated prompt (generation prompt included), the response, <|im_end|>: the template's
+    # own assistant turn without its trailing newline
+    assert tok.decode(ex.ids) == whole.rstrip("\n")
+    assert tok.decode(ex.ids[: ex.prompt_len]).endswith("<|im_start|>assistant\n")
+    assert sum(ex.mask) == len(ex.ids) - ex.prompt_len
+    # response_key null trains on the answer; too long examples are left out and counted
+    short = load_examples(
+        SFTDataConfig(train_files=[str(files["train"])], response_key=None), "train", tok, hf_tok, 64
+    )
+    answer = row["reward_model"]["ground_truth"]
+    assert tok.decode(short.examples[0].ids[short.examples[0].prompt_len :]) == f"{answer}<|im_end|>"
+    lengths = sorted(len(e.ids) for e in ds.examples)
+    n = lengths[-1] - 1
+    cut = load_examples(cfg, "train", tok, hf_tok, max_length=n)
+    assert 0 < len(cut) < 64 and cut.filtered == 64 - len(cut)
+    assert all(len(e.ids) <= n for e in cut.examples) and len(cut.filtered_sources) == cut.filtered
+    with pytest.raises(ConfigError) as err:
+        load_examples(cfg, "train", tok, hf_tok, max_length=lengths[0] - 1)
+    assert err.value.problems[0].path == "train.max_length"
+
+
+def test_learning_rate_schedule() -> None:
+    cfg = load_sft_config(
+        {"model": {"path": "x"}, "data": {"train_files": "a.jsonl"}, "train": {"lr": 1.0, "warmup_steps": 2}}
+    ).train
+    lrs = [lr_at(s, 10, cfg) for s in range(10)]
+    assert lrs[0] == pytest.approx(0.5) and lrs[1] == pytest.approx(1.0)
+    assert lrs[-1] == pytest.approx(cfg.min_lr_ratio)
+    assert all(a >= b for a, b in itertools.pairwise(lrs[1:]))
+
+
+# -- a run through the command ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory: pytest.TempPathFactory, files: dict[str, Path]) -> Path:
+    d = tmp_path_factory.mktemp("sft_run")
+    cfg = _yaml(d / "sft.yaml", _config(files["train"], files["val"], eval_interval=20, eval_generate=4))
+    run_dir = d / "run"
+    res = invoke(str(cfg), "--run-dir", str(run_dir), "runner.seed=0", "--quiet")
+    assert res.exit_code == 0, (res.output, res.exception)
+    assert "val loss" in res.output and str(run_dir) in res.output
+    return run_dir
+
+
+def test_sft_run_lowers_the_validation_loss_and_writes_the_run_dir(cli_run: Path) -> None:
+    summary = json.loads((cli_run / "summary.json").read_text())
+    assert summary["val_loss_after"] < summary["val_loss_before"] - 0.5, summary
+    assert summary["steps"] == 40 and summary["train_examples"] == 64 and summary["val_examples"] == 16
+    assert summary["trainable_params"] == summary["total_params"] > 0
+    assert summary["seeds"] == {"runner.seed": 0, "data.seed": 0} and summary["seconds"] > 0
+    assert summary["command"].startswith("rlinf sft ") and summary["val_generate"] == 4
+    assert 0.0 <= summary["val_exact_match_after"] <= 1.0 and summary["adapter"] is None
+    assert len(json.loads((cli_run / "val_generations.json").read_text())) == 4
+    with (cli_run / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["step"]) for r in rows] == [10, 20, 30, 40]
+    assert list(rows[0])[:4] == ["step", "loss", "lr", "tokens"]
+    assert float(rows[-1]["loss"]) < float(rows[0]["loss"])
+    assert int(rows[-1]["tokens"]) > int(rows[0]["tokens"]) > 0
+    assert rows[1]["val_loss"] and not rows[0]["val_loss"]
+    config = yaml.safe_load((cli_run / "config.yaml").read_text())
+    assert config["model"]["init"]["hidden_size"] == 32 and config["data"]["response_key"] == "response"
+    assert not (cli_run / "adapter").exists() and (cli_run / "base_model" / "config.json").is_file()
+
+
+def test_policy_reloads_with_transformers_and_scores_as_the_trained_model(
+    cli_run: Path, files: dict[str, Path]
+) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(cli_run / "policy"))
+    hf_tok = AutoTokenizer.from_pretrained(str(cli_run / "policy"))
+    assert hf_tok.chat_template and hf_tok.eos_token == "<|im_end|>"
+    tok = LMTokenizer.from_folder(cli_run / "policy")
+    val = load_examples(SFTDataConfig(train_files=[str(files["val"])]), "train", tok, hf_tok, 64)
+    nll, count = token_nll(model, val.examples, tok.pad_id, 16)
+    summary = json.loads((cli_run / "summary.json").read_text())
+    # val_loss_after was computed by the model in memory, before it was saved
+    assert count == summary["val_tokens"]
+    assert nll == pytest.approx(summary["val_loss_after"], abs=1e-5)
+
+
+def test_same_seed_same_run(cli_run: Path, files: dict[str, Path], tmp_path: Path) -> None:
+    run = load_sft_config(_config(files["train"], files["val"], eval_interval=20, eval_generate=4))
+    res = train_sft(run, tmp_path / "again", log=None)
+    first = json.loads((cli_run / "summary.json").read_text())
+    assert res.summary["val_loss_after"] == first["val_loss_after"]
+    assert (tmp_path / "again" / "metrics.csv").read_text().count("\n") == 5
+
+
+# -- LoRA ------------------------------------------------------------------------------------------
+
+
+def test_lora_writes_a_merged_policy_and_an_adapter_peft_loads(
+    files: dict[str, Path], tmp_path: Path
+) -> None:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    cfg = _config(files["train"], files["val"], steps=10)
+    cfg["model"]["lora"] = {"rank": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
+    res = train_sft(load_sft_config(cfg), tmp_path / "lora", log=None)
+    s = res.summary
+    assert s["lora"] and s["adapter"] == "adapter" and 0 < s["trainable_params"] < s["total_params"]
+    assert s["val_loss_after"] < s["val_loss_before"]
+    tok = res.tokenizer
+    ids = torch.tensor(
+        [tok.encode("<|im_start|>user\nWhat is 4 + 5?<|im_end|>\n<|im_start|>assistant\n4 + 5 = 9")]
+    )
+    with torch.no_grad():
+        want = sequence_log_probs(res.model.eval(), ids)
+        merged = AutoModelForCausalLM.from_pretrained(str(tmp_path / "lora" / "policy"))
+        got = sequence_log_probs(merged, ids)
+        base = AutoModelForCausalLM.from_pretrained(str(tmp_path / "lora" / "base_model"))
+        before = sequence_log_probs(base, ids)
+        peft_model = PeftModel.from_pretrained(base, str(tmp_path / "lora" / "adapter")).eval()
+        adapter = sequence_log_probs(peft_model, ids)
+    assert torch.allclose(got, want, atol=1e-5) and torch.allclose(adapter, want, atol=1e-5)
+    assert not torch.allclose(before, want, atol=1e-3)  # the adapter changed something
+
+
+# -- user errors -----------------------------------------------------------------------------------
+
+
+def test_missing_response_names_the_file_row_and_key(files: dict[str, Path], tmp_path: Path) -> None:
+    rows = _rows(5, 3, messages=True)
+    del rows[2]["response"]
+    bad = _jsonl(tmp_path / "bad.jsonl", rows)
+    cfg = _yaml(tmp_path / "sft.yaml", _config(bad, None))
+    res = invoke(str(cfg), "--run-dir", str(tmp_path / "run"))
+    err = res.exception
+    assert isinstance(err, ConfigError) and res.exit_code != 0
+    assert [p.path for p in err.problems] == ["data.response_key"]
+    assert f"{bad}:3" in str(err) and "'response'" in str(err) and "\n" not in str(err)
+    assert not (tmp_path / "run").exists()  # checked before the run directory is made
+
+
+def test_config_errors_name_their_yaml_paths(files: dict[str, Path], tmp_path: Path) -> None:
+    cfg = _config(files["train"], None, epochs=2)
+    cfg["algorithm"] = {"name": "grpo_lm"}
+    cfg["data"]["respons_key"] = "x"
+    path = _yaml(tmp_path / "sft.yaml", cfg)
+    res = invoke(str(path), "model.init.hidden_size=30")
+    assert isinstance(res.exception, ConfigError)
+    paths = {p.path for p in res.exception.problems}
+    assert {"algorithm", "data.respons_key", "train", "model.init"} <= paths, paths
+    with pytest.raises(ConfigError) as err:
+        load_sft_config({"model": {"path": "x"}})
+    assert [p.path for p in err.value.problems] == ["data"]
+
+
+def test_an_existing_run_dir_is_refused_unless_overwrite(files: dict[str, Path], tmp_path: Path) -> None:
+    cfg = _yaml(tmp_path / "sft.yaml", _config(files["train"], None, steps=2))
+    # a mistake found once the model is built leaves no run behind
+    res = invoke(str(cfg), "--run-dir", str(tmp_path / "first"), "train.max_length=4", "--quiet")
+    assert isinstance(res.exception, ConfigError) and res.exception.problems[0].path == "train.max_length"
+    assert "longer than train.max_length=4" in str(res.exception)
+    assert not (tmp_path / "first" / "config.yaml").exists()
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text("old: run\n")
+    res = invoke(str(cfg), "--run-dir", str(run_dir), "--quiet")
+    assert isinstance(res.exception, RlinfError) and "--overwrite" in str(res.exception)
+    assert (run_dir / "config.yaml").read_text() == "old: run\n"
+    res = invoke(str(cfg), "--run-dir", str(run_dir), "--overwrite", "--quiet")
+    assert res.exit_code == 0, (res.output, res.exception)
+    assert (run_dir / "policy" / "config.json").is_file()
+    moved = list(tmp_path.glob("run.replaced-*"))
+    assert len(moved) == 1 and (moved[0] / "config.yaml").read_text() == "old: run\n"
