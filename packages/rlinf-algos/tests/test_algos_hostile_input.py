@@ -121,6 +121,10 @@ def test_env_kwargs_are_checked_before_anything_starts(host: Any) -> None:
     assert "unexpected keyword argument 'x'" in message and "\n" not in message
     data["env"]["kwargs"] = {"reset_noise_scale": 0.02}
     validate_run_config(data, host)
+
+
+def test_env_kwargs_typo_gets_a_did_you_mean(host: Any) -> None:
+    pytest.importorskip("rlinf_hw_franka", reason="the Franka env ids come with rlinf-hw-franka")
     data = example("franka_reach_sac")
     data["env"]["kwargs"] = {"backnd": "mujoco"}
     message = problems(data, host)["env.kwargs.backnd"]
