@@ -35,6 +35,7 @@ from typing import Any
 
 from rlinf_algos.lm.agents import EpisodeBatch, make_agent
 from rlinf_algos.lm.config import LMRunConfig
+from rlinf_algos.lm.folder import context_length
 from rlinf_algos.lm.tasks import make_task
 from rlinf_algos.lm.tokens import LMTokenizer
 from rlinf_core.errors import RlinfError
@@ -61,12 +62,6 @@ def _run_config(data: Mapping[str, Any] | LMRunConfig) -> LMRunConfig:
 
 def _tokenizer(run: LMRunConfig) -> LMTokenizer:
     return LMTokenizer.from_folder(run.model.path or "", run.model.trust_remote_code)
-
-
-def _context(run: LMRunConfig) -> int:
-    from rlinf_algos.lm.folder import folder_context_length
-
-    return run.model.max_seq_len or folder_context_length(run.model.path or "")
 
 
 class ChannelGenerate:
@@ -237,7 +232,9 @@ class LMAgentWorker(Worker):
         tok = _tokenizer(self.run_cfg)
         t = self.run_cfg.task
         task = make_task(self.run_cfg, tok)
-        self.agent = make_agent(task, tok, task.max_new_tokens(), t.max_calls, _context(self.run_cfg))
+        self.agent = make_agent(
+            task, tok, task.max_new_tokens(), t.max_calls, context_length(self.run_cfg.model)
+        )
 
     def play(
         self,
@@ -490,7 +487,7 @@ class RemoteComponents:
         if not use_agents:
             self.placement["agent"] = {"processes": 0, "where": "the driver (single agent per episode)"}
             self.local_agent = make_agent(
-                self.task, self.tok, self.task.max_new_tokens(), run.task.max_calls, _context(run)
+                self.task, self.tok, self.task.max_new_tokens(), run.task.max_calls, context_length(run.model)
             )
         self.say(
             "workers: "

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from rlinf_core.errors import ConfigError
 
-__all__ = ["check_model_folder", "folder_context_length", "has_chat_template"]
+__all__ = ["check_model_folder", "context_length", "folder_context_length", "has_chat_template"]
 
 
 def check_model_folder(path: str | Path, key: str = "model.path") -> Path:
@@ -66,3 +67,9 @@ def has_chat_template(path: str | Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(cfg, dict) and bool(cfg.get("chat_template"))
+
+
+def context_length(spec: Any) -> int:
+    """The longest sequence of a run's ``model`` section: ``model.max_seq_len``, else the context
+    of the folder at ``model.path``."""
+    return spec.max_seq_len or folder_context_length(spec.path or "")

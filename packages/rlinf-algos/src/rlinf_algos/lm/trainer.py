@@ -37,7 +37,7 @@ import torch
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.agents import EpisodeBatch, HierarchicalAgent, SingleAgent, make_agent
 from rlinf_algos.lm.config import LMRunConfig
-from rlinf_algos.lm.folder import folder_context_length
+from rlinf_algos.lm.folder import context_length
 from rlinf_algos.lm.reward import RewardWorker
 from rlinf_algos.lm.sft import warm_start
 from rlinf_algos.lm.task import ProblemSampler, max_response_tokens, step_width
@@ -143,7 +143,9 @@ class LocalComponents:
         alg, rcfg = run.algorithm, run.runner
         self.tok = tok
         self.task = task
-        self.agent = make_agent(task, tok, task.max_new_tokens(), run.task.max_calls, context_length(run))
+        self.agent = make_agent(
+            task, tok, task.max_new_tokens(), run.task.max_calls, context_length(run.model)
+        )
         self.rollout = RolloutWorker(
             run.model,
             alg.temperature,
@@ -241,11 +243,6 @@ def evaluate_components(comps: Any, problems: Sequence[Any], temperature: float 
     return _accuracy_report(comps.task, problems, r)
 
 
-def context_length(run: LMRunConfig, model: Any = None) -> int:
-    """The longest sequence of the run: ``model.max_seq_len``, else the model folder's context."""
-    return run.model.max_seq_len or folder_context_length(run.model.path or "")
-
-
 def resolve_model(run: LMRunConfig, run_dir: Path) -> LMRunConfig:
     """``run`` with ``model.path`` set: a ``model.init`` is built (seeded by ``runner.seed``) into
     ``RUN_DIR/base_model``, an ordinary model folder every component then loads like a user's."""
@@ -279,7 +276,7 @@ def warm_started_policy(
     heldout = task.heldout()
     sampler = ProblemSampler(run.task, seed=rcfg.seed + 1, exclude=heldout)
     validation = ProblemSampler(run.task, seed=rcfg.seed + 2, exclude=heldout).sample(run.sft.check_size)
-    agent = make_agent(task, tok, task.max_new_tokens(), run.task.max_calls, context_length(run))
+    agent = make_agent(task, tok, task.max_new_tokens(), run.task.max_calls, context_length(run.model))
     reward = RewardWorker(task)
     checker: list[RolloutWorker] = []
 
