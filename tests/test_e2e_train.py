@@ -85,6 +85,31 @@ def test_quickstart_learns(tmp_path: Path) -> None:
 
 @pytest.mark.network
 @pytest.mark.slow
+@pytest.mark.learning
+def test_quickstart_learns_on_two_learner_ranks_and_resumes_on_one(tmp_path: Path) -> None:
+    """The quickstart with the actor on 2 processes (FSDP over Gloo) learns as it does on 1; its
+    last checkpoint, written by the 2-rank group, resumes with the actor on 1 process."""
+    run_dir = tmp_path / "qs"
+    placement = "cluster.component_placement.actor.placement"
+    proc = train(run_dir, f"{placement}=0:0-1", "actor.strategy=fsdp", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["learner_world_size"] == 2 and summary["learner"]["strategy"] == "fsdp"
+    assert summary["final_return_mean"] >= 300, summary
+    resumed = subprocess.run(
+        [rlinf(), "train", str(run_dir / "config.yaml"), "--resume", str(run_dir), f"{placement}=0",
+         "runner.total_steps=110000"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    after = json.loads((run_dir / "summary.json").read_text())
+    assert after["learner_world_size"] == 1 and after["resumed_from"].endswith("step_0000100352.pt")
+    assert after["total_env_steps"] >= 110000 and after["final_return_mean"] >= 300, after
+
+
+@pytest.mark.network
+@pytest.mark.slow
 @pytest.mark.parametrize(("how", "code"), [("SIGINT-group", 130), ("SIGTERM-pid", 143)])
 def test_ctrl_c_checkpoints_and_resume_continues(tmp_path: Path, how: str, code: int) -> None:
     """Ctrl-C (SIGINT to the process group, as a terminal sends it) or SIGTERM to the rlinf

@@ -97,8 +97,10 @@ def test_names_and_fit_errors(host: Any) -> None:
     data = quickstart()
     data["rollout"]["pipeline_stages"] = 3
     assert "do not divide env.num_envs=8" in problems(data, host)["rollout.pipeline_stages"]
-    data = quickstart()
+    data = quickstart()  # PPO's learner may be a group of processes; SAC's may not
     data["cluster"]["component_placement"]["actor"]["placement"] = "0:0-1"
+    assert validate_run_config(data, host)[0].PLUGIN_NAME == "ppo"
+    data["algorithm"] = {"name": "sac"}
     got = problems(data, host)
     assert "one process" in got["cluster.component_placement.actor.placement"]
     data = quickstart()

@@ -16,8 +16,8 @@ import torch
 
 from rlinf_algos.evaluate import load_policy
 from rlinf_algos.rundir import latest_checkpoint
+from rlinf_algos.runtime.actor import digest as _digest
 from rlinf_algos.runtime.training import run_training
-from rlinf_algos.runtime.workers import digest as _digest
 
 pytestmark = pytest.mark.network
 

@@ -68,14 +68,14 @@ def rows(run_dir: Path) -> list[int]:
         return [int(r["step"]) for r in csv.DictReader(f)]
 
 
-def kill_learner_at(k_kill: int, killed: list[int]) -> Any:
-    """An ``on_collecting`` callback that SIGKILLs the actor worker's process once, while
-    iteration ``k_kill`` is being collected (the learner is then updating on ``k_kill - 1`` or
-    waiting for ``k_kill``)."""
+def kill_learner_at(k_kill: int, killed: list[int], rank: int = 0) -> Any:
+    """An ``on_collecting`` callback that SIGKILLs the actor worker's process (of ``rank``) once,
+    while iteration ``k_kill`` is being collected (the learner is then updating on ``k_kill - 1``
+    or waiting for ``k_kill``)."""
 
     def on_collecting(run: Any, k: int) -> None:
         if k == k_kill and not killed:
-            pid = run.pids["actor"][0]
+            pid = run.pids["actor"][rank]
             killed.append(pid)
             os.kill(pid, signal.SIGKILL)
 
@@ -148,3 +148,32 @@ def test_without_restarts_left_the_message_names_the_checkpoint_and_the_resume_c
     resumed = run_training(config, run_dir=tmp_path, resume=True)
     assert resumed["resumed_from"] == str(newest) and resumed["total_env_steps"] == 6 * BATCH
     assert rows(tmp_path) == [BATCH * i for i in range(1, 7)]
+
+
+def test_a_learner_group_that_loses_a_rank_restarts_as_a_group(ray_cluster: Any, tmp_path: Path) -> None:
+    """The actor on 2 processes (FSDP): SIGKILL on rank 1 takes the group down (rank 0 leaves its
+    collective instead of waiting in it), and both ranks come back from the newest checkpoint."""
+    killed: list[int] = []
+    pids: list[list[int]] = []
+    config = ppo_config()
+    config["cluster"]["component_placement"]["actor"]["placement"] = "0:0-1"
+    config["actor"] = {"strategy": "fsdp"}
+    summary = run_training(
+        config,
+        run_dir=tmp_path,
+        callbacks={
+            "on_collecting": kill_learner_at(5, killed, rank=1),
+            "on_iteration": lambda run, k: pids.append(list(run.pids["actor"])),
+        },
+    )
+    assert killed and summary["learner_world_size"] == 2
+    assert summary["total_env_steps"] == 8 * BATCH and len(summary["learner_restarts"]) == 1
+    (event,) = summary["learner_restarts"]
+    assert event["checkpoint"].endswith("step_0000001024.pt") and "died" in event["reason"], event
+    assert not set(pids[0]) & set(pids[-1])  # both ranks are new processes
+    assert rows(tmp_path) == [BATCH * i for i in range(1, 9)]
+    state = torch.load(tmp_path / "checkpoints" / "step_0000002048.pt", weights_only=False)
+    assert state["actor"]["learner"]["version"] == 8  # one update per iteration, none twice
+    # the checkpoint of the 2-rank group is the single-process format: one rank resumes it
+    module, record = load_policy(tmp_path / "policy.pt")
+    assert record["algorithm"] == "ppo" and module.predict(torch.zeros(1, 4)).shape == (1, 1)

@@ -27,7 +27,19 @@ class EmbodiedAlgorithm(Algorithm):
     components: ClassVar[tuple[str, ...]] = ("env", "rollout", "actor")
     required_components: ClassVar[tuple[str, ...]] = ("env", "rollout", "actor")
     distributed: ClassVar[bool] = True
-    sections: ClassVar[tuple[str, ...]] = ("cluster", "algorithm", "env", "model", "runner", "rollout")
+    sections: ClassVar[tuple[str, ...]] = (
+        "cluster",
+        "algorithm",
+        "env",
+        "model",
+        "runner",
+        "rollout",
+        "actor",
+    )
+    multi_rank_learner: ClassVar[bool] = True
+    """The learner may run on several processes (one ``torch.distributed`` group)."""
+    cpu_learner: ClassVar[bool] = False
+    """The learner runs on the CPU only (``runner.device`` other than ``cpu`` is refused)."""
 
     @abstractmethod
     def recipe(self) -> Recipe:
@@ -105,16 +117,26 @@ class EmbodiedAlgorithm(Algorithm):
     @classmethod
     def fit_problems(cls, sections: Any) -> list[ConfigProblem]:
         """How the valid sections fit this algorithm (subclasses add theirs)."""
+        problems = []
         stages = sections.rollout.pipeline_stages
         if sections.env.num_envs % stages:
-            return [
+            problems.append(
                 ConfigProblem(
                     "rollout.pipeline_stages",
                     f"{stages} stages do not divide env.num_envs={sections.env.num_envs}; "
                     "each env worker's envs are split evenly into stages",
                 )
-            ]
-        return []
+            )
+        if cls.cpu_learner and sections.runner.device != "cpu":
+            problems.append(
+                ConfigProblem(
+                    "runner.device",
+                    f"the {cls.PLUGIN_NAME} learner runs on the CPU (got {sections.runner.device!r}): its MLPs "
+                    "are small enough that an update is per-call overhead, and its batches arrive as CPU "
+                    "tensors; use device: cpu (more learner processes: place the actor on several)",
+                )
+            )
+        return problems
 
     def run(
         self,

@@ -1,4 +1,4 @@
-"""The sections every embodied run shares: ``env``, ``model``, ``runner`` and ``rollout``.
+"""The sections every embodied run shares: ``env``, ``model``, ``runner``, ``rollout`` and ``actor``.
 
 Light on purpose (pydantic and rlinf_core only): the plugin registers the algorithms and a
 driver validates a YAML without torch, gymnasium or mujoco. Each algorithm's own ``algorithm``
@@ -19,6 +19,7 @@ from rlinf_core.errors import ConfigError, ConfigProblem
 __all__ = [
     "LOGGERS",
     "STRICT",
+    "ActorConfig",
     "EnvConfig",
     "ModelConfig",
     "RolloutConfig",
@@ -111,7 +112,11 @@ class RunnerConfig(ConfigSection):
     log_interval: int = Field(10_000, ge=1, description="env steps between metrics rows")
     checkpoint_interval: int = Field(0, ge=0, description="env steps between checkpoints; 0 turns them off")
     torch_threads: int = Field(1, ge=1, description="intra-op threads; 1 is fastest for small MLPs")
-    device: str = Field("cpu", description="torch device of the learner")
+    device: str = Field(
+        "cpu",
+        description="torch device of the learner: cpu, cuda, cuda:N, or auto (the first GPU the placement "
+        "gives the actor process, else the CPU); a CUDA device the placement does not give is an error",
+    )
     scheduler: str = Field(
         "ray",
         min_length=1,
@@ -178,8 +183,29 @@ class RolloutConfig(ConfigSection):
     )
 
 
+class ActorConfig(ConfigSection):
+    """``actor`` section: how the learner trains when the ``actor`` component is placed on several
+    processes (one ``torch.distributed`` group; see :mod:`rlinf_algos.parallel`). A learner of
+    one process ignores it."""
+
+    model_config = STRICT
+
+    strategy: Literal["ddp", "fsdp"] = Field(
+        "ddp",
+        description="ddp: every rank holds the model and the gradients are all-reduced; fsdp: FSDP2's "
+        "fully_shard shards parameters, gradients and optimiser state over the ranks",
+    )
+    micro_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="samples per forward/backward on one rank (gradient accumulation); the global "
+        "minibatch, and so the update, is the same whatever the number of ranks; default: a rank's "
+        "whole shard of the minibatch at once",
+    )
+
+
 class RunSections(BaseModel):
-    """The validated ``env``, ``model``, ``runner`` and ``rollout`` sections of a run."""
+    """The validated ``env``, ``model``, ``runner``, ``rollout`` and ``actor`` sections of a run."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -187,6 +213,7 @@ class RunSections(BaseModel):
     model: ModelConfig
     runner: RunnerConfig
     rollout: RolloutConfig
+    actor: ActorConfig = ActorConfig()
 
 
 def _as_mapping(obj: Any) -> Any:
@@ -228,22 +255,23 @@ def load_sections(run_config: Any) -> tuple[EnvConfig, ModelConfig, RunnerConfig
 
 
 def load_run_sections(run_config: Any) -> RunSections:
-    """:func:`load_sections` plus the ``rollout`` section (optional), every problem at once."""
+    """:func:`load_sections` plus the ``rollout`` and ``actor`` sections (optional), every
+    problem at once."""
     problems: list[ConfigProblem] = []
     try:
         env, model, runner = load_sections(run_config)
     except ConfigError as err:
         problems.extend(err.problems)
-    raw = (
-        run_config.get("rollout") if isinstance(run_config, Mapping) else getattr(run_config, "rollout", None)
-    )
-    try:
-        rollout = validate_model(RolloutConfig, _as_mapping(raw) or {}, prefix="rollout")
-    except ConfigError as err:
-        problems.extend(err.problems)
+    optional: dict[str, Any] = {}
+    for name, section in (("rollout", RolloutConfig), ("actor", ActorConfig)):
+        raw = run_config.get(name) if isinstance(run_config, Mapping) else getattr(run_config, name, None)
+        try:
+            optional[name] = validate_model(section, _as_mapping(raw) or {}, prefix=name)
+        except ConfigError as err:
+            problems.extend(err.problems)
     if problems:
         raise ConfigError(problems)
-    return RunSections(env=env, model=model, runner=runner, rollout=rollout)
+    return RunSections(env=env, model=model, runner=runner, **optional)
 
 
 def env_id_problems(run_config: Any) -> list[ConfigProblem]:

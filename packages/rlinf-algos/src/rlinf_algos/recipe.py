@@ -72,8 +72,11 @@ class IterationPlan:
 @dataclass
 class LearnerContext:
     """What the actor worker hands a recipe's learner: the trajectory channel, the number of
-    rollout workers, the wait limit, and ``publish()`` (broadcast the weights if the learner's
-    version moved on)."""
+    rollout workers, the wait limit, ``publish()`` (broadcast the weights if the learner's
+    version moved on) and ``dp``, the learner group (a
+    :class:`~rlinf_algos.parallel.DataParallel`; a group of one by default): rank 0 reads the
+    channel and :meth:`~rlinf_algos.parallel.DataParallel.broadcast_object` hands the batch on,
+    the model goes through :meth:`~rlinf_algos.parallel.DataParallel.wrap`."""
 
     traj_ch: Any
     rollout_world: int
@@ -82,6 +85,22 @@ class LearnerContext:
     seed: int = 0
     device: str = "cpu"
     extra: dict[str, Any] = field(default_factory=dict)
+    dp: Any = None
+
+    def __post_init__(self) -> None:
+        if self.dp is None:
+            from rlinf_algos.parallel import DataParallel
+
+            self.dp = DataParallel(device=self.device)
+
+    def take(self, keys: list[str]) -> list[Any] | None:
+        """The items of ``keys`` from the trajectory channel on every rank of the learner group
+        (rank 0 takes them, the others get rank 0's); ``None`` if the iteration was aborted."""
+        from rlinf_algos.channels import get_all
+
+        dp = self.dp
+        dp.arrive(f"the batch of {keys[0].split('/', 1)[0] if keys else 'an iteration'}")
+        return dp.from_main(lambda: get_all(self.traj_ch, keys, self.timeout))
 
 
 class LearnerSide(ABC):

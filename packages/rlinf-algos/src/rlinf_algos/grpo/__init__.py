@@ -38,6 +38,7 @@ class GRPO(EmbodiedAlgorithm):
     config_model: ClassVar[type[BaseModel]] = GRPOConfig
     components: ClassVar[tuple[str, ...]] = ("env", "rollout", "actor", "reward", "reference")
     required_components: ClassVar[tuple[str, ...]] = ("env", "rollout", "actor", "reward", "reference")
+    cpu_learner: ClassVar[bool] = True
 
     @classmethod
     def run_config_problems(cls, run_config: Mapping[str, Any]) -> list[ConfigProblem]:

@@ -16,7 +16,14 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-__all__ = ["group_advantages", "group_advantages_by_id", "k3_kl", "masked_mean", "policy_loss"]
+__all__ = [
+    "aggregation_share",
+    "group_advantages",
+    "group_advantages_by_id",
+    "k3_kl",
+    "masked_mean",
+    "policy_loss",
+]
 
 
 def group_advantages(rewards: Tensor, group_size: int, eps: float = 1e-6, scale: bool = True) -> Tensor:
@@ -82,6 +89,16 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     if dim is None:
         return (x * mask).sum() / mask.sum().clamp(min=1.0)
     return (x * mask).sum(dim=dim) / mask.sum(dim=dim).clamp(min=1.0)
+
+
+def aggregation_share(part: Tensor, whole: Tensor, aggregation: str = "token-mean") -> float:
+    """The part of :func:`policy_loss`'s denominator over the minibatch mask ``whole`` that the
+    rows of ``part`` (a subset of its sequences) hold: their valid tokens for ``token-mean``,
+    their sequences for ``seq-mean-token-mean``. ``policy_loss(part) * share`` summed over the
+    parts of a minibatch is ``policy_loss(whole)`` (how a learner group splits a minibatch)."""
+    if aggregation == "seq-mean-token-mean":
+        return part.shape[0] / max(whole.shape[0], 1)
+    return float(part.sum()) / max(float(whole.sum()), 1.0)
 
 
 def k3_kl(log_prob: Tensor, ref_log_prob: Tensor) -> Tensor:

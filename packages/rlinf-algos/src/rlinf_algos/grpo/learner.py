@@ -13,11 +13,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rlinf_algos.channels import advantage_key, get_all, scored_key
+from rlinf_algos.channels import advantage_key, scored_key
 from rlinf_algos.grpo import functional as F
 from rlinf_algos.grpo.config import GRPOConfig
 from rlinf_algos.models.mlp import GaussianActorCritic
 from rlinf_algos.optim import LeanAdam, make_adam
+from rlinf_algos.parallel import DataParallel
 from rlinf_algos.ppo.functional import clip_grad_norm
 from rlinf_algos.recipe import LearnerContext, LearnerSide
 from rlinf_core.errors import RlinfError
@@ -48,9 +49,15 @@ class GRPOLearner:
     when a reference worker supplies the log-probabilities to :meth:`update`)."""
 
     def __init__(
-        self, model: GaussianActorCritic, cfg: GRPOConfig, seed: int = 0, reference: bool = True
+        self,
+        model: GaussianActorCritic,
+        cfg: GRPOConfig,
+        seed: int = 0,
+        reference: bool = True,
+        dp: DataParallel | None = None,
     ) -> None:
         self.model, self.cfg = model, cfg
+        self.dp = dp if dp is not None else DataParallel()
         self.reference = copy.deepcopy(model).requires_grad_(False) if reference else None
         self.params = model.policy_parameters()
         self.optimizer = make_adam(self.params, cfg.lr, cfg.adam_eps)
@@ -84,50 +91,68 @@ class GRPOLearner:
         mb = math.ceil(S / n_minibatches)
         sums = torch.zeros(4)
         n = 0
+        dp = self.dp
         for _ in range(cfg.update_epochs):
             perm = torch.randperm(S, generator=self.generator)
             for start in range(0, S, mb):
                 idx = perm[start : start + mb]
-                logp, _, _ = self.model.evaluate(r.obs[idx], r.actions[idx])
-                loss, stats = F.policy_loss(
-                    logp,
-                    r.log_probs[idx],
-                    adv[idx],
-                    r.mask[idx],
-                    cfg.clip_low,
-                    cfg.clip_high,
-                    ref_log_prob=ref_logp[idx] if ref_logp is not None else None,
-                    kl_coef=cfg.kl_coef,
-                    aggregation=cfg.aggregation,
-                )
+                # a learner group splits the minibatch's sequences; each part's loss counts by
+                # its share of the loss's denominator (see rlinf_algos.parallel)
+                pieces = dp.micro_spans(*dp.span(len(idx)))
+                plain = dp.world == 1 and len(pieces) == 1
                 self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                gn = (
-                    clip_grad_norm(self.params, cfg.max_grad_norm)
-                    if cfg.max_grad_norm is not None
-                    else torch.zeros(())
-                )
+                for j, (u, v) in enumerate(pieces):
+                    sub = idx[u:v]
+                    logp, _, _ = self.model.evaluate(r.obs[sub], r.actions[sub])
+                    loss, stats = F.policy_loss(
+                        logp,
+                        r.log_probs[sub],
+                        adv[sub],
+                        r.mask[sub],
+                        cfg.clip_low,
+                        cfg.clip_high,
+                        ref_log_prob=ref_logp[sub] if ref_logp is not None else None,
+                        kl_coef=cfg.kl_coef,
+                        aggregation=cfg.aggregation,
+                    )
+                    share = 1.0 if plain else F.aggregation_share(r.mask[sub], r.mask[idx], cfg.aggregation)
+                    if plain:
+                        loss.backward()
+                    else:
+                        dp.backward(loss, share, last=j == len(pieces) - 1)
+                    sums[:3] += torch.stack([loss.detach(), stats["kl"], stats["clip_fraction"]]) * share
+                if not plain:
+                    dp.sync_grads(self.params)
+                if cfg.max_grad_norm is None:
+                    gn = torch.zeros(())
+                elif plain:
+                    gn = clip_grad_norm(self.params, cfg.max_grad_norm)
+                else:
+                    gn = dp.clip_grad_norm(self.params, cfg.max_grad_norm)
                 self.optimizer.step()
-                sums += torch.stack([loss.detach(), stats["kl"], stats["clip_fraction"], gn])
+                sums[3] += gn
                 n += 1
         self.version += 1
+        if dp.world > 1:  # each rank summed its parts' shares
+            sums[:3] = dp.mean(sums[:3]) * dp.world
         s = (sums / max(n, 1)).tolist()
         return {"policy_loss": s[0], "kl_ref": s[1], "clip_fraction": s[2], "grad_norm": s[3]}
 
     def state_dict(self) -> dict[str, Any]:
+        """The single-process format whatever the learner group (gathered with FSDP)."""
         return {
-            "model": self.model.state_dict(),
+            "model": self.dp.state_dict(self.model),
             "reference": self.reference.state_dict() if self.reference is not None else None,
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": self.dp.optim_state_dict(self.model, self.optimizer),
             "generator": self.generator.get_state(),
             "version": self.version,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
+        self.dp.load_state_dict(self.model, state["model"])
         if self.reference is not None and state.get("reference") is not None:
             self.reference.load_state_dict(state["reference"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.dp.load_optim_state_dict(self.model, self.optimizer, state["optimizer"])
         self.generator.set_state(state["generator"])
         self.version = int(state["version"])
 
@@ -139,7 +164,7 @@ class GRPOLearnerSide(LearnerSide):
 
     def __init__(self, model: Any, cfg: GRPOConfig, ctx: LearnerContext) -> None:
         self.model, self.cfg, self.ctx = model, cfg, ctx
-        self.learner = GRPOLearner(model, cfg, seed=ctx.seed, reference=False)
+        self.learner = GRPOLearner(model, cfg, seed=ctx.seed, reference=False, dp=ctx.dp)
 
     @property
     def version(self) -> int:
@@ -151,8 +176,7 @@ class GRPOLearnerSide(LearnerSide):
     def train(self, gen: int | str, **kwargs: Any) -> dict[str, Any]:
         ctx = self.ctx
         t0 = time.perf_counter()
-        keys = [scored_key(gen, r) for r in range(ctx.rollout_world)] + [advantage_key(gen)]
-        got = get_all(ctx.traj_ch, keys, ctx.timeout)
+        got = ctx.take([scored_key(gen, r) for r in range(ctx.rollout_world)] + [advantage_key(gen)])
         if got is None:
             return {"aborted": True}
         *items, scored = got
@@ -197,4 +221,4 @@ class GRPOLearnerSide(LearnerSide):
         self.learner.load_state_dict(state["learner"])
 
     def final_state_dict(self) -> dict[str, Any]:
-        return self.model.state_dict()
+        return self.ctx.dp.state_dict(self.model)

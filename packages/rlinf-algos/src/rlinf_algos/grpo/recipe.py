@@ -150,4 +150,4 @@ class GRPORecipe(Recipe):
         return collect_grpo(worker, gen, steps, **kwargs)
 
     def learner(self, spec: dict[str, Any], model_cfg: Any, ctx: LearnerContext) -> GRPOLearnerSide:
-        return GRPOLearnerSide(build_policy(spec), self.cfg, ctx)
+        return GRPOLearnerSide(ctx.dp.wrap(build_policy(spec), methods=("evaluate", "value")), self.cfg, ctx)

@@ -23,7 +23,7 @@ from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
 
 __all__ = ["GRPOLM", "PPOLM"]
 
-SECTIONS = ("cluster", "algorithm", "model", "task", "sft", "runner", "data", "reward", "critic")
+SECTIONS = ("cluster", "algorithm", "model", "task", "sft", "runner", "data", "reward", "critic", "actor")
 
 
 class GRPOLM(Algorithm):
@@ -37,6 +37,8 @@ class GRPOLM(Algorithm):
     distributed: ClassVar[bool] = True
     """``rlinf train`` defaults to ``runner.scheduler: ray`` (workers placed by the ``cluster``
     section); ``runner.scheduler: local`` trains in the rlinf process."""
+    multi_rank_learner: ClassVar[bool] = True
+    """The actor may be placed on several processes (a data-parallel learner group)."""
 
     @classmethod
     def run_config_problems(cls, run_config: Mapping[str, Any]) -> list[ConfigProblem]:
@@ -68,6 +70,7 @@ class GRPOLM(Algorithm):
                         'e.g. agent: {node_group: node, placement: "0:0-15"}',
                     )
                 )
+        problems += _device_problems(run, placement)
         return problems
 
     def run(
@@ -125,6 +128,30 @@ class PPOLM(GRPOLM):
 
     PLUGIN_NAME: ClassVar[str] = "ppo_lm"
     config_model: ClassVar[type[BaseModel]] = LMPPOConfig
+    multi_rank_learner: ClassVar[bool] = False
+    """Not yet: the critic's value loss and its own optimiser would need the same split as the
+    policy step; place the ppo_lm actor on one process (grpo_lm's may have several)."""
+
+
+def _device_problems(run: Any, placement: Any) -> list[ConfigProblem]:
+    """``runner.device`` names a CUDA device while the actor is placed on the ``node`` group
+    (whole nodes as the resource: no accelerator is given to the process)."""
+    device = str(run.runner.device)
+    if not device.startswith("cuda") or not isinstance(placement, Mapping):
+        return []
+    for key, spec in placement.items():
+        if "actor" in [x.strip() for x in str(key).split(",")] and isinstance(spec, Mapping):
+            group = spec.get("node_group", "node")
+            if group == "node":
+                return [
+                    ConfigProblem(
+                        "runner.device",
+                        f"{device!r}, but the actor is placed on node group 'node' (whole nodes, no "
+                        "accelerators given to the process): place it on a node group with GPUs "
+                        "(placement: '0-1' gives GPUs 0 and 1) or use device: auto or cpu",
+                    )
+                ]
+    return []
 
 
 def _source_problems(run: Any) -> list[ConfigProblem]:

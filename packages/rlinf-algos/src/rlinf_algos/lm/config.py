@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from rlinf_algos.config import ActorConfig
 from rlinf_algos.lm.data import DataConfig
 from rlinf_core.config import ConfigSection, validate_model
 from rlinf_core.errors import ConfigError, ConfigProblem
@@ -325,6 +326,11 @@ class LMRunnerConfig(ConfigSection):
         gt=0.0,
         description="seconds the distributed runner waits on a worker or channel before saying which",
     )
+    device: str = Field(
+        "auto",
+        description="torch device of the distributed actor (learner): auto (the first GPU its placement "
+        "gives it, else the CPU), cpu, cuda or cuda:N; a CUDA device the placement does not give is an error",
+    )
 
 
 DEFAULT_REWARD = "math"
@@ -400,6 +406,7 @@ class LMRunConfig(BaseModel):
     data: DataConfig | None = None
     reward: RewardConfig | None = None
     critic: CriticConfig = Field(default_factory=lambda: CriticConfig())
+    actor: ActorConfig = Field(default_factory=lambda: ActorConfig())
 
 
 _SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
@@ -411,6 +418,7 @@ _SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("data", DataConfig),
     ("reward", RewardConfig),
     ("critic", CriticConfig),
+    ("actor", ActorConfig),
 )
 ALGORITHM_CONFIGS: dict[str, type[LMGRPOConfig]] = {"grpo_lm": LMGRPOConfig, "ppo_lm": LMPPOConfig}
 """The ``algorithm`` section's model for each language-model algorithm name."""

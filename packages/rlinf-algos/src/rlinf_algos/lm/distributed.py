@@ -330,7 +330,12 @@ class LMReferenceWorker(Worker):
 
 class LMActorWorker(Worker):
     """Runs the warm start, holds the policy and its optimiser, runs the GRPO update on the
-    scored episodes of the ``scored`` channel and publishes the weights."""
+    scored episodes of the ``scored`` channel and publishes the weights.
+
+    Placed on several processes, the actor is one data-parallel learner group
+    (:mod:`rlinf_algos.parallel`, the ``actor`` section): rank 0 runs the warm start, takes the
+    scored parts and the reference log-probs, and hands the packed batch to the other ranks;
+    each rank trains on its share of every minibatch; rank 0 publishes."""
 
     def __init__(
         self, run: dict[str, Any], weights_name: str, scored: Any, refq: Any, timeout: float
@@ -341,32 +346,62 @@ class LMActorWorker(Worker):
     def setup(self) -> None:
         import torch
 
+        from rlinf_algos.parallel import DataParallel, resolve_device
+
         torch.set_num_threads(self.run_cfg.runner.torch_threads)
+        actor = self.run_cfg.actor
+        self.dp = DataParallel.start(
+            self.rank,
+            self.world_size,
+            strategy=actor.strategy,
+            device=resolve_device(self.run_cfg.runner.device),
+            micro_batch_size=actor.micro_batch_size,
+            timeout=2 * self.timeout + 30.0,
+            what="actor",
+        )
+
+    def teardown(self) -> None:
+        self.dp.close()
 
     def warm_start(self) -> dict[str, Any]:
-        """The supervised warm start (:func:`~rlinf_algos.lm.trainer.warm_started_policy`), then
-        publish version 0. Returns the SFT stats."""
+        """The supervised warm start (:func:`~rlinf_algos.lm.trainer.warm_started_policy`, on
+        rank 0; the other ranks load the folder and take rank 0's weights), then publish
+        version 0. Returns the SFT stats."""
+        from rlinf_algos.lm import hf
         from rlinf_algos.lm.trainer import warm_started_policy
         from rlinf_algos.lm.workers import make_actor
         from rlinf_scheduler.weights import WeightBroadcast
 
-        model, self.tok, stats = warm_started_policy(self.run_cfg, None)
-        self.actor = make_actor(model, self.run_cfg)
-        self.wb = WeightBroadcast.create(self.weights_name, default_timeout=self.timeout)
+        if self.dp.is_main:
+            model, self.tok, stats = warm_started_policy(self.run_cfg, None)
+        else:
+            model, stats = hf.load_causal_lm(self.run_cfg.model), {}
+            self.tok = _tokenizer(self.run_cfg)
+        model = self.dp.wrap(model)
+        self.actor = make_actor(model, self.run_cfg, dp=self.dp)
+        self.wb = (
+            WeightBroadcast.create(self.weights_name, default_timeout=self.timeout)
+            if self.dp.is_main
+            else None
+        )
         weights, _ = self.actor.get_weights()
-        self.wb.publish(weights, version=0)
+        if self.wb is not None:
+            self.wb.publish(weights, version=0)
         return stats
 
-    def update(self, keys: list[str], ref_key: str | None) -> dict[str, Any]:
-        """Gather the scored parts at ``keys`` (whole groups each, in order), pack them, get the
-        reference log-probs over ``refq`` at ``ref_key`` (when not ``None``), run the GRPO
-        update and publish the new version. Returns the update stats, ``version`` and seconds."""
+    def _batch(self, keys: list[str], ref_key: str | None) -> tuple[dict[str, Any], int, float]:
+        """Rank 0: the packed batch of the scored parts at ``keys`` with the reference log-probs
+        (``(batch, sequences, seconds waiting for the reference)``); the other ranks get it from
+        rank 0."""
+        self.dp.arrive(f"the batch at {keys[0] if keys else '-'}")
+        return self.dp.from_main(lambda: self._pack(keys, ref_key))
+
+    def _pack(self, keys: list[str], ref_key: str | None) -> tuple[dict[str, Any], int, float]:
         import torch
 
         from rlinf_algos.lm.workers import pack_batch
 
         parts = [self.scored.get(k, timeout=self.timeout) for k in keys]
-        t0 = time.perf_counter()
         seqs: list[list[int]] = []
         masks: list[list[int]] = []
         index: list[int] = []
@@ -386,20 +421,31 @@ class LMActorWorker(Worker):
             self.refq.put({"input_ids": batch["input_ids"]}, ref_key, timeout=self.timeout)
             batch.update(self.refq.get(ref_key + "/lp", timeout=self.timeout))
             ref_s = time.perf_counter() - t
+        return batch, len(seqs), ref_s
+
+    def update(self, keys: list[str], ref_key: str | None) -> dict[str, Any]:
+        """Gather the scored parts at ``keys`` (whole groups each, in order), pack them, get the
+        reference log-probs over ``refq`` at ``ref_key`` (when not ``None``), run the GRPO
+        update and publish the new version. Returns the update stats, ``version`` and seconds."""
+        t0 = time.perf_counter()
+        batch, sequences, ref_s = self._batch(keys, ref_key)
         t = time.perf_counter()
         stats = self.actor.update(batch)
         update_s = time.perf_counter() - t
         t = time.perf_counter()
         weights, version = self.actor.get_weights()
-        self.wb.publish(weights, version=version)
+        if self.wb is not None:
+            self.wb.publish(weights, version=version)
         sync_s = time.perf_counter() - t
         return {
             "stats": stats,
             "version": self.actor.version,
-            "sequences": len(seqs),
+            "sequences": sequences,
             "reference_wait_s": ref_s,
             "update_s": update_s,
             "sync_s": sync_s,
+            "allreduce_s": self.dp.take_comm_s(),
+            "learner_world_size": self.dp.world,
             "publish_bytes": self.actor.publish_bytes,
             "pack_s": time.perf_counter() - t0 - ref_s - update_s - sync_s,
         }
@@ -408,7 +454,8 @@ class LMActorWorker(Worker):
         return int(self.actor.version)
 
     def policy_state(self) -> dict[str, Any]:
-        """The current weights as a publish carries them (the adapter alone with LoRA)."""
+        """The current weights as a publish carries them (the adapter alone with LoRA); on a
+        learner group every rank calls (FSDP gathers), rank 0 answers."""
         return {"state_dict": self.actor.get_weights()[0]}
 
 
@@ -484,6 +531,7 @@ class RemoteComponents:
         for name, group in self.groups.items():
             nodes = sorted({p.node_rank for p in group.placements}) if hasattr(group, "placements") else []
             self.placement[name] = {"processes": group.world_size, "nodes": nodes}
+        self.learner_world_size = int(self.groups["actor"].world_size)
         if not use_agents:
             self.placement["agent"] = {"processes": 0, "where": "the driver (single agent per episode)"}
             self.local_agent = make_agent(

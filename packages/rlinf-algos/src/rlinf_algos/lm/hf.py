@@ -197,18 +197,24 @@ def parameter_counts(model: Any) -> tuple[int, int]:
     return sum(p.numel() for p in model.parameters() if p.requires_grad), total
 
 
-def sync_state(model: Any) -> dict[str, Tensor]:
+def sync_state(model: Any, state_dict: dict[str, Tensor] | None = None) -> dict[str, Tensor]:
     """A copy of what a weight publish carries: the LoRA adapter's tensors alone when ``model``
     has one, every weight otherwise (a tied weight, such as an output head sharing the token
-    embedding, once)."""
+    embedding, once). ``state_dict``: the model's full state dict when it is not
+    ``model.state_dict()`` (a sharded model's, gathered)."""
     if is_lora(model):
         from peft import get_peft_model_state_dict
 
-        sd = get_peft_model_state_dict(model)
+        sd = get_peft_model_state_dict(model, state_dict=state_dict)
     else:
         sd, seen = {}, set()
-        for k, v in model.state_dict().items():
-            if v.data_ptr() in seen:
+        source = model.state_dict() if state_dict is None else state_dict
+        # a gathered state dict holds a tied head as its own copy: leave it out all the same
+        tied = state_dict is not None and bool(
+            getattr(getattr(model, "config", None), "tie_word_embeddings", False)
+        )
+        for k, v in source.items():
+            if v.data_ptr() in seen or (tied and k.endswith("lm_head.weight")):
                 continue
             seen.add(v.data_ptr())
             sd[k] = v

@@ -84,8 +84,9 @@ class PPOActorWorker(ActorWorker):
         seed: int = 0,
         critic: CriticConfig | None = None,
         model_spec: LMModelConfig | None = None,
+        dp: Any = None,
     ) -> None:
-        super().__init__(model, cfg, seed)
+        super().__init__(model, cfg, seed, dp=dp)
         critic = critic or CriticConfig()
         path = critic.path or (model_spec.path if model_spec is not None else None)
         if path is None:
@@ -98,8 +99,8 @@ class PPOActorWorker(ActorWorker):
         self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=critic.lr, betas=(0.9, 0.99))
 
     @classmethod
-    def build(cls, model: Any, run: Any) -> PPOActorWorker:
-        return cls(model, run.algorithm, seed=run.runner.seed, critic=run.critic, model_spec=run.model)
+    def build(cls, model: Any, run: Any, dp: Any = None) -> PPOActorWorker:
+        return cls(model, run.algorithm, seed=run.runner.seed, critic=run.critic, model_spec=run.model, dp=dp)
 
     def _values(self, ids: Tensor) -> Tensor:
         out = torch.zeros(ids.shape, dtype=torch.float32)

@@ -464,6 +464,7 @@ def grpo_loop(
         / max(sum(r["generate_s"] for r in rows), 1e-9),
         "phase_s_mean": {k: sum(r[f"{k}_s"] for r in rows) / n for k in PHASES},
         "placement": comps.placement,
+        "learner_world_size": int(getattr(comps, "learner_world_size", 1)),
         "evals": evals,
     }
     _write_json(run_dir / "summary.json", summary)

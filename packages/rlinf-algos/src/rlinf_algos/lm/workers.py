@@ -35,6 +35,7 @@ from rlinf_algos.grpo import functional as grpo
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.config import LMGRPOConfig, LMModelConfig
 from rlinf_algos.lm.hf import generate, sequence_log_probs
+from rlinf_algos.parallel import DataParallel
 from rlinf_core.worker import Worker
 
 __all__ = [
@@ -229,7 +230,8 @@ class ActorWorker(Worker):
         seed: of its minibatch shuffling.
     """
 
-    def __init__(self, model: Any, cfg: LMGRPOConfig, seed: int = 0) -> None:
+    def __init__(self, model: Any, cfg: LMGRPOConfig, seed: int = 0, dp: DataParallel | None = None) -> None:
+        self.dp = dp if dp is not None else DataParallel()
         self.model = model
         self.cfg = cfg
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -239,14 +241,18 @@ class ActorWorker(Worker):
         self.version = 0
 
     @classmethod
-    def build(cls, model: Any, run: Any) -> ActorWorker:
-        """The actor of a validated run (``run.algorithm``, ``run.runner.seed``...)."""
-        return cls(model, run.algorithm, seed=run.runner.seed)
+    def build(cls, model: Any, run: Any, dp: DataParallel | None = None) -> ActorWorker:
+        """The actor of a validated run (``run.algorithm``, ``run.runner.seed``...); ``dp``: its
+        learner group, with ``model`` already wrapped by it."""
+        return cls(model, run.algorithm, seed=run.runner.seed, dp=dp)
 
     def get_weights(self) -> tuple[dict[str, Tensor], int]:
         """A copy of what a publish carries (the LoRA adapter alone when the model has one,
-        every weight otherwise) and its version; ``publish_bytes`` records its size."""
-        state = hf.sync_state(self.model)
+        every weight otherwise) and its version; ``publish_bytes`` records its size. On a
+        learner group with FSDP the full weights are gathered first (every rank calls; rank 0
+        gets them, the others an empty dict)."""
+        full = self.dp.state_dict(self.model) if self.dp.world > 1 else None
+        state = hf.sync_state(self.model, full) if full is None or full else {}
         self.publish_bytes = hf.state_bytes(state)
         return state, self.version
 
@@ -288,27 +294,43 @@ class ActorWorker(Worker):
         minibatch (``adv``: per sequence ``[B]`` or per token ``[B, T]``; ``old``: ``None`` when
         the weights are the sampling policy's, see :meth:`old_log_probs`); adds its loss, KL,
         clip fraction and gradient norm to ``stats``."""
-        cfg = self.cfg
-        lp = sequence_log_probs(self.model, ids, cfg.temperature)
-        loss, st = grpo.policy_loss(
-            lp,
-            lp.detach() if old is None else old,
-            adv,
-            mask,
-            clip_low=cfg.clip_low,
-            clip_high=cfg.clip_high,
-            ref_log_prob=ref,
-            kl_coef=cfg.kl_coef,
-            aggregation=cfg.aggregation,
-        )
+        cfg, dp = self.cfg, self.dp
+        # a learner group splits the minibatch's sequences (in micro-batches); each part's loss
+        # counts by its share of the loss's denominator (see rlinf_algos.parallel)
+        pieces = dp.micro_spans(*dp.span(ids.shape[0]))
+        plain = dp.world == 1 and len(pieces) == 1
         self.opt.zero_grad(set_to_none=True)
-        loss.backward()
+        for j, (u, v) in enumerate(pieces):
+            lp = sequence_log_probs(self.model, ids[u:v], cfg.temperature)
+            loss, st = grpo.policy_loss(
+                lp,
+                lp.detach() if old is None else old[u:v],
+                adv[u:v],
+                mask[u:v],
+                clip_low=cfg.clip_low,
+                clip_high=cfg.clip_high,
+                ref_log_prob=ref[u:v] if ref is not None else None,
+                kl_coef=cfg.kl_coef,
+                aggregation=cfg.aggregation,
+            )
+            share = 1.0 if plain else grpo.aggregation_share(mask[u:v], mask, cfg.aggregation)
+            if plain:
+                loss.backward()
+            else:
+                dp.backward(loss, share, last=j == len(pieces) - 1)
+            stats["loss"] += float(loss.detach()) * share
+            stats["kl"] += float(st["kl"]) * share
+            stats["clip_fraction"] += float(st["clip_fraction"]) * share
+        if not plain:
+            dp.sync_grads(self.params)
         if cfg.max_grad_norm is not None:
-            stats["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
+            gn = (
+                torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+                if plain
+                else dp.clip_grad_norm(self.params, cfg.max_grad_norm)
+            )
+            stats["grad_norm"] += float(gn)
         self.opt.step()
-        stats["loss"] += float(loss.detach())
-        stats["kl"] += float(st["kl"])
-        stats["clip_fraction"] += float(st["clip_fraction"])
 
     def update(self, batch: dict[str, Tensor]) -> dict[str, float]:
         """One GRPO update on a packed batch: advantages from the episode rewards, the sampling
@@ -332,11 +354,12 @@ class ActorWorker(Worker):
         warm = min(1.0, self.version / cfg.lr_warmup_iters) if cfg.lr_warmup_iters else 1.0
         for g in self.opt.param_groups:
             g["lr"] = cfg.lr * warm
-        ids = batch["input_ids"][idx]
-        mask = batch["loss_mask"][idx]
-        adv = adv[idx]
+        dev = self.dp.device
+        ids = batch["input_ids"][idx].to(dev)
+        mask = batch["loss_mask"][idx].to(dev)
+        adv = adv[idx].to(dev)
         ref = batch.get("ref_log_probs")
-        ref = ref[idx] if ref is not None else None
+        ref = ref[idx].to(dev) if ref is not None else None
         old = self.old_log_probs(ids)
         lengths = (mask > 0).long().cumsum(1).argmax(1) + 1  # last trained token + 1
         n_steps = 0
@@ -355,15 +378,20 @@ class ActorWorker(Worker):
                     stats,
                 )
                 n_steps += 1
+        if self.dp.world > 1:  # each rank summed its parts' shares
+            keys = ("loss", "kl", "clip_fraction")
+            total = self.dp.mean(torch.tensor([stats[k] for k in keys], dtype=torch.float64)) * self.dp.world
+            stats.update(zip(keys, total.tolist(), strict=True))
         for k in ("loss", "kl", "clip_fraction", "grad_norm"):
             stats[k] /= max(n_steps, 1)
         return stats
 
 
-def make_actor(model: Any, run: Any) -> ActorWorker:
+def make_actor(model: Any, run: Any, dp: DataParallel | None = None) -> ActorWorker:
     """The actor component the ``algorithm`` section names (its ``actor`` class path: GRPO's
-    :class:`ActorWorker`, PPO's :class:`~rlinf_algos.lm.ppo.PPOActorWorker`), built for ``run``."""
+    :class:`ActorWorker`, PPO's :class:`~rlinf_algos.lm.ppo.PPOActorWorker`), built for ``run``
+    (``dp``: its learner group, ``model`` wrapped by it)."""
     import importlib
 
     module, _, name = run.algorithm.actor.partition(":")
-    return getattr(importlib.import_module(module), name).build(model, run)
+    return getattr(importlib.import_module(module), name).build(model, run, dp=dp)

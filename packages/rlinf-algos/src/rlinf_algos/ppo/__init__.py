@@ -15,7 +15,6 @@ from pydantic import BaseModel
 from rlinf_algos.algorithm import EmbodiedAlgorithm, rollout_item
 from rlinf_algos.ppo.config import PPOConfig
 from rlinf_algos.recipe import Recipe
-from rlinf_core.errors import ConfigProblem
 
 __all__ = ["PPO", "PPOConfig"]
 
@@ -26,18 +25,7 @@ class PPO(EmbodiedAlgorithm):
     PLUGIN_NAME: ClassVar[str] = "ppo"
     config_model: ClassVar[type[BaseModel]] = PPOConfig
 
-    @classmethod
-    def fit_problems(cls, sections: Any) -> list[ConfigProblem]:
-        problems = super().fit_problems(sections)
-        if sections.runner.device != "cpu":
-            problems.append(
-                ConfigProblem(
-                    "runner.device",
-                    f"the PPO learner runs on the CPU (got {sections.runner.device!r}): its MLPs are small "
-                    "enough that an update is per-call overhead; use device: cpu",
-                )
-            )
-        return problems
+    cpu_learner: ClassVar[bool] = True
 
     @classmethod
     def memory_items(cls, sections: Any, algo_config: Any) -> list[tuple[str, str, int]]:

@@ -10,9 +10,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rlinf_algos.channels import get_all, traj_key
+from rlinf_algos.channels import traj_key
 from rlinf_algos.models.mlp import GaussianActorCritic
 from rlinf_algos.optim import LeanAdam, make_adam
+from rlinf_algos.parallel import DataParallel
 from rlinf_algos.ppo import functional as F
 from rlinf_algos.ppo.config import PPOConfig
 from rlinf_algos.recipe import LearnerContext, LearnerSide
@@ -47,8 +48,11 @@ class PPOLearner:
     clipped surrogate, clipped value loss and entropy bonus, with gradient clipping and an
     approx-KL early stop. One optimiser over actor and critic, one backward per minibatch."""
 
-    def __init__(self, model: GaussianActorCritic, cfg: PPOConfig, seed: int = 0) -> None:
+    def __init__(
+        self, model: GaussianActorCritic, cfg: PPOConfig, seed: int = 0, dp: DataParallel | None = None
+    ) -> None:
         self.model, self.cfg = model, cfg
+        self.dp = dp if dp is not None else DataParallel()
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = make_adam(self.params, cfg.lr, cfg.adam_eps)
         self.adam = LeanAdam(self.optimizer)
@@ -83,12 +87,17 @@ class PPOLearner:
         b_adv, b_ret = adv.reshape(-1), ret.reshape(-1)
         B, mb = b_obs.shape[0], min(cfg.minibatch_size, b_obs.shape[0])
         M = B // mb  # minibatches per epoch
-        model, adam = self.model, self.adam
+        model, adam, dp = self.model, self.adam, self.dp
         adam.refresh()
         stats = torch.zeros(cfg.update_epochs * M, 4)  # pg, vf, -entropy, grad norm
         ratios = torch.zeros(cfg.update_epochs * M, mb)  # log-ratios, for KL and clip fraction
         n_mb = 0
         epochs = 0
+        # on a learner group each rank takes its shard of every minibatch (in micro-batches);
+        # the gradients summed over ranks are the whole minibatch's (see rlinf_algos.parallel)
+        lo, hi = dp.span(mb)
+        pieces = dp.micro_spans(lo, hi)
+        plain = dp.world == 1 and len(pieces) == 1
         for _ in range(cfg.update_epochs):
             used = torch.randperm(B, generator=self.generator)[: M * mb]
             e_obs, e_act = b_obs[used], b_act[used]
@@ -97,30 +106,52 @@ class PPOLearner:
             if cfg.normalize_advantages:
                 e_adv = F.normalize_advantages(e_adv, dim=1)
             for i in range(M):
-                a, b = i * mb, (i + 1) * mb
-                logp, entropy, value = model.evaluate(e_obs[a:b], e_act[a:b])
-                log_ratio = logp - e_logp[a:b]
-                pg = F.policy_loss(log_ratio, e_adv[i], cfg.clip_low, cfg.clip_high, cfg.dual_clip)
-                vf = F.value_loss(value, e_ret[a:b], e_val[a:b], cfg.value_clip)
-                loss = pg + cfg.vf_coef * vf
-                ent = F.entropy_loss(entropy)
-                if cfg.ent_coef:
-                    loss = loss + cfg.ent_coef * ent
                 adam.zero_grad()
-                loss.backward()
+                for j, (u, v) in enumerate(pieces):
+                    a, b = i * mb + u, i * mb + v
+                    logp, entropy, value = model.evaluate(e_obs[a:b], e_act[a:b])
+                    log_ratio = logp - e_logp[a:b]
+                    pg = F.policy_loss(log_ratio, e_adv[i, u:v], cfg.clip_low, cfg.clip_high, cfg.dual_clip)
+                    vf = F.value_loss(value, e_ret[a:b], e_val[a:b], cfg.value_clip)
+                    loss = pg + cfg.vf_coef * vf
+                    ent = F.entropy_loss(entropy)
+                    if cfg.ent_coef:
+                        loss = loss + cfg.ent_coef * ent
+                    if plain:
+                        loss.backward()
+                    else:
+                        share = (v - u) / mb
+                        dp.backward(loss, share, last=j == len(pieces) - 1)
+                        pg, vf, ent = pg.detach() * share, vf.detach() * share, ent.detach() * share
+                    with torch.no_grad():
+                        ratios[n_mb, u:v] = log_ratio
+                        if j == 0:
+                            stats[n_mb, :3] = torch.stack([pg, vf, ent])
+                        else:
+                            stats[n_mb, :3] += torch.stack([pg, vf, ent])
                 with torch.no_grad():
+                    if not plain:
+                        dp.sync_grads(adam.params)
                     if cfg.max_grad_norm is not None:
-                        gn = F.clip_grads_(adam.grads(), cfg.max_grad_norm)
+                        gn = (
+                            F.clip_grads_(adam.grads(), cfg.max_grad_norm)
+                            if plain
+                            else dp.clip_grad_norm(adam.params, cfg.max_grad_norm)
+                        )
                     else:
                         gn = torch.zeros(())
                     adam.step()
-                    ratios[n_mb] = log_ratio
-                    torch.stack([pg, vf, ent, gn], out=stats[n_mb])
+                    stats[n_mb, 3] = gn
                 n_mb += 1
             epochs += 1
-            if cfg.target_kl is not None and float(F.approx_kl(ratios[n_mb - 1])) > cfg.target_kl:
-                break
+            if cfg.target_kl is not None:
+                last = ratios[n_mb - 1] if dp.world == 1 else dp.mean(ratios[n_mb - 1]) * dp.world
+                if float(F.approx_kl(last)) > cfg.target_kl:  # the same on every rank
+                    break
         self.version += 1
+        if dp.world > 1:  # every rank's part of the statistics (each holds its shard's)
+            stats[:n_mb, :3] = dp.mean(stats[:n_mb, :3]) * dp.world
+            ratios[:n_mb] = dp.mean(ratios[:n_mb]) * dp.world
         with torch.no_grad():
             s = stats[:n_mb].mean(0).tolist() if n_mb else [0.0] * 4
             kl = float(F.approx_kl(ratios[n_mb - 1])) if n_mb else 0.0
@@ -141,16 +172,18 @@ class PPOLearner:
         }
 
     def state_dict(self) -> dict[str, Any]:
+        """The single-process format whatever the learner group (gathered with FSDP: every rank
+        calls it)."""
         return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "model": self.dp.state_dict(self.model),
+            "optimizer": self.dp.optim_state_dict(self.model, self.optimizer),
             "generator": self.generator.get_state(),
             "version": self.version,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.dp.load_state_dict(self.model, state["model"])
+        self.dp.load_optim_state_dict(self.model, self.optimizer, state["optimizer"])
         self.adam.refresh()
         self.generator.set_state(state["generator"])
         self.version = int(state["version"])
@@ -170,7 +203,7 @@ class PPOLearnerSide(LearnerSide):
 
     def __init__(self, model: Any, cfg: PPOConfig, ctx: LearnerContext, num_slots: int) -> None:
         self.model, self.cfg, self.ctx = model, cfg, ctx
-        self.learner = PPOLearner(model, cfg, seed=ctx.seed)
+        self.learner = PPOLearner(model, cfg, seed=ctx.seed, dp=ctx.dp)
         self.scaler = RewardScaler(num_slots, cfg.gamma) if cfg.normalize_reward else None
 
     @property
@@ -238,8 +271,7 @@ class PPOLearnerSide(LearnerSide):
 
     def train(self, gen: int | str, lr_frac: float = 1.0, **kwargs: Any) -> dict[str, Any]:
         t0 = time.perf_counter()
-        keys = [traj_key(gen, r) for r in range(self.ctx.rollout_world)]
-        items = get_all(self.ctx.traj_ch, keys, self.ctx.timeout)
+        items = self.ctx.take([traj_key(gen, r) for r in range(self.ctx.rollout_world)])
         if items is None:
             return {"aborted": True}
         t1 = time.perf_counter()
@@ -261,4 +293,4 @@ class PPOLearnerSide(LearnerSide):
             self.scaler.load_state_dict(state["reward_scaler"])
 
     def final_state_dict(self) -> dict[str, Any]:
-        return self.model.state_dict()
+        return self.ctx.dp.state_dict(self.model)

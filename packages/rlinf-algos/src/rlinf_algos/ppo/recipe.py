@@ -125,4 +125,5 @@ class PPORecipe(Recipe):
         return {"aborted": False, "version": worker.version, "steps": steps * worker.stages * worker.slots}
 
     def learner(self, spec: dict[str, Any], model_cfg: Any, ctx: LearnerContext) -> PPOLearnerSide:
-        return PPOLearnerSide(build_policy(spec), self.cfg, ctx, spec["num_slots"])
+        model = ctx.dp.wrap(build_policy(spec), methods=("evaluate", "value"))
+        return PPOLearnerSide(model, self.cfg, ctx, spec["num_slots"])

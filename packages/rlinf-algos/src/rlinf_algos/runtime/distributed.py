@@ -127,6 +127,8 @@ class DistributedRun(RecoveryMixin):
         self.name = recipe.name
         self.env_cfg, self.model_cfg = sections.env, sections.model
         self.runner_cfg, self.rollout_cfg = sections.runner, sections.rollout
+        self.actor_cfg = getattr(sections, "actor", None)
+        self.learner_group: dict[str, Any] = {}
         self.scheduler = scheduler
         self.run_dir = run_dir
         self.resume = resume
@@ -196,7 +198,8 @@ class DistributedRun(RecoveryMixin):
         return self.scheduler.channel(name, maxsize=maxsize, **opts)
 
     def setup(self) -> None:
-        from rlinf_algos.runtime.workers import ActorWorker, EnvWorker, RolloutWorker
+        from rlinf_algos.runtime.actor import ActorWorker
+        from rlinf_algos.runtime.workers import EnvWorker, RolloutWorker
 
         M, N = self._world("env"), self._world("rollout")
         if M is not None and N is not None:
@@ -221,6 +224,7 @@ class DistributedRun(RecoveryMixin):
             "actor": (
                 ActorWorker, self.recipe, self.model_cfg.model_dump(), self.runner_cfg.model_dump(),
                 self.traj_ch, self.weights, N,
+                self.actor_cfg.model_dump() if self.actor_cfg is not None else None,
             ),
             "rollout": (
                 RolloutWorker, self.recipe, M, self.per_stage, S, self.traj_ch, self.weights, seed,
@@ -247,6 +251,8 @@ class DistributedRun(RecoveryMixin):
         for name in ("actor", "rollout", *self.recipe.policy_components):
             self.groups[name].configure(spec).wait(self.timeout)
         self.link_addrs = [tuple(a) for a in self.groups["rollout"].link_address().wait(self.timeout)]
+        if "actor" in self.groups:
+            self.learner_group = self.groups["actor"].on(0).world().wait(self.timeout)[0]
         for name in ("env", "rollout", "actor"):
             if hasattr(self.groups[name], "stop_on_failure"):
                 self.groups[name].stop_on_failure = False
@@ -658,6 +664,8 @@ class DistributedRun(RecoveryMixin):
                     **{name: getattr(group, "world_size", 1) for name, group in self.groups.items()},
                     "pipeline_stages": getattr(self, "S", self.rollout_cfg.pipeline_stages),
                 },
+                "learner_world_size": self.learner_group.get("world_size", 1),
+                "learner": self.learner_group,
                 "resumed_from": self.resumed_from,
                 "events": self.events[-20:],
             }

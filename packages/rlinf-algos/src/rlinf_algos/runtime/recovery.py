@@ -211,7 +211,7 @@ class RecoveryMixin:
         self.weights = f"{self.weights_base}-r{len(self.learner_restarts) + 1}-{secrets.token_hex(2)}"
         actor_state = state["actor"] if state is not None else None
         try:
-            group.restart([0], timeout=self.timeout)
+            group.restart(timeout=self.timeout)  # every rank: the learner group meets anew
             group.configure(self.spec, weights=self.weights, state=actor_state).wait(self.timeout)
         except Exception as err:
             if worker_died(err, "actor"):

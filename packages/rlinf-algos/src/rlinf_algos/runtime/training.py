@@ -262,7 +262,8 @@ def _cluster_problems(data: Mapping[str, Any], algo_cls: Any, host: Any) -> list
                 )
             )
         for key, spec in placement.items():
-            if "actor" in [x.strip() for x in str(key).split(",")] and algo_cls.distributed:
+            multi = getattr(algo_cls, "multi_rank_learner", False)
+            if "actor" in [x.strip() for x in str(key).split(",")] and algo_cls.distributed and not multi:
                 text = spec.get("placement") if isinstance(spec, Mapping) else spec
                 n = _count_processes(text)
                 if n is not None and n != 1:
@@ -270,7 +271,8 @@ def _cluster_problems(data: Mapping[str, Any], algo_cls: Any, host: Any) -> list
                         ConfigProblem(
                             join_path(_placement_path(key), "placement"),
                             f"the {algo_cls.PLUGIN_NAME} actor (learner) runs as one process, got {n} "
-                            f"from {describe_value(text)}; give it several accelerators with one process, e.g. '0-3:0'",
+                            f"from {describe_value(text)} (its learner is not data-parallel); give it one process, "
+                            "e.g. '0' or '0-3:0'",
                         )
                     )
     return problems
@@ -295,9 +297,15 @@ def _resolved(data: Mapping[str, Any], algo_cfg: Any) -> dict[str, Any]:
 
 
 def _section_models() -> dict[str, Any]:
-    from rlinf_algos.config import EnvConfig, ModelConfig, RolloutConfig, RunnerConfig
+    from rlinf_algos.config import ActorConfig, EnvConfig, ModelConfig, RolloutConfig, RunnerConfig
 
-    return {"env": EnvConfig, "model": ModelConfig, "runner": RunnerConfig, "rollout": RolloutConfig}
+    return {
+        "env": EnvConfig,
+        "model": ModelConfig,
+        "runner": RunnerConfig,
+        "rollout": RolloutConfig,
+        "actor": ActorConfig,
+    }
 
 
 def run_training(

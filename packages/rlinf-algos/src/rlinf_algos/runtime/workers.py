@@ -38,7 +38,7 @@ Data flow of one PPO iteration (``T`` = ``algorithm.rollout_steps`` vector steps
 
 from __future__ import annotations
 
-import hashlib
+import logging
 import os
 import socket
 import time
@@ -46,16 +46,17 @@ from typing import Any
 
 import numpy as np
 
-from rlinf_algos.channels import traj_key
-from rlinf_algos.recipe import LearnerContext, Recipe
+from rlinf_algos.recipe import Recipe
 from rlinf_core.errors import ChannelError, ChannelTimeout, RlinfError
 from rlinf_core.worker import Worker
 from rlinf_scheduler.link import Link
 
-__all__ = ["ActorWorker", "EnvWorker", "RolloutWorker", "digest", "set_threads"]
+log = logging.getLogger(__name__)
+
+__all__ = ["EnvWorker", "ProcessMixin", "RolloutWorker", "set_threads"]
 
 
-class _Process:
+class ProcessMixin:
     """What every worker of the runtime answers about its process."""
 
     def pid(self) -> int:
@@ -100,7 +101,7 @@ def set_threads(n: int) -> None:
 # -- env ---------------------------------------------------------------------------------------
 
 
-class EnvWorker(_Process, Worker):
+class EnvWorker(ProcessMixin, Worker):
     """A seeded vector env of any registered gymnasium id, split into pipeline stages.
 
     Args:
@@ -339,7 +340,7 @@ class EnvWorker(_Process, Worker):
 # -- rollout ---------------------------------------------------------------------------------------
 
 
-class RolloutWorker(_Process, Worker):
+class RolloutWorker(ProcessMixin, Worker):
     """Policy inference with a versioned copy of the weights. :meth:`configure` builds the
     policy once the env's sizes are known; :meth:`collect` runs the recipe's collection over this
     worker's env links (:meth:`recv` / :meth:`send` per pipeline stage).
@@ -555,216 +556,3 @@ class RolloutWorker(_Process, Worker):
                 self.links_gen = None
         out["rollout_s"] = time.perf_counter() - t0
         return out
-
-
-# -- actor -------------------------------------------------------------------------------------
-
-
-class _AuditedChannel:
-    """The trajectory channel as the learner sees it: every item it takes is noted as
-    ``(generation, weight version)`` (the generation from the key ``g<gen>/...``, the version
-    from the item's ``version``, ``None`` where it has none)."""
-
-    def __init__(self, ch: Any) -> None:
-        self.ch = ch
-        self.taken: list[tuple[str, int | None]] = []
-
-    def get(self, key: Any, *args: Any, **kwargs: Any) -> Any:
-        item = self.ch.get(key, *args, **kwargs)
-        self._note(key, item)
-        return item
-
-    def get_nowait(self, key: Any) -> Any:
-        item = self.ch.get_nowait(key)
-        self._note(key, item)
-        return item
-
-    def _note(self, key: Any, item: Any) -> None:
-        if isinstance(item, dict):
-            gen = str(key).split("/", 1)[0].removeprefix("g")
-            version = item.get("version")
-            self.taken.append((gen, None if version is None else int(version)))
-
-    def take(self) -> list[tuple[str, int | None]]:
-        taken, self.taken = self.taken, []
-        return taken
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "ch":  # not built yet
-            raise AttributeError(name)
-        return getattr(self.ch, name)
-
-    def __reduce__(self) -> tuple[Any, ...]:  # pickles as the channel it wraps
-        return (_AuditedChannel, (self.ch,))
-
-
-def digest(obj: Any) -> str:
-    """A content hash of nested dicts/lists of tensors, arrays and scalars (keys sorted, tensors by
-    dtype, shape and bytes), equal for equal states wherever they were built."""
-    import torch
-
-    h = hashlib.sha256()
-
-    def walk(x: Any) -> None:
-        if isinstance(x, dict):
-            h.update(b"{")
-            for k in sorted(x, key=repr):
-                h.update(repr(k).encode())
-                walk(x[k])
-            h.update(b"}")
-        elif isinstance(x, list | tuple):
-            h.update(b"[")
-            for v in x:
-                walk(v)
-            h.update(b"]")
-        elif isinstance(x, torch.Tensor):
-            t = x.detach().cpu().contiguous()
-            h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
-            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-        elif isinstance(x, np.ndarray):
-            h.update(f"A{x.dtype}{x.shape}".encode())
-            h.update(np.ascontiguousarray(x).tobytes())
-        else:
-            h.update(repr(x).encode())
-
-    walk(obj)
-    return h.hexdigest()[:16]
-
-
-class ActorWorker(_Process, Worker):
-    """The learner: the recipe's :class:`~rlinf_algos.recipe.LearnerSide` (networks, optimisers,
-    buffers) fed from the trajectory channel. Rank 0 publishes the weights.
-
-    Args:
-        recipe: the algorithm's :class:`~rlinf_algos.recipe.Recipe`.
-        model_cfg, runner_cfg: the ``model`` and ``runner`` sections (dicts).
-        traj_ch: the trajectory channel; ``weights``: the weight broadcast's name.
-        rollout_world: the number of rollout workers.
-    """
-
-    def __init__(
-        self,
-        recipe: Recipe,
-        model_cfg: dict[str, Any],
-        runner_cfg: dict[str, Any],
-        traj_ch: Any,
-        weights: str,
-        rollout_world: int,
-    ) -> None:
-        self.recipe, self.model_cfg, self.runner_cfg = recipe, model_cfg, runner_cfg
-        self.traj_ch, self.weights_name = traj_ch, weights
-        self.rollout_world = rollout_world
-        self.timeout = float(runner_cfg.get("worker_timeout", 300.0))
-        self.side: Any = None
-        self.audit = _AuditedChannel(traj_ch)
-
-    def setup(self) -> None:
-        if self.world_size != 1:
-            raise RlinfError("the actor runs as one process; place it with one process (e.g. '0-3:0')")
-        import torch
-
-        import rlinf_algos.models.mlp  # noqa: F401 - the heavy imports, while the envs start
-
-        try:  # torch optimisers import torch._dynamo on first use (seconds): do it now, in parallel
-            import torch._dynamo
-        except Exception:  # pragma: no cover - a torch without dynamo
-            pass
-        set_threads(int(self.runner_cfg.get("torch_threads", 1)))
-        torch.manual_seed(int(self.runner_cfg.get("seed", 0)))
-
-    def teardown(self) -> None:
-        if self.side is not None:
-            self.side.close()
-
-    def configure(
-        self, spec: dict[str, Any], weights: str | None = None, state: dict[str, Any] | None = None
-    ) -> int:
-        """Build the learner for ``spec``, create the weight broadcast and publish version 0, or
-        with ``state`` (:meth:`state` output: a restarted learner) the checkpoint's weights at
-        its version. ``weights``: the broadcast's name (default the constructor's). Returns the
-        published version."""
-        import torch
-
-        from rlinf_scheduler.weights import WeightBroadcast
-
-        if weights is not None:
-            self.weights_name = weights
-        self.spec = spec
-        ctx = LearnerContext(
-            traj_ch=self.audit,
-            rollout_world=self.rollout_world,
-            timeout=self.timeout,
-            publish=self._publish,
-            seed=int(self.runner_cfg.get("seed", 0)),
-            device=str(self.runner_cfg.get("device", "cpu")),
-        )
-        self.side = self.recipe.learner(spec, self.model_cfg, ctx)
-        if state is not None:
-            self.side.load(state)
-            torch.set_rng_state(state["torch_rng"])
-        self.wb = WeightBroadcast.create(self.weights_name, default_timeout=self.timeout)
-        self.published = -1
-        self._publish()
-        return self.published
-
-    def _publish(self) -> None:
-        v = int(self.side.version)
-        if v > self.published:
-            self.wb.publish(self.side.publish_module().state_dict(), version=v)
-            self.published = v
-
-    def version(self) -> int:
-        return int(self.side.version)
-
-    def train(self, gen: int | str, **kw: Any) -> dict[str, Any]:
-        """One iteration of learning on the data of generation ``gen``; publishes the new
-        weights. Returns the learner's metrics, or ``aborted``."""
-        version = int(self.side.version)
-        self.audit.take()
-        try:
-            metrics = self.side.train(gen, **kw)
-        except ChannelError as err:
-            return {"aborted": True, "error": str(err)}
-        if not metrics.get("aborted"):
-            self._publish()
-        # what the update consumed: the driver checks that no batch mixes weight versions or
-        # generations (read by benchmarks/chaos.py; not a metrics column)
-        metrics["batch_audit"] = {"learner_version": version, "items": self.audit.take()}
-        return metrics
-
-    def discard(self, gen: int) -> int:
-        """Drop whatever generation ``gen`` left in the trajectory channel (after an abort)."""
-        dropped = 0
-        for r in range(self.rollout_world):
-            while True:
-                try:
-                    self.traj_ch.get_nowait(traj_key(gen, r))
-                    dropped += 1
-                except ChannelError:
-                    break
-        return dropped
-
-    # -- state ---------------------------------------------------------------------------------
-    def state(self) -> dict[str, Any]:
-        """What a checkpoint holds of the learner (weights, optimiser, RNG, statistics, buffers)."""
-        import torch
-
-        return {**self.side.state(), "torch_rng": torch.get_rng_state()}
-
-    def load(self, state: dict[str, Any]) -> str:
-        """Restore :meth:`state` output and publish the restored weights; returns its digest."""
-        import torch
-
-        self.side.load(state)
-        torch.set_rng_state(state["torch_rng"])
-        self._publish()
-        return self.digest()
-
-    def digest(self) -> str:
-        """A short hash of :meth:`state` (tests compare it with the checkpoint's)."""
-        return digest(self.state())
-
-    def policy(self) -> dict[str, Any]:
-        """The final policy record (``policy.pt``)."""
-        spec = {k: v for k, v in self.spec.items() if k != "num_slots"}
-        return {"algorithm": self.recipe.name, "spec": spec, "state_dict": self.side.final_state_dict()}

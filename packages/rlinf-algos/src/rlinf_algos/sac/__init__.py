@@ -28,6 +28,12 @@ class SAC(EmbodiedAlgorithm):
     network_copies: ClassVar[int] = 5
     """The actor, two critics and their two targets."""
 
+    multi_rank_learner: ClassVar[bool] = False
+    """SAC's learner stays one process: it takes one gradient step per few hundred streamed
+    transitions (``algorithm.utd_ratio`` steps per chunk, batches of ``batch_size`` from the replay
+    buffer it holds), so a step is a few small matrix products and a gradient all-reduce would
+    cost more than it splits; more throughput comes from more env and rollout workers."""
+
     @classmethod
     def memory_items(cls, sections: Any, algo_config: Any) -> list[tuple[str, str, int]]:
         """Adds the replay buffer: per transition observation, next observation, action, reward

@@ -1,0 +1,461 @@
+"""Data-parallel learners over ``torch.distributed``: one process group per learner.
+
+When the ``actor`` component is placed on N processes, its N workers form one process group
+(:meth:`DataParallel.start`): Gloo on CPU, NCCL when the placement gives the process CUDA
+devices, with a Gloo group beside it for the control messages (the batch, the arrivals). The
+rendezvous is a ``TCPStore`` on rank 0 at the address and port the scheduler exported
+(``MASTER_ADDR``: rank 0's node address, on the interface ``RLINF_COMM_NET_DEVICES`` names, so
+an overlay such as EasyTier carries it; ``MASTER_PORT``: a free port there). Every rank first
+announces itself on the store; a rank that is not there within the timeout is named, with its
+node, in the error (``rendezvous``); the per-iteration :meth:`DataParallel.arrive` does the same
+for every update, so a missing rank never leaves the others waiting silently in a collective.
+
+How one update is split (the learners call these; their maths does not change):
+
+- rank 0 takes the iteration's data off the trajectory channel and :meth:`broadcast_object`
+  hands it to the others, so every rank computes the same advantages and permutations;
+- each minibatch is cut into one contiguous shard per rank (:meth:`span`), each shard into
+  micro-batches of ``actor.micro_batch_size`` (:meth:`micro_spans`, gradient accumulation);
+- a micro-batch's mean loss is scaled by its share of the minibatch's denominator
+  (:meth:`backward` with ``share = len(micro) / len(minibatch)``, or the share of masked tokens),
+  and the gradients are *summed* over ranks: the update equals the single-process update on
+  the same global minibatch whatever N and the micro-batch size are (to float rounding);
+- rank 0 publishes the weights and writes checkpoints, in the single-process format, so a
+  checkpoint written by N ranks resumes on M.
+
+Strategies (``actor.strategy``):
+
+- ``ddp``: every rank holds the whole model; the gradients are all-reduced once per optimiser
+  step in one flat bucket (what ``DistributedDataParallel`` does with one bucket and ``no_sync``
+  over the accumulation steps). torch's DDP wrapper is not used because the learners call
+  methods other than ``forward`` (``evaluate``, ``value``), which its hooks never see, and on
+  models this size the all-reduce after the backward costs no more than DDP's overlap saves.
+- ``fsdp``: FSDP2's ``fully_shard``: parameters, gradients and optimiser state are sharded
+  over the ranks (each transformer block is its own unit for Hugging Face models); the
+  learners' extra methods are registered as forward methods so they gather the parameters too.
+  Publishing and checkpoints gather the full state dict once (a collective: every rank calls).
+
+A group of one process uses neither: the learner runs exactly as it did before.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pickle
+import time
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from rlinf_core.errors import ConfigError, RlinfError
+
+__all__ = ["STRATEGIES", "DataParallel", "rendezvous", "resolve_device"]
+
+STRATEGIES = ("ddp", "fsdp")
+
+
+def resolve_device(spec: str, where: str = "runner.device") -> torch.device:
+    """The learner's torch device for ``spec`` (``cpu``, ``cuda``, ``cuda:N``, ``auto``): ``auto``
+    is this process's first visible CUDA device when the placement gave it one
+    (``CUDA_VISIBLE_DEVICES``), else the CPU. A CUDA device the process cannot see is a
+    :class:`ConfigError` naming ``where``."""
+    spec = (spec or "cpu").strip()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    if spec == "auto":
+        return torch.device("cuda", 0) if visible and torch.cuda.is_available() else torch.device("cpu")
+    try:
+        dev = torch.device(spec)
+    except RuntimeError:
+        raise ConfigError(f"{spec!r} is not a torch device; use cpu, cuda, cuda:N or auto", where) from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"{spec!r}: this process has no CUDA device (the placement gave it "
+                f"{'CUDA_VISIBLE_DEVICES=' + visible if visible else 'no accelerator'}; "
+                f"torch sees {torch.cuda.device_count()}); place the learner on a node group with GPUs "
+                "or use device: cpu (or auto)",
+                where,
+            )
+        index = dev.index or 0
+        if index >= torch.cuda.device_count():
+            raise ConfigError(
+                f"{spec!r}: the process sees {torch.cuda.device_count()} CUDA device(s) (its placement)",
+                where,
+            )
+        return torch.device("cuda", index)
+    return dev
+
+
+def _store_wait(store: Any, keys: list[str], timeout: float) -> list[str]:
+    """Wait until every key is on the store; returns the keys still missing at the deadline."""
+    deadline = time.monotonic() + timeout
+    pause = 0.001
+    while True:
+        missing = [k for k in keys if not store.check([k])]
+        if not missing or time.monotonic() >= deadline:
+            return missing
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def rendezvous(addr: str, port: int, rank: int, world: int, timeout: float, what: str = "actor") -> Any:
+    """Meet the other ``world - 1`` ranks on a ``TCPStore`` that rank 0 hosts at ``addr:port``.
+
+    Every rank writes where it runs; rank ``r`` waits for all. Raises :class:`RlinfError` naming
+    the ranks that did not arrive within ``timeout`` seconds (and the address), or naming rank 0
+    when its store cannot be reached."""
+    from torch.distributed import TCPStore
+
+    where = f"{os.uname().nodename} (pid {os.getpid()})"
+    try:
+        store = TCPStore(
+            addr,
+            int(port),
+            world_size=None,
+            is_master=rank == 0,
+            timeout=datetime.timedelta(seconds=timeout),
+            wait_for_workers=False,
+            use_libuv=True,
+        )
+    except Exception as err:
+        if rank == 0:
+            raise RlinfError(f"{what} rank 0 could not host the rendezvous on {addr}:{port}: {err}") from None
+        raise RlinfError(
+            f"{what} rendezvous at {addr}:{port} timed out after {timeout:g} s: rank 0 (the host) did not "
+            f"arrive (rank {rank} waited on {where})"
+        ) from None
+    store.set(f"rlinf/arrived/{rank}", where)
+    missing = _store_wait(store, [f"rlinf/arrived/{r}" for r in range(world)], timeout)
+    if missing:
+        ranks = sorted(int(k.rsplit("/", 1)[1]) for k in missing)
+        raise RlinfError(
+            f"{what} rendezvous at {addr}:{port} timed out after {timeout:g} s: rank(s) "
+            f"{', '.join(map(str, ranks))} of {world} did not arrive (rank {rank} waited on {where})"
+        )
+    return store
+
+
+class DataParallel:
+    """The data-parallel context of one learner process (see the module docstring).
+
+    Args:
+        rank, world: this process's rank in the learner group and the group's size.
+        strategy: ``ddp`` or ``fsdp`` (ignored on a group of one).
+        device: the torch device the model lives on.
+        micro_batch_size: samples per forward/backward on one rank (``None``: the whole shard).
+        timeout: seconds any rendezvous, arrival or collective may take.
+    """
+
+    def __init__(
+        self,
+        rank: int = 0,
+        world: int = 1,
+        strategy: str = "ddp",
+        device: torch.device | str = "cpu",
+        micro_batch_size: int | None = None,
+        timeout: float = 300.0,
+        store: Any = None,
+    ) -> None:
+        if strategy not in STRATEGIES:
+            raise ConfigError(
+                f"unknown strategy {strategy!r}; choose {' or '.join(STRATEGIES)}", "actor.strategy"
+            )
+        self.rank, self.world, self.strategy = rank, world, strategy
+        self.device = torch.device(device)
+        self.micro_batch_size = micro_batch_size
+        self.timeout = timeout
+        self.store = store
+        self.ctrl: Any = None  # the Gloo group of control messages
+        self.module: nn.Module | None = None
+        self._arrivals = 0
+        self.comm_s = 0.0  # seconds spent in gradient collectives since the last take_comm_s()
+
+    # -- setup ---------------------------------------------------------------------------------
+    @classmethod
+    def start(
+        cls,
+        rank: int,
+        world: int,
+        *,
+        strategy: str = "ddp",
+        device: torch.device | str = "cpu",
+        micro_batch_size: int | None = None,
+        timeout: float = 300.0,
+        addr: str | None = None,
+        port: int | None = None,
+        what: str = "actor",
+    ) -> DataParallel:
+        """Join the learner group (a plain single-process context when ``world == 1``).
+        ``addr``/``port`` default to ``MASTER_ADDR``/``MASTER_PORT``."""
+        dp = cls(rank, world, strategy, device, micro_batch_size, timeout)
+        if world == 1:
+            return dp
+        import torch.distributed as dist
+
+        addr = addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
+        port = int(port or os.environ.get("MASTER_PORT", "0"))
+        if not port:
+            raise RlinfError(f"{what}: {world} ranks need a rendezvous port (MASTER_PORT is not set)")
+        store = rendezvous(addr, port, rank, world, timeout, what)
+        backend = "nccl" if dp.device.type == "cuda" else "gloo"
+        if dp.device.type == "cuda":
+            torch.cuda.set_device(dp.device)
+        dist.init_process_group(
+            backend,
+            store=dist.PrefixStore("pg", store),
+            rank=rank,
+            world_size=world,
+            timeout=datetime.timedelta(seconds=timeout),
+        )
+        dp.ctrl = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
+        dp.store = store
+        return dp
+
+    def close(self) -> None:
+        """Leave the process group (no-op on a group of one)."""
+        if self.world > 1:
+            import gc
+
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            # rank 0 hosts the store: it leaves last, once every other rank dropped its client
+            # (a client whose server is gone aborts the process when it is destroyed)
+            store, self.store = self.store, None
+            try:
+                if self.rank == 0:
+                    _store_wait(store, [f"rlinf/left/{r}" for r in range(1, self.world)], 10.0)
+                    time.sleep(0.2)
+                else:
+                    store.set(f"rlinf/left/{self.rank}", "1")
+            except Exception:
+                pass
+            del store
+            gc.collect()
+            self.world = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def wrap(self, model: nn.Module, methods: Sequence[str] = ()) -> nn.Module:
+        """Move ``model`` to the device and, with ``fsdp`` on several ranks, shard it
+        (``methods``: the model's methods besides ``forward`` that run the parameters).
+        Build optimisers after this: FSDP replaces the parameters."""
+        model = model.to(self.device)
+        if self.world > 1:  # every rank starts from rank 0's weights, however it built them
+            import torch.distributed as dist
+
+            with torch.no_grad():
+                for t in [*model.parameters(), *model.buffers()]:
+                    dist.broadcast(t.data, 0)
+        if self.world > 1 and self.strategy == "fsdp":
+            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+
+            mesh = init_device_mesh(self.device.type, (self.world,))
+            blocks = set(getattr(model, "_no_split_modules", None) or ())
+            for sub in model.modules():
+                if sub is not model and type(sub).__name__ in blocks:
+                    fully_shard(sub, mesh=mesh)
+            # the root's parameters are needed again at once by the backward: keep them gathered
+            fully_shard(model, mesh=mesh, reshard_after_forward=False)
+            for name in methods:
+                if callable(getattr(model, name, None)):
+                    register_fsdp_forward_method(model, name)
+            # the learners never modify their outputs in place (the case this warns about)
+            warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
+        self.module = model
+        return model
+
+    # -- splitting a batch -----------------------------------------------------------------------
+    def span(self, n: int) -> tuple[int, int]:
+        """This rank's contiguous shard ``[lo, hi)`` of ``n`` items (sizes differ by at most 1)."""
+        return self.rank * n // self.world, (self.rank + 1) * n // self.world
+
+    def micro_spans(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """``[lo, hi)`` cut into micro-batches of at most ``micro_batch_size`` (one piece without).
+        An empty shard gives one empty piece, so every rank runs the same number of backwards."""
+        mb = self.micro_batch_size
+        if not mb or hi - lo <= mb:
+            return [(lo, hi)]
+        return [(a, min(a + mb, hi)) for a in range(lo, hi, mb)]
+
+    def arrive(self, tag: str) -> None:
+        """Every rank reaches ``tag`` (once per update) within the timeout, or a
+        :class:`RlinfError` names the ranks that did not."""
+        if self.world == 1:
+            return
+        self._arrivals += 1
+        prefix = f"rlinf/at/{self._arrivals}"
+        self.store.set(f"{prefix}/{self.rank}", tag)
+        missing = _store_wait(self.store, [f"{prefix}/{r}" for r in range(self.world)], self.timeout)
+        if missing:
+            ranks = sorted(int(k.rsplit("/", 1)[1]) for k in missing)
+            raise RlinfError(
+                f"learner rank(s) {', '.join(map(str, ranks))} of {self.world} did not reach {tag} within "
+                f"{self.timeout:g} s (rank {self.rank} waited)"
+            )
+
+    def broadcast_object(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank (pickled once, sent over the Gloo control group)."""
+        if self.world == 1:
+            return obj
+        import torch.distributed as dist
+
+        if self.rank == 0:
+            payload = torch.frombuffer(bytearray(pickle.dumps(obj, protocol=5)), dtype=torch.uint8)
+            size = torch.tensor([payload.numel()], dtype=torch.int64)
+        else:
+            size = torch.zeros(1, dtype=torch.int64)
+        dist.broadcast(size, 0, group=self.ctrl)
+        if self.rank != 0:
+            payload = torch.empty(int(size), dtype=torch.uint8)
+        dist.broadcast(payload, 0, group=self.ctrl)
+        return obj if self.rank == 0 else pickle.loads(payload.numpy().tobytes())
+
+    def from_main(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` run on rank 0, its result (or the exception it raised, raised on every rank)
+        handed to every rank: how a group takes an iteration's data off a channel once."""
+        if self.world == 1:
+            return fn()
+        got: Any = None
+        if self.is_main:
+            try:
+                got = ("ok", fn())
+            except Exception as err:
+                got = ("error", err)
+        kind, value = self.broadcast_object(got)
+        if kind == "error":
+            raise value
+        return value
+
+    # -- gradients -------------------------------------------------------------------------------
+    def backward(self, loss: Tensor, share: float | Tensor = 1.0, last: bool = True) -> None:
+        """``(loss * share).backward()``: ``share`` is the micro-batch's part of the minibatch's
+        denominator, so the gradients summed over micro-batches and ranks are the minibatch's.
+        ``last``: the last micro-batch of the step on this rank (FSDP reduces its gradients then)."""
+        if self.world > 1 and self.strategy == "fsdp":
+            self.module.set_requires_gradient_sync(last)  # type: ignore[union-attr, operator]
+            share = share * self.world  # FSDP averages over ranks; the shares are already global
+        (loss if isinstance(share, float) and share == 1.0 else loss * share).backward()
+
+    def sync_grads(self, params: Iterable[Tensor]) -> None:
+        """Sum the gradients of ``params`` over the ranks (``ddp``; FSDP did it in the backward)."""
+        if self.world == 1 or self.strategy == "fsdp":
+            return
+        import torch.distributed as dist
+
+        t0 = time.perf_counter()
+        params = list(params)
+        # every rank sends the same layout, also for a parameter its shard left alone, plus one
+        # flag per parameter: one no rank touched keeps no gradient (the optimiser skips it, as
+        # it would in one process)
+        had = torch.tensor([p.grad is not None for p in params], dtype=torch.float32, device=self.device)
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        grads = [p.grad for p in params]
+        if grads:
+            flat = torch.cat([*(g.reshape(-1) for g in grads), had.to(grads[0].dtype)])
+            dist.all_reduce(flat)
+            parts = flat.split([g.numel() for g in grads] + [len(params)])
+            torch._foreach_copy_(grads, [c.view_as(g) for c, g in zip(parts, grads, strict=False)])
+            for p, used in zip(params, parts[-1].tolist(), strict=True):
+                if not used:
+                    p.grad = None
+        self.comm_s += time.perf_counter() - t0
+
+    def clip_grad_norm(self, params: Sequence[Tensor], max_norm: float) -> Tensor:
+        """Clip the global gradient norm (over every shard); returns the norm before clipping."""
+        if self.world > 1 and self.strategy == "fsdp":
+            norm = torch.nn.utils.clip_grad_norm_(list(params), max_norm)
+            return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+        from rlinf_algos.ppo.functional import clip_grads_
+
+        return clip_grads_([p.grad for p in params if p.grad is not None], max_norm)
+
+    def mean(self, t: Tensor) -> Tensor:
+        """The mean of ``t`` over the ranks (metrics)."""
+        if self.world == 1:
+            return t
+        import torch.distributed as dist
+
+        out = t.detach().to(self.device, torch.float64).clone()
+        dist.all_reduce(out)
+        return (out / self.world).to(t.dtype).cpu()
+
+    def take_comm_s(self) -> float:
+        s, self.comm_s = self.comm_s, 0.0
+        return s
+
+    # -- state -----------------------------------------------------------------------------------
+    def state_dict(self, model: nn.Module) -> dict[str, Any]:
+        """The full state dict of ``model`` on the CPU (a collective with ``fsdp``: every rank
+        calls, rank 0 gets it, the others an empty dict)."""
+        if self.world > 1 and self.strategy == "fsdp":
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+            return get_model_state_dict(
+                model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            )
+        if self.device.type == "cpu":
+            return model.state_dict()
+        return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+    def load_state_dict(self, model: nn.Module, state: dict[str, Any]) -> None:
+        """Load a full state dict (every rank holds it) into ``model``."""
+        if self.world > 1 and self.strategy == "fsdp":
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+            set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+        else:
+            model.load_state_dict(state)
+
+    def optim_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """The optimiser's state in the single-process format (parameters by position), gathered
+        with ``fsdp`` (a collective; on rank 0, the others get an empty dict), so any number of
+        ranks can load it."""
+        if not (self.world > 1 and self.strategy == "fsdp"):
+            return optimizer.state_dict()
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        full = get_optimizer_state_dict(
+            model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
+        if not full:  # gathered on rank 0 only
+            return {}
+        index = _param_index(model, optimizer)
+        groups = [{**g, "params": [index[n] for n in g["params"]]} for g in full["param_groups"]]
+        return {"state": {index[n]: s for n, s in full["state"].items()}, "param_groups": groups}
+
+    def load_optim_state_dict(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+    ) -> None:
+        """Load :meth:`optim_state_dict` output (written by any number of ranks)."""
+        if not (self.world > 1 and self.strategy == "fsdp"):
+            optimizer.load_state_dict(state)
+            return
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        names = {i: n for n, i in _param_index(model, optimizer).items()}
+        groups = [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]]
+        full = {"state": {names[i]: s for i, s in state["state"].items()}, "param_groups": groups}
+        set_optimizer_state_dict(model, optimizer, full, options=StateDictOptions(full_state_dict=True))
+
+
+def _param_index(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
+    """Each optimised parameter's name -> its position in the optimiser (the state-dict ids)."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    out: dict[str, int] = {}
+    i = 0
+    for g in optimizer.param_groups:
+        for p in g["params"]:
+            out[names[id(p)]] = i
+            i += 1
+    return out

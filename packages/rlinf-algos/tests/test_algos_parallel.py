@@ -1,0 +1,219 @@
+"""The data-parallel learner group (rlinf_algos.parallel) in real processes over Gloo: one update on
+2 ranks equals one update on 1 rank with the same global batch (DDP and FSDP, with and without
+micro-batches), checkpoints move between group sizes, and a rendezvous that cannot complete
+names the rank that did not arrive."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from rlinf_algos.parallel import rendezvous, resolve_device
+from rlinf_core.errors import ConfigError, RlinfError
+
+HELPERS = Path(__file__).parent / "helpers"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _run_group(
+    tmp: Path,
+    world: int,
+    strategy: str = "ddp",
+    micro: int = 0,
+    resume: Path | None = None,
+    helper: str = "ppo_rank.py",
+    extra: tuple[str, ...] = (),
+) -> dict:
+    """Run ``world`` ranks of ``helpers/<helper>`` as processes; what rank 0 wrote (after one
+    update)."""
+    out = tmp / f"{helper}-{world}-{strategy}-{micro}-{'-'.join(extra)}-{resume is not None}.pt"
+    port = _free_port()
+    head = [str(HELPERS / helper)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, *head, str(r), str(world), str(port), strategy, str(micro), *extra, str(out)]
+            + ([str(resume)] if resume else []),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(world)
+    ]
+    logs = []
+    for r, p in enumerate(procs):
+        text, _ = p.communicate(timeout=180)
+        logs.append(f"rank {r} (exit {p.returncode}):\n{text}")
+    assert all(p.returncode == 0 for p in procs), "\n".join(logs)
+    return torch.load(out, weights_only=False)
+
+
+def _assert_close(a: dict, b: dict, tol: float = 1e-5) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=tol, rtol=0, msg=lambda m, k=k: f"{k}: {m}")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return _run_group(tmp_path_factory.mktemp("ref"), 1)
+
+
+def test_micro_batches_on_one_rank_equal_the_whole_minibatch(tmp_path: Path, reference: dict) -> None:
+    _assert_close(_run_group(tmp_path, 1, micro=5)["model"], reference["model"])
+
+
+@pytest.mark.parametrize(("strategy", "micro"), [("ddp", 0), ("ddp", 6), ("fsdp", 0), ("fsdp", 6)])
+def test_two_ranks_update_like_one(tmp_path: Path, reference: dict, strategy: str, micro: int) -> None:
+    state = _run_group(tmp_path, 2, strategy, micro)
+    _assert_close(state["model"], reference["model"])
+    # the optimiser state comes back in the single-process format: the Adam moments match too
+    ref_opt, opt = reference["optimizer"], state["optimizer"]
+    assert sorted(opt["state"]) == sorted(ref_opt["state"])
+    for i in ref_opt["state"]:
+        for key in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(opt["state"][i][key], ref_opt["state"][i][key], atol=1e-6, rtol=1e-4)
+
+
+def test_checkpoints_move_between_group_sizes(tmp_path: Path, reference: dict) -> None:
+    """A 1-rank state resumed on 2 FSDP ranks, and a 2-rank FSDP state resumed on 1 rank, both
+    continue exactly as 1 rank would."""
+    ckpt = tmp_path / "one.pt"
+    torch.save(reference, ckpt)
+    on_one = _run_group(tmp_path, 1, resume=ckpt)
+    on_two = _run_group(tmp_path, 2, "fsdp", resume=ckpt)
+    _assert_close(on_two["model"], on_one["model"])
+    two = tmp_path / "two.pt"
+    torch.save(_run_group(tmp_path, 2, "fsdp"), two)
+    _assert_close(_run_group(tmp_path, 1, resume=two)["model"], on_one["model"])
+
+
+@pytest.fixture(scope="module")
+def lm_reference(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``lm_reference(lora)``: the language-model actor's update on one rank (computed once)."""
+    done: dict[str, dict] = {}
+
+    def get(lora: str) -> dict:
+        if lora not in done:
+            done[lora] = _run_group(tmp_path_factory.mktemp("lm"), 1, helper="lm_rank.py", extra=(lora,))
+        return done[lora]
+
+    return get
+
+
+@pytest.mark.parametrize(
+    ("strategy", "micro", "lora"), [("ddp", 0, "0"), ("fsdp", 3, "0"), ("ddp", 0, "1"), ("fsdp", 0, "1")]
+)
+def test_the_language_model_actor_updates_on_two_ranks_like_on_one(
+    tmp_path: Path, lm_reference: Any, strategy: str, micro: int, lora: str
+) -> None:
+    """grpo_lm's actor: a Qwen2 model (full, or LoRA adapters only), token-mean GRPO loss with a
+    KL term, minibatches whose shards hold different numbers of tokens."""
+    one = lm_reference(lora)
+    two = _run_group(tmp_path, 2, strategy, micro, helper="lm_rank.py", extra=(lora,))
+    assert two["version"] == one["version"] == 1
+    assert one["stats"]["trained_sequences"] == 12 and one["stats"]["grad_norm"] > 0
+    if lora == "1":
+        assert all("lora_" in k for k in one["weights"])  # the adapter alone is published
+    _assert_close(two["weights"], one["weights"])
+    for key in ("loss", "kl", "clip_fraction", "grad_norm"):
+        assert two["stats"][key] == pytest.approx(one["stats"][key], abs=1e-5), key
+
+
+def test_a_rendezvous_names_the_ranks_that_did_not_arrive() -> None:
+    port = _free_port()
+    with pytest.raises(RlinfError) as err:
+        rendezvous("127.0.0.1", port, 0, 3, timeout=1.5)
+    assert "rank(s) 1, 2 of 3 did not arrive" in str(err.value) and f"127.0.0.1:{port}" in str(err.value)
+
+
+def test_a_rank_without_its_host_names_rank_0() -> None:
+    with pytest.raises(RlinfError, match=r"rank 0 \(the host\) did not arrive"):
+        rendezvous("127.0.0.1", _free_port(), 1, 2, timeout=1.0)
+
+
+def test_devices_follow_the_placement(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert resolve_device("auto") == torch.device("cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match=r"no CUDA device.*node group with GPUs"):
+            resolve_device("cuda:0")
+    with pytest.raises(ConfigError, match="not a torch device"):
+        resolve_device("gpu0")
+
+
+# -- the learner group in a run's configuration ----------------------------------------------------
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _config(tmp_path: Path, actor: str, group: str = "node", **extra: str) -> Path:
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+    if group != "node":
+        cfg["cluster"]["node_groups"] = [{"label": group, "node_ranks": 0}]
+    cfg["cluster"]["component_placement"]["actor"] = {"node_group": group, "placement": actor}
+    cfg.update(extra)
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _said(result: Any) -> str:
+    """What the console script would print: the output, and the error it reports."""
+    return result.output + ("" if result.exception is None else str(result.exception))
+
+
+def test_a_learner_placed_on_gpus_of_a_machine_without_them_fails_up_front(
+    tmp_path: Path, host: Any, invoke: Any
+) -> None:
+    result = invoke(host, "train", str(_config(tmp_path, "0-1", group="gpu")), "--dry-run")
+    assert result.exit_code != 0
+    assert "cluster.component_placement.actor.placement" in _said(result)
+    assert "no accelerators" in _said(result) and "Traceback" not in _said(result)
+
+
+def test_the_plan_shows_every_learner_rank_and_the_actor_section(
+    tmp_path: Path, host: Any, invoke: Any
+) -> None:
+    result = invoke(host, "train", str(_config(tmp_path, "0:0-1")), "--dry-run", "actor.strategy=fsdp")
+    assert result.exit_code == 0, result.output
+    assert "actor: 2 processes on nodes 0" in _said(result)
+    assert "strategy: fsdp" in _said(result)
+
+
+def test_actor_section_errors_name_their_keys(tmp_path: Path, host: Any, invoke: Any) -> None:
+    path = _config(tmp_path, "0:0-1")
+    result = invoke(host, "train", str(path), "--dry-run", "actor.strategy=zero3", "actor.micro_batch_size=0")
+    assert result.exit_code != 0
+    assert "actor.strategy" in _said(result) and "'ddp'" in _said(result) and "'fsdp'" in _said(result)
+    assert "actor.micro_batch_size" in _said(result)
+
+
+def test_sac_keeps_its_learner_on_one_process(tmp_path: Path, host: Any, invoke: Any) -> None:
+    result = invoke(host, "train", str(ROOT / "examples" / "sac_halfcheetah.yaml"), "--dry-run",
+                    "cluster.component_placement.actor.placement=0:0-1")  # fmt: skip
+    assert result.exit_code != 0
+    assert "cluster.component_placement.actor.placement" in _said(result)
+    assert "not data-parallel" in _said(result)
+
+
+def test_a_lm_learner_on_a_cuda_device_its_placement_lacks_is_refused(
+    tmp_path: Path, host: Any, invoke: Any
+) -> None:
+    result = invoke(
+        host, "train", str(ROOT / "examples" / "grpo_arith.yaml"), "--dry-run", "runner.device=cuda:0"
+    )
+    assert result.exit_code != 0
+    assert "runner.device" in _said(result) and "no accelerators" in _said(result)
