@@ -98,6 +98,55 @@ def test_checkpoints_move_between_group_sizes(tmp_path: Path, reference: dict) -
     _assert_close(_run_group(tmp_path, 1, resume=two)["model"], on_one["model"])
 
 
+@pytest.mark.parametrize(
+    ("strategy", "micro", "aggregation"),
+    [("ddp", 0, "token-mean"), ("fsdp", 7, "token-mean"), ("ddp", 3, "seq-mean-token-mean")],
+)
+def test_embodied_grpo_updates_on_two_ranks_like_on_one(
+    tmp_path: Path, strategy: str, micro: int, aggregation: str
+) -> None:
+    """Whole episodes of different lengths: the shards hold different numbers of valid steps,
+    and each part's loss counts by its share of the minibatch's denominator."""
+    one = _run_group(tmp_path, 1, helper="grpo_rank.py", extra=(aggregation,))
+    two = _run_group(tmp_path, 2, strategy, micro, helper="grpo_rank.py", extra=(aggregation,))
+    _assert_close(two["model"], one["model"])
+    for key in ("policy_loss", "kl_ref", "clip_fraction", "grad_norm"):
+        assert two["metrics"][key] == pytest.approx(one["metrics"][key], abs=1e-5), key
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_nccl_ranks_on_their_gpus_update_like_one(tmp_path: Path, strategy: str) -> None:
+    """The language-model actor with each rank seeing one GPU (CUDA_VISIBLE_DEVICES, as the
+    placement sets it, and runner.device: auto): NCCL on cuda:0 of each; against one rank on one."""
+    import os
+
+    def run(world: int, strategy: str) -> dict:
+        out, port = tmp_path / f"nccl-{world}-{strategy}.pt", _free_port()
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    str(HELPERS / "lm_rank.py"),
+                    str(r),
+                    str(world),
+                    str(port),
+                    strategy,
+                    "0",
+                    "0",
+                    str(out),
+                ],
+                env={**os.environ, "CUDA_VISIBLE_DEVICES": str(r), "RLINF_TEST_DEVICE": "auto"},
+            )
+            for r in range(world)
+        ]
+        assert all(p.wait(300) == 0 for p in procs)
+        return torch.load(out, weights_only=False)
+
+    _assert_close(run(2, strategy)["weights"], run(1, "ddp")["weights"], tol=1e-4)
+
+
 @pytest.fixture(scope="module")
 def lm_reference(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """``lm_reference(lora)``: the language-model actor's update on one rank (computed once)."""

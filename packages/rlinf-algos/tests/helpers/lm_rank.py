@@ -9,6 +9,7 @@ one GRPO update of the language-model actor on a fixed batch of 12 sequences in 
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -17,7 +18,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.config import LMGRPOConfig, LoraConfig
 from rlinf_algos.lm.workers import ActorWorker
-from rlinf_algos.parallel import DataParallel
+from rlinf_algos.parallel import DataParallel, resolve_device
 
 VOCAB, N, T = 40, 12, 14
 
@@ -56,9 +57,11 @@ def main(argv: list[str]) -> None:
     rank, world, port = int(argv[0]), int(argv[1]), int(argv[2])
     strategy, micro, lora, out = argv[3], (int(argv[4]) or None), argv[5] == "1", argv[6]
     torch.set_num_threads(1)
+    device = resolve_device(os.environ.get("RLINF_TEST_DEVICE", "cpu"))  # the GPU test: auto
     dp = DataParallel.start(
-        rank, world, strategy=strategy, micro_batch_size=micro, timeout=60, addr="127.0.0.1", port=port
-    )
+        rank, world, strategy=strategy, device=device, micro_batch_size=micro, timeout=60,
+        addr="127.0.0.1", port=port,
+    )  # fmt: skip
     cfg = LMGRPOConfig(group_size=4, minibatch_size=8, update_epochs=2, lr=1e-2, kl_coef=0.05)
     actor = ActorWorker(dp.wrap(model(lora)), cfg, seed=3, dp=dp)
     stats = actor.update(batch())

@@ -120,7 +120,11 @@ class GRPOLearner:
                         loss.backward()
                     else:
                         dp.backward(loss, share, last=j == len(pieces) - 1)
-                    sums[:3] += torch.stack([loss.detach(), stats["kl"], stats["clip_fraction"]]) * share
+                    # the KL and clip statistics are token means whatever the loss aggregates
+                    tokens = 1.0 if plain else F.aggregation_share(r.mask[sub], r.mask[idx])
+                    sums[:3] += torch.stack(
+                        [loss.detach() * share, stats["kl"] * tokens, stats["clip_fraction"] * tokens]
+                    )
                 if not plain:
                     dp.sync_grads(self.params)
                 if cfg.max_grad_norm is None:

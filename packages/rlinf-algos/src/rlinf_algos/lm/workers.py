@@ -318,9 +318,11 @@ class ActorWorker(Worker):
                 loss.backward()
             else:
                 dp.backward(loss, share, last=j == len(pieces) - 1)
+            # the KL and clip statistics are token means whatever the loss aggregates
+            tokens = 1.0 if plain else grpo.aggregation_share(mask[u:v], mask)
             stats["loss"] += float(loss.detach()) * share
-            stats["kl"] += float(st["kl"]) * share
-            stats["clip_fraction"] += float(st["clip_fraction"]) * share
+            stats["kl"] += float(st["kl"]) * tokens
+            stats["clip_fraction"] += float(st["clip_fraction"]) * tokens
         if not plain:
             dp.sync_grads(self.params)
         if cfg.max_grad_norm is not None:
