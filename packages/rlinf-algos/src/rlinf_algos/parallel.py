@@ -41,6 +41,7 @@ A group of one process uses neither: the learner runs exactly as it did before.
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 import pickle
 import time
@@ -52,6 +53,8 @@ import torch
 from torch import Tensor, nn
 
 from rlinf_core.errors import ConfigError, RlinfError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["STRATEGIES", "DataParallel", "rendezvous", "resolve_device"]
 
@@ -260,9 +263,16 @@ class DataParallel:
 
             mesh = init_device_mesh(self.device.type, (self.world,))
             blocks = set(getattr(model, "_no_split_modules", None) or ())
-            for sub in model.modules():
-                if sub is not model and type(sub).__name__ in blocks:
-                    fully_shard(sub, mesh=mesh)
+            units = [sub for sub in model.modules() if sub is not model and type(sub).__name__ in blocks]
+            for sub in units:
+                fully_shard(sub, mesh=mesh)
+            if not units and self.rank == 0:
+                log.warning(
+                    "actor.strategy fsdp: %s has no blocks to shard one by one (_no_split_modules), so it "
+                    "is one unit, gathered whole for every forward and reduce-scattered every step; on a "
+                    "model this small ddp is faster (benchmarks/learner_scaling.py)",
+                    type(model).__name__,
+                )
             # the root's parameters are needed again at once by the backward: keep them gathered
             fully_shard(model, mesh=mesh, reshard_after_forward=False)
             for name in methods:
