@@ -1,7 +1,7 @@
 """rlinf plugin of rlinf-algos (entry point ``algos``).
 
 Registers the ``ppo``, ``sac``, ``grpo``, ``grpo_lm`` and ``ppo_lm`` algorithms, the ``mlp`` model type, the
-``exact_match``, ``math`` and ``arith`` rewards and the ``rlinf train|eval|plot|sft`` commands. Must
+``exact_match``, ``math`` and ``arith`` rewards, the ``hf`` rollout engine and the ``rlinf train|eval|plot|sft`` commands. Must
 import without torch, gymnasium or mujoco: each algorithm's package (:mod:`rlinf_algos.ppo`...)
 imports only pydantic and rlinf_core and loads its training code when it runs.
 """
@@ -28,6 +28,13 @@ def rlinf_register_models() -> list[type]:
     from rlinf_algos.models import MLPModels
 
     return [MLPModels]
+
+
+@hookimpl
+def rlinf_register_rollout_engines() -> list[type]:
+    from rlinf_algos.lm.engines import HFRolloutEngine
+
+    return [HFRolloutEngine]
 
 
 @hookimpl

@@ -32,6 +32,7 @@ from rlinf_core.errors import (
 from rlinf_core.hardware import HardwareConfig, HardwarePlugin, HardwareResource
 from rlinf_core.network import NetworkProvider, NetworkStatus, PeerInfo, RouteInfo
 from rlinf_core.plugins import PluginHost, Registry, hookimpl, load_plugins
+from rlinf_core.rollout import RolloutEngine
 from rlinf_core.scheduler import Scheduler
 from rlinf_core.worker import GroupCall, Worker, WorkerGroup, WorkerInfo
 
@@ -66,6 +67,7 @@ __all__ = [
     "PluginHost",
     "Registry",
     "RlinfError",
+    "RolloutEngine",
     "RouteInfo",
     "Scheduler",
     "SchedulerError",

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from rlinf_core.model import ModelType
     from rlinf_core.network import NetworkProvider
     from rlinf_core.reward import RewardFunction
+    from rlinf_core.rollout import RolloutEngine
     from rlinf_core.scheduler import Scheduler
 
 PROJECT_NAME = "rlinf"
@@ -107,6 +108,20 @@ def rlinf_register_models() -> list[type[ModelType]] | None:
 
     Called in the driver (config validation) and in every worker process that builds a policy
     (rollout, actor, reference workers), so keep the hook itself torch-free.
+    """
+
+
+@hookspec
+def rlinf_register_rollout_engines() -> list[type[RolloutEngine]] | None:
+    """Register rollout engines for language-model runs, selected by ``rollout.engine`` (``hf``,
+    Hugging Face ``generate``, is shipped by rlinf-algos; vLLM or SGLang engines come this way).
+
+    :returns: :class:`~rlinf_core.rollout.RolloutEngine` subclasses; rlinf builds one per rollout
+        process with the ``model`` section, the sampling settings and ``rollout.options``.
+        ``None`` or an empty list registers nothing.
+
+    Called in the driver (config validation) and in the rollout processes, so keep the hook and
+    the class torch-free at import (import the engine's library in its constructor).
     """
 
 

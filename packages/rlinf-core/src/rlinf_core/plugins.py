@@ -52,6 +52,7 @@ KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
     "network_providers": {"easytier": "rlinf-net-easytier"},
     "models": {"mlp": "rlinf-algos"},
     "rewards": {"exact_match": "rlinf-algos", "math": "rlinf-algos", "arith": "rlinf-algos"},
+    "rollout_engines": {"hf": "rlinf-algos"},
 }
 
 # registry attribute -> (hook name, human kind, base class path)
@@ -66,6 +67,11 @@ _REGISTRIES: dict[str, tuple[str, str, str]] = {
     ),
     "models": ("rlinf_register_models", "model type", "rlinf_core.model:ModelType"),
     "rewards": ("rlinf_register_rewards", "reward function", "rlinf_core.reward:RewardFunction"),
+    "rollout_engines": (
+        "rlinf_register_rollout_engines",
+        "rollout engine",
+        "rlinf_core.rollout:RolloutEngine",
+    ),
 }
 
 T = TypeVar("T")
@@ -200,6 +206,12 @@ class PluginHost:
         """Reward functions (:class:`~rlinf_core.reward.RewardFunction` subclasses), by
         ``reward.name``."""
         return self._build("rewards")
+
+    @cached_property
+    def rollout_engines(self) -> Registry[Any]:
+        """Rollout engines (:class:`~rlinf_core.rollout.RolloutEngine` subclasses), by
+        ``rollout.engine``."""
+        return self._build("rollout_engines")
 
     @cached_property
     def envs(self) -> dict[str, Any]:

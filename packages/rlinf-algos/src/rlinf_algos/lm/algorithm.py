@@ -23,7 +23,19 @@ from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
 
 __all__ = ["GRPOLM", "PPOLM"]
 
-SECTIONS = ("cluster", "algorithm", "model", "task", "sft", "runner", "data", "reward", "critic", "actor")
+SECTIONS = (
+    "cluster",
+    "algorithm",
+    "model",
+    "task",
+    "sft",
+    "runner",
+    "data",
+    "reward",
+    "critic",
+    "actor",
+    "rollout",
+)
 
 
 class GRPOLM(Algorithm):
@@ -71,6 +83,12 @@ class GRPOLM(Algorithm):
                     )
                 )
         problems += _device_problems(run, placement)
+        from rlinf_algos.lm.engines import engine_class
+
+        try:
+            engine_class(run.rollout.engine)
+        except ConfigError as err:
+            problems += list(err.problems)
         return problems
 
     def run(

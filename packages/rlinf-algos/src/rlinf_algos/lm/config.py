@@ -333,6 +333,22 @@ class LMRunnerConfig(ConfigSection):
     )
 
 
+class LMRolloutConfig(ConfigSection):
+    """``rollout`` section of a language-model run: which engine samples the responses."""
+
+    model_config = _STRICT
+
+    engine: str = Field(
+        "hf",
+        min_length=1,
+        description="a registered rollout engine: hf (Hugging Face generate with a KV cache), or one "
+        "a plugin registers with the rlinf_register_rollout_engines hook (vLLM, SGLang on GPU machines)",
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="keyword arguments of the engine's constructor (hf takes none)"
+    )
+
+
 DEFAULT_REWARD = "math"
 """``reward.name`` when neither it nor ``reward.path`` is set."""
 
@@ -407,6 +423,7 @@ class LMRunConfig(BaseModel):
     reward: RewardConfig | None = None
     critic: CriticConfig = Field(default_factory=lambda: CriticConfig())
     actor: ActorConfig = Field(default_factory=lambda: ActorConfig())
+    rollout: LMRolloutConfig = Field(default_factory=lambda: LMRolloutConfig())
 
 
 _SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
@@ -419,6 +436,7 @@ _SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("reward", RewardConfig),
     ("critic", CriticConfig),
     ("actor", ActorConfig),
+    ("rollout", LMRolloutConfig),
 )
 ALGORITHM_CONFIGS: dict[str, type[LMGRPOConfig]] = {"grpo_lm": LMGRPOConfig, "ppo_lm": LMPPOConfig}
 """The ``algorithm`` section's model for each language-model algorithm name."""

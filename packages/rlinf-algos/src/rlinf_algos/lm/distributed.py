@@ -155,19 +155,12 @@ class LMRolloutWorker(Worker):
     def setup(self) -> None:
         import torch
 
-        from rlinf_algos.lm.workers import RolloutWorker
+        from rlinf_algos.lm.engines import make_rollout
 
         torch.set_num_threads(self.run_cfg.runner.torch_threads)
         tok = _tokenizer(self.run_cfg)
-        alg = self.run_cfg.algorithm
-        self.worker = RolloutWorker(
-            self.run_cfg.model,
-            alg.temperature,
-            alg.top_p,
-            seed=self.run_cfg.runner.seed + 7919 * (self.rank + 1),
-            pad_id=tok.pad_id,
-            max_len=self.run_cfg.model.max_seq_len,
-        )
+        seed = self.run_cfg.runner.seed + 7919 * (self.rank + 1)
+        self.worker = make_rollout(self.run_cfg, seed=seed, pad_id=tok.pad_id)
         self.wb: Any = None
 
     def _sync(self, min_version: int) -> None:

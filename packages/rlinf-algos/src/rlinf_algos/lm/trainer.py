@@ -37,6 +37,7 @@ import torch
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.agents import EpisodeBatch, HierarchicalAgent, SingleAgent, make_agent
 from rlinf_algos.lm.config import LMRunConfig
+from rlinf_algos.lm.engines import make_rollout
 from rlinf_algos.lm.folder import context_length
 from rlinf_algos.lm.reward import RewardWorker
 from rlinf_algos.lm.sft import warm_start
@@ -146,14 +147,7 @@ class LocalComponents:
         self.agent = make_agent(
             task, tok, task.max_new_tokens(), run.task.max_calls, context_length(run.model)
         )
-        self.rollout = RolloutWorker(
-            run.model,
-            alg.temperature,
-            alg.top_p,
-            seed=rcfg.seed,
-            pad_id=tok.pad_id,
-            max_len=run.model.max_seq_len,
-        )
+        self.rollout = make_rollout(run, seed=rcfg.seed, pad_id=tok.pad_id)
         self.reward = RewardWorker(task)
         self.actor = make_actor(model, run)
         weights, version = self.actor.get_weights()

@@ -1,0 +1,102 @@
+"""The rollout-engine interface: what ``rollout.engine`` in a language-model run YAML selects.
+
+A rollout engine holds a versioned copy of the policy and samples responses from it: the rollout
+component of ``grpo_lm``/``ppo_lm`` builds one per process and calls two methods. Plugins add
+engines with the ``rlinf_register_rollout_engines`` hook; rlinf-algos ships ``hf`` (Hugging Face
+``generate`` with a KV cache, left padding, temperature and top-p, stop on EOS). An engine for GPU
+machines (vLLM, SGLang) implements the same two calls over its own server or library. Torch-free
+on purpose: the class is registered, and ``rollout.engine`` validated, in processes that never
+build a model; an engine imports its library when it is constructed.
+
+The contract, for a subclass::
+
+    class MyEngine(RolloutEngine):
+        PLUGIN_NAME = "mine"
+
+        def __init__(self, model_config, *, temperature, top_p, seed, pad_id, max_len, **options):
+            super().__init__(model_config, temperature=temperature, top_p=top_p, seed=seed,
+                             pad_id=pad_id, max_len=max_len)
+            ...                                   # load model_config.path (rollout.options too)
+
+        def set_weights(self, state_dict, version): ...
+        def generate(self, prompts, max_new_tokens, stop_ids, temperature=None): ...
+
+- ``generate`` takes token ids and returns token ids: per prompt, the generated ids only, the
+  stop token included when one was produced, at most ``max_new_tokens`` (fewer where the
+  model's context ends); ``temperature`` overrides the engine's (``0`` is greedy decoding);
+- ``set_weights`` loads what the actor publishes: every weight, or the LoRA adapter's tensors
+  alone (peft's names) when the model has an adapter; ``version`` then is the version given;
+- ``tokens`` and ``seconds`` count what ``generate`` produced and how long it took (throughput
+  metrics), ``version`` is ``-1`` before the first weights.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+__all__ = ["RolloutEngine"]
+
+
+class RolloutEngine(ABC):
+    """Base class of a registered rollout engine (``hf``...).
+
+    Class attributes:
+        PLUGIN_NAME: the name ``rollout.engine`` selects.
+        description: one line for listings and error messages.
+
+    Args:
+        model_config: the validated ``model`` section (``path`` is the model folder to load,
+            ``dtype``, ``trust_remote_code``, ``lora``...).
+        temperature, top_p: sampling (``algorithm.temperature`` / ``top_p``).
+        seed: of the sampling generator (each rollout process gets its own).
+        pad_id: the tokenizer's pad token.
+        max_len: the longest sequence (``model.max_seq_len``; ``None``: the model's context).
+        options: the keyword arguments of ``rollout.options`` (none by default).
+    """
+
+    PLUGIN_NAME: ClassVar[str]
+    description: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        model_config: Any,
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        pad_id: int = 0,
+        max_len: int | None = None,
+    ) -> None:
+        self.model_config = model_config
+        self.temperature, self.top_p, self.seed = temperature, top_p, seed
+        self.pad_id, self.max_len = pad_id, max_len
+        self.version = -1
+        self.tokens = 0
+        self.seconds = 0.0
+
+    @abstractmethod
+    def set_weights(self, state_dict: Mapping[str, Any], version: int) -> None:
+        """Load the actor's published weights (the adapter alone with LoRA) as ``version``."""
+
+    @abstractmethod
+    def generate(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        stop_ids: Sequence[int],
+        temperature: float | None = None,
+    ) -> list[list[int]]:
+        """The responses to ``prompts`` (token ids; see the module docstring)."""
+
+    def generate_batch(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """:meth:`generate` over a dict (``prompts``, ``max_new_tokens``, ``stop_ids``, optional
+        ``temperature``), the form a channel carries; returns ``responses`` and ``version``."""
+        responses = self.generate(
+            request["prompts"],
+            int(request["max_new_tokens"]),
+            request["stop_ids"],
+            request.get("temperature"),
+        )
+        return {"responses": responses, "version": self.version}
