@@ -36,6 +36,7 @@ from rlinf_algos.lm import hf
 from rlinf_algos.lm.config import LMGRPOConfig, LMModelConfig
 from rlinf_algos.lm.hf import generate, sequence_log_probs
 from rlinf_algos.parallel import DataParallel
+from rlinf_core.rollout import RolloutEngine
 from rlinf_core.worker import Worker
 
 __all__ = [
@@ -163,16 +164,8 @@ class RolloutWorker(Worker):
         self.seconds += out.seconds
         return out.tokens
 
-    def generate_batch(self, request: dict[str, Any]) -> dict[str, Any]:
-        """:meth:`generate` over a dict (``prompts``, ``max_new_tokens``, ``stop_ids``, optional
-        ``temperature``): the form a Channel carries. Returns ``responses`` and ``version``."""
-        responses = self.generate(
-            request["prompts"],
-            int(request["max_new_tokens"]),
-            request["stop_ids"],
-            request.get("temperature"),
-        )
-        return {"responses": responses, "version": self.version}
+    # the dict form a channel carries: the engine interface's, unchanged
+    generate_batch = RolloutEngine.generate_batch
 
 
 class ReferenceWorker(Worker):
