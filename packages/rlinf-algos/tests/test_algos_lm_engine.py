@@ -1,6 +1,7 @@
 """Rollout engines: ``rollout.engine`` selects a registered :class:`rlinf_core.RolloutEngine`
-(``hf`` by default, through rlinf-algos' ``rlinf_register_rollout_engines``); a third-party
-engine registered by a plugin runs a real GRPO iteration; an unknown engine is refused up front."""
+(``hf``, :class:`~rlinf_algos.lm.workers.RolloutWorker`, by default, through rlinf-algos'
+``rlinf_register_rollout_engines``); a third-party engine registered by a plugin runs a real GRPO
+iteration; an unknown engine or option is refused up front."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typing import Any, ClassVar
 import pytest
 
 from rlinf_algos.lm.config import load_lm_sections
-from rlinf_algos.lm.engines import HFRolloutEngine, engine_class
+from rlinf_algos.lm.engines import check_options, engine_class
 from rlinf_algos.lm.trainer import train_lm
+from rlinf_algos.lm.workers import RolloutWorker
 from rlinf_core import RolloutEngine
 from rlinf_core.config import apply_overrides, load_yaml
 from rlinf_core.errors import ConfigError
@@ -34,7 +36,7 @@ TINY = [
 ]
 
 
-class Counting(HFRolloutEngine):
+class Counting(RolloutWorker):
     """The hf engine, counting its calls and keeping its options (a stand-in for vLLM)."""
 
     PLUGIN_NAME: ClassVar[str] = "counting"
@@ -65,8 +67,11 @@ def test_rlinf_algos_registers_the_hf_engine() -> None:
     host = load_plugins(entry_points=eps)
     assert host.failures == [] and host.rollout_engines.names() == ["hf"]
     assert host.rollout_engines.owner("hf").distribution == "rlinf-algos"
-    assert engine_class("hf", host) is HFRolloutEngine
-    assert load_lm_sections({"algorithm": {"name": "grpo_lm"}}).rollout.engine == "hf"
+    assert issubclass(RolloutWorker, RolloutEngine) and RolloutWorker.PLUGIN_NAME == "hf"
+    run = load_lm_sections({"algorithm": {"name": "grpo_lm"}})
+    assert run.rollout.engine == "hf" and run.rollout.options == {}
+    assert engine_class(run.rollout.engine, host) is RolloutWorker  # what a default run builds
+    assert engine_class("hf", load_plugins(entry_points=[])) is RolloutWorker
 
 
 def test_an_engine_from_a_plugin_runs_a_grpo_iteration(
@@ -78,7 +83,8 @@ def test_an_engine_from_a_plugin_runs_a_grpo_iteration(
     monkeypatch.setattr(plugins, "load_plugins", lambda **kw: real(extra=[("engine-demo", EnginePlugin())]))
     Counting.made.clear()
     data = apply_overrides(
-        load_yaml(EXAMPLES / "grpo_arith.yaml"), [*TINY, "rollout.engine=counting", "rollout.options.tag=x"]
+        load_yaml(EXAMPLES / "grpo_arith.yaml"),
+        [*TINY, "runner.scheduler=local", "rollout.engine=counting", "rollout.options.tag=x"],
     )
     summary = train_lm(load_lm_sections(data), tmp_path, log=None)
     assert summary["iterations"] == 1
@@ -88,15 +94,21 @@ def test_an_engine_from_a_plugin_runs_a_grpo_iteration(
     assert engine.tokens > 0
 
 
-def test_an_unknown_engine_or_option_is_refused_with_its_path(tmp_path: Path, host: Any, invoke: Any) -> None:
+def test_an_unknown_engine_or_option_is_refused_with_its_path(host: Any, invoke: Any) -> None:
     result = invoke(host, "train", str(EXAMPLES / "grpo_arith.yaml"), "--dry-run", "rollout.engine=vllm")
-    assert result.exit_code != 0
-    said = result.output + str(result.exception)
-    assert "rollout.engine" in said and "vllm" in said and "hf" in said
-    assert "rlinf_register_rollout_engines" in said
-    data = apply_overrides(load_yaml(EXAMPLES / "grpo_arith.yaml"), [*TINY, "rollout.options.gpu_memory=0.9"])
-    with pytest.raises(ConfigError, match=r"rollout\.options.*gpu_memory"):
-        train_lm(load_lm_sections(data), tmp_path, log=None)
+    assert result.exit_code != 0 and isinstance(result.exception, ConfigError)
+    (problem,) = [p for p in result.exception.problems if p.path == "rollout.engine"]
+    assert "vllm" in problem.message and "hf" in problem.message
+    assert "rlinf_register_rollout_engines" in problem.message
+    result = invoke(
+        host, "train", str(EXAMPLES / "grpo_arith.yaml"), "--dry-run", "rollout.options.gpu_memory=0.9"
+    )
+    assert result.exit_code != 0 and isinstance(result.exception, ConfigError)
+    (problem,) = [p for p in result.exception.problems if p.path == "rollout.options"]
+    assert "gpu_memory" in problem.message and "takes: none" in problem.message
+    check_options(Counting, {"tag": "x"})
+    with pytest.raises(ConfigError, match=r"come from the run.*takes: tag"):
+        check_options(Counting, {"seed": 1})
 
 
 def test_an_engine_must_implement_both_calls() -> None:

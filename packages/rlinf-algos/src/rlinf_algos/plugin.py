@@ -32,9 +32,9 @@ def rlinf_register_models() -> list[type]:
 
 @hookimpl
 def rlinf_register_rollout_engines() -> list[type]:
-    from rlinf_algos.lm.engines import HFRolloutEngine
+    from rlinf_algos.lm.engines import RolloutWorker
 
-    return [HFRolloutEngine]
+    return [RolloutWorker]
 
 
 @hookimpl

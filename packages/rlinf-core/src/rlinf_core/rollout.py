@@ -3,7 +3,7 @@
 A rollout engine holds a versioned copy of the policy and samples responses from it: the rollout
 component of ``grpo_lm``/``ppo_lm`` builds one per process and calls two methods. Plugins add
 engines with the ``rlinf_register_rollout_engines`` hook; rlinf-algos ships ``hf`` (Hugging Face
-``generate`` with a KV cache, left padding, temperature and top-p, stop on EOS). An engine for GPU
+``generate`` with a KV cache, left padding, temperature and top-p, a stop on the stop tokens). An engine for GPU
 machines (vLLM, SGLang) implements the same two calls over its own server or library. Torch-free
 on purpose: the class is registered, and ``rollout.engine`` validated, in processes that never
 build a model; an engine imports its library when it is constructed.
@@ -13,10 +13,10 @@ The contract, for a subclass::
     class MyEngine(RolloutEngine):
         PLUGIN_NAME = "mine"
 
-        def __init__(self, model_config, *, temperature, top_p, seed, pad_id, max_len, **options):
-            super().__init__(model_config, temperature=temperature, top_p=top_p, seed=seed,
-                             pad_id=pad_id, max_len=max_len)
-            ...                                   # load model_config.path (rollout.options too)
+        def __init__(self, model_config, *, gpu_memory: float = 0.9, **run):  # rollout.options
+            super().__init__(model_config, **run)  # temperature, top_p, seed, pad_id, max_len
+            import vllm                            # the library, only when built
+            ...                                    # load model_config.path
 
         def set_weights(self, state_dict, version): ...
         def generate(self, prompts, max_new_tokens, stop_ids, temperature=None): ...
@@ -52,8 +52,19 @@ class RolloutEngine(ABC):
         temperature, top_p: sampling (``algorithm.temperature`` / ``top_p``).
         seed: of the sampling generator (each rollout process gets its own).
         pad_id: the tokenizer's pad token.
-        max_len: the longest sequence (``model.max_seq_len``; ``None``: the model's context).
-        options: the keyword arguments of ``rollout.options`` (none by default).
+        max_len: the longest sequence, prompt and response (``model.max_seq_len``; ``None``:
+            the model's context).
+
+    ``rollout.options`` go to the constructor as further keyword arguments: a subclass names
+    the options it takes as its own parameters and passes the six above on to this one. The
+    base takes no options, so an option no parameter names is refused at ``rollout.options``
+    before the run starts (rlinf inspects the signature; it does not build the engine to check).
+
+    Attributes:
+        version: the ``version`` of the weights :meth:`generate` samples from, as last given
+            to :meth:`set_weights`; ``-1`` before the first weights.
+        tokens: how many tokens :meth:`generate` has produced in all (throughput metrics).
+        seconds: how long :meth:`generate` has taken in all, in seconds of wall time.
     """
 
     PLUGIN_NAME: ClassVar[str]
@@ -78,7 +89,19 @@ class RolloutEngine(ABC):
 
     @abstractmethod
     def set_weights(self, state_dict: Mapping[str, Any], version: int) -> None:
-        """Load the actor's published weights (the adapter alone with LoRA) as ``version``."""
+        """Load the actor's published weights and make them the ones :meth:`generate` samples
+        from.
+
+        Args:
+            state_dict: tensors by parameter name, as the actor publishes them: every weight of
+                the model (a tied weight once), or, when the ``model`` section has ``lora``, the
+                adapter's tensors alone (peft's names; the base weights never change), on the
+                CPU: copy them where the engine needs them.
+            version: the actor's update count these weights come from (``0``: the warm-started
+                policy, then one more per update); store it in :attr:`version`, which is what
+                ``generate_batch`` reports and what the rollout compares against the newest
+                publish to decide whether to reload.
+        """
 
     @abstractmethod
     def generate(
@@ -88,7 +111,20 @@ class RolloutEngine(ABC):
         stop_ids: Sequence[int],
         temperature: float | None = None,
     ) -> list[list[int]]:
-        """The responses to ``prompts`` (token ids; see the module docstring)."""
+        """Sample one response per prompt with the current weights.
+
+        Args:
+            prompts: token ids of each prompt (chat template applied, no padding).
+            max_new_tokens: the most tokens to generate per prompt (fewer where the sequence
+                would pass ``max_len``).
+            stop_ids: token ids that end a response (EOS, the task's end markers).
+            temperature: overrides the engine's for this call; ``0`` is greedy decoding.
+
+        Returns:
+            Per prompt, in order, the generated token ids only (without the prompt): the stop
+            token included when one was produced, nothing after it. Add their count to
+            :attr:`tokens` and the call's wall time to :attr:`seconds`.
+        """
 
     def generate_batch(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """:meth:`generate` over a dict (``prompts``, ``max_new_tokens``, ``stop_ids``, optional

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from rlinf_algos.lm.config import LMGRPOConfig, LMPPOConfig, load_lm_sections
+from rlinf_algos.lm.engines import rollout_problems
 from rlinf_core.algorithm import Algorithm
 from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
 
@@ -55,8 +56,9 @@ class GRPOLM(Algorithm):
     @classmethod
     def run_config_problems(cls, run_config: Mapping[str, Any]) -> list[ConfigProblem]:
         """Every problem of the ``model``, ``task``, ``sft`` and ``runner`` sections (the
-        ``algorithm`` section is validated by the runner), unknown sections, and an ``agent``
-        component missing from the placement of a multi-agent run."""
+        ``algorithm`` section is validated by the runner), unknown sections, an ``agent``
+        component missing from the placement of a multi-agent run, and a ``rollout.engine`` that
+        is not registered or ``rollout.options`` it does not take."""
         problems = [
             ConfigProblem(str(key), f"unknown section; a grpo_lm run has {', '.join(SECTIONS)}")
             for key in run_config
@@ -83,12 +85,7 @@ class GRPOLM(Algorithm):
                     )
                 )
         problems += _device_problems(run, placement)
-        from rlinf_algos.lm.engines import engine_class
-
-        try:
-            engine_class(run.rollout.engine)
-        except ConfigError as err:
-            problems += list(err.problems)
+        problems += rollout_problems(run)
         return problems
 
     def run(

@@ -1,55 +1,79 @@
-"""Rollout engines of the language-model runs: ``hf`` (registered by rlinf-algos' plugin) and
-:func:`make_rollout`, which builds the engine ``rollout.engine`` names.
+"""Rollout engines of the language-model runs: :class:`RolloutWorker`, the ``hf`` engine
+(registered by rlinf-algos' plugin), and :func:`make_rollout`, which builds the engine
+``rollout.engine`` names.
 
-Torch-free at import (the plugin registers :class:`HFRolloutEngine` in processes that never build
-a model); the engine loads its model when it is constructed.
+Torch-free at import: the plugin registers :class:`RolloutWorker`, and ``rollout.engine`` is
+validated, in processes that never build a model; torch and transformers are imported when an
+engine is constructed. :mod:`rlinf_algos.lm.workers` re-exports :class:`RolloutWorker` next to
+the other components.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from rlinf_core.errors import ConfigError
+from rlinf_algos.lm.config import LMModelConfig
+from rlinf_core.errors import ConfigError, ConfigProblem
 from rlinf_core.rollout import RolloutEngine
+from rlinf_core.worker import Worker
 
-__all__ = ["HFRolloutEngine", "engine_class", "make_rollout"]
+__all__ = ["RolloutWorker", "check_options", "engine_class", "make_rollout", "rollout_problems"]
 
 
-class HFRolloutEngine(RolloutEngine):
-    """Hugging Face ``generate`` over the model folder, with the KV cache, left padding,
-    temperature, top-p and a stop on the stop tokens
-    (:class:`~rlinf_algos.lm.workers.RolloutWorker`, :func:`~rlinf_algos.lm.hf.generate`). Takes
-    no options."""
+class RolloutWorker(Worker, RolloutEngine):
+    """The ``hf`` engine: holds a versioned copy of the policy and samples from it with the
+    Hugging Face ``generate`` (:func:`~rlinf_algos.lm.hf.generate`: KV cache, left padding,
+    temperature, top-p, a stop on the stop tokens), on the CPU or a GPU. Takes no options.
+
+    Args:
+        model_config: the ``model`` section (with ``path`` set: the folder to load), or its dict.
+        temperature, top_p: sampling (``temperature=0`` is greedy).
+        seed: of its sampling generator.
+        pad_id: the tokenizer's pad token.
+        max_len: longest sequence (``model.max_seq_len``; ``None``: the model's context).
+    """
 
     PLUGIN_NAME: ClassVar[str] = "hf"
     description: ClassVar[str] = "Hugging Face generate with a KV cache (CPU or GPU)"
 
     def __init__(
         self,
-        model_config: Any,
-        *,
+        model_config: LMModelConfig | dict[str, Any],
         temperature: float = 1.0,
         top_p: float = 1.0,
         seed: int = 0,
         pad_id: int = 0,
         max_len: int | None = None,
     ) -> None:
-        from rlinf_algos.lm.workers import RolloutWorker
+        import torch
 
+        from rlinf_algos.lm import hf
+
+        spec = (
+            model_config
+            if isinstance(model_config, LMModelConfig)
+            else LMModelConfig.model_validate(model_config)
+        )
         super().__init__(
-            model_config, temperature=temperature, top_p=top_p, seed=seed, pad_id=pad_id, max_len=max_len
+            spec,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            pad_id=pad_id,
+            max_len=max_len if max_len is not None else spec.max_seq_len,
         )
-        self.worker = RolloutWorker(
-            model_config, temperature, top_p, seed=seed, pad_id=pad_id, max_len=max_len
-        )
-
-    @property
-    def model(self) -> Any:
-        return self.worker.model
+        self.model = hf.load_causal_lm(spec, trainable=False)
+        self.model.eval()
+        self.generator = torch.Generator().manual_seed(seed)
 
     def set_weights(self, state_dict: Mapping[str, Any], version: int) -> None:
-        self.worker.set_weights(dict(state_dict), version)
+        """Load the actor's published weights (the LoRA adapter alone when the model has one; a
+        key that does not match is an error) as ``version``."""
+        from rlinf_algos.lm import hf
+
+        hf.load_sync_state(self.model, dict(state_dict))
         self.version = version
 
     def generate(
@@ -59,9 +83,24 @@ class HFRolloutEngine(RolloutEngine):
         stop_ids: Sequence[int],
         temperature: float | None = None,
     ) -> list[list[int]]:
-        out = self.worker.generate(prompts, max_new_tokens, stop_ids, temperature)
-        self.tokens, self.seconds = self.worker.tokens, self.worker.seconds
-        return out
+        """Responses (ids, the stop token included when reached) to ``prompts``, sampled at this
+        worker's temperature and top-p unless ``temperature`` overrides it (0: greedy)."""
+        from rlinf_algos.lm import hf
+
+        out = hf.generate(
+            self.model,
+            prompts,
+            max_new_tokens,
+            stop_ids,
+            pad_id=self.pad_id,
+            temperature=self.temperature if temperature is None else temperature,
+            top_p=self.top_p,
+            generator=self.generator,
+            max_len=self.max_len,
+        )
+        self.tokens += out.num_tokens
+        self.seconds += out.seconds
+        return out.tokens
 
 
 def engine_class(name: str, plugins: Any = None) -> type[RolloutEngine]:
@@ -76,8 +115,8 @@ def engine_class(name: str, plugins: Any = None) -> type[RolloutEngine]:
     engines = plugins.rollout_engines
     if name in engines:
         return engines.get(name)
-    if name.casefold() == HFRolloutEngine.PLUGIN_NAME:
-        return HFRolloutEngine
+    if name.casefold() == RolloutWorker.PLUGIN_NAME:
+        return RolloutWorker
     raise ConfigError(
         f"{engines.unknown_message(name)}; an engine package registers one with the "
         "rlinf_register_rollout_engines hook (vLLM and SGLang engines come that way, for GPU machines)",
@@ -85,26 +124,56 @@ def engine_class(name: str, plugins: Any = None) -> type[RolloutEngine]:
     )
 
 
+_RUN_KEYWORDS = ("model_config", "temperature", "top_p", "seed", "pad_id", "max_len")
+"""The constructor arguments that come from the run, not from ``rollout.options``."""
+
+
+def check_options(cls: type[RolloutEngine], options: Mapping[str, Any]) -> None:
+    """Refuse ``rollout.options`` that ``cls``'s constructor does not take (or that name an
+    argument the run gives) with a :class:`ConfigError` at ``rollout.options`` listing the ones
+    it takes; inspects the signature only, so nothing is imported or built."""
+    clash = sorted(set(options) & set(_RUN_KEYWORDS))
+    try:
+        if clash:
+            raise TypeError(f"{', '.join(clash)} come from the run, not from rollout.options")
+        inspect.signature(cls).bind(None, **dict.fromkeys(_RUN_KEYWORDS[1:]), **options)
+    except TypeError as err:
+        takes = [
+            p.name
+            for p in inspect.signature(cls).parameters.values()
+            if p.name not in _RUN_KEYWORDS and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+        raise ConfigError(
+            f"rollout engine {cls.PLUGIN_NAME!r} does not take these options ({err}); it takes: "
+            f"{', '.join(takes) or 'none'}",
+            "rollout.options",
+        ) from None
+
+
+def rollout_problems(run: Any, plugins: Any = None) -> list[ConfigProblem]:
+    """The problems of ``run``'s ``rollout`` section: an engine that is not registered (at
+    ``rollout.engine``) or options its constructor does not take (at ``rollout.options``)."""
+    try:
+        check_options(engine_class(run.rollout.engine, plugins), run.rollout.options)
+    except ConfigError as err:
+        return list(err.problems)
+    return []
+
+
 def make_rollout(run: Any, *, seed: int, pad_id: int, plugins: Any = None) -> RolloutEngine:
     """The rollout engine of ``run`` (``rollout.engine`` with ``rollout.options``) for its
-    ``model`` section and sampling settings; ``seed``: of this process's sampler."""
+    ``model`` section and sampling settings (``algorithm.temperature``, ``algorithm.top_p``,
+    ``model.max_seq_len``); ``seed``: of this process's sampler. An unknown engine or options it
+    does not take are the :class:`ConfigError` of :func:`rollout_problems`."""
     cls = engine_class(run.rollout.engine, plugins)
+    check_options(cls, run.rollout.options)
     alg = run.algorithm
-    options = dict(run.rollout.options)
-    try:
-        return cls(
-            run.model,
-            temperature=alg.temperature,
-            top_p=alg.top_p,
-            seed=seed,
-            pad_id=pad_id,
-            max_len=run.model.max_seq_len,
-            **options,
-        )
-    except TypeError as err:
-        if options and "keyword argument" in str(err):
-            raise ConfigError(
-                f"rollout engine {run.rollout.engine!r} does not take these options ({err})",
-                "rollout.options",
-            ) from None
-        raise
+    return cls(
+        run.model,
+        temperature=alg.temperature,
+        top_p=alg.top_p,
+        seed=seed,
+        pad_id=pad_id,
+        max_len=run.model.max_seq_len,
+        **run.rollout.options,
+    )

@@ -46,6 +46,7 @@ from rlinf_algos.lm.tasks import ArithTask, make_task
 from rlinf_algos.lm.tokens import LMTokenizer
 from rlinf_algos.lm.workers import ReferenceWorker, RolloutWorker, make_actor, pack_batch
 from rlinf_core.io import atomic_write_text
+from rlinf_core.rollout import RolloutEngine
 
 __all__ = [
     "LocalComponents",
@@ -65,13 +66,13 @@ PHASES = ("generate", "reward", "reference", "update", "sync")
 
 def evaluate(
     agent: SingleAgent | HierarchicalAgent,
-    rollout: RolloutWorker,
+    rollout: RolloutEngine,
     reward: RewardWorker,
     problems: Sequence[Any],
     temperature: float = 0.0,
     chunk: int = 256,
 ) -> dict[str, Any]:
-    """Exact-match accuracy of the rollout worker's policy on ``problems`` (one episode each,
+    """Exact-match accuracy of the rollout engine's policy on ``problems`` (one episode each,
     greedy at ``temperature=0``). Returns ``accuracy``, ``well_formed`` (fractions) and
     per-problem ``outcomes``."""
 

@@ -17,6 +17,10 @@ actor       :meth:`ActorWorker.update`               the packed batch -> stats
             :meth:`ActorWorker.get_weights`          -> ``(state_dict, version)``
 ==========  =======================================  =====================================
 
+The rollout component is the run's ``rollout.engine`` (a :class:`rlinf_core.RolloutEngine`, built
+by :func:`rlinf_algos.lm.engines.make_rollout`); :class:`RolloutWorker` is the ``hf`` one, defined
+torch-free in :mod:`rlinf_algos.lm.engines` and re-exported here.
+
 The packed batch (:func:`pack_batch`): ``input_ids`` ``[N, T]`` long, right-padded;
 ``loss_mask`` ``[N, T]`` float (1 on generated tokens); ``episode_index`` ``[N]`` long;
 ``rewards`` ``[E]`` float (one per episode, ``E = P * G`` group after group); optionally
@@ -34,9 +38,9 @@ from torch import Tensor
 from rlinf_algos.grpo import functional as grpo
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.config import LMGRPOConfig, LMModelConfig
-from rlinf_algos.lm.hf import generate, sequence_log_probs
+from rlinf_algos.lm.engines import RolloutWorker
+from rlinf_algos.lm.hf import sequence_log_probs
 from rlinf_algos.parallel import DataParallel
-from rlinf_core.rollout import RolloutEngine
 from rlinf_core.worker import Worker
 
 __all__ = [
@@ -100,72 +104,6 @@ def log_probs_chunked(model: Any, ids: Tensor, temperature: float, chunk: int) -
         for i in range(0, ids.shape[0], chunk):
             out[i : i + chunk] = sequence_log_probs(model, ids[i : i + chunk], temperature)
     return out
-
-
-class RolloutWorker(Worker):
-    """Holds a versioned copy of the policy and samples from it.
-
-    Args:
-        model_config: the ``model`` section (with ``path`` set: the folder to load).
-        temperature, top_p: sampling (``temperature=0`` is greedy).
-        seed: of its sampling generator.
-        pad_id: the tokenizer's pad token.
-        max_len: longest sequence (``model.max_seq_len``; ``None``: the model's context).
-    """
-
-    def __init__(
-        self,
-        model_config: LMModelConfig | dict[str, Any],
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int = 0,
-        pad_id: int = 0,
-        max_len: int | None = None,
-    ) -> None:
-        spec = _spec(model_config)
-        self.model = hf.load_causal_lm(spec, trainable=False)
-        self.model.eval()
-        self.max_len = max_len if max_len is not None else spec.max_seq_len
-        self.temperature = temperature
-        self.top_p = top_p
-        self.pad_id = pad_id
-        self.generator = torch.Generator().manual_seed(seed)
-        self.version = -1
-        self.tokens = 0
-        self.seconds = 0.0
-
-    def set_weights(self, state_dict: dict[str, Tensor], version: int) -> None:
-        """Load the actor's published weights (the LoRA adapter alone when the model has one;
-        ``version`` increases with every update)."""
-        hf.load_sync_state(self.model, state_dict)
-        self.version = version
-
-    def generate(
-        self,
-        prompts: list[list[int]],
-        max_new_tokens: int,
-        stop_ids: Sequence[int],
-        temperature: float | None = None,
-    ) -> list[list[int]]:
-        """Responses (ids, the stop token included when reached) to ``prompts``, sampled at this
-        worker's temperature and top-p unless ``temperature`` overrides it (0: greedy)."""
-        out = generate(
-            self.model,
-            prompts,
-            max_new_tokens,
-            stop_ids,
-            pad_id=self.pad_id,
-            temperature=self.temperature if temperature is None else temperature,
-            top_p=self.top_p,
-            generator=self.generator,
-            max_len=self.max_len,
-        )
-        self.tokens += out.num_tokens
-        self.seconds += out.seconds
-        return out.tokens
-
-    # the dict form a channel carries: the engine interface's, unchanged
-    generate_batch = RolloutEngine.generate_batch
 
 
 class ReferenceWorker(Worker):
