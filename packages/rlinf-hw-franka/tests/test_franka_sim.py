@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from rlinf_core.errors import HardwareError
+from rlinf_hw_franka.cameras import Camera
 from rlinf_hw_franka.franka_sim import FrankaSimServer, FrankaSimUnavailable, prepare
 from rlinf_hw_franka.hardware import Franka
 
@@ -104,6 +105,58 @@ def test_frankaenv_reaches_a_target_through_franky(franka_sim) -> None:
         assert obs["gripper_width"][0] > 0.07
     finally:
         env.close()
+
+
+class SyntheticCamera(Camera):
+    """A stand-in for a RealSense camera (no camera exists on a development machine or in CI;
+    this is the one simulated part of the test): frame ``k`` is a deterministic pattern."""
+
+    def __init__(self, name: str, height: int, width: int) -> None:
+        self.name, self.shape, self.reads, self.closed = name, (height, width, 3), 0, False
+
+    def frame(self, k: int) -> np.ndarray:
+        return ((np.arange(np.prod(self.shape)).reshape(self.shape) + 7 * k) % 256).astype(np.uint8)
+
+    def read(self) -> np.ndarray:
+        self.reads += 1
+        return self.frame(self.reads - 1)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_frankaenv_vla_observations_through_franky(franka_sim) -> None:
+    """The real-arm path emits the same observation dict as the twin's instruction task: the
+    first camera as ``image``, the others as ``image_<name>`` (resized to ``image_size``),
+    proprioception as ``state``, the instruction as a str."""
+    from rlinf_hw_franka.env import FrankaEnv, resize_nearest
+
+    main, side = SyntheticCamera("main", 32, 32), SyntheticCamera("side", 48, 64)
+    resource = _resource(franka_sim.host)
+    env = FrankaEnv(
+        "franky",
+        hardware=resource.info,
+        cameras=[main, side],
+        obs_mode="vla",
+        image_size=(32, 32),
+        instruction="reach the red cube",
+    )
+    try:
+        space = env.observation_space
+        assert set(space) == {"image", "image_side", "state", "instruction"}
+        assert space["image"].shape == space["image_side"].shape == (32, 32, 3)
+        assert space["state"].shape == (22,) and space["state"].dtype == np.float32  # 7+7+3+4+gripper
+        obs, _ = env.reset()
+        for k in range(3):
+            assert space.contains(obs) and obs["instruction"] == "reach the red cube"
+            np.testing.assert_array_equal(obs["image"], main.frame(k))
+            np.testing.assert_array_equal(obs["image_side"], resize_nearest(side.frame(k), 32, 32))
+            np.testing.assert_allclose(obs["state"][:7], env._state.q, atol=1e-6)
+            np.testing.assert_allclose(obs["state"][14:17], env._state.ee_pos, atol=1e-6)
+            obs, *_ = env.step(np.array([0.0, 0.2, 0.0, 1.0], dtype=np.float32))
+    finally:
+        env.close()
+    assert main.closed and side.closed
 
 
 def test_reset_while_the_last_step_is_still_moving(franka_sim) -> None:

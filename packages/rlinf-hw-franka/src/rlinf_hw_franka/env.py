@@ -4,6 +4,8 @@ Registered ids (see :mod:`rlinf_hw_franka.envs`):
 
 * ``rlinf/FrankaReach-v0``: the MuJoCo twin (``backend="mujoco"``), no real-time pacing.
 * ``rlinf/FrankaReachReal-v0``: a real arm through franky (``backend="franky"``, ``robot_ip=``).
+* ``rlinf/FrankaInstructReach-v0``: the twin with coloured cubes and an instruction naming one
+  (:class:`rlinf_hw_franka.instruct.FrankaInstructReachEnv`, a subclass).
 
 Action (``Box(-1, 1)``): the end-effector position delta ``dx, dy, dz`` (scaled by
 ``max_delta_pos`` metres), then with ``rotation=True`` a rotation vector (scaled by
@@ -15,6 +17,13 @@ Observation (``Dict``; ``obs_mode="flat"`` concatenates it into one ``Box``): ``
 ``joint_vel`` (7), ``ee_pos`` (3), ``ee_quat`` (4, ``w x y z``), ``gripper_width`` (1, with a
 gripper), ``target_pos`` (3), and with ``cameras`` an ``images`` dict of ``(H, W, 3)`` uint8
 (simulated cameras are rendered only when asked for).
+
+``obs_mode="vla"`` is the flat dict a vision-language-action policy reads, the same from the twin
+and from a real arm: ``image`` (the first camera, ``(H, W, 3)`` uint8), ``image_<name>`` for
+each further camera, ``state`` (``float32``: ``joint_pos, joint_vel, ee_pos, ee_quat`` and
+``gripper_width`` with a gripper; nothing about the target) and ``instruction``
+(:data:`INSTRUCTION_SPACE`, a ``str``; ``instruction=`` or ``reset(options={"instruction":
+...})``). Frames of another size than ``image_size`` are resized (nearest neighbour).
 
 Reward: ``-distance(ee_pos, target_pos)`` (metres, dense). ``info["is_success"]`` is
 ``distance < success_threshold``. With ``terminate_on_success`` an episode ends on success.
@@ -28,6 +37,7 @@ real robot) the env sleeps until the period's deadline, never a negative time; a
 
 from __future__ import annotations
 
+import string
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -37,10 +47,19 @@ from gymnasium import spaces
 
 from rlinf_core.errors import ConfigError
 from rlinf_hw_franka.backends import Backend, RobotState, quat_mul, rotvec_to_quat
+from rlinf_hw_franka.cameras import Camera
 from rlinf_hw_franka.control import RateKeeper
 from rlinf_hw_franka.mjcf import FINGER_TRAVEL, HOME_Q
 
-__all__ = ["DEFAULT_SAFETY_BOX", "DEFAULT_TARGET_BOX", "FrankaEnv"]
+__all__ = [
+    "DEFAULT_SAFETY_BOX",
+    "DEFAULT_TARGET_BOX",
+    "INSTRUCTION_CHARSET",
+    "INSTRUCTION_MAX_LENGTH",
+    "INSTRUCTION_SPACE",
+    "FrankaEnv",
+    "resize_nearest",
+]
 
 Box3 = tuple[Sequence[float], Sequence[float]]
 
@@ -49,6 +68,35 @@ Box3 = tuple[Sequence[float], Sequence[float]]
 DEFAULT_SAFETY_BOX: Box3 = ((0.25, -0.40, 0.05), (0.75, 0.40, 0.75))
 #: Where reach targets are sampled.
 DEFAULT_TARGET_BOX: Box3 = ((0.35, -0.25, 0.15), (0.65, 0.25, 0.45))
+#: Instructions: at most this many characters of :data:`INSTRUCTION_CHARSET`.
+INSTRUCTION_MAX_LENGTH = 64
+#: Letters, digits, space and ASCII punctuation (gymnasium's default ``Text`` charset has no space).
+INSTRUCTION_CHARSET = string.ascii_letters + string.digits + " " + string.punctuation
+#: The ``instruction`` entry of ``obs_mode="vla"`` observations.
+INSTRUCTION_SPACE = spaces.Text(max_length=INSTRUCTION_MAX_LENGTH, charset=INSTRUCTION_CHARSET)
+
+
+def resize_nearest(img: np.ndarray, height: int, width: int) -> np.ndarray:
+    """``img`` (h, w, 3) resized to ``(height, width, 3)`` by nearest-neighbour sampling (numpy
+    only; the frame itself when it already has that size)."""
+    h, w = img.shape[:2]
+    if (h, w) == (height, width):
+        return img
+    rows = (np.arange(height) * h // height).clip(0, h - 1)
+    cols = (np.arange(width) * w // width).clip(0, w - 1)
+    return np.ascontiguousarray(img[rows[:, None], cols[None, :]])
+
+
+def check_instruction(text: Any, what: str = "instruction") -> str:
+    """``text`` if it is a str that :data:`INSTRUCTION_SPACE` holds, else a :class:`ConfigError`."""
+    if not isinstance(text, str) or not 1 <= len(text) <= INSTRUCTION_MAX_LENGTH:
+        raise ConfigError(f"{what} must be a str of 1 to {INSTRUCTION_MAX_LENGTH} characters, got {text!r}")
+    bad = sorted(set(text) - set(INSTRUCTION_CHARSET))
+    if bad:
+        raise ConfigError(
+            f"{what} {text!r} has characters outside letters, digits, space and punctuation: {bad}"
+        )
+    return text
 
 
 def _box(value: Box3, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -85,12 +133,19 @@ class FrankaEnv(gym.Env):
         success_threshold: distance (m) that counts as reached.
         terminate_on_success: end the episode when reached.
         home_q: joint configuration of reset.
-        cameras: sim: MJCF camera names (``front``, ``wrist``); franky: RealSense serials
-            (default: the hardware's ``camera_serials`` when its ``camera_type`` is realsense).
+        cameras: sim: MJCF camera names (``front``, ``table``, ``wrist``; ``obs_mode="vla"``
+            default ``["table"]``); franky: RealSense serials or
+            :class:`~rlinf_hw_franka.cameras.Camera` objects (default: the hardware's
+            ``camera_serials`` when its ``camera_type`` is realsense).
         image_size: ``(height, width)`` of images.
-        obs_mode: ``"dict"`` or ``"flat"`` (no cameras).
+        obs_mode: ``"dict"``, ``"flat"`` (no cameras) or ``"vla"`` (``image``, ``state``,
+            ``instruction``; at least one camera).
+        instruction: the ``instruction`` of ``obs_mode="vla"`` (default ``"reach the target"``).
         render_mode: ``"rgb_array"`` renders the ``front`` camera (twin only).
         sim_timestep: physics step of the twin (s).
+        fast_render: render the twin's cameras without multisampling, shadows and reflections
+            and with coarser meshes: about 1 ms instead of over 100 ms for a 64x64 frame on a
+            software renderer (Mesa's llvmpipe through EGL). ``False`` for nicer pictures.
         dynamics_factor, realtime_kernel, motion_timeout: franky settings.
         timing_info: put the control-loop timing (``overruns``, ``step_overrun``, ``period_s``,
             ``period_error_s``, ``work_s``) into ``info``; default: when ``realtime``. (Off for
@@ -119,9 +174,11 @@ class FrankaEnv(gym.Env):
         home_q: Sequence[float] = HOME_Q,
         cameras: Sequence[str] | None = None,
         image_size: tuple[int, int] = (128, 128),
-        obs_mode: Literal["dict", "flat"] = "dict",
+        obs_mode: Literal["dict", "flat", "vla"] = "dict",
+        instruction: str | None = None,
         render_mode: str | None = None,
         sim_timestep: float = 0.002,
+        fast_render: bool = True,
         dynamics_factor: float = 0.2,
         realtime_kernel: bool = False,
         motion_timeout: float = 20.0,
@@ -131,8 +188,9 @@ class FrankaEnv(gym.Env):
         hw = dict(hardware or {})
         if task != "reach":
             raise ConfigError(f"unknown task {task!r}; FrankaEnv implements: reach")
-        if obs_mode not in ("dict", "flat"):
-            raise ConfigError(f"obs_mode must be 'dict' or 'flat', got {obs_mode!r}")
+        if obs_mode not in ("dict", "flat", "vla"):
+            raise ConfigError(f"obs_mode must be 'dict', 'flat' or 'vla', got {obs_mode!r}")
+        self.instruction = check_instruction(instruction if instruction is not None else "reach the target")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ConfigError(
                 f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}"
@@ -160,10 +218,15 @@ class FrankaEnv(gym.Env):
             from rlinf_hw_franka.backends.mujoco_backend import MujocoBackend
 
             self.gripper = True if gripper is None else bool(gripper)
-            cams = list(cameras or [])
+            cams = list(cameras) if cameras is not None else (["table"] if obs_mode == "vla" else [])
             render_cams = [*cams, "front"] if render_mode == "rgb_array" and "front" not in cams else cams
             self.backend = MujocoBackend(
-                timestep=sim_timestep, cameras=render_cams, image_size=image_size, gripper=self.gripper
+                timestep=sim_timestep,
+                cameras=render_cams,
+                image_size=image_size,
+                gripper=self.gripper,
+                fast_render=fast_render,
+                **self._scene_options(),
             )
         elif backend == "franky":
             from rlinf_hw_franka.backends.franky_backend import FrankyBackend
@@ -189,7 +252,7 @@ class FrankaEnv(gym.Env):
             else:
                 cams = list(cameras)
             h, w = image_size
-            cam_objs = [RealSenseCamera(s, width=w, height=h) for s in cams]
+            cam_objs = [c if isinstance(c, Camera) else RealSenseCamera(c, width=w, height=h) for c in cams]
             self.backend = FrankyBackend(
                 ip,
                 realtime_kernel=realtime_kernel,
@@ -204,7 +267,14 @@ class FrankaEnv(gym.Env):
         self.camera_names = cams
         if obs_mode == "flat" and cams:
             raise ConfigError("obs_mode='flat' cannot carry camera images; use obs_mode='dict' with cameras")
-
+        if obs_mode == "vla" and not cams:
+            raise ConfigError(
+                "obs_mode='vla' needs at least one camera: cameras=[...] (twin: front, table, wrist; "
+                "a real arm: RealSense serials, or the hardware's camera_serials)"
+            )
+        if len(set(cams)) != len(cams):
+            raise ConfigError(f"cameras must be distinct, got {cams}")
+        self.image_size = (int(image_size[0]), int(image_size[1]))
         self.realtime = self.backend.physical if realtime is None else bool(realtime)
         self.rate = RateKeeper(self.control_hz, realtime=self.realtime)
         self.timing_info = self.realtime if timing_info is None else bool(timing_info)
@@ -226,7 +296,17 @@ class FrankaEnv(gym.Env):
             parts["images"] = spaces.Dict(
                 {c: spaces.Box(0, 255, shape=(h, w, 3), dtype=np.uint8) for c in cams}
             )
-        if obs_mode == "flat":
+        #: ``obs_mode="vla"``: observation key of each camera (``image``, then ``image_<name>``).
+        self.image_keys = {c: "image" if i == 0 else f"image_{c}" for i, c in enumerate(cams)}
+        if obs_mode == "vla":
+            n_state = sum(int(np.prod(parts[k].shape)) for k in self._state_keys())
+            vla: dict[str, spaces.Space[Any]] = {
+                key: spaces.Box(0, 255, shape=(h, w, 3), dtype=np.uint8) for key in self.image_keys.values()
+            }
+            vla["state"] = spaces.Box(-inf, inf, shape=(n_state,), dtype=np.float32)
+            vla["instruction"] = INSTRUCTION_SPACE
+            self.observation_space = spaces.Dict(vla)
+        elif obs_mode == "flat":
             n = sum(int(np.prod(s.shape)) for s in parts.values()) + 3  # + target - ee
             self.observation_space = spaces.Box(-inf, inf, shape=(n,), dtype=np.float32)
         else:
@@ -237,20 +317,35 @@ class FrankaEnv(gym.Env):
         self.target = (self.target_lo + self.target_hi) / 2
         self._steps = 0
 
+    # -- hooks of task subclasses ----------------------------------------------------------------
+    def _scene_options(self) -> dict[str, Any]:
+        """Extra :class:`~rlinf_hw_franka.backends.mujoco_backend.MujocoBackend` arguments (the
+        twin's scene objects); called by ``__init__`` before the backend exists."""
+        return {}
+
+    def _sample_target(self, options: dict[str, Any]) -> np.ndarray:
+        """The episode's target (base frame, m), after the backend's reset; ``self.np_random``
+        is seeded."""
+        if "target" in options:
+            target = np.asarray(options["target"], dtype=np.float64).reshape(3)
+            if np.any(target < self.safety_lo) or np.any(target > self.safety_hi):
+                raise ConfigError(f"options['target'] {target.tolist()} lies outside the safety box")
+            return target
+        return self.np_random.uniform(self.target_lo, self.target_hi)
+
+    def _state_keys(self) -> list[str]:
+        return ["joint_pos", "joint_vel", "ee_pos", "ee_quat"] + (["gripper_width"] if self.gripper else [])
+
     # -- gymnasium API ---------------------------------------------------------------------------
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
         super().reset(seed=seed)
         options = options or {}
+        if "instruction" in options:
+            self.instruction = check_instruction(options["instruction"], "options['instruction']")
         self.backend.reset(self.home_q)
-        if "target" in options:
-            target = np.asarray(options["target"], dtype=np.float64).reshape(3)
-            if np.any(target < self.safety_lo) or np.any(target > self.safety_hi):
-                raise ConfigError(f"options['target'] {target.tolist()} lies outside the safety box")
-            self.target = target
-        else:
-            self.target = self.np_random.uniform(self.target_lo, self.target_hi)
+        self.target = self._sample_target(options)
         self.backend.set_target_marker(self.target)
         self._state = self.backend.read(cameras=bool(self.camera_names))
         self._hold_quat = self._state.ee_quat.copy()
@@ -286,7 +381,7 @@ class FrankaEnv(gym.Env):
         self._steps += 1
         dist = float(np.linalg.norm(st.ee_pos - self.target))
         success = dist < self.success_threshold
-        reward = -dist
+        reward = self._reward(dist, success)
         terminated = bool(success and self.terminate_on_success)
         return self._obs(st), reward, terminated, False, self._info(st, overran=overran, clipped=clipped)
 
@@ -297,6 +392,9 @@ class FrankaEnv(gym.Env):
         if render is None:
             raise ConfigError("render_mode='rgb_array' is only available with the mujoco backend")
         return render()["front"]
+
+    def _reward(self, distance: float, success: bool) -> float:
+        return -distance
 
     def close(self) -> None:
         self.backend.close()
@@ -311,6 +409,14 @@ class FrankaEnv(gym.Env):
         }
         if self.gripper:
             obs["gripper_width"] = np.array([st.gripper_width], dtype=np.float32)
+        if self.obs_mode == "vla":
+            h, w = self.image_size
+            vla: dict[str, Any] = {
+                key: resize_nearest(st.images[cam], h, w) for cam, key in self.image_keys.items()
+            }
+            vla["state"] = np.concatenate([obs[k] for k in self._state_keys()])
+            vla["instruction"] = self.instruction
+            return vla
         obs["target_pos"] = self.target.astype(np.float32)
         if self.obs_mode == "flat":
             return np.concatenate([*obs.values(), (self.target - st.ee_pos).astype(np.float32)])
@@ -321,6 +427,7 @@ class FrankaEnv(gym.Env):
     def _info(self, st: RobotState, *, overran: bool, clipped: bool) -> dict[str, Any]:
         dist = float(np.linalg.norm(st.ee_pos - self.target))
         info: dict[str, Any] = {
+            "success": dist < self.success_threshold,
             "is_success": dist < self.success_threshold,
             "distance": dist,
             "safety_clipped": clipped,

@@ -15,10 +15,17 @@ REACH_MAX_STEPS = 50
 
 
 def env_specs() -> list[EnvSpec]:
-    """``rlinf/FrankaReach-v0`` (MuJoCo twin) and ``rlinf/FrankaReachReal-v0`` (franky; pass
-    ``robot_ip=`` or ``hardware=`` to ``gymnasium.make``)."""
+    """``rlinf/FrankaReach-v0`` (MuJoCo twin), ``rlinf/FrankaReachReal-v0`` (franky; pass
+    ``robot_ip=`` or ``hardware=`` to ``gymnasium.make``) and ``rlinf/FrankaInstructReach-v0``
+    (the twin; reach the cube the instruction names, image + state + instruction observations)."""
     entry = "rlinf_hw_franka.env:FrankaEnv"
     return [
         EnvSpec("rlinf/FrankaReach-v0", entry, REACH_MAX_STEPS, {"backend": "mujoco"}),
         EnvSpec("rlinf/FrankaReachReal-v0", entry, REACH_MAX_STEPS, {"backend": "franky"}),
+        EnvSpec(
+            "rlinf/FrankaInstructReach-v0",
+            "rlinf_hw_franka.instruct:FrankaInstructReachEnv",
+            REACH_MAX_STEPS,
+            {},
+        ),
     ]

@@ -40,6 +40,7 @@ from pathlib import Path
 from rlinf_core.io import atomic_write_text
 
 __all__ = [
+    "CUBE_SIZE",
     "FINGER_TRAVEL",
     "FLANGE_OFFSET",
     "HOME_Q",
@@ -69,6 +70,13 @@ FLANGE_OFFSET = 0.107
 TCP_OFFSET = 0.1034
 #: Maximal opening of one finger (m); the hand opens to twice this.
 FINGER_TRAVEL = 0.04
+#: Edge of the task cubes (m).
+CUBE_SIZE = 0.05
+#: The ``table`` camera: opposite the robot, above the table's far edge, looking down at the
+#: region in front of the robot (x 0.3..0.7, y -0.3..0.3 m) and the hand above it.
+TABLE_CAMERA_POS: tuple[float, ...] = (0.95, 0.0, 0.95)
+TABLE_CAMERA_XYAXES: tuple[float, ...] = (0.0, 1.0, 0.0, -0.85, 0.0, 0.55)
+TABLE_CAMERA_FOVY = 50.0
 
 
 @dataclass(frozen=True)
@@ -227,16 +235,30 @@ def _flange(hand: bool, indent: str) -> str:
     return "\n".join(lines)
 
 
-def panda_mjcf(*, hand: bool = True, scene: bool = True, timestep: float = 0.002) -> str:
+def panda_mjcf(
+    *,
+    hand: bool = True,
+    scene: bool = True,
+    timestep: float = 0.002,
+    cubes: int = 0,
+    cube_size: float = CUBE_SIZE,
+    target_marker: bool = True,
+) -> str:
     """The MJCF text of the Panda.
 
     Parameters:
         hand: attach the Franka Hand (two position-controlled fingers) and a ``tcp`` site.
         scene: add a floor, a table top, a ``target`` mocap marker, lights, the cameras
-            ``front`` and ``wrist``, and position actuators (``actuator1..7`` on the joints with
-            the Menagerie gains, ``finger_left/right`` on the fingers). Without it the model
+            ``front``, ``table`` (looking down at the table in front of the robot from the side
+            opposite it) and ``wrist``, and position actuators (``actuator1..7`` on the joints
+            with the Menagerie gains, ``finger_left/right`` on the fingers). Without it the model
             has no actuators, which is what franka-sim wants (it drives ``qfrc_applied``).
         timestep: the physics step (s).
+        cubes: number of cube markers ``cube0..`` (mocap bodies without collisions, edge
+            ``cube_size`` metres, lying on the table; their colour and place are set at run
+            time through ``geom_rgba`` and ``mocap_pos``).
+        target_marker: show the ``target`` sphere (a task whose target must be found in the
+            image leaves it out).
 
     Returns:
         The XML as a string; load it with ``mujoco.MjModel.from_xml_string``.
@@ -279,13 +301,24 @@ def panda_mjcf(*, hand: bool = True, scene: bool = True, timestep: float = 0.002
     if scene:
         parts += [
             '    <light pos="0 0 3" dir="0 0 -1" directional="true"/>',
-            '    <geom name="floor" type="plane" size="2 2 0.05" material="grid" pos="0 0 -0.0"/>',
+            '    <geom name="floor" type="plane" size="2 2 0.05" material="grid" pos="0 0 -0.05"/>',
             '    <geom name="table" type="box" pos="0.5 0 -0.02" size="0.35 0.5 0.02" rgba="0.55 0.45 0.35 1" contype="1" conaffinity="1"/>',
             '    <camera name="front" pos="1.5 0 0.8" xyaxes="0 1 0 -0.45 0 0.9" fovy="50"/>',
-            '    <body name="target" mocap="true" pos="0.5 0 0.3">',
-            '      <geom name="target" type="sphere" size="0.02" rgba="0.1 0.8 0.2 0.6" contype="0" conaffinity="0" group="1"/>',
-            "    </body>",
+            f'    <camera name="table" pos="{_fmt(TABLE_CAMERA_POS)}" xyaxes="{_fmt(TABLE_CAMERA_XYAXES)}" fovy="{TABLE_CAMERA_FOVY:g}"/>',
         ]
+        if target_marker:
+            parts += [
+                '    <body name="target" mocap="true" pos="0.5 0 0.3">',
+                '      <geom name="target" type="sphere" size="0.02" rgba="0.1 0.8 0.2 0.6" contype="0" conaffinity="0" group="1"/>',
+                "    </body>",
+            ]
+        half = cube_size / 2
+        for i in range(cubes):
+            parts += [
+                f'    <body name="cube{i}" mocap="true" pos="0.5 {0.1 * i:.9g} {half:.9g}">',
+                f'      <geom name="cube{i}" type="box" size="{half:.9g} {half:.9g} {half:.9g}" rgba="1 1 1 1" contype="0" conaffinity="0"/>',
+                "    </body>",
+            ]
     parts.append(arm)
     parts.append("  </worldbody>")
     if scene:

@@ -1,0 +1,254 @@
+"""rlinf/FrankaInstructReach-v0 and FrankaEnv's ``obs_mode="vla"`` on the MuJoCo twin: the
+observation contract, deterministic rendering, the success flag, instructions, and the error a
+camera that cannot render gives."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+gym = pytest.importorskip("gymnasium")
+pytest.importorskip("mujoco")
+
+from gymnasium import spaces  # noqa: E402
+
+from rlinf_core.envs import register_with_gymnasium  # noqa: E402
+from rlinf_core.errors import ConfigError  # noqa: E402
+from rlinf_hw_franka.env import FrankaEnv  # noqa: E402
+from rlinf_hw_franka.envs import env_specs  # noqa: E402
+from rlinf_hw_franka.instruct import COLORS, FrankaInstructReachEnv  # noqa: E402
+
+ENV_ID = "rlinf/FrankaInstructReach-v0"
+
+
+@pytest.fixture
+def env():
+    e = FrankaInstructReachEnv()
+    yield e
+    e.close()
+
+
+def towards(env: FrankaInstructReachEnv, obs, point=None) -> np.ndarray:
+    """A scripted policy that knows the target from the env's internals (``state[14:17]`` is
+    the end-effector position)."""
+    goal = env.target if point is None else point
+    return np.clip((goal - obs["state"][14:17]) / env.max_delta_pos, -1, 1).astype(np.float32)
+
+
+@pytest.mark.filterwarnings("ignore:.*Box observation space m:UserWarning")  # the contract: -inf..inf
+def test_registered_and_passes_the_gymnasium_checker() -> None:
+    from gymnasium.utils.env_checker import check_env
+
+    register_with_gymnasium(env_specs())
+    env = gym.make(ENV_ID)
+    try:
+        assert env.spec.max_episode_steps == 50
+        assert isinstance(env.unwrapped, FrankaInstructReachEnv) and env.unwrapped.control_hz == 10
+        check_env(env.unwrapped, skip_render_check=True)
+    finally:
+        env.close()
+
+
+def test_observation_contract(env) -> None:
+    space = env.observation_space
+    assert isinstance(space, spaces.Dict) and set(space) == {"image", "state", "instruction"}
+    image, state, text = space["image"], space["state"], space["instruction"]
+    assert isinstance(image, spaces.Box) and image.shape == (64, 64, 3) and image.dtype == np.uint8
+    assert np.all(image.low == 0) and np.all(image.high == 255)
+    assert isinstance(state, spaces.Box) and state.shape == (21,) and state.dtype == np.float32
+    assert np.all(np.isinf(state.low)) and np.all(np.isinf(state.high))
+    assert isinstance(text, spaces.Text) and text.max_length == 64
+    assert env.action_space.shape == (3,)
+    states = []
+    for seed in range(3):
+        obs, info = env.reset(seed=seed)
+        assert space.contains(obs) and set(obs) == {"image", "state", "instruction"}
+        assert (
+            isinstance(obs["instruction"], str)
+            and obs["instruction"] == f"reach the {info['target_color']} cube"
+        )
+        assert obs["image"].flags["C_CONTIGUOUS"]
+        states.append(obs["state"])
+    # Nothing about the target is in the state: every episode starts from the same one.
+    assert all(np.array_equal(states[0], s) for s in states[1:])
+    obs, reward, terminated, truncated, info = env.step(np.zeros(3, dtype=np.float32))
+    assert space.contains(obs) and isinstance(reward, float) and not terminated and not truncated
+    assert set(info) >= {"success", "is_success", "distance", "target_color"}
+
+
+def test_further_cameras_are_image_name_entries() -> None:
+    env = FrankaInstructReachEnv(cameras=["table", "wrist"], image_size=(48, 40))
+    try:
+        assert set(env.observation_space) == {"image", "image_wrist", "state", "instruction"}
+        obs, _ = env.reset(seed=0)
+        assert env.observation_space.contains(obs)
+        assert obs["image"].shape == obs["image_wrist"].shape == (48, 40, 3)
+        assert not np.array_equal(obs["image"], obs["image_wrist"])
+    finally:
+        env.close()
+
+
+def _rollout(seed: int, steps: int = 12) -> list[np.ndarray]:
+    env = FrankaInstructReachEnv()
+    try:
+        obs, _ = env.reset(seed=seed)
+        env.action_space.seed(seed)
+        frames = [obs["image"]]
+        for _ in range(steps):
+            obs, *_ = env.step(env.action_space.sample())
+            frames.append(obs["image"])
+        return frames
+    finally:
+        env.close()
+
+
+def test_rendering_is_deterministic_for_a_seed() -> None:
+    a, b = _rollout(7), _rollout(7)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))  # bit for bit
+    assert not np.array_equal(a[0], _rollout(8, steps=0)[0])  # other cubes, other image
+    assert len({f.tobytes() for f in a}) > 1  # the arm moves in the picture
+
+
+def test_scripted_policy_reaches_the_named_cube(env) -> None:
+    for seed in range(4):
+        obs, info = env.reset(seed=seed)
+        assert not info["success"] and not info["is_success"]
+        rewards = []
+        for _ in range(30):
+            obs, reward, _, _, info = env.step(towards(env, obs))
+            rewards.append(reward)
+        assert info["success"] and info["is_success"], (seed, info)
+        assert info["distance"] < 0.01 and rewards[-1] == pytest.approx(-info["distance"])
+        assert rewards[-1] > rewards[0]
+        # The reach point is above the named cube.
+        cube = env.cube_positions[env.target_index]
+        np.testing.assert_allclose(obs["state"][14:16], cube[:2], atol=0.01)
+
+
+def test_reaching_another_cube_is_no_success(env) -> None:
+    obs, _ = env.reset(seed=1)
+    other = (env.target_index + 1) % env.num_targets
+    point = env.cube_positions[other] + [0, 0, env.target[2] - env.cube_positions[other][2]]
+    for _ in range(30):
+        obs, _, _, _, info = env.step(towards(env, obs, point))
+    assert np.linalg.norm(obs["state"][14:17] - point) < 0.01
+    assert not info["success"] and info["distance"] > env.min_separation - 0.02
+
+
+def test_instructions_and_cubes_vary_over_seeds(env) -> None:
+    instructions, colours = set(), set()
+    for seed in range(20):
+        obs, _ = env.reset(seed=seed)
+        instructions.add(obs["instruction"])
+        colours.add(tuple(env.cube_colors))
+        assert obs["instruction"] == f"reach the {env.target_color} cube"
+        assert env.target_color in env.cube_colors and len(set(env.cube_colors)) == 3
+        xy = env.cube_positions[:, :2]
+        assert np.all(xy >= env.cube_lo) and np.all(xy <= env.cube_hi)
+        gaps = [np.linalg.norm(xy[i] - xy[j]) for i in range(3) for j in range(i)]
+        assert min(gaps) >= env.min_separation
+    assert instructions == {f"reach the {c} cube" for c in ("red", "green", "blue", "yellow")}
+    assert len(colours) > 5
+
+
+def test_options() -> None:
+    env = FrankaInstructReachEnv(
+        num_targets=2,
+        colors=["magenta", "cyan"],
+        instruction_template="touch the {color} block",
+        success_bonus=1.0,
+    )
+    try:
+        obs, _ = env.reset(seed=0)
+        assert env.observation_space.contains(obs)
+        assert obs["instruction"] in {"touch the magenta block", "touch the cyan block"}
+        for _ in range(30):
+            obs, reward, _, _, info = env.step(towards(env, obs))
+        assert info["success"] and reward == pytest.approx(1.0 - info["distance"])
+    finally:
+        env.close()
+    flat = FrankaInstructReachEnv(obs_mode="flat")  # privileged: target_pos is the reach point
+    try:
+        obs, _ = flat.reset(seed=0)
+        assert flat.observation_space.contains(obs)
+        np.testing.assert_allclose(obs[21:24], flat.target, atol=1e-6)
+    finally:
+        flat.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"colors": ["red", "mauve"]}, "unknown cube colour"),
+        ({"colors": ["red", "red"]}, "distinct"),
+        ({"num_targets": 5}, "between 1 and the number of colors"),
+        ({"instruction_template": "reach it"}, "must contain"),
+        ({"instruction_template": "reach the {color} cube\n"}, "outside letters"),
+        ({"cube_region": [[0.5, 0.1], [0.4, 0.2]]}, "minimum above maximum"),
+        ({"backend": "franky"}, "twin only"),
+        ({"cameras": []}, "at least one camera"),
+    ],
+)
+def test_bad_arguments(kwargs, fragment) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        FrankaInstructReachEnv(**kwargs)
+
+
+def test_cubes_that_do_not_fit_are_a_config_error() -> None:
+    env = FrankaInstructReachEnv(num_targets=4, cube_region=[[0.45, -0.05], [0.55, 0.05]], min_separation=0.2)
+    try:
+        with pytest.raises(ConfigError, match="cannot place 4 cubes"):
+            env.reset(seed=0)
+    finally:
+        env.close()
+
+
+def test_colours_are_distinct() -> None:
+    rgb = np.array([c[:3] for c in COLORS.values()])
+    gaps = [np.linalg.norm(rgb[i] - rgb[j]) for i in range(len(rgb)) for j in range(i)]
+    assert min(gaps) > 0.5
+
+
+def test_frankaenv_vla_mode_on_the_twin() -> None:
+    env = FrankaEnv("mujoco", obs_mode="vla", instruction="reach the green ball", image_size=(32, 32))
+    try:
+        assert set(env.observation_space) == {"image", "state", "instruction"}
+        assert env.observation_space["state"].shape == (22,)  # with the gripper's width
+        obs, _ = env.reset(seed=0)
+        assert env.observation_space.contains(obs) and obs["instruction"] == "reach the green ball"
+        obs, _ = env.reset(seed=0, options={"instruction": "reach the target, slowly"})
+        assert obs["instruction"] == "reach the target, slowly"
+        with pytest.raises(ConfigError, match="1 to 64 characters"):
+            env.reset(options={"instruction": "x" * 65})
+    finally:
+        env.close()
+
+
+def test_a_camera_that_cannot_render_names_mujoco_gl() -> None:
+    """An OpenGL platform that does not work (here MUJOCO_GL set to a value MuJoCo rejects, as a
+    machine without EGL fails) is a ConfigError that says to set MUJOCO_GL=egl."""
+    code = textwrap.dedent(
+        """
+        from rlinf_core.errors import ConfigError
+        from rlinf_hw_franka.instruct import FrankaInstructReachEnv
+        try:
+            FrankaInstructReachEnv().reset(seed=0)
+        except ConfigError as err:
+            print("CONFIGERROR", err)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "MUJOCO_GL": "no-such-platform"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "CONFIGERROR" in out.stdout, out.stdout + out.stderr[-2000:]
+    assert "MUJOCO_GL=no-such-platform" in out.stdout and "set MUJOCO_GL=egl" in out.stdout
