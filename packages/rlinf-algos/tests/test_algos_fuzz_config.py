@@ -1,4 +1,4 @@
-"""Fuzzing: every example config, mutated (a key deleted, renamed or added, a value replaced by
+"""Fuzzing: every example config (seed 003's worker-pool ones too), mutated (a key deleted, renamed or added, a value replaced by
 another type, a string, a huge or non-finite number or a nested structure, a section given
 twice, a dotted override), through `rlinf train --dry-run` and `rlinf cluster plan` in-process.
 Whatever the input, the CLI ends with success or one of rlinf's own errors, never a traceback.
@@ -28,7 +28,7 @@ EXAMPLES = sorted(
     p
     for p in (ROOT / "examples").glob("*.yaml")
     if isinstance(yaml.safe_load(p.read_text()), dict) and "cluster" in yaml.safe_load(p.read_text())
-)
+) + sorted((ROOT / "examples" / "seed003").glob("ppo_*.yaml"))  # the worker-pool form (seed 003)
 MAX_EXAMPLES = int(os.environ.get("RLINF_FUZZ_EXAMPLES", "250"))
 COUNTS: Counter[str] = Counter()
 

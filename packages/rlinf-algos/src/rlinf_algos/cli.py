@@ -76,13 +76,15 @@ class _ProgressBar:
 
 
 def register(cli: click.Group) -> None:
-    """Add ``train``, ``eval``, ``plot`` and ``sft`` to the ``rlinf`` command group."""
+    """Add ``train``, ``eval``, ``plot``, ``sft`` and ``bench`` to the ``rlinf`` command group."""
+    from rlinf_algos.bench import bench
     from rlinf_algos.sft_cli import sft_cmd
 
     cli.add_command(train_cmd)
     cli.add_command(eval_cmd)
     cli.add_command(plot_cmd)
     cli.add_command(sft_cmd)
+    cli.add_command(bench)
 
 
 class _StopOnTerm:
@@ -245,6 +247,14 @@ def _print_dry_run(
 
         inventory = Inventory.uniform(gpus_per_node)
     out = dry_run(data, overrides=overrides, host=get_host(ctx), inventory=inventory)
+    expansion = out.get("expansion")
+    if expansion is not None:
+        click.echo("# worker-pool form (seed 003) expanded:")
+        for note in expansion.notes:
+            click.echo(f"#   {note}")
+        click.echo("# the cluster section it became")
+        click.echo(yaml.safe_dump({"cluster": out["config"]["cluster"]}, sort_keys=False), nl=False)
+        click.echo("")
     click.echo("# resolved configuration (what config.yaml of the run would hold)")
     click.echo(yaml.safe_dump(out["config"], sort_keys=False), nl=False)
     click.echo(f"\n# scheduler: {out['scheduler']}")
@@ -253,6 +263,11 @@ def _print_dry_run(
         return
     from rlinf_scheduler.placement import render_table
 
+    if out.get("inventory_implied"):
+        nodes = ", ".join(f"node {n['node_ranks']}: {n['gpus']} GPUs" for n in expansion.inventory["nodes"])
+        click.echo(
+            f"# inventory: implied by the worker pools ({nodes}); --inventory FILE plans against yours"
+        )
     click.echo("# placement plan")
     click.echo(render_table(out["plan"]), nl=False)
     click.echo("# dry run: nothing was started")

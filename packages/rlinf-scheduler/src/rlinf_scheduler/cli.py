@@ -59,6 +59,11 @@ def plan_cmd(
     if inventory_path is not None and gpus_per_node is not None:
         raise click.UsageError("give --inventory or --gpus-per-node, not both")
     data = load_yaml(config)
+    from rlinf_core.pools import is_seed_form
+
+    if "cluster" not in data and is_seed_form(data):
+        _plan_pools(ctx, data, inventory_path, gpus_per_node, as_json)
+        return
     if "cluster" not in data:
         raise ConfigError(
             f"{config} has no `cluster` section (top-level keys: {', '.join(map(str, data)) or 'none'})",
@@ -83,6 +88,68 @@ def plan_cmd(
         click.echo(plan.to_json())
     else:
         click.echo(render_table(plan), nl=False)
+
+
+def _plan_pools(
+    ctx: click.Context,
+    data: dict[str, Any],
+    inventory_path: Path | None,
+    gpus_per_node: int | None,
+    as_json: bool,
+) -> None:
+    """``rlinf cluster plan`` of a worker-pool config (seed 003): the ``cluster`` section its
+    pools become (:func:`rlinf_core.pools.expand_pools`), then its plan. Without an inventory,
+    the GPUs the pools imply (``ray_cluster.head_node_gpus``, the rollout GPUs over the other
+    nodes) are the inventory."""
+    import yaml
+
+    from rlinf_core.config import load_yaml
+    from rlinf_core.pools import expand_pools
+    from rlinf_scheduler.placement import Inventory, plan_placement, render_table
+
+    host = get_host(ctx)
+    algo = data.get("algorithm")
+    name = algo.get("name") if isinstance(algo, dict) else algo
+    components: tuple[str, ...] = ("env", "rollout", "actor")
+    sections: tuple[str, ...] = ("env", "model", "runner", "rollout", "actor")
+    if isinstance(name, str) and name in host.algorithms:
+        algo_cls = host.algorithms.get(name)
+        components = tuple(algo_cls.components) or components
+        sections = tuple(algo_cls.sections) or sections
+    expansion = expand_pools(data, components, sections)
+    if expansion.problems:
+        raise ConfigError(expansion.problems)
+    inventory: Any
+    implied = False
+    if inventory_path is not None:
+        inventory = load_yaml(inventory_path)
+    elif gpus_per_node is not None:
+        inventory = Inventory.uniform(gpus_per_node)
+    else:
+        inventory, implied = expansion.inventory, True
+    try:
+        plan = plan_placement(expansion.cluster, inventory, hardware=host)
+    except ConfigError as err:
+        raise ConfigError(expansion.translate(err.problems)) from None
+    if as_json:
+        click.echo(
+            json.dumps(
+                {"cluster": expansion.cluster, "notes": expansion.notes, "plan": plan.to_dict()},
+                indent=2,
+            )
+        )
+        return
+    click.echo("# worker-pool form (seed 003) expanded:")
+    for note in expansion.notes:
+        click.echo(f"#   {note}")
+    click.echo("# the cluster section it became")
+    click.echo(yaml.safe_dump({"cluster": expansion.cluster}, sort_keys=False))
+    if implied:
+        nodes = ", ".join(f"node {n['node_ranks']}: {n['gpus']} GPUs" for n in expansion.inventory["nodes"])
+        click.echo(
+            f"# inventory: implied by the worker pools ({nodes}); --inventory FILE plans against yours"
+        )
+    click.echo(render_table(plan), nl=False)
 
 
 # -- rlinf node ----------------------------------------------------------------------------------

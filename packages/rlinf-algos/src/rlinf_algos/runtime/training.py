@@ -35,6 +35,7 @@ __all__ = [
     "TrainingInterrupted",
     "default_run_dir",
     "dry_run",
+    "expand_config",
     "run_training",
     "validate_run_config",
 ]
@@ -179,21 +180,55 @@ def dry_run(
     inventory: Any = None,
 ) -> dict[str, Any]:
     """Validate ``config`` (with ``overrides``) as :func:`run_training` would and return
-    ``{"config": resolved config, "scheduler": name, "plan": placement plan or None}`` without
-    starting anything. ``inventory``: accelerators per node for the plan (an
-    :class:`~rlinf_scheduler.placement.Inventory` or its YAML data; ``None``: none)."""
+    ``{"config": resolved config, "scheduler": name, "plan": placement plan or None,
+    "expansion": SeedExpansion or None, "inventory_implied": bool}`` without starting anything.
+    ``inventory``: accelerators per node for the plan (an
+    :class:`~rlinf_scheduler.placement.Inventory` or its YAML data; ``None``: none, or for a
+    worker-pool config the GPUs its pools imply, with ``inventory_implied`` true)."""
     from rlinf_core.config import apply_overrides
     from rlinf_core.plugins import load_plugins
 
     host = host or load_plugins()
-    data = accept_rlinf_keys(apply_overrides(dict(config), list(overrides)))
-    _, algo_cfg, scheduler_name = validate_run_config(data, host)
+    data, expansion = expand_config(apply_overrides(dict(config), list(overrides)), host)
+    _, algo_cfg, scheduler_name = _validate(data, host, expansion)
     plan = None
+    implied = False
     if scheduler_name != LOCAL:
         from rlinf_scheduler.placement import plan_placement
 
-        plan = plan_placement(data["cluster"], inventory, hardware=host)
-    return {"config": _resolved(data, algo_cfg), "scheduler": scheduler_name, "plan": plan}
+        if inventory is None and expansion is not None:
+            inventory, implied = expansion.inventory, True
+        try:
+            plan = plan_placement(data["cluster"], inventory, hardware=host)
+        except ConfigError as err:
+            raise (expansion.translate_error(err) if expansion is not None else err) from None
+    return {
+        "config": _resolved(data, algo_cfg),
+        "scheduler": scheduler_name,
+        "plan": plan,
+        "expansion": expansion,
+        "inventory_implied": implied,
+    }
+
+
+def expand_config(data: Mapping[str, Any], host: Any) -> tuple[dict[str, Any], Any]:
+    """``(ordinary config, expansion or None)``: a worker-pool (seed 003) config expanded
+    (:mod:`rlinf_algos.seed_form`), then RLinf-only ``cluster`` keys dropped
+    (:func:`accept_rlinf_keys`)."""
+    from rlinf_algos.seed_form import expand_seed_form
+
+    data, expansion = expand_seed_form(data, host)
+    return accept_rlinf_keys(data), expansion
+
+
+def _validate(data: Mapping[str, Any], host: Any, expansion: Any) -> tuple[Any, Any, str]:
+    """:func:`validate_run_config`, its problems named by seed key for an expanded config."""
+    try:
+        return validate_run_config(data, host)
+    except ConfigError as err:
+        if expansion is None:
+            raise
+        raise expansion.translate_error(err) from None
 
 
 def accept_rlinf_keys(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -358,8 +393,12 @@ def run_training(
     from rlinf_core.plugins import load_plugins
 
     host = host or load_plugins()
-    data = accept_rlinf_keys(apply_overrides(dict(config), list(overrides)))
-    algo_cls, algo_cfg, scheduler_name = validate_run_config(data, host)
+    data, expansion = expand_config(apply_overrides(dict(config), list(overrides)), host)
+    algo_cls, algo_cfg, scheduler_name = _validate(data, host, expansion)
+    if expansion is not None:
+        from rlinf_algos.seed_form import log_notes
+
+        log_notes(expansion)
     algo = algo_cls(algo_cfg)
     if run_dir is None:
         if resume:
