@@ -280,22 +280,51 @@ def _run_dir_of(summary: dict[str, Any]) -> str:
 @click.command("eval")
 @click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--episodes", "-n", type=click.IntRange(min=1), default=10, show_default=True)
-@click.option("--seed", type=int, default=10_000, show_default=True, help="Seed of the evaluation episodes.")
+@click.option(
+    "--seed",
+    type=int,
+    default=10_000,
+    show_default=True,
+    help="Episode i starts from a reset with seed SEED + i.",
+)
 @click.option("--stochastic", is_flag=True, help="Sample actions instead of taking the mean.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def eval_cmd(run_dir: Path, episodes: int, seed: int, stochastic: bool, as_json: bool) -> None:
-    """Run the final policy of RUN_DIR for N episodes; print the mean and std of the return (and
-    the success rate, for envs that report info["is_success"])."""
+@click.option(
+    "--video",
+    "video_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write one video per episode into this folder (MP4, or GIF without an encoder).",
+)
+def eval_cmd(
+    run_dir: Path, episodes: int, seed: int, stochastic: bool, as_json: bool, video_dir: Path | None
+) -> None:
+    """Run the final policy of RUN_DIR for N episodes (seeds SEED, SEED+1, ...): the return and
+    length, and for envs that report info["success"] the success rates success_once (at some
+    step) and success_at_end (at the last step), overall and per instruction. The same command
+    gives the same numbers."""
     from rlinf_algos.evaluate import evaluate_policy
 
-    res = evaluate_policy(run_dir / "policy.pt", episodes=episodes, seed=seed, deterministic=not stochastic)
+    res = evaluate_policy(
+        run_dir / "policy.pt", episodes=episodes, seed=seed, deterministic=not stochastic, video_dir=video_dir
+    )
     if as_json:
         click.echo(json.dumps(res))
         return
-    line = f"{episodes} episodes: return {res['mean']:.2f} +- {res['std']:.2f}"
-    if res.get("success_rate") is not None:
-        line += f", success rate {res['success_rate']:.2f}"
-    click.echo(line)
+
+    def line(name: str, r: dict[str, Any]) -> str:
+        text = f"{name}: return {r['return']['mean']:.2f} +- {r['return']['std']:.2f}, length {r['length']['mean']:.1f}"
+        if r.get("success_once") is not None:
+            text += (
+                f", success rate {r['success_at_end']:.2f} at the end ({r['success_once']:.2f} at some step)"
+            )
+        return text
+
+    click.echo(line(f"{episodes} episodes", res) + f" (seeds {seed}..{seed + episodes - 1})")
+    for instruction, r in res["per_instruction"].items():
+        click.echo("  " + line(f"{instruction!r} ({r['episodes']})", r))
+    if video_dir is not None:
+        click.echo(f"videos: {video_dir} ({len(res['per_episode'])} files)")
 
 
 @click.command("plot")

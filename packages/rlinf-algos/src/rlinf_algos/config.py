@@ -53,6 +53,71 @@ class EnvConfig(ConfigSection):
         None, ge=1, description="time limit of an episode (null: the id's own, if it has one)"
     )
     kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for gymnasium.make")
+    obs_mode: Literal["state", "pixels", "pixels+state"] = Field(
+        "state",
+        description="state: the env's own observations (a vector, or the image/state/instruction dict "
+        "an env emits itself); pixels: the env's rendered camera image alone; pixels+state: the image "
+        "and the env's vector (MuJoCo renders with MUJOCO_GL=egl)",
+    )
+    image_size: tuple[int, int] = Field(
+        (64, 64), description="(height, width) of the camera images of the pixel obs_modes"
+    )
+
+    @field_validator("image_size")
+    @classmethod
+    def _image_size(cls, v: tuple[int, int]) -> tuple[int, int]:
+        if min(v) < 8 or max(v) > 1024:
+            raise ValueError(f"image_size must be [height, width] between 8 and 1024 pixels, got {list(v)}")
+        return v
+
+
+class LoraConfig(ConfigSection):
+    """``model.lora``: peft LoRA adapters (on a language model's policy; on a VLA policy's
+    encoders). Only the adapters train there, and only they travel at each weight sync."""
+
+    model_config = STRICT
+
+    rank: int = Field(8, ge=1, le=1024, description="LoRA rank r")
+    alpha: float = Field(16.0, gt=0.0, description="LoRA alpha (the update is scaled by alpha / rank)")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        "all-linear",
+        description="module names (e.g. [q_proj, v_proj]) or all-linear (every linear layer but the output head)",
+    )
+
+
+class VisionConfig(ConfigSection):
+    """``model.vision`` (``type: vla``): the image encoder. A small CNN whose last feature maps
+    the instruction modulates (FiLM) and a spatial softmax turns into image coordinates, or a
+    ``transformers`` vision model from a folder."""
+
+    model_config = STRICT
+
+    path: str | None = Field(
+        None, description="a transformers vision-model folder (AutoModel; ViT, ResNet, ...); null: the CNN"
+    )
+    channels: list[int] = Field(
+        [32, 32, 32], min_length=1, description="CNN: output channels of each conv layer"
+    )
+    trainable: bool = Field(
+        True, description="a vision model folder: train its weights (false: frozen, or LoRA only)"
+    )
+
+
+class LanguageConfig(ConfigSection):
+    """``model.language`` (``type: vla``): the instruction encoder. A token embedding (words
+    hashed into ``buckets``, averaged) or a ``transformers`` text model from a folder (mean of
+    its last hidden states), with the folder's tokenizer."""
+
+    model_config = STRICT
+
+    path: str | None = Field(None, description="a transformers text-model folder (AutoModel + AutoTokenizer)")
+    dim: int = Field(32, ge=1, description="size of the instruction embedding")
+    buckets: int = Field(1024, ge=16, description="token embedding: rows the words are hashed into")
+    max_tokens: int = Field(16, ge=1, le=512, description="instruction tokens kept")
+    trainable: bool = Field(
+        True, description="a text model folder: train its weights (false: frozen, or LoRA only)"
+    )
 
 
 class ModelConfig(ConfigSection):
@@ -93,10 +158,21 @@ class ModelConfig(ConfigSection):
         "saturated actions)",
     )
 
+    vision: VisionConfig | None = Field(None, description="vla: the image encoder (null: the CNN)")
+    language: LanguageConfig | None = Field(
+        None, description="vla: the instruction encoder (null: token embedding)"
+    )
+    lora: LoraConfig | None = Field(
+        None, description="vla: peft LoRA adapters on the encoder folders (the heads train in full)"
+    )
+
     @model_validator(mode="after")
     def _positive(self) -> ModelConfig:
         if self.hidden_sizes is not None and any(h < 1 for h in self.hidden_sizes):
             raise ValueError(f"hidden_sizes must be positive layer widths, got {self.hidden_sizes}")
+        extra = [k for k in ("vision", "language", "lora") if getattr(self, k) is not None]
+        if extra and self.type == "mlp":
+            raise ValueError(f"{', '.join(extra)} configure the encoders of model.type vla; an mlp has none")
         return self
 
 

@@ -27,12 +27,15 @@ from typing import Any, Literal
 
 import numpy as np
 
+from rlinf_algos import obs as obs_tree
+from rlinf_algos.obs import describe_space
 from rlinf_core.config import describe_value
 from rlinf_core.errors import ConfigError, ConfigProblem, join_path
 
 __all__ = [
     "EnvStep",
     "VectorEnvStepper",
+    "batch_obs",
     "ensure_registered",
     "env_kwargs_problems",
     "final_observations",
@@ -128,7 +131,9 @@ def make_vector_env(
     env_kwargs: dict[str, Any] | None = None,
     max_episode_steps: int | None = None,
     stats_window: int = 100,
-) -> tuple[Any, np.ndarray]:
+    obs_mode: str = "state",
+    image_size: tuple[int, int] = (64, 64),
+) -> tuple[Any, Any]:
     """Build, seed and reset a vector env.
 
     Args:
@@ -140,10 +145,13 @@ def make_vector_env(
         env_kwargs: keyword arguments for ``gymnasium.make``.
         max_episode_steps: override the id's time limit.
         stats_window: how many recent episodes ``return_queue`` / ``length_queue`` keep.
+        obs_mode: ``state`` (the env's own observations), ``pixels`` (``{"image"}``) or
+            ``pixels+state`` (``{"image", "state"}``): see :mod:`rlinf_algos.pixels`.
+        image_size: ``(height, width)`` of the camera images of the pixel modes.
 
     Returns:
         ``(envs, obs)``: the ``RecordEpisodeStatistics``-wrapped vector env and its first
-        observations ``[num_envs, *obs_shape]``.
+        observations (``[num_envs, *obs_shape]``, or a dict of such arrays).
     """
     import gymnasium as gym
     from gymnasium.vector import AutoresetMode
@@ -153,12 +161,20 @@ def make_vector_env(
     kwargs = dict(env_kwargs or {})
     if max_episode_steps is not None:
         kwargs["max_episode_steps"] = max_episode_steps
+    from rlinf_algos.pixels import PixelObservation, pixel_mode_kwargs, prepare_gl
+
+    prepare_gl()  # before any env can make a GL context (envs that emit images render themselves)
+    wrappers = []
+    if obs_mode != "state":
+        kwargs = {**pixel_mode_kwargs(env_id, image_size), **kwargs}
+        wrappers.append(PixelObservation(obs_mode, image_size))
     try:
         envs = gym.make_vec(
             env_id,
             num_envs=num_envs,
             vectorization_mode=vectorization,
             vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+            wrappers=wrappers or None,
             **kwargs,
         )
     except TypeError as err:  # an unknown keyword of the env's constructor
@@ -172,19 +188,36 @@ def make_vector_env(
     return envs, obs
 
 
-def final_observations(next_obs: np.ndarray, info: dict[str, Any], done: np.ndarray) -> np.ndarray:
-    """The true successor observations of a SAME_STEP-autoreset step: ``next_obs`` ``[N, ...]``
-    with the rows of finished episodes (``done`` ``[N]``) replaced by ``info["final_obs"]``.
-    Returns ``next_obs`` itself when nothing finished (no copy)."""
+def batch_obs(obs: Any) -> Any:
+    """A vector env's observations as rlinf carries them: float vectors as ``float32``; of a dict,
+    every leaf an array (images keep their ``uint8``, a ``Text`` leaf's tuple of strings becomes
+    a string array)."""
+    if isinstance(obs, dict):
+        return {
+            k: np.asarray(v) if not isinstance(v, tuple) else np.array(v, dtype=np.str_)
+            for k, v in obs.items()
+        }
+    return np.asarray(obs).astype(np.float32, copy=False)
+
+
+def final_observations(next_obs: Any, info: dict[str, Any], done: np.ndarray) -> Any:
+    """The true successor observations of a SAME_STEP-autoreset step: ``next_obs`` (an array
+    ``[N, ...]`` or a dict of them) with the rows of finished episodes (``done`` ``[N]``)
+    replaced by ``info["final_obs"]``. Returns ``next_obs`` itself when nothing finished (no
+    copy)."""
     if not done.any():
         return next_obs
-    out = next_obs.copy()
     final = info.get("final_obs")
     mask = info.get("_final_obs", done)
     if final is None:
         raise RuntimeError("an episode ended but the env gave no info['final_obs'] (is autoreset SAME_STEP?)")
+    out = obs_tree.tree_map(np.copy, next_obs)
     for i in np.flatnonzero(mask):
-        out[i] = final[i]
+        if isinstance(out, dict):
+            for k, v in out.items():
+                v[i] = final[i][k]
+        else:
+            out[i] = final[i]
     return out
 
 
@@ -192,20 +225,21 @@ def final_observations(next_obs: np.ndarray, info: dict[str, Any], done: np.ndar
 class EnvStep:
     """One vector step, as the env side reports it.
 
-    ``obs`` ``[N, D]`` float32: the observations to act on next (first of a new episode where one
-    ended); ``rewards`` ``[N]`` float32; ``terminated``/``truncated`` ``[N]`` bool; ``final_obs``
-    ``[N, D]`` float32: the true successor observation (equal to ``obs`` where nothing ended);
+    ``obs`` ``[N, D]`` float32 (or a dict of ``[N, ...]`` arrays, :mod:`rlinf_algos.obs`): the
+    observations to act on next (first of a new episode where one ended); ``rewards`` ``[N]``
+    float32; ``terminated``/``truncated`` ``[N]`` bool; ``final_obs`` (as ``obs``): the true
+    successor observation (equal to ``obs`` where nothing ended);
     ``episode_returns`` / ``episode_lengths``: the episodes that ended in this step;
     ``episode_successes``: ``info["is_success"]`` at the last step of those of them whose env
     reports it (1.0 or 0.0; empty for envs without it); ``episode_index`` / ``success_index``:
     the sub-env of each entry of ``episode_returns`` / ``episode_successes``.
     """
 
-    obs: np.ndarray
+    obs: Any
     rewards: np.ndarray
     terminated: np.ndarray
     truncated: np.ndarray
-    final_obs: np.ndarray
+    final_obs: Any
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
     episode_successes: list[float] = field(default_factory=list)
@@ -235,6 +269,8 @@ class VectorEnvStepper:
         max_episode_steps: int | None = None,
         clip_actions: bool = True,
         stats_window: int = 100,
+        obs_mode: str = "state",
+        image_size: tuple[int, int] = (64, 64),
     ) -> None:
         self.envs, obs = make_vector_env(
             env_id,
@@ -244,12 +280,20 @@ class VectorEnvStepper:
             env_kwargs=env_kwargs,
             max_episode_steps=max_episode_steps,
             stats_window=stats_window,
+            obs_mode=obs_mode,
+            image_size=image_size,
         )
         space = self.envs.single_observation_space
-        if space.shape is None or len(space.shape) != 1:
+        try:
+            self.obs_space = describe_space(space)
+        except ValueError as err:
+            self.close()
+            raise ConfigError(f"{env_id!r}: {err}", path="env.id") from None
+        if self.obs_space["kind"] == "box" and len(self.obs_space["shape"]) != 1:
             self.close()
             raise ConfigError(
-                f"{env_id!r} has observation space {space}; the MLP policies need a flat Box observation",
+                f"{env_id!r} has observation space {space}; rlinf takes a flat Box (a vector) or a flat "
+                "Dict (image, state, instruction); for images set env.obs_mode: pixels or pixels+state",
                 path="env.id",
             )
         aspace = self.envs.single_action_space
@@ -264,17 +308,42 @@ class VectorEnvStepper:
         self.seed = seed
         self.env_kwargs = dict(env_kwargs or {})
         self.max_episode_steps = max_episode_steps
-        self.obs_dim = int(space.shape[0])
+        self.obs_mode = obs_mode
+        self.image_size = tuple(image_size)
+        state = self.obs_space if self.obs_space["kind"] == "box" else self.obs_space["keys"].get("state")
+        self.obs_dim = int(state["shape"][0]) if state else 0  # the vector part (0: none)
         self.act_dim = int(aspace.shape[0])
         self.action_low = np.asarray(aspace.low, dtype=np.float32)
         self.action_high = np.asarray(aspace.high, dtype=np.float32)
         self.clip_actions = clip_actions
-        self.obs = obs.astype(np.float32, copy=False)
+        self.obs = batch_obs(obs)
         self.steps = 0  # env steps taken, summed over sub-envs
         self.episodes = 0
         self.recent_returns: deque[float] = deque(maxlen=stats_window)
         self.recent_lengths: deque[int] = deque(maxlen=stats_window)
         self.recent_successes: deque[float] = deque(maxlen=stats_window)
+
+    def spaces(self) -> dict[str, Any]:
+        """Sizes and bounds of the env's spaces and its time limit (what a recipe builds a policy
+        from): ``obs_dim`` (the vector part; 0 for images alone), ``obs_space``
+        (:func:`~rlinf_algos.obs.describe_space`), ``act_dim``, ``action_low``, ``action_high``
+        and ``max_episode_steps`` (``env.max_episode_steps``, else the id's own, else ``None``)."""
+        return {
+            "obs_dim": self.obs_dim,
+            "obs_space": self.obs_space,
+            "act_dim": self.act_dim,
+            "action_low": self.action_low.tolist(),
+            "action_high": self.action_high.tolist(),
+            "max_episode_steps": self.max_episode_steps
+            or getattr(getattr(self.envs, "spec", None), "max_episode_steps", None),
+        }
+
+    def reset(self, seed: int | list[int]) -> Any:
+        """Reset every sub-env (``seed``: the first's, the others ``seed + i``; or one per
+        sub-env) and return the new observations (also :attr:`obs`)."""
+        obs, _ = self.envs.reset(seed=seed)
+        self.obs = batch_obs(obs)
+        return self.obs
 
     def random_actions(self) -> np.ndarray:
         """``[N, A]`` uniform samples from the (seeded) action space."""
@@ -285,9 +354,9 @@ class VectorEnvStepper:
         if self.clip_actions:
             actions = np.clip(actions, self.action_low, self.action_high)
         next_obs, rewards, terminated, truncated, info = self.envs.step(actions)
-        next_obs = next_obs.astype(np.float32, copy=False)
+        next_obs = batch_obs(next_obs)
         done = terminated | truncated
-        final = final_observations(next_obs, info, done).astype(np.float32, copy=False)
+        final = final_observations(next_obs, info, done)
         out = EnvStep(
             obs=next_obs,
             rewards=np.asarray(rewards, dtype=np.float32),
@@ -297,7 +366,8 @@ class VectorEnvStepper:
         )
         if "_episode" in info:
             final_info = info.get("final_info") or {}
-            success, has_success = final_info.get("is_success"), final_info.get("_is_success")
+            key = "is_success" if "is_success" in final_info else "success"
+            success, has_success = final_info.get(key), final_info.get(f"_{key}")
             for i in np.flatnonzero(info["_episode"]):
                 r, n = float(info["episode"]["r"][i]), int(info["episode"]["l"][i])
                 out.episode_returns.append(r)

@@ -8,16 +8,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlinf_algos.envs import VectorEnvStepper
+from rlinf_algos.envs import batch_obs, make_vector_env
 from rlinf_algos.models import build_policy
 from rlinf_core.errors import RlinfError
 
-__all__ = ["evaluate_policy", "load_policy"]
+__all__ = ["evaluate_policy", "load_policy", "summarize_episodes"]
 
 
 def load_policy(path: Path) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Rebuild the policy saved as ``policy.pt`` by :func:`train`: ``(module, record)``; the
-    module's ``predict(raw_obs, deterministic)`` maps ``[B, D]`` observations to actions."""
+    module's ``predict(raw_obs, deterministic)`` maps a batch of raw observations (``[B, D]``,
+    or a dict of arrays) to actions."""
     path = Path(path)
     if not path.is_file():
         raise RlinfError(
@@ -50,40 +51,179 @@ def _why(err: BaseException) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
+def _success_of(info: dict[str, Any], i: int) -> bool | None:
+    """``info["success"]`` (or gymnasium-robotics' ``is_success``) of sub-env ``i``; ``None``
+    when the env does not report it."""
+    for key in ("success", "is_success"):
+        if key in info and info.get(f"_{key}", np.ones(i + 1, bool))[i]:
+            return bool(info[key][i])
+    return None
+
+
+def _frame(obs: Any, i: int) -> np.ndarray | None:
+    return np.asarray(obs["image"][i]) if isinstance(obs, dict) and "image" in obs else None
+
+
 def evaluate_policy(
-    path: Path, episodes: int = 10, seed: int = 10_000, num_envs: int = 1, deterministic: bool = True
+    path: Path,
+    episodes: int = 10,
+    seed: int = 10_000,
+    num_envs: int = 8,
+    deterministic: bool = True,
+    video_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """Run the saved policy for ``episodes`` whole episodes in the env it was trained on (its
-    id, ``env.kwargs`` and ``env.max_episode_steps``); returns ``mean``, ``std`` and the list of
-    ``returns`` (raw environment rewards), and ``success_rate`` (the fraction of episodes whose
-    last step had ``info["is_success"]``; ``None`` if the env does not report it)."""
+    """Run the saved policy for ``episodes`` whole episodes in the env it was trained on (its id,
+    ``env.kwargs``, time limit and observation mode). Episode ``i`` starts from a reset with seed
+    ``seed + i``, so the same call gives the same numbers (stochastic actions too: their
+    generator is seeded with ``seed``).
+
+    Returns ``episodes``, ``seed``, ``return`` / ``length`` (``mean``, ``std``),
+    ``success_once`` (the fraction of episodes where ``info["success"]`` — or ``is_success`` —
+    was true at some step) and ``success_at_end`` (true at the last step), ``None`` for envs that
+    report no success; ``per_instruction`` (the same, by the ``instruction`` of the first
+    observation, for envs that give one) and ``per_episode`` (each episode's seed, instruction,
+    return, length, successes, and video file); and, as before, ``mean``, ``std``, ``returns``
+    and ``success_rate`` (= ``success_at_end``). ``video_dir``: write one video per episode
+    (:func:`~rlinf_algos.video.write_video`: MP4 with an ffmpeg encoder, else GIF) of the
+    ``image`` observations, or of the env's own rendering for envs without images."""
     if episodes < 1:
         raise ValueError("evaluate_policy: episodes must be at least 1")
     module, record = load_policy(path)
-    stepper = VectorEnvStepper(
+    n = max(1, min(num_envs, episodes))
+    obs_mode = record.get("obs_mode", "state")
+    env_kwargs = dict(record.get("env_kwargs") or {})
+    render = False
+    envs, obs = make_vector_env(
         record["env_id"],
-        min(num_envs, episodes),
+        n,
         seed,
-        env_kwargs=record.get("env_kwargs"),
+        env_kwargs=env_kwargs,
         max_episode_steps=record.get("max_episode_steps"),
+        obs_mode=obs_mode,
+        image_size=tuple(record.get("image_size") or (64, 64)),
     )
-    returns: list[float] = []
-    successes: list[float] = []
+    if video_dir is not None and _frame(batch_obs(obs), 0) is None:
+        envs.close()  # no images to show: build it again, rendering
+        from rlinf_algos.pixels import pixel_env_kwargs
+
+        env_kwargs = {**pixel_env_kwargs(record["env_id"], (240, 320)), **env_kwargs}
+        envs, obs = make_vector_env(
+            record["env_id"],
+            n,
+            seed,
+            env_kwargs=env_kwargs,
+            max_episode_steps=record.get("max_episode_steps"),
+        )
+        render = True
+    generator = torch.Generator().manual_seed(seed)
+    act_low = np.asarray(envs.single_action_space.low, np.float32)
+    act_high = np.asarray(envs.single_action_space.high, np.float32)
+    per_episode: list[dict[str, Any]] = []
     try:
-        with torch.no_grad():
-            while len(returns) < episodes:
-                actions = module.predict(torch.from_numpy(stepper.obs), deterministic)  # type: ignore[operator]
-                step = stepper.step(actions.numpy())
-                returns.extend(step.episode_returns)
-                successes.extend(step.episode_successes)
+        with torch.no_grad(), torch.random.fork_rng():
+            torch.manual_seed(seed)  # SAC's actor samples from torch's global generator
+            for first in range(0, episodes, n):
+                m = min(n, episodes - first)
+                seeds = [seed + first + j for j in range(n)]
+                obs = batch_obs(envs.reset(seed=seeds)[0])
+                eps = [
+                    {
+                        "episode": first + j,
+                        "seed": seeds[j],
+                        "instruction": str(obs["instruction"][j])
+                        if isinstance(obs, dict) and "instruction" in obs
+                        else None,
+                        "return": 0.0,
+                        "length": 0,
+                        "success_once": None,
+                        "success_at_end": None,
+                        "frames": [],
+                    }
+                    for j in range(m)
+                ]
+                live = np.zeros(n, bool)
+                live[:m] = True
+                while live.any():
+                    for j in np.flatnonzero(live):
+                        if video_dir is not None:
+                            frame = envs.render()[j] if render else _frame(obs, j)
+                            eps[j]["frames"].append(frame)
+                    if deterministic:
+                        actions = module.predict(obs, True).numpy()  # type: ignore[operator]
+                    else:
+                        actions = _sample(module, obs, generator)
+                    actions = np.clip(actions, act_low, act_high)
+                    nxt, rew, term, trunc, info = envs.step(actions)
+                    nxt = batch_obs(nxt)
+                    done = np.asarray(term) | np.asarray(trunc)
+                    final = info.get("final_info") or {}
+                    for j in np.flatnonzero(live):
+                        ep = eps[j]
+                        ep["return"] += float(rew[j])
+                        ep["length"] += 1
+                        ok = _success_of(final if done[j] else info, j)
+                        if ok is not None:
+                            ep["success_once"] = bool(ep["success_once"]) or ok
+                            ep["success_at_end"] = ok
+                        if done[j]:
+                            live[j] = False
+                            if video_dir is not None and not render:
+                                last = info["final_obs"][j]
+                                ep["frames"].append(np.asarray(last["image"]))
+                    obs = nxt
+                per_episode.extend(eps)
     finally:
-        stepper.close()
-    returns = returns[:episodes]
-    successes = successes[:episodes]
+        envs.close()
+    if video_dir is not None:
+        from rlinf_algos.video import episode_video_name, write_video
+
+        fps = int((getattr(envs, "metadata", None) or {}).get("render_fps") or 10)
+        for ep in per_episode:
+            name = episode_video_name(ep["episode"], ep["seed"], ep["instruction"])
+            ep["video"] = str(write_video(Path(video_dir) / name, ep.pop("frames"), fps=fps))
+    for ep in per_episode:
+        ep.pop("frames", None)
+    return summarize_episodes(per_episode, seed)
+
+
+def _sample(module: Any, obs: Any, generator: torch.Generator) -> np.ndarray:
+    """A stochastic action of a Gaussian actor-critic (or SAC's actor), seeded."""
+    if hasattr(module, "action_mean"):
+        prepared = module.normalize(obs)
+        mean = module.action_mean(prepared)
+        noise = torch.randn(mean.shape, generator=generator)
+        return (mean + noise * module.action_log_std().exp()).numpy()
+    return module.predict(obs, deterministic=False).numpy()
+
+
+def _rate(values: list[bool | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return float(np.mean(known)) if known and len(known) == len(values) else None
+
+
+def _stats(eps: list[dict[str, Any]]) -> dict[str, Any]:
+    returns = [e["return"] for e in eps]
+    lengths = [e["length"] for e in eps]
     return {
-        "episodes": episodes,
-        "mean": float(np.mean(returns)),
-        "std": float(np.std(returns)),
-        "returns": returns,
-        "success_rate": float(np.mean(successes)) if len(successes) == episodes else None,
+        "episodes": len(eps),
+        "return": {"mean": float(np.mean(returns)), "std": float(np.std(returns))},
+        "length": {"mean": float(np.mean(lengths)), "std": float(np.std(lengths))},
+        "success_once": _rate([e["success_once"] for e in eps]),
+        "success_at_end": _rate([e["success_at_end"] for e in eps]),
     }
+
+
+def summarize_episodes(per_episode: list[dict[str, Any]], seed: int) -> dict[str, Any]:
+    """The result of :func:`evaluate_policy` from its episode records."""
+    out = {"seed": seed, **_stats(per_episode)}
+    by: dict[str, list[dict[str, Any]]] = {}
+    for ep in per_episode:
+        if ep["instruction"] is not None:
+            by.setdefault(ep["instruction"], []).append(ep)
+    out["per_instruction"] = {k: _stats(v) for k, v in sorted(by.items())}
+    out["per_episode"] = per_episode
+    # the fields of earlier versions
+    out["mean"], out["std"] = out["return"]["mean"], out["return"]["std"]
+    out["returns"] = [e["return"] for e in per_episode]
+    out["success_rate"] = out["success_at_end"]
+    return out

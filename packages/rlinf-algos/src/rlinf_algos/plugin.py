@@ -25,9 +25,9 @@ def rlinf_register_algorithms() -> list[type]:
 
 @hookimpl
 def rlinf_register_models() -> list[type]:
-    from rlinf_algos.models import MLPModels
+    from rlinf_algos.models import MLPModels, VLAModels
 
-    return [MLPModels]
+    return [MLPModels, VLAModels]
 
 
 @hookimpl

@@ -161,6 +161,12 @@ class LocalSession(ABC):
     def policy_state_dict(self) -> dict[str, Any]:
         """The weights of ``policy.pt``."""
 
+    def policy_module(self) -> Any:
+        """The policy module itself (its parameter counts go into ``summary.json``): the
+        session's ``model``, or its learner side's published module."""
+        side = getattr(self, "side", None)
+        return side.publish_module() if side is not None else getattr(self, "model", None)
+
     def close(self) -> None:  # noqa: B027 - optional; most sessions run nothing beside
         """Stop whatever the session runs beside (threads)."""
 

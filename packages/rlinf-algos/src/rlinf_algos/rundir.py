@@ -41,6 +41,7 @@ __all__ = [
     "check_resume_config",
     "checkpoints",
     "default_run_dir",
+    "env_record",
     "existing_run",
     "latest_checkpoint",
     "load_checkpoint",
@@ -65,6 +66,18 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
 
     with atomic_open(path) as f:
         torch.save(obj, f)
+
+
+def env_record(env_cfg: Any) -> dict[str, Any]:
+    """What ``policy.pt`` records of the ``env`` section, so that ``rlinf eval`` builds the env
+    the policy was trained in (its kwargs, time limit and observation mode)."""
+    return {
+        "env_id": env_cfg.id,
+        "env_kwargs": dict(env_cfg.kwargs),
+        "max_episode_steps": env_cfg.max_episode_steps,
+        "obs_mode": env_cfg.obs_mode,
+        "image_size": list(env_cfg.image_size),
+    }
 
 
 def write_summary(run_dir: Path, summary: Mapping[str, Any]) -> None:

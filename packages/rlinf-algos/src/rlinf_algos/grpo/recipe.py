@@ -93,6 +93,12 @@ class GRPORecipe(Recipe):
                 f"got {env_cfg.num_envs}",
                 path="env.num_envs",
             )
+        if (spaces.get("obs_space") or {}).get("kind") == "dict":
+            raise ConfigError(
+                f"{env_cfg.id!r} gives dict observations (images, state, instruction); embodied grpo "
+                "takes vector observations: train this env with ppo or sac (model.type vla)",
+                path="algorithm.name",
+            )
         if not spaces.get("max_episode_steps"):
             raise ConfigError(
                 f"{env_cfg.id!r} has no time limit; GRPO scores whole episodes: set env.max_episode_steps",

@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rlinf_algos.config import ActorConfig
+from rlinf_algos.config import ActorConfig, LoraConfig
 from rlinf_algos.lm.data import DataConfig
 from rlinf_core.config import ConfigSection, validate_model
 from rlinf_core.errors import ConfigError, ConfigProblem
@@ -128,21 +128,6 @@ class CriticConfig(ConfigSection):
     )
     lr: float = Field(1e-4, gt=0.0, description="AdamW learning rate of the critic")
     warmup_iters: int = Field(0, ge=0, description="iterations the critic trains before the policy does")
-
-
-class LoraConfig(ConfigSection):
-    """``model.lora``: peft LoRA adapters on the policy; only the adapters train, and only they
-    travel to the rollout workers at each weight sync."""
-
-    model_config = _STRICT
-
-    rank: int = Field(8, ge=1, le=1024, description="LoRA rank r")
-    alpha: float = Field(16.0, gt=0.0, description="LoRA alpha (the update is scaled by alpha / rank)")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    target_modules: list[str] | Literal["all-linear"] = Field(
-        "all-linear",
-        description="module names (e.g. [q_proj, v_proj]) or all-linear (every linear layer but the output head)",
-    )
 
 
 class ModelInitConfig(ConfigSection):

@@ -3,7 +3,8 @@
 An algorithm turns the ``model`` section into a *spec* (a dict: ``type``, ``cls`` — which
 network of that type — and its sizes), saved in ``policy.pt`` and sent to every worker;
 :func:`build_policy` builds a fresh module from it in whichever process needs one. rlinf-algos
-registers ``mlp`` (:class:`MLPModels`, the networks of :mod:`rlinf_algos.models.mlp`).
+registers ``mlp`` (:class:`MLPModels`, the networks of :mod:`rlinf_algos.models.mlp`) and
+``vla`` (:class:`VLAModels`, :mod:`rlinf_algos.models.vla`).
 
 Adding a model type is one module and one registration line::
 
@@ -25,10 +26,18 @@ import functools
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from rlinf_core.errors import PluginError, RlinfError
+from rlinf_core.errors import ConfigError, PluginError, RlinfError
 from rlinf_core.model import ModelType
 
-__all__ = ["DEFAULT_MODEL_TYPE", "MLPModels", "build_policy", "model_type"]
+__all__ = [
+    "DEFAULT_MODEL_TYPE",
+    "MLPModels",
+    "VLAModels",
+    "build_policy",
+    "check_policy_spec",
+    "model_type",
+    "parameter_counts",
+]
 
 DEFAULT_MODEL_TYPE = "mlp"
 """The type of a spec without ``type`` (every ``policy.pt`` written before types existed)."""
@@ -39,10 +48,20 @@ class MLPModels(ModelType):
     (SAC) over flat observation vectors."""
 
     PLUGIN_NAME: ClassVar[str] = "mlp"
-    roles: ClassVar[tuple[str, ...]] = ("GaussianActorCritic", "SquashedGaussianActor")
+    roles: ClassVar[tuple[str, ...]] = ("GaussianActorCritic", "SquashedGaussianActor", "TwinQ")
+
+    def check_spec(self, spec: Mapping[str, Any]) -> None:
+        """Refuse dict observations (an MLP takes a vector)."""
+        space = spec.get("obs_space") or {}
+        if space.get("kind") == "dict":
+            raise ConfigError(
+                f"model.type mlp takes vector observations; this env gives a dict ({', '.join(space['keys'])}): "
+                "use model.type vla",
+                "model.type",
+            )
 
     def build(self, spec: Mapping[str, Any]) -> Any:
-        from rlinf_algos.models.mlp import GaussianActorCritic, SquashedGaussianActor
+        from rlinf_algos.models.mlp import GaussianActorCritic, SquashedGaussianActor, TwinQ
 
         cls = spec.get("cls")
         if cls == "GaussianActorCritic":
@@ -67,8 +86,68 @@ class MLPModels(ModelType):
                 ortho_init=spec.get("ortho_init", True),
                 squash_eps=spec.get("squash_eps", 0.0),
             )
+        if cls == "TwinQ":
+            return TwinQ(
+                spec["obs_dim"],
+                spec["act_dim"],
+                spec["hidden"],
+                spec["activation"],
+                ortho_init=spec.get("ortho_init", True),
+            )
         raise RlinfError(
             f"unknown policy class {cls!r} of model type 'mlp'; it builds {', '.join(self.roles)}"
+        )
+
+
+class VLAModels(ModelType):
+    """``model.type: vla``: policies over dict observations (camera images, state, instruction)
+    with vision and language encoders (:mod:`rlinf_algos.models.vla`): a Gaussian actor-critic
+    (PPO), and SAC's squashed actor and twin critics."""
+
+    PLUGIN_NAME: ClassVar[str] = "vla"
+    roles: ClassVar[tuple[str, ...]] = ("GaussianActorCritic", "SquashedGaussianActor", "TwinQ")
+
+    def check_spec(self, spec: Mapping[str, Any]) -> None:
+        """Refuse vector observations (the encoders take images, state and an instruction)."""
+        if (spec.get("obs_space") or {}).get("kind") != "dict":
+            raise ConfigError(
+                "model.type vla takes dict observations (image, state, instruction); this env gives a "
+                "vector: set env.obs_mode to pixels or pixels+state, or use model.type mlp",
+                "model.type",
+            )
+
+    def build(self, spec: Mapping[str, Any]) -> Any:
+        from rlinf_algos.models import vla
+
+        cls = spec.get("cls")
+        encoders = {k: spec.get(k) for k in ("vision", "language", "lora")}
+        hidden, act = spec.get("hidden") or [256, 256], spec.get("activation") or "relu"
+        if cls == "GaussianActorCritic":
+            return vla.VLAActorCritic(
+                spec["obs_space"],
+                spec["act_dim"],
+                hidden,
+                act,
+                spec.get("log_std_init", 0.0),
+                spec.get("normalize_obs", True),
+                **encoders,
+            )
+        if cls == "SquashedGaussianActor":
+            return vla.VLASquashedActor(
+                spec["obs_space"],
+                encoders,
+                act_dim=spec["act_dim"],
+                action_low=spec["action_low"],
+                action_high=spec["action_high"],
+                hidden=hidden,
+                activation=act,
+                log_std_bound=spec.get("log_std_bound", "tanh"),
+                squash_eps=spec.get("squash_eps", 0.0),
+            )
+        if cls == "TwinQ":
+            return vla.VLATwinQ(spec["obs_space"], encoders, spec["act_dim"], hidden=hidden, activation=act)
+        raise RlinfError(
+            f"unknown policy class {cls!r} of model type 'vla'; it builds {', '.join(self.roles)}"
         )
 
 
@@ -87,6 +166,24 @@ def model_type(name: str) -> ModelType:
         return _registry().get(name)()
     except PluginError as err:
         raise RlinfError(str(err)) from None
+
+
+def parameter_counts(module: Any) -> dict[str, int]:
+    """``{"trainable", "total"}`` parameters of a module (what a run reports of its policy: with
+    LoRA, or frozen encoders, far fewer train than exist)."""
+    params = list(module.parameters())
+    return {
+        "trainable": int(sum(p.numel() for p in params if p.requires_grad)),
+        "total": int(sum(p.numel() for p in params)),
+    }
+
+
+def check_policy_spec(spec: Mapping[str, Any]) -> None:
+    """Let the spec's model type refuse what it cannot build (its ``check_spec``, when it has one)
+    before any worker tries: a :class:`ConfigError` naming the key to change."""
+    check = getattr(model_type(str(spec.get("type", DEFAULT_MODEL_TYPE))), "check_spec", None)
+    if check is not None:
+        check(spec)
 
 
 def build_policy(spec: Mapping[str, Any]) -> Any:

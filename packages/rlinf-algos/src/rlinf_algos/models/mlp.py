@@ -28,6 +28,8 @@ __all__ = [
     "RunningNorm",
     "SquashedGaussianActor",
     "TwinQ",
+    "as_tensor",
+    "fold_moments",
     "gaussian_entropy",
     "gaussian_log_prob",
     "layer_init",
@@ -93,6 +95,11 @@ def seq_forward(seq: nn.Sequential, x: Tensor) -> Tensor:
     return x
 
 
+def as_tensor(x: Tensor | np.ndarray) -> Tensor:
+    """A numpy array as a tensor sharing its memory (a tensor unchanged)."""
+    return x if isinstance(x, Tensor) else torch.from_numpy(np.ascontiguousarray(x))
+
+
 def gaussian_log_prob(x: Tensor, mean: Tensor, log_std: Tensor) -> Tensor:
     """Log-density of a diagonal Gaussian, summed over the last axis: ``[B, A] -> [B]``."""
     z = (x - mean) * torch.exp(-log_std)
@@ -140,6 +147,22 @@ class RunningNorm(nn.Module):
         mean = self.mean.to(x.dtype)
         inv_std = torch.rsqrt(self.var + self.eps).to(x.dtype)
         return torch.clamp((x - mean) * inv_std, -self.clip, self.clip)
+
+
+def fold_moments(norm: RunningNorm, mean: np.ndarray, var: np.ndarray, count: float) -> None:
+    """Fold a batch's moments (``mean``, ``var`` over ``count`` rows) into ``norm``'s statistics
+    (Chan et al.'s parallel update)."""
+    if count <= 0:
+        return
+    with torch.no_grad():
+        b_mean = torch.tensor(np.asarray(mean), dtype=torch.float64)  # a copy: may be read-only
+        b_var = torch.tensor(np.asarray(var), dtype=torch.float64)
+        delta = b_mean - norm.mean
+        total = norm.count + count
+        norm.mean += delta * (count / total)
+        m2 = norm.var * norm.count + b_var * count + delta.pow(2) * norm.count * count / total
+        norm.var.copy_(m2 / total)
+        norm.count.copy_(total)
 
 
 class GaussianActorCritic(nn.Module):
@@ -196,27 +219,28 @@ class GaussianActorCritic(nn.Module):
         return gaussian_log_prob(actions, mean, log_std), gaussian_entropy(log_std), self.value(obs)
 
     @torch.no_grad()
-    def predict(self, raw_obs: Tensor, deterministic: bool = True) -> Tensor:
+    def predict(self, raw_obs: Tensor | np.ndarray, deterministic: bool = True) -> Tensor:
         """Actions for raw (unnormalised) observations ``[B, D] -> [B, A]`` (evaluation)."""
-        return self.act(self.obs_norm(raw_obs), deterministic)[0]
+        return self.act(self.normalize(raw_obs), deterministic)[0]
 
     # -- what the rollout and the learner use (the policy interface of PPO and GRPO) -------------
-    def normalize(self, raw_obs: Tensor) -> Tensor:
-        """Normalise raw observations with the statistics this version holds."""
-        return self.obs_norm(raw_obs)
+    def normalize(self, raw_obs: Tensor | np.ndarray) -> Tensor:
+        """Normalise raw observations (as the env gives them) with the statistics this version
+        holds."""
+        return self.obs_norm(as_tensor(raw_obs))
 
-    def normalizer(self) -> Callable[[Tensor, Tensor], None]:
+    def normalizer(self) -> Callable[[Tensor | np.ndarray, Tensor], None]:
         """A fast ``fn(raw, out)`` that writes the normalised ``raw`` into ``out``, with the
         statistics frozen as they are now (they change only between weight versions)."""
         norm = self.obs_norm
         if not isinstance(norm, RunningNorm):
-            return lambda raw, out: out.copy_(norm(raw))
+            return lambda raw, out: out.copy_(norm(as_tensor(raw)))
         mean = norm.mean.to(torch.float32)
         inv = torch.rsqrt(norm.var + norm.eps).to(torch.float32)
         clip = float(norm.clip)
 
-        def run(raw: Tensor, out: Tensor) -> None:
-            torch.sub(raw, mean, out=out)
+        def run(raw: Tensor | np.ndarray, out: Tensor) -> None:
+            torch.sub(as_tensor(raw), mean, out=out)
             out.mul_(inv).clamp_(-clip, clip)
 
         return run
@@ -236,18 +260,8 @@ class GaussianActorCritic(nn.Module):
     def fold_obs_moments(self, mean: np.ndarray, var: np.ndarray, count: float) -> None:
         """Fold raw-observation batch moments into the statistics (Chan et al.'s update);
         nothing if this policy does not normalise."""
-        norm = self.obs_norm
-        if count <= 0 or not isinstance(norm, RunningNorm):
-            return
-        with torch.no_grad():
-            b_mean = torch.as_tensor(mean, dtype=torch.float64)
-            b_var = torch.as_tensor(var, dtype=torch.float64)
-            delta = b_mean - norm.mean
-            total = norm.count + count
-            norm.mean += delta * (count / total)
-            m2 = norm.var * norm.count + b_var * count + delta.pow(2) * norm.count * count / total
-            norm.var.copy_(m2 / total)
-            norm.count.copy_(total)
+        if isinstance(self.obs_norm, RunningNorm):
+            fold_moments(self.obs_norm, mean, var, count)
 
 
 class SquashedGaussianActor(nn.Module):
@@ -342,8 +356,9 @@ class SquashedGaussianActor(nn.Module):
         return y * self.action_scale + self.action_bias, log_prob
 
     @torch.no_grad()
-    def predict(self, obs: Tensor, deterministic: bool = True) -> Tensor:
+    def predict(self, obs: Tensor | np.ndarray, deterministic: bool = True) -> Tensor:
         """Actions without gradient: the squashed mean, or a sample."""
+        obs = as_tensor(obs)
         if not deterministic:
             return self.sample(obs)[0]
         mean, _ = self._dist(obs)

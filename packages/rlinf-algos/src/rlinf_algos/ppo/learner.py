@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from rlinf_algos import obs as obs_tree
 from rlinf_algos.channels import traj_key
 from rlinf_algos.models.mlp import GaussianActorCritic
 from rlinf_algos.optim import LeanAdam, make_adam
@@ -81,11 +82,12 @@ class PPOLearner:
         :class:`LeanAdam`; metrics stay tensors until the end (no host sync per step)."""
         cfg = self.cfg
         adv, ret = self.advantages(r)
-        b_obs = r.obs.reshape(-1, r.obs.shape[-1])
+        b_obs = obs_tree.flatten_lead(r.obs, 2)
         b_act = r.actions.reshape(-1, r.actions.shape[-1])
         b_logp, b_val = r.log_probs.reshape(-1), r.values.reshape(-1)
         b_adv, b_ret = adv.reshape(-1), ret.reshape(-1)
-        B, mb = b_obs.shape[0], min(cfg.minibatch_size, b_obs.shape[0])
+        B = b_act.shape[0]
+        mb = min(cfg.minibatch_size, B)
         M = B // mb  # minibatches per epoch
         model, adam, dp = self.model, self.adam, self.dp
         adam.refresh()
@@ -100,7 +102,7 @@ class PPOLearner:
         plain = dp.world == 1 and len(pieces) == 1
         for _ in range(cfg.update_epochs):
             used = torch.randperm(B, generator=self.generator)[: M * mb]
-            e_obs, e_act = b_obs[used], b_act[used]
+            e_obs, e_act = obs_tree.take(b_obs, used), b_act[used]
             e_logp, e_val, e_ret = b_logp[used], b_val[used], b_ret[used]
             e_adv = b_adv[used].view(M, mb)
             if cfg.normalize_advantages:
@@ -109,7 +111,7 @@ class PPOLearner:
                 adam.zero_grad()
                 for j, (u, v) in enumerate(pieces):
                     a, b = i * mb + u, i * mb + v
-                    logp, entropy, value = model.evaluate(e_obs[a:b], e_act[a:b])
+                    logp, entropy, value = model.evaluate(obs_tree.take(e_obs, slice(a, b)), e_act[a:b])
                     log_ratio = logp - e_logp[a:b]
                     pg = F.policy_loss(log_ratio, e_adv[i, u:v], cfg.clip_low, cfg.clip_high, cfg.dual_clip)
                     vf = F.value_loss(value, e_ret[a:b], e_val[a:b], cfg.value_clip)
@@ -216,10 +218,10 @@ class PPOLearnerSide(LearnerSide):
     def assemble(self, items: list[dict[str, Any]]) -> PPORollout:
         """One :class:`PPORollout` from the trajectories of every rollout rank (slot order)."""
         cat = {
-            k: np.concatenate([it[k] for it in items], 1)
+            k: obs_tree.concat([it[k] for it in items], 1)
             for k in ("obs", "actions", "log_probs", "rewards", "terminated", "truncated")
         }
-        last_obs = np.concatenate([it["last_obs"] for it in items], 0)
+        last_obs = obs_tree.concat([it["last_obs"] for it in items], 0)
         T, N = cat["rewards"].shape
         # final observations of truncated steps, with slot offsets of each rollout rank
         fidx, fobs, off = [], [], 0
@@ -229,20 +231,20 @@ class PPOLearnerSide(LearnerSide):
                 idx[:, 1] += off
                 fidx.append(idx)
                 fobs.append(it["final_obs"])
-            off += it["last_obs"].shape[0]
+            off += obs_tree.batch_size(it["last_obs"])
         rewards = cat["rewards"]
         if self.scaler is not None:
             done = cat["terminated"] | cat["truncated"]
             rewards = np.stack([self.scaler(rewards[t].astype(np.float64), done[t]) for t in range(T)])
         model = self.model
-        obs_t = torch.from_numpy(cat["obs"])
+        obs_t = obs_tree.to_torch(cat["obs"])
         with torch.no_grad():
-            values = model.value(obs_t.reshape(T * N, -1)).reshape(T, N)
-            last_value = model.value(torch.from_numpy(last_obs))
+            values = model.value(obs_tree.flatten_lead(obs_t, 2)).reshape(T, N)
+            last_value = model.value(obs_tree.to_torch(last_obs))
             final_values = torch.zeros(T, N)
             if fidx:
                 idx = torch.from_numpy(np.concatenate(fidx)).long()
-                final_values[idx[:, 0], idx[:, 1]] = model.value(torch.from_numpy(np.concatenate(fobs)))
+                final_values[idx[:, 0], idx[:, 1]] = model.value(obs_tree.to_torch(obs_tree.concat(fobs)))
         return PPORollout(
             obs_t,
             torch.from_numpy(cat["actions"]),
@@ -265,7 +267,8 @@ class PPOLearnerSide(LearnerSide):
         metrics: dict[str, Any] = self.learner.update(rollout)
         for it in items:  # observation statistics of this batch, for the next version
             m = it["moments"]
-            self.model.fold_obs_moments(m["mean"], m["var"], m["count"])
+            if m is not None:
+                self.model.fold_obs_moments(m["mean"], m["var"], m["count"])
         metrics["policy_lag"] = float(self.learner.version - 1 - rollout.version)
         return metrics
 

@@ -23,17 +23,22 @@ __all__ = ["PPORecipe", "gaussian_policy_spec"]
 
 
 def gaussian_policy_spec(model_cfg: Any, spaces: Any, normalize_obs: bool) -> dict[str, Any]:
-    """The Gaussian actor-critic of PPO and GRPO (64x64 tanh unless the ``model`` section says)."""
+    """The Gaussian actor-critic of PPO and GRPO (64x64 tanh unless the ``model`` section says;
+    a model type with encoders, ``vla``, picks its own default sizes)."""
+    encoders = {k: getattr(model_cfg, k, None) for k in ("vision", "language", "lora")}
+    plain = model_cfg.type == "mlp"
     return {
         "type": model_cfg.type,
         "cls": "GaussianActorCritic",
         "obs_dim": spaces["obs_dim"],
+        "obs_space": spaces.get("obs_space"),
         "act_dim": spaces["act_dim"],
-        "hidden": model_cfg.hidden_sizes or [64, 64],
-        "activation": model_cfg.activation or "tanh",
+        "hidden": model_cfg.hidden_sizes or ([64, 64] if plain else None),
+        "activation": model_cfg.activation or ("tanh" if plain else None),
         "log_std_init": model_cfg.log_std_init,
         "normalize_obs": normalize_obs,
         "ortho_init": model_cfg.ortho_init,
+        **{k: v.model_dump() for k, v in encoders.items() if v is not None},
     }
 
 

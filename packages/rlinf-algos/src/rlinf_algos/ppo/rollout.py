@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlinf_algos import obs as obs_tree
 from rlinf_algos.models.mlp import gaussian_log_prob
 from rlinf_algos.stats import Moments
 
@@ -48,7 +49,7 @@ class LocalPort:
         done = step.done
         if done.any():
             idx = np.flatnonzero(done)
-            msg["final"] = (idx, step.final_obs[idx])
+            msg["final"] = (idx, obs_tree.take(step.final_obs, idx))
         self._msg = msg
 
 
@@ -57,26 +58,30 @@ def collect_ppo(port: Any, policy: Any, T: int, generator: torch.Generator) -> d
     """``T`` steps of every stage of ``port`` with ``policy`` (a Gaussian actor-critic: its
     ``normalizer``, ``action_mean``, ``action_log_std`` and ``normalize``). Returns the
     trajectory, ``[T, stages * slots, ...]`` arrays in stage-major slot order: ``obs``
-    (normalised, as the policy saw them), ``actions`` (as sampled), ``log_probs``, ``rewards``
-    (raw), ``terminated``, ``truncated``; ``last_obs`` (normalised, after the last step);
+    (normalised, as the policy saw them; a dict of arrays for dict observations,
+    :mod:`rlinf_algos.obs`), ``actions`` (as sampled), ``log_probs``, ``rewards`` (raw),
+    ``terminated``, ``truncated``; ``last_obs`` (normalised, after the last step);
     ``final_idx`` ``[K, 2]`` (t, slot) and ``final_obs`` of truncated steps (normalised, for the
-    learner's bootstrap); ``moments`` of the raw observations (the next version's statistics)."""
+    learner's bootstrap); ``moments`` of the raw observations' vector part (the next version's
+    statistics; ``None`` when they have none)."""
     S, n = port.stages, port.slots
     current = [port.recv(s)["obs"] for s in range(S)]
-    D = current[0].shape[1]
+    first = obs_tree.to_numpy(policy.normalize(current[0]))
+    vec = obs_tree.vector_part(current[0])
+    D = None if vec is None else vec.shape[1]
     std = policy.action_log_std().exp()
     log_std = policy.action_log_std()
     A = log_std.shape[0]
-    obs_buf = np.empty((S, T, n, D), np.float32)
+    obs_buf = obs_tree.alloc(first, (S, T, n))
     act_buf = np.empty((S, T, n, A), np.float32)
-    raw_buf = np.empty((S, T, n, D), np.float32)
+    raw_buf = None if D is None else np.empty((S, T, n, D), np.float32)
     rew_buf = np.empty((S, T, n), np.float32)
     term_buf = np.zeros((S, T, n), bool)
     trunc_buf = np.zeros((S, T, n), bool)
     final_t: list[np.ndarray] = []  # (stage, t, slot) of truncated steps, and their obs
-    final_obs: list[np.ndarray] = []
+    final_obs: list[Any] = []
     mean_buf = torch.empty(S, T, n, A)
-    obs_t, act_t = torch.from_numpy(obs_buf), torch.from_numpy(act_buf)
+    obs_t, act_t = obs_tree.to_torch(obs_buf), torch.from_numpy(act_buf)
     normalize = policy.normalizer()
 
     def absorb(s: int, t: int, msg: dict[str, Any]) -> None:
@@ -89,7 +94,7 @@ def collect_ppo(port: Any, policy: Any, T: int, generator: torch.Generator) -> d
             if tr.any():
                 sel = idx[tr]
                 final_t.append(np.stack([np.full_like(sel, s), np.full_like(sel, t), sel], 1))
-                final_obs.append(policy.normalize(torch.from_numpy(np.ascontiguousarray(rows[tr]))).numpy())
+                final_obs.append(obs_tree.to_numpy(policy.normalize(obs_tree.take(rows, tr))))
 
     for t in range(T):
         for s in range(S):
@@ -98,22 +103,26 @@ def collect_ppo(port: Any, policy: Any, T: int, generator: torch.Generator) -> d
                 absorb(s, t - 1, msg)
                 current[s] = msg["obs"]
             raw = current[s]
-            raw_buf[s, t] = raw
-            obs = obs_t[s, t]
-            normalize(torch.from_numpy(raw), obs)
+            if raw_buf is not None:
+                raw_buf[s, t] = obs_tree.vector_part(raw)
+            obs = obs_tree.take(obs_t, (s, t))
+            normalize(raw, obs)
             mean = policy.action_mean(obs)
             noise = torch.randn(mean.shape, generator=generator)
             torch.add(mean, noise * std, out=act_t[s, t])
             port.send(s, act_buf[s, t])
             mean_buf[s, t] = mean
-    last = np.empty((S, n, D), np.float32)
+    last = obs_tree.alloc(first, (S, n))
     for s in range(S):
         msg = port.recv(s)
         absorb(s, T - 1, msg)
-        last[s] = policy.normalize(torch.from_numpy(msg["obs"])).numpy()
+        obs_tree.put(last, s, obs_tree.to_numpy(policy.normalize(msg["obs"])))
     logp = gaussian_log_prob(act_t, mean_buf, log_std.expand_as(mean_buf)).numpy()
-    moments = Moments(D)
-    moments.add(raw_buf.reshape(-1, D))
+    moments = None
+    if raw_buf is not None:
+        acc = Moments(D)
+        acc.add(raw_buf.reshape(-1, D))
+        moments = acc.result()
 
     # [S, T, n, ...] -> [T, S*n, ...]: stage-major slot order, stable across iterations
     def flat(x: np.ndarray) -> np.ndarray:
@@ -122,19 +131,19 @@ def collect_ppo(port: Any, policy: Any, T: int, generator: torch.Generator) -> d
     if final_t:
         ft = np.concatenate(final_t)
         fidx = np.stack([ft[:, 1], ft[:, 0] * n + ft[:, 2]], 1)  # (t, slot)
-        fobs = np.concatenate(final_obs)
+        fobs = obs_tree.concat(final_obs)
     else:
         fidx = np.zeros((0, 2), np.int64)
-        fobs = np.zeros((0, D), np.float32)
+        fobs = obs_tree.alloc(first, (0,))
     return {
-        "obs": flat(obs_buf),
+        "obs": obs_tree.tree_map(flat, obs_buf),
         "actions": flat(act_buf),
         "log_probs": flat(logp),
         "rewards": flat(rew_buf),
         "terminated": flat(term_buf),
         "truncated": flat(trunc_buf),
-        "last_obs": last.reshape(S * n, D),
+        "last_obs": obs_tree.flatten_lead(last, 2),
         "final_idx": fidx,
         "final_obs": fobs,
-        "moments": moments.result(),
+        "moments": moments,
     }

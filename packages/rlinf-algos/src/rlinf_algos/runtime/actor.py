@@ -286,5 +286,13 @@ class ActorWorker(ProcessMixin, Worker):
         return {"algorithm": self.recipe.name, "spec": spec, "state_dict": weights}
 
     def world(self) -> dict[str, Any]:
-        """The learner group: ``{"world_size", "strategy", "device"}``."""
-        return {"world_size": self.dp.world, "strategy": self.dp.strategy, "device": str(self.dp.device)}
+        """The learner group: ``{"world_size", "strategy", "device", "parameters"}`` (the policy's
+        trainable and total parameters)."""
+        from rlinf_algos.models import parameter_counts
+
+        return {
+            "world_size": self.dp.world,
+            "strategy": self.dp.strategy,
+            "device": str(self.dp.device),
+            "parameters": parameter_counts(self.side.publish_module()),
+        }

@@ -50,11 +50,13 @@ from pathlib import Path
 from typing import Any
 
 from rlinf_algos.channels import ABORT
+from rlinf_algos.models import check_policy_spec
 from rlinf_algos.recipe import IterationPlan, Recipe
 from rlinf_algos.rundir import (
     BASE_COLUMNS,
     RunRecorder,
     atomic_torch_save,
+    env_record,
     load_checkpoint,
     write_summary,
 )
@@ -245,6 +247,7 @@ class DistributedRun(RecoveryMixin):
         self.max_episode_steps = spaces.get("max_episode_steps")
         self.recipe.check_spaces(self.env_cfg, spaces)
         spec = self.recipe.policy_spec(self.model_cfg, spaces)
+        check_policy_spec(spec)
         spec["num_slots"] = self.env_cfg.num_envs
         self.spec = spec
         # the actor publishes version 0 first; the others fetch it (reference workers freeze it)
@@ -647,9 +650,7 @@ class DistributedRun(RecoveryMixin):
             elif policy is None:
                 policy = self._rollout_policy()
             if policy is not None:
-                policy["env_id"] = self.env_cfg.id
-                policy["env_kwargs"] = dict(self.env_cfg.kwargs)  # `rlinf eval` builds the same env
-                policy["max_episode_steps"] = self.env_cfg.max_episode_steps
+                policy.update(env_record(self.env_cfg))
                 atomic_torch_save(policy, self.run_dir / "policy.pt")
         summary = self.rec.summary(self.name, self.env_cfg.id, self.steps, interrupted)
         summary.update(

@@ -19,10 +19,18 @@ from typing import Any
 import torch
 
 from rlinf_algos.envs import VectorEnvStepper
+from rlinf_algos.models import check_policy_spec, parameter_counts
 from rlinf_algos.recipe import Recipe
-from rlinf_algos.rundir import BASE_COLUMNS, RunRecorder, atomic_torch_save, load_checkpoint, write_summary
+from rlinf_algos.rundir import (
+    BASE_COLUMNS,
+    RunRecorder,
+    atomic_torch_save,
+    env_record,
+    load_checkpoint,
+    write_summary,
+)
 
-__all__ = ["env_spaces", "make_stepper", "train_local"]
+__all__ = ["make_stepper", "train_local"]
 
 
 def make_stepper(env: Any, seed: int) -> VectorEnvStepper:
@@ -34,20 +42,9 @@ def make_stepper(env: Any, seed: int) -> VectorEnvStepper:
         vectorization=env.vectorization,
         env_kwargs=env.kwargs,
         max_episode_steps=env.max_episode_steps,
+        obs_mode=env.obs_mode,
+        image_size=env.image_size,
     )
-
-
-def env_spaces(stepper: VectorEnvStepper) -> dict[str, Any]:
-    """Sizes and bounds of the env's spaces and its time limit (what a recipe builds from)."""
-    return {
-        "obs_dim": stepper.obs_dim,
-        "act_dim": stepper.act_dim,
-        "action_low": stepper.action_low.tolist(),
-        "action_high": stepper.action_high.tolist(),
-        # env.max_episode_steps, else the id's own; None if it has none
-        "max_episode_steps": stepper.max_episode_steps
-        or getattr(getattr(stepper.envs, "spec", None), "max_episode_steps", None),
-    }
 
 
 def train_local(
@@ -69,9 +66,10 @@ def train_local(
     stepper = make_stepper(env_cfg, seed)
     session = None
     try:
-        spaces = env_spaces(stepper)
+        spaces = stepper.spaces()
         recipe.check_spaces(env_cfg, spaces)
         spec = recipe.policy_spec(sections.model, spaces)
+        check_policy_spec(spec)
         session = recipe.local_session(stepper, spec, sections)
         columns = BASE_COLUMNS + recipe.learner_columns + ("success_rate",)
         rec = RunRecorder(
@@ -100,16 +98,16 @@ def train_local(
         def finish(interrupted: bool) -> dict[str, Any]:
             rec.close()
             policy = {
-                # `rlinf eval` builds the same env (e.g. FrankaReach's obs_mode: flat)
-                "env_kwargs": dict(stepper.env_kwargs),
-                "max_episode_steps": stepper.max_episode_steps,
+                **env_record(env_cfg),
                 "algorithm": recipe.name,
-                "env_id": env_cfg.id,
                 "spec": spec,
                 "state_dict": session.policy_state_dict(),
             }
             atomic_torch_save(policy, run_dir / "policy.pt")
             summary = rec.summary(recipe.name, env_cfg.id, stepper.steps, interrupted)
+            module = session.policy_module()
+            if module is not None:
+                summary["parameters"] = parameter_counts(module)
             write_summary(run_dir, summary)
             return summary
 

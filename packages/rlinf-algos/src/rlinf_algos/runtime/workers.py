@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from rlinf_algos import obs as obs_tree
 from rlinf_algos.recipe import Recipe
 from rlinf_core.errors import ChannelError, ChannelTimeout, RlinfError
 from rlinf_core.worker import Worker
@@ -145,30 +146,23 @@ class EnvWorker(ProcessMixin, Worker):
                     vectorization=cfg.get("vectorization", "sync"),
                     env_kwargs=cfg.get("kwargs") or {},
                     max_episode_steps=cfg.get("max_episode_steps"),
+                    obs_mode=cfg.get("obs_mode", "state"),
+                    image_size=tuple(cfg.get("image_size", (64, 64))),
                 )
             )
         shards = _shards(self.per_stage, self.world_size, self.rollout_world)
         self.my_shards = [sh for sh in shards if sh.src == self.rank]
 
     def spaces(self) -> dict[str, Any]:
-        """Sizes and bounds of the observation and action spaces (for building the networks)."""
-        st = self.steppers[0]
-        return {
-            "obs_dim": st.obs_dim,
-            "act_dim": st.act_dim,
-            "action_low": st.action_low.tolist(),
-            "action_high": st.action_high.tolist(),
-            # the episode time limit (env.max_episode_steps, else the id's own; None if it has none)
-            "max_episode_steps": st.max_episode_steps
-            or getattr(getattr(st.envs, "spec", None), "max_episode_steps", None),
-        }
+        """Sizes and bounds of the observation and action spaces (for building the networks;
+        :meth:`~rlinf_algos.envs.VectorEnvStepper.spaces`)."""
+        return self.steppers[0].spaces()
 
     def reseed(self, seed: int) -> None:
         """Reset every stage with a new base seed (resume: the simulator state is not saved)."""
         for s, st in enumerate(self.steppers):
             first_slot = (self.rank * self.stages + s) * self.per_stage
-            obs, _ = st.envs.reset(seed=seed + first_slot)
-            st.obs = obs.astype(np.float32, copy=False)
+            st.reset(seed + first_slot)
 
     def _connect(self, gen: int, addrs: list[Any]) -> None:
         """Open the links of generation ``gen`` to the rollout ranks this worker's shards go to
@@ -193,11 +187,11 @@ class EnvWorker(ProcessMixin, Worker):
     def _send(self, s: int, msg: dict[str, Any]) -> None:
         for sh in self.my_shards:
             a, b = sh.src_offset, sh.src_offset + sh.size
-            part = {k: v[a:b] for k, v in msg.items() if k != "final"}
+            part = {k: obs_tree.take(v, slice(a, b)) for k, v in msg.items() if k != "final"}
             if "final" in msg:
                 idx, rows = msg["final"]
                 keep = (idx >= a) & (idx < b)
-                part["final"] = (idx[keep] - a, rows[keep])
+                part["final"] = (idx[keep] - a, obs_tree.take(rows, keep))
             self.links[sh.dst].send((s, part))
 
     def _recv(self, s: int) -> np.ndarray:
@@ -250,7 +244,7 @@ class EnvWorker(ProcessMixin, Worker):
                     done = step.terminated | step.truncated
                     if done.any():
                         idx = np.flatnonzero(done)
-                        msg["final"] = (idx, step.final_obs[idx])
+                        msg["final"] = (idx, obs_tree.take(step.final_obs, idx))
                         out["returns"].extend(step.episode_returns)
                         out["lengths"].extend(step.episode_lengths)
                         out["successes"].extend(step.episode_successes)
@@ -274,8 +268,7 @@ class EnvWorker(ProcessMixin, Worker):
             for s, st in enumerate(self.steppers):
                 first = (self.rank * self.stages + s) * self.per_stage
                 gids = (first + np.arange(st.num_envs)) // group_size
-                obs, _ = st.envs.reset(seed=[int(base_seed + g) for g in gids])
-                st.obs = obs.astype(np.float32, copy=False)
+                st.reset([int(base_seed + g) for g in gids])
                 active.append(np.ones(st.num_envs, dtype=bool))
                 self._send(s, {"obs": st.obs, "gid": gids})
             # A stage runs until every rollout rank it feeds says it is done (an action message of
@@ -314,7 +307,9 @@ class EnvWorker(ProcessMixin, Worker):
                     for j, sh in enumerate(self.my_shards):
                         if shard_live[s][j]:
                             a, b = sh.src_offset, sh.src_offset + sh.size
-                            self.links[sh.dst].send((s, {k: v[a:b] for k, v in msg.items()}))
+                            self.links[sh.dst].send(
+                                (s, {k: obs_tree.take(v, slice(a, b)) for k, v in msg.items()})
+                            )
                     was = active[s]
                     for j, i in enumerate(step.episode_index):
                         if was[i]:
@@ -514,14 +509,14 @@ class RolloutWorker(ProcessMixin, Worker):
         for k in parts[0]:
             if k == "final":
                 continue
-            out[k] = np.concatenate([p[k] for p in parts], 0)
+            out[k] = obs_tree.concat([p[k] for p in parts], 0)
         finals = [
             (p["final"][0] + off, p["final"][1])
             for p, off in zip(parts, self._offsets(), strict=True)
             if "final" in p
         ]
         if finals:
-            out["final"] = (np.concatenate([f[0] for f in finals]), np.concatenate([f[1] for f in finals]))
+            out["final"] = (np.concatenate([f[0] for f in finals]), obs_tree.concat([f[1] for f in finals]))
         return out
 
     def _offsets(self) -> list[int]:

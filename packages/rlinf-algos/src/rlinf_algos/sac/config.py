@@ -41,6 +41,13 @@ class SACConfig(ConfigSection):
     target_update_interval: int = Field(
         1, ge=1, description="Polyak-update the targets every n critic updates"
     )
+    image_shift: int = Field(
+        4,
+        ge=0,
+        le=32,
+        description="dict observations: shift every sampled image by up to this many pixels (DrQ's "
+        "random-shift augmentation, on the critic's and the actor's batches); 0 turns it off",
+    )
     update_order: Literal["sequential", "simultaneous", "pipelined"] = Field(
         "sequential",
         description=(

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from rlinf_algos.models.mlp import SquashedGaussianActor, TwinQ
+from rlinf_algos.models.vla import random_shift
 from rlinf_algos.optim import LeanAdam, make_adam
 from rlinf_algos.replay import ReplayBatch
 from rlinf_algos.sac import functional as F
@@ -77,6 +78,7 @@ class SACLearner:
             self._side: ThreadPoolExecutor | None = None  # the actor step's thread, started on first use
         if self.pipelined:
             self._pipe = _SACPipeline(self)
+        self.aug_generator = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
         self.updates = 0
         self._version = 0
 
@@ -100,13 +102,28 @@ class SACLearner:
         if self.pipelined:
             self._pipe.drain()
 
-    def _tensors(self, batch: ReplayBatch) -> tuple[Tensor, ...]:
+    def _obs(self, raw: Any) -> Any:
+        """A batch of stored observations as the networks take them: a float32 tensor, or for
+        dict observations the actor's prepared dict with every image randomly shifted by up to
+        ``image_shift`` pixels (DrQ; a fresh shift per image and per call)."""
+        dev = self.device
+        if not isinstance(raw, dict):
+            return torch.from_numpy(raw).to(dev, torch.float32)
+        out = self.actor.normalize(raw)
+        pad = self.cfg.image_shift
+        for k, v in out.items():
+            if pad and k.startswith("image"):
+                v = random_shift(v, pad, self.aug_generator)
+            out[k] = v.to(dev)
+        return out
+
+    def _tensors(self, batch: ReplayBatch) -> tuple[Any, ...]:
         dev = self.device
         return (
-            torch.from_numpy(batch.obs).to(dev, torch.float32),
+            self._obs(batch.obs),
             torch.from_numpy(batch.actions).to(dev),
             torch.from_numpy(batch.rewards).to(dev),
-            torch.from_numpy(batch.next_obs).to(dev, torch.float32),
+            self._obs(batch.next_obs),
             torch.from_numpy(batch.terminated).to(dev),
         )
 

@@ -17,7 +17,6 @@ import numpy as np
 
 from rlinf_algos.channels import ABORT, traj_key
 from rlinf_algos.models import build_policy
-from rlinf_algos.models.mlp import TwinQ
 from rlinf_algos.ppo.rollout import LocalPort
 from rlinf_algos.recipe import IterationPlan, LearnerContext, LearnerSide, LocalSession, Recipe, await_call
 from rlinf_algos.replay import ReplayBuffer
@@ -25,7 +24,7 @@ from rlinf_algos.sac.config import SACConfig
 from rlinf_algos.sac.learner import SACLearner
 from rlinf_algos.sac.rollout import collect_sac
 
-__all__ = ["SACLearnerSide", "SACRecipe", "sac_critic", "sac_policy_spec"]
+__all__ = ["SACLearnerSide", "SACRecipe", "replay_obs_shape", "sac_critic", "sac_policy_spec"]
 
 
 def sac_policy_spec(model_cfg: Any, spaces: Any) -> dict[str, Any]:
@@ -43,18 +42,34 @@ def sac_policy_spec(model_cfg: Any, spaces: Any) -> dict[str, Any]:
         "log_std_bound": model_cfg.log_std_bound,
         "ortho_init": model_cfg.ortho_init,
         "squash_eps": model_cfg.squash_eps,
+        "obs_space": spaces.get("obs_space"),
+        **{
+            k: v.model_dump()
+            for k in ("vision", "language", "lora")
+            if (v := getattr(model_cfg, k, None)) is not None
+        },
     }
 
 
-def sac_critic(spec: dict[str, Any]) -> TwinQ:
-    """SAC's twin critics for the actor ``spec`` of :func:`sac_policy_spec`."""
-    return TwinQ(
-        spec["obs_dim"],
-        spec["act_dim"],
-        spec["hidden"],
-        spec["activation"],
-        ortho_init=spec.get("ortho_init", True),
-    )
+def sac_critic(spec: dict[str, Any]) -> Any:
+    """SAC's twin critics for the actor ``spec`` of :func:`sac_policy_spec` (the model type's
+    ``TwinQ``)."""
+    return build_policy({**spec, "cls": "TwinQ"})
+
+
+def replay_obs_shape(spec: dict[str, Any]) -> Any:
+    """What the replay buffer stores of an observation: the vector's shape, or for dict
+    observations ``{key: (shape, dtype)}`` (images uint8, an instruction a fixed-width string)."""
+    space = spec.get("obs_space")
+    if not space or space.get("kind") != "dict":
+        return (spec["obs_dim"],)
+    out = {}
+    for key, sub in space["keys"].items():
+        if sub["kind"] == "text":
+            out[key] = ((), f"<U{sub['max_length']}")
+        else:
+            out[key] = (tuple(sub["shape"]), sub["dtype"])
+    return out
 
 
 class SACLearnerSide(LearnerSide):
@@ -66,7 +81,7 @@ class SACLearnerSide(LearnerSide):
         self.cfg, self.ctx = cfg, ctx
         self.learner = SACLearner(build_policy(spec), sac_critic(spec), cfg, ctx.device)
         # np.zeros pages are only committed when written, so a large buffer_size costs what is used
-        self.buffer = ReplayBuffer(cfg.buffer_size, (spec["obs_dim"],), (spec["act_dim"],), seed=ctx.seed)
+        self.buffer = ReplayBuffer(cfg.buffer_size, replay_obs_shape(spec), (spec["act_dim"],), seed=ctx.seed)
         self.debt = 0.0
         self._sums: dict[str, Any] = {}
         self._count = 0
@@ -83,7 +98,7 @@ class SACLearnerSide(LearnerSide):
         ``updates_per_step`` gradient steps per transition past ``learning_starts``. Returns
         whether the weights changed."""
         cfg, buffer = self.cfg, self.buffer
-        n = item["obs"].shape[0]
+        n = item["actions"].shape[0]
         buffer.add(
             item["obs"],
             item["actions"],
@@ -128,7 +143,7 @@ class SACLearnerSide(LearnerSide):
                 if isinstance(item, str) and item == ABORT:
                     return {"aborted": True}
                 lag = max(lag, self.version - int(item["version"]))
-                n = item["obs"].shape[0]
+                n = item["actions"].shape[0]
                 if self.absorb(item, global_step + got):
                     ctx.publish()
                 got += n

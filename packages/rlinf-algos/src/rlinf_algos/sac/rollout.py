@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlinf_algos import obs as obs_tree
+
 __all__ = ["collect_sac"]
 
 TRANSITION_KEYS = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
@@ -42,9 +44,9 @@ def collect_sac(
         obs, actions = pending[s]
         nxt = msg["obs"]
         if "final" in msg:
-            nxt = nxt.copy()
+            nxt = obs_tree.tree_map(np.copy, nxt)
             idx, rows = msg["final"]
-            nxt[idx] = rows
+            obs_tree.put(nxt, idx, rows)
         for key, value in zip(
             TRANSITION_KEYS, (obs, actions, msg["rew"], nxt, msg["term"], msg["trunc"]), strict=True
         ):
@@ -53,7 +55,7 @@ def collect_sac(
     def flush() -> None:
         if not chunk["obs"]:
             return
-        item = {k: np.concatenate(v, 0) for k, v in chunk.items()}
+        item = {k: obs_tree.concat(v, 0) for k, v in chunk.items()}
         for v in chunk.values():
             v.clear()
         emit(item)
@@ -66,11 +68,12 @@ def collect_sac(
                 current[s] = msg["obs"]
             obs = current[s]
             if random_actions:
-                actions = rng.uniform(action_low, action_high, size=(obs.shape[0], action_low.shape[0]))
+                n = obs_tree.batch_size(obs)
+                actions = rng.uniform(action_low, action_high, size=(n, action_low.shape[0]))
                 actions = actions.astype(np.float32)
             else:
                 with torch.no_grad():
-                    actions = policy().predict(torch.from_numpy(obs), deterministic=False).numpy()
+                    actions = policy().predict(obs, deterministic=False).numpy()
             port.send(s, actions)
             pending[s] = (obs, actions)
         if t > 0 and t % chunk_steps == 0:
