@@ -71,16 +71,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from _report import finish, fmt, machine, tree_cpu_s
+from _peers import Clock, child, median_runs, run_peer
+from _report import finish, fmt, machine
 
 DISTS = ("torch", "gymnasium", "mujoco", "stable-baselines3", "ray", "rlinf-algos")
 
@@ -98,50 +96,6 @@ PEERS = ("rlinf", "sb3", "rllib")
 
 
 # -- helpers used in the peer subprocesses -----------------------------------------------------
-
-
-def _pin_threads(threads: int) -> None:
-    import torch
-
-    torch.set_num_threads(threads)
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:  # already set (a parallel region ran)
-        pass
-
-
-def _quiet() -> None:
-    import logging
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    logging.getLogger("ray").setLevel(logging.ERROR)
-
-
-class _Clock:
-    """Iteration boundaries as ``(perf_counter, env_steps, tree CPU s)``; rates skip ``warmup``."""
-
-    def __init__(self) -> None:
-        self.marks: list[tuple[float, int, float]] = []
-
-    def mark(self, steps: int) -> None:
-        self.marks.append((time.perf_counter(), steps, tree_cpu_s(os.getpid())))
-
-    def result(self, start: int, t_begin: float) -> dict[str, float]:
-        """``sps`` (wall), ``steps``, ``seconds``, ``cpu_s`` and ``steps_per_cpu_s`` from mark
-        ``start`` to the last; ``untimed_s``: from ``t_begin`` (the peer starting) to mark
-        ``start`` (imports excluded; setup, Ray start and warm-up iterations included)."""
-        if len(self.marks) < start + 2:
-            raise RuntimeError(f"only {len(self.marks)} iteration marks recorded, need {start + 2}")
-        (t0, s0, c0), (t1, s1, c1) = self.marks[start], self.marks[-1]
-        return {
-            "untimed_s": t0 - t_begin,
-            "sps": (s1 - s0) / (t1 - t0),
-            "steps": s1 - s0,
-            "seconds": t1 - t0,
-            "cpu_s": c1 - c0,
-            "steps_per_cpu_s": (s1 - s0) / max(c1 - c0, 1e-9),
-        }
 
 
 def _distributed_runner() -> Any | None:
@@ -193,7 +147,7 @@ def _rlinf_distributed_config(sections: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rlinf_inprocess_train(
-    sections: dict[str, Any], run_dir: Path, clock: _Clock | None = None
+    sections: dict[str, Any], run_dir: Path, clock: Clock | None = None
 ) -> dict[str, Any]:
     from rlinf_core.plugins import load_plugins
 
@@ -215,7 +169,7 @@ def _rlinf_inprocess_train(
 
 
 def peer_rlinf_inprocess(warmup: int, iters: int, seed: int) -> dict[str, Any]:
-    clock = _Clock()
+    clock = Clock()
     t_begin = time.perf_counter()
     with tempfile.TemporaryDirectory() as d:
         sections = _rlinf_ppo_sections((warmup + iters) * BATCH, seed, anneal=False)
@@ -256,7 +210,7 @@ def peer_rlinf_distributed(warmup: int, iters: int, rollout_iters: int, seed: in
             if scheduler is None:
                 scheduler = host.schedulers.get(config["runner"].get("scheduler", "ray"))(hardware=host)
                 scheduler.start(config)
-            clock = _Clock()
+            clock = Clock()
             t_part = time.perf_counter() if out else t_begin
             with tempfile.TemporaryDirectory() as d:
                 summary = run_training(
@@ -334,7 +288,7 @@ def peer_sb3(warmup: int, iters: int, seed: int) -> dict[str, Any]:
     t_begin = time.perf_counter()
     model = _sb3_ppo(seed, LR)
     model.learn(warmup * BATCH)
-    clock = _Clock()
+    clock = Clock()
     clock.mark(0)
     timer = Timer()
     model.learn(iters * BATCH, reset_num_timesteps=False, callback=timer)
@@ -397,7 +351,7 @@ def peer_rllib(warmup: int, iters: int, seed: int) -> dict[str, Any]:
 
     t_begin = time.perf_counter()
     _ray_init()
-    clock = _Clock()
+    clock = Clock()
     try:
         algo = _rllib_ppo(seed, LR)
         for _ in range(warmup):
@@ -446,7 +400,7 @@ def peer_bare_rollout(warmup: int, iters: int, seed: int) -> dict[str, Any]:
 
     t_begin = time.perf_counter()
     run(warmup * ROLLOUT_STEPS)
-    clock = _Clock()
+    clock = Clock()
     clock.mark(0)
     run(iters * ROLLOUT_STEPS)
     clock.mark(iters * BATCH)
@@ -467,7 +421,7 @@ def peer_rlinf_rollout_inprocess(warmup: int, iters: int, seed: int) -> dict[str
     port, gen = LocalPort(stepper), torch.Generator().manual_seed(seed)
     for _ in range(warmup):
         collect_ppo(port, model, ROLLOUT_STEPS, gen)
-    clock = _Clock()
+    clock = Clock()
     clock.mark(0)
     for _ in range(iters):
         collect_ppo(port, model, ROLLOUT_STEPS, gen)
@@ -487,69 +441,6 @@ TASKS = {
     "rollout:rlinf_inprocess": peer_rlinf_rollout_inprocess,
     "rollout:bare": peer_bare_rollout,
 }
-
-
-def _child(spec: dict[str, Any]) -> None:
-    _quiet()
-    _pin_threads(spec["threads"])
-    fn = TASKS[spec["task"]]
-    args = spec["args"]
-    out = fn(*args)
-    out["load_after"] = os.getloadavg()[0]
-    Path(spec["out"]).write_text(json.dumps(out))
-
-
-# -- the parent: one subprocess per peer -------------------------------------------------------
-
-
-def run_peer(task: str, args: list[Any], threads: int, timeout: float) -> dict[str, Any]:
-    """Run ``TASKS[task](*args)`` in a fresh interpreter with pinned threads; its result dict, or
-    ``{"error": ...}`` with the tail of its output."""
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[var] = str(threads)
-    env.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-    env["RAY_DEDUP_LOGS"] = "0"
-    env["PYTHONWARNINGS"] = "ignore"
-    with tempfile.TemporaryDirectory() as d:
-        out = Path(d) / "out.json"
-        spec = {"task": task, "args": args, "threads": threads, "out": str(out)}
-        load = os.getloadavg()[0]
-        t0 = time.perf_counter()
-        try:
-            proc = subprocess.run(  # in a temp dir: MuJoCo writes MUJOCO_LOG.TXT to the cwd
-                [sys.executable, os.path.abspath(__file__), "--_child", json.dumps(spec)],
-                cwd=d,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                timeout=timeout,
-            )
-        except subprocess.TimeoutExpired:
-            return {"error": f"timed out after {timeout:.0f} s", "load_before": load}
-        wall = time.perf_counter() - t0
-        if proc.returncode != 0 or not out.exists():
-            lines = [x for x in proc.stdout.strip().splitlines() if x.strip()] or ["(no output)"]
-            tail = "\n".join(lines[-15:])
-            # first line: the exception message (the last line of the output); then the traceback
-            return {
-                "error": f"exit {proc.returncode}: {lines[-1]}\n{tail}",
-                "load_before": load,
-                "process_s": wall,
-            }
-        result = json.loads(out.read_text())
-    result["load_before"] = load
-    result["process_s"] = wall
-    return result
-
-
-def _median_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    ok = [r for r in runs if "error" not in r]
-    if not ok:
-        return runs[-1]
-    best = sorted(ok, key=lambda r: r["sps"])[len(ok) // 2]
-    return {**best, "sps_runs": [r["sps"] for r in ok], "sps": statistics.median(r["sps"] for r in ok)}
 
 
 ROWS = (
@@ -587,7 +478,7 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
     # Peers interleave repetition by repetition, so a change of machine load hits all of them.
     for rep in range(args.repeats):
         for task, task_args, rows in plan:
-            r = run_peer(task, [*task_args, args.seed + rep], args.threads, args.timeout)
+            r = run_peer(__file__, task, [*task_args, args.seed + rep], args.threads, args.timeout)
             if task.startswith("dist:") and "error" in r:
                 # keep an rlinf figure: add the in-process rows (run later in this repetition)
                 for row in rows:
@@ -605,7 +496,7 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
                     f"  [{rep + 1}/{args.repeats}] {row:<24} {status}  (load {r['load_before']:.1f})",
                     flush=True,
                 )
-    return {t: _median_runs(results[t]) for t in ROWS if t in results}
+    return {t: median_runs(results[t]) for t in ROWS if t in results}
 
 
 def print_throughput(res: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
@@ -746,7 +637,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--_child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args._child:
-        _child(json.loads(args._child))
+        child(json.loads(args._child), TASKS)
         return {}
     if args.learning:
         return learning(args)
