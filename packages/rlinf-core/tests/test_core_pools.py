@@ -109,3 +109,9 @@ def test_translate_names_the_seed_key() -> None:
     assert p.path == "rollout_worker (became cluster.component_placement.rollout.placement)"
     (q,) = out.translate([ConfigProblem("env.id", "x")])
     assert q.path == "env.id"
+
+
+def test_a_task_section_of_a_language_model_run_is_not_the_worker_pool_form() -> None:
+    lm = {"cluster": {"num_nodes": 1}, "algorithm": {"name": "grpo_lm"}, "task": {"name": "arith"}}
+    assert not is_seed_form(lm)
+    assert is_seed_form({"task": "embodied_vla", "algorithm": "ppo"})

@@ -118,10 +118,14 @@ SEED_KEYS: tuple[str, ...] = (*POOL_SECTIONS, "checkpoint_interval", "task", "re
 
 def is_seed_form(data: Any) -> bool:
     """Whether ``data`` is written in the worker-pool form: it has a seed key, or ``algorithm``
-    is a bare name (``algorithm: ppo``) and there is no ``cluster`` section."""
+    is a bare name (``algorithm: ppo``) and there is no ``cluster`` section. ``task`` counts only
+    as a name (``task: embodied_vla``): a ``task`` section (a mapping) belongs to language-model
+    runs."""
     if not isinstance(data, Mapping):
         return False
-    if any(key in data for key in SEED_KEYS):
+    if any(key in data for key in SEED_KEYS if key != "task"):
+        return True
+    if "task" in data and not isinstance(data["task"], Mapping):
         return True
     return isinstance(data.get("algorithm"), str) and "cluster" not in data
 
