@@ -72,18 +72,23 @@ def test_vla_example_smoke_then_eval_with_videos(tmp_path: Path) -> None:
 
 
 @pytest.mark.learning
+@pytest.mark.skipif(
+    not os.environ.get("RLINF_PIXEL_LEARNING"),
+    reason="2-3 minutes of pixel PPO: set RLINF_PIXEL_LEARNING=1 (kept out of CI's 45-minute budget)",
+)
 def test_vla_example_learns_to_approach_the_cubes(tmp_path: Path) -> None:
     """The short learning check of the pixel pipeline (PPO, the vla model, the embedded Ray):
-    32,000 env steps of the example. At the start the arm's return is about -23 (it hovers
-    about 0.46 m from the named cube on average); two seed-0 runs were at -10.9 and -11.1 at
-    32,000 steps (benchmarks/results/vla_franka_reach_curve.json). -15 leaves a margin for
-    other seeds and machines; reaching the success goal takes far longer (the example's 300,000
-    steps)."""
+    16,000 env steps of the example (about 2 minutes on an idle 2-core machine). The first
+    3,200 steps return about -23 (the hand hovers about 0.46 m from the named cube on average);
+    three seed-0 runs were at -16.0, -16.3 and -16.6 at 16,000 steps
+    (benchmarks/results/vla_franka_reach_curve.json). The final return averages the last 100
+    episodes (from about 11,000 steps on), so -20.5 asks for learning with a margin;
+    the success goal takes far longer."""
     run_dir = tmp_path / "run"
     proc = rlinf(
         "train",
         str(EXAMPLE),
-        "runner.total_steps=32000",
+        "runner.total_steps=16000",
         "runner.seed=0",
         "--run-dir",
         str(run_dir),
@@ -92,5 +97,5 @@ def test_vla_example_learns_to_approach_the_cubes(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["total_env_steps"] >= 32000
-    assert summary["final_return_mean"] > -15.0, summary
+    assert summary["total_env_steps"] >= 16000
+    assert summary["final_return_mean"] > -20.5, summary
