@@ -851,6 +851,9 @@ def main() -> None:
             "TRL's step is split with timers around GRPOTrainer._generate (generation) and the rest of "
             "_generate_and_score_completions (other); update = the rest of the step. rlinf's phases are its "
             "own metrics.jsonl (update includes its recomputation of the old log-probs).",
+            "rlinf runs with its defaults, algorithm.share_prefix included: the update's forward runs each "
+            "prompt once and the group's completions on its key/value cache (the same log-probs and "
+            "gradients as the packed rows TRL runs; rlinf_algos.lm.prefix).",
         ],
         "settings": cfg,
         "warm_start": {

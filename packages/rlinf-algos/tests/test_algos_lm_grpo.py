@@ -256,7 +256,7 @@ def test_single_step_update_skips_the_old_log_prob_forward_exactly(spec: LMModel
     torch.manual_seed(0)
     slow = ActorWorker(hf.load_causal_lm(spec), cfg)
     assert fast.old_log_probs(batch["input_ids"]) is None
-    slow.old_log_probs = lambda ids: log_probs_chunked(slow.model, ids, cfg.temperature, 8)  # type: ignore[method-assign]
+    slow.old_log_probs = lambda ids, mask=None: log_probs_chunked(slow.model, ids, cfg.temperature, 8)  # type: ignore[method-assign]
     a, b = fast.update(dict(batch)), slow.update(dict(batch))
     assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
     for p, q in zip(fast.model.parameters(), slow.model.parameters(), strict=True):

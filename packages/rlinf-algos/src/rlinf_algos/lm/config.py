@@ -93,6 +93,12 @@ class LMGRPOConfig(ConfigSection):
         ge=1,
         description="cap on generated tokens per agent turn; null: the task's longest solution + 8",
     )
+    share_prefix: bool = Field(
+        True,
+        description="run each distinct prompt once per forward and only the completions on top of its "
+        "key/value cache (the same log-probs and gradients as the packed forward; off: the packed rows "
+        "whole, as TRL and verl do). Not with learner.strategy fsdp",
+    )
 
 
 class LMPPOConfig(LMGRPOConfig):

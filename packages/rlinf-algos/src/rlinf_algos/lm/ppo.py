@@ -141,7 +141,7 @@ class PPOActorWorker(ActorWorker):
             m = mask > 0
             a = adv[m]
             adv = torch.where(m, (adv - a.mean()) / (a.std() + 1e-8), torch.zeros_like(adv))
-        old = self.old_log_probs(ids)
+        old = self.old_log_probs(ids, mask)
         warm = min(1.0, self.version / cfg.lr_warmup_iters) if cfg.lr_warmup_iters else 1.0
         for g in self.opt.param_groups:
             g["lr"] = cfg.lr * warm

@@ -39,7 +39,7 @@ from rlinf_algos.grpo import functional as grpo
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.config import LMGRPOConfig, LMModelConfig
 from rlinf_algos.lm.engines import RolloutWorker
-from rlinf_algos.lm.hf import sequence_log_probs
+from rlinf_algos.lm.prefix import log_probs_of
 from rlinf_algos.parallel import DataParallel
 from rlinf_core.worker import Worker
 
@@ -96,13 +96,17 @@ def _spec(model_config: LMModelConfig | dict[str, Any]) -> LMModelConfig:
     )
 
 
-def log_probs_chunked(model: Any, ids: Tensor, temperature: float, chunk: int) -> Tensor:
+def log_probs_chunked(
+    model: Any, ids: Tensor, temperature: float, chunk: int, mask: Tensor | None = None
+) -> Tensor:
     """:func:`~rlinf_algos.lm.hf.sequence_log_probs` of ``ids`` in chunks of ``chunk`` rows, no
-    gradient."""
+    gradient; with the loss ``mask``, each chunk's shared prompts run once
+    (:func:`~rlinf_algos.lm.prefix.shared_prefix_log_probs`)."""
     out = torch.zeros(ids.shape, dtype=torch.float32)
     with torch.no_grad():
         for i in range(0, ids.shape[0], chunk):
-            out[i : i + chunk] = sequence_log_probs(model, ids[i : i + chunk], temperature)
+            m = None if mask is None else mask[i : i + chunk]
+            out[i : i + chunk] = log_probs_of(model, ids[i : i + chunk], m, temperature, m is not None)
     return out
 
 
@@ -140,12 +144,16 @@ class ReferenceWorker(Worker):
         self.chunk = chunk
 
     def compute_log_probs(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        """``{"ref_log_probs": [N, T]}`` for ``batch["input_ids"]`` ``[N, T]``."""
+        """``{"ref_log_probs": [N, T]}`` for ``batch["input_ids"]`` ``[N, T]``; with a
+        ``loss_mask`` in the batch, shared prompts run once and their positions hold 0 (the KL
+        reads the masked tokens only)."""
         was_training = self.model.training
         self.model.eval()
         try:
             with hf.reference_mode(self.model) as ref:
-                lp = log_probs_chunked(ref, batch["input_ids"], self.temperature, self.chunk)
+                lp = log_probs_chunked(
+                    ref, batch["input_ids"], self.temperature, self.chunk, batch.get("loss_mask")
+                )
         finally:
             self.model.train(was_training)
         return {"ref_log_probs": lp}
@@ -187,8 +195,16 @@ class ActorWorker(Worker):
         self.publish_bytes = hf.state_bytes(state)
         return state, self.version
 
+    @property
+    def share_prefix(self) -> bool:
+        """Whether the forwards run shared prompts once (``algorithm.share_prefix``; never under
+        FSDP, whose hooks expect one forward per backward)."""
+        return bool(getattr(self.cfg, "share_prefix", True)) and not (
+            self.dp.world > 1 and self.dp.strategy == "fsdp"
+        )
+
     def compute_log_probs(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        """``{"log_probs": [N, T]}`` under the current policy, no gradient."""
+        """``{"log_probs": [N, T]}`` of every token under the current policy, no gradient."""
         return {
             "log_probs": log_probs_chunked(
                 self.model, batch["input_ids"], self.cfg.temperature, self.cfg.minibatch_size
@@ -202,7 +218,7 @@ class ActorWorker(Worker):
             batch["rewards"], batch["episode_index"], self.cfg.group_size, self.cfg.scale_advantages
         )
 
-    def old_log_probs(self, ids: Tensor) -> Tensor | None:
+    def old_log_probs(self, ids: Tensor, mask: Tensor | None = None) -> Tensor | None:
         """The sampling policy's log-probs of ``ids``, computed before the first step; ``None``
         when the update is a single step over the whole batch (one epoch, one minibatch): the
         weights are then still the sampling policy's and the training forward's own log-probs,
@@ -210,7 +226,9 @@ class ActorWorker(Worker):
         cfg = self.cfg
         if cfg.update_epochs == 1 and ids.shape[0] <= cfg.minibatch_size:
             return None
-        return log_probs_chunked(self.model, ids, cfg.temperature, cfg.minibatch_size)
+        return log_probs_chunked(
+            self.model, ids, cfg.temperature, cfg.minibatch_size, mask if self.share_prefix else None
+        )
 
     def policy_step(
         self,
@@ -232,7 +250,7 @@ class ActorWorker(Worker):
         plain = dp.world == 1 and len(pieces) == 1
         self.opt.zero_grad(set_to_none=True)
         for j, (u, v) in enumerate(pieces):
-            lp = sequence_log_probs(self.model, ids[u:v], cfg.temperature)
+            lp = log_probs_of(self.model, ids[u:v], mask[u:v], cfg.temperature, self.share_prefix)
             loss, st = grpo.policy_loss(
                 lp,
                 lp.detach() if old is None else old[u:v],
@@ -293,7 +311,7 @@ class ActorWorker(Worker):
         adv = adv[idx].to(dev)
         ref = batch.get("ref_log_probs")
         ref = ref[idx].to(dev) if ref is not None else None
-        old = self.old_log_probs(ids)
+        old = self.old_log_probs(ids, mask)
         lengths = (mask > 0).long().cumsum(1).argmax(1) + 1  # last trained token + 1
         n_steps = 0
         self.model.train()
