@@ -1,7 +1,11 @@
 """The data-parallel learner group (rlinf_algos.parallel) in real processes over Gloo: one update on
 2 ranks equals one update on 1 rank with the same global batch (DDP and FSDP, with and without
 micro-batches), checkpoints move between group sizes, and a rendezvous that cannot complete
-names the rank that did not arrive."""
+names the rank that did not arrive.
+
+The tests that start rank processes are marked ``network`` (Gloo's rendezvous and collectives run
+over loopback TCP between processes), so CI's per-package isolation step, which looks for
+undeclared imports, does not run them a second time."""
 
 from __future__ import annotations
 
@@ -69,10 +73,12 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return _run_group(tmp_path_factory.mktemp("ref"), 1)
 
 
+@pytest.mark.network
 def test_micro_batches_on_one_rank_equal_the_whole_minibatch(tmp_path: Path, reference: dict) -> None:
     _assert_close(_run_group(tmp_path, 1, micro=5)["model"], reference["model"])
 
 
+@pytest.mark.network
 @pytest.mark.parametrize(("strategy", "micro"), [("ddp", 0), ("ddp", 6), ("fsdp", 0), ("fsdp", 6)])
 def test_two_ranks_update_like_one(tmp_path: Path, reference: dict, strategy: str, micro: int) -> None:
     state = _run_group(tmp_path, 2, strategy, micro)
@@ -85,6 +91,7 @@ def test_two_ranks_update_like_one(tmp_path: Path, reference: dict, strategy: st
             torch.testing.assert_close(opt["state"][i][key], ref_opt["state"][i][key], atol=1e-6, rtol=1e-4)
 
 
+@pytest.mark.network
 def test_checkpoints_move_between_group_sizes(tmp_path: Path, reference: dict) -> None:
     """A 1-rank state resumed on 2 FSDP ranks, and a 2-rank FSDP state resumed on 1 rank, both
     continue exactly as 1 rank would."""
@@ -98,16 +105,32 @@ def test_checkpoints_move_between_group_sizes(tmp_path: Path, reference: dict) -
     _assert_close(_run_group(tmp_path, 1, resume=two)["model"], on_one["model"])
 
 
+@pytest.fixture(scope="module")
+def grpo_reference(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``grpo_reference(aggregation)``: embodied GRPO's update on one rank (computed once)."""
+    done: dict[str, dict] = {}
+
+    def get(aggregation: str) -> dict:
+        if aggregation not in done:
+            done[aggregation] = _run_group(
+                tmp_path_factory.mktemp("grpo"), 1, helper="grpo_rank.py", extra=(aggregation,)
+            )
+        return done[aggregation]
+
+    return get
+
+
+@pytest.mark.network
 @pytest.mark.parametrize(
     ("strategy", "micro", "aggregation"),
     [("ddp", 0, "token-mean"), ("fsdp", 7, "token-mean"), ("ddp", 3, "seq-mean-token-mean")],
 )
 def test_embodied_grpo_updates_on_two_ranks_like_on_one(
-    tmp_path: Path, strategy: str, micro: int, aggregation: str
+    tmp_path: Path, grpo_reference: Any, strategy: str, micro: int, aggregation: str
 ) -> None:
     """Whole episodes of different lengths: the shards hold different numbers of valid steps,
     and each part's loss counts by its share of the minibatch's denominator."""
-    one = _run_group(tmp_path, 1, helper="grpo_rank.py", extra=(aggregation,))
+    one = grpo_reference(aggregation)
     two = _run_group(tmp_path, 2, strategy, micro, helper="grpo_rank.py", extra=(aggregation,))
     _assert_close(two["model"], one["model"])
     for key in ("policy_loss", "kl_ref", "clip_fraction", "grad_norm"):
@@ -160,6 +183,7 @@ def lm_reference(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return get
 
 
+@pytest.mark.network
 @pytest.mark.parametrize(
     ("strategy", "micro", "lora"), [("ddp", 0, "0"), ("fsdp", 3, "0"), ("ddp", 0, "1"), ("fsdp", 0, "1")]
 )
