@@ -375,3 +375,126 @@ def test_what_cannot_take_dict_observations_says_so(
 
     assert isinstance(res.exception, ConfigError), res.output + repr(res.exception)
     assert where in str(res.exception)
+
+
+PRIVILEGED_SPACE = {
+    "kind": "dict",
+    "keys": {**SPACE["keys"], "privileged": {"kind": "box", "shape": [6], "dtype": "float32"}},
+}
+
+
+def _privileged_policy(**option: Any) -> tuple[Any, dict[str, Any]]:
+    """A vla actor-critic on PRIVILEGED_SPACE with ``option`` (seeded), and a raw batch."""
+    torch.manual_seed(0)
+    spec = {
+        "type": "vla",
+        "cls": "GaussianActorCritic",
+        "obs_space": PRIVILEGED_SPACE,
+        "act_dim": 3,
+        **option,
+    }
+    raw = {**raw_batch(), "privileged": np.random.default_rng(2).standard_normal((4, 6)).astype(np.float32)}
+    return build_policy(spec), raw
+
+
+def test_a_privileged_critic_reads_the_privileged_entry_and_the_policy_does_not() -> None:
+    model, raw = _privileged_policy(critic_input="privileged")
+    prepared = model.normalize(raw)
+    assert torch.equal(prepared["privileged"], torch.from_numpy(raw["privileged"]))
+    buf = obs_tree.to_torch(obs_tree.alloc(obs_tree.to_numpy(prepared), (4,)))
+    model.normalizer()(raw, buf)
+    assert all(torch.equal(buf[k], prepared[k]) for k in prepared)
+    actions = torch.zeros(4, 3)
+    logp, _, value = model.evaluate(prepared, actions)
+    # the value changes with the privileged entry, the policy does not
+    other = {**prepared, "privileged": prepared["privileged"] + 1.0}
+    logp2, _, value2 = model.evaluate(other, actions)
+    assert torch.equal(logp, logp2) and not torch.allclose(value, value2)
+    # the value head does not reach into the encoder: the encoder learns from the policy loss
+    value.sum().backward()
+    assert all(p.grad is None for p in model.encoder.parameters())
+    assert model.critic[0].in_features == 5 + 6
+    # acting without the privileged entry (a real arm, evaluation) works
+    without = {k: v for k, v in raw.items() if k != "privileged"}
+    assert model.predict(without).shape == (4, 3)
+
+
+def test_a_privileged_critic_needs_the_entry_and_ppo() -> None:
+    from rlinf_algos.models import check_policy_spec
+    from rlinf_core.errors import ConfigError
+
+    spec = {"type": "vla", "cls": "GaussianActorCritic", "obs_space": SPACE, "act_dim": 3}
+    with pytest.raises(ConfigError, match=r"env\.kwargs\.privileged") as err:
+        check_policy_spec({**spec, "critic_input": "privileged"})
+    assert err.value.problems[0].path == "model.critic_input"
+    with pytest.raises(ConfigError, match="privileged"):
+        build_policy({**spec, "critic_input": "privileged"})
+
+
+def test_ppo_trains_with_a_privileged_critic_on_the_instruct_task(
+    tmp_path: Path, host: Any, invoke: Any
+) -> None:
+    pytest.importorskip("rlinf_hw_franka", reason="rlinf/FrankaInstructReach-v0 comes with rlinf-hw-franka")
+    cfg = {
+        "algorithm": {"name": "ppo", "rollout_steps": 8, "minibatch_size": 16, "update_epochs": 1},
+        "env": {
+            "id": "rlinf/FrankaInstructReach-v0",
+            "num_envs": 2,
+            "kwargs": {"privileged": True, "image_size": [32, 32]},
+        },
+        "model": {
+            "type": "vla",
+            "hidden_sizes": [32],
+            "critic_input": "privileged",
+            "predict_privileged": 1.0,
+        },
+        "runner": {"total_steps": 32, "seed": 1, "scheduler": "local", "torch_threads": 1},
+    }
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    run = tmp_path / "run"
+    res = invoke(host, "train", str(path), "--run-dir", str(run), "--quiet")
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    res = invoke(host, "eval", str(run), "-n", "1", "--json")
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    header = (run / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert "aux_loss" in header
+    # SAC has no auxiliary loss: the option is refused, naming it
+    cfg["algorithm"] = {"name": "sac", "batch_size": 8, "learning_starts": 8}
+    path.write_text(yaml.safe_dump(cfg))
+    res = invoke(host, "train", str(path), "--run-dir", str(tmp_path / "sac0"), "--quiet")
+    assert "model.predict_privileged" in str(res.exception), res.output + repr(res.exception)
+    cfg["model"].pop("predict_privileged")
+    # SAC: the twin critics read the state and the privileged entry, with no encoder of their own
+    cfg["algorithm"] = {"name": "sac", "batch_size": 8, "learning_starts": 8, "image_shift": 2}
+    path.write_text(yaml.safe_dump(cfg))
+    res = invoke(host, "train", str(path), "--run-dir", str(tmp_path / "sac"), "--quiet")
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    spec = {"type": "vla", "obs_space": PRIVILEGED_SPACE, "act_dim": 3, "critic_input": "privileged"}
+    q = build_policy({**spec, "cls": "TwinQ"})
+    assert q.encoder is None
+    raw = {**raw_batch(), "privileged": np.zeros((4, 6), np.float32)}
+    actor = build_policy(
+        {**spec, "cls": "SquashedGaussianActor", "action_low": [-1] * 3, "action_high": [1] * 3}
+    )
+    assert q(actor.normalize(raw), torch.zeros(4, 3)).shape[-1] == 4
+
+
+def test_predict_privileged_adds_an_auxiliary_loss_that_trains_the_encoder() -> None:
+    model, raw = _privileged_policy(predict_privileged=5.0)
+    obs = model.normalize(raw)
+    with torch.no_grad():  # acting and evaluating without gradients leave no auxiliary loss
+        model.evaluate(obs, torch.zeros(4, 3))
+    assert model.auxiliary_loss() is None
+    model.evaluate(obs, torch.zeros(4, 3))
+    aux = model.auxiliary_loss()
+    want = 5.0 * (model.aux_head(model.encoder(obs)) - obs["privileged"]).square().sum(-1).mean()
+    assert aux is not None and torch.allclose(aux, want)
+    assert model.auxiliary_loss() is None  # taken once
+    aux.backward()
+    assert model.encoder.cnn[0].weight.grad is not None and model.critic[0].weight.grad is None
+    from rlinf_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="predict_privileged"):
+        build_policy({"type": "vla", "cls": "GaussianActorCritic", "obs_space": SPACE, "act_dim": 3,
+                      "predict_privileged": 5.0})  # fmt: skip

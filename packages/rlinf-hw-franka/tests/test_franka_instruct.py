@@ -252,3 +252,17 @@ def test_a_camera_that_cannot_render_names_mujoco_gl() -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     assert "CONFIGERROR" in out.stdout, out.stdout + out.stderr[-2000:]
     assert "MUJOCO_GL=no-such-platform" in out.stdout and "set MUJOCO_GL=egl" in out.stdout
+
+
+def test_privileged_entry_holds_the_target_for_an_asymmetric_critic() -> None:
+    env = FrankaInstructReachEnv(privileged=True, image_size=(32, 32))
+    try:
+        obs, _ = env.reset(seed=3)
+        assert env.observation_space.contains(obs)
+        np.testing.assert_allclose(obs["privileged"][:3], env.target, atol=1e-6)
+        obs, *_ = env.step(np.array([1.0, 0.0, 0.0], np.float32))
+        np.testing.assert_allclose(obs["privileged"][3:], env.target - obs["state"][14:17], atol=1e-5)
+    finally:
+        env.close()
+    with pytest.raises(ConfigError, match="privileged"):
+        FrankaInstructReachEnv(privileged=True, obs_mode="flat")

@@ -158,6 +158,18 @@ class ModelConfig(ConfigSection):
         "saturated actions)",
     )
 
+    critic_input: Literal["features", "privileged"] = Field(
+        "features",
+        description="vla: what the value head (SAC: the twin critics) reads. features: the encoder's output (shared with "
+        "the policy). privileged: the state and the env's 'privileged' observation entry, an "
+        "asymmetric actor-critic; the policy still acts from images, state and words",
+    )
+    predict_privileged: float = Field(
+        0.0,
+        ge=0.0,
+        description="vla, PPO: weight of an auxiliary loss in which a linear head on the encoder's "
+        "features predicts the env's 'privileged' observation entry (squared error); 0: none",
+    )
     vision: VisionConfig | None = Field(None, description="vla: the image encoder (null: the CNN)")
     language: LanguageConfig | None = Field(
         None, description="vla: the instruction encoder (null: token embedding)"
@@ -173,6 +185,11 @@ class ModelConfig(ConfigSection):
         extra = [k for k in ("vision", "language", "lora") if getattr(self, k) is not None]
         if extra and self.type == "mlp":
             raise ValueError(f"{', '.join(extra)} configure the encoders of model.type vla; an mlp has none")
+        if (self.critic_input != "features" or self.predict_privileged) and self.type == "mlp":
+            raise ValueError(
+                "critic_input privileged and predict_privileged are for model.type vla (dict "
+                "observations with a 'privileged' entry); an mlp reads one observation vector"
+            )
         return self
 
 

@@ -199,6 +199,12 @@ class Recipe(ABC):
         self.cfg = cfg
 
     # -- both runtimes -------------------------------------------------------------------------
+    def metric_columns(self, model_cfg: Any) -> tuple[str, ...]:
+        """The learner's ``metrics.csv`` columns for a run of the ``model`` section
+        ``model_cfg``: ``learner_columns`` (a recipe adds what only some models report, such as
+        an auxiliary loss)."""
+        return self.learner_columns
+
     @abstractmethod
     def policy_spec(self, model_cfg: Any, spaces: Mapping[str, Any]) -> dict[str, Any]:
         """The spec of the policy (see :func:`rlinf_algos.models.build_policy`) for the ``model``

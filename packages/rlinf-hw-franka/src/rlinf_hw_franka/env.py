@@ -23,7 +23,10 @@ and from a real arm: ``image`` (the first camera, ``(H, W, 3)`` uint8), ``image_
 each further camera, ``state`` (``float32``: ``joint_pos, joint_vel, ee_pos, ee_quat`` and
 ``gripper_width`` with a gripper; nothing about the target) and ``instruction``
 (:data:`INSTRUCTION_SPACE`, a ``str``; ``instruction=`` or ``reset(options={"instruction":
-...})``). Frames of another size than ``image_size`` are resized (nearest neighbour).
+...})``). Frames of another size than ``image_size`` are resized (nearest neighbour). With
+``privileged=True`` it also holds ``privileged`` (``float32`` (6): ``target_pos`` and
+``target_pos - ee_pos``), what a training-time critic may read and the policy must not
+(asymmetric actor-critic: the policy still acts from the camera, the state and the words).
 
 Reward: ``-distance(ee_pos, target_pos)`` (metres, dense). ``info["is_success"]`` is
 ``distance < success_threshold``. With ``terminate_on_success`` an episode ends on success.
@@ -141,6 +144,8 @@ class FrankaEnv(gym.Env):
         obs_mode: ``"dict"``, ``"flat"`` (no cameras) or ``"vla"`` (``image``, ``state``,
             ``instruction``; at least one camera).
         instruction: the ``instruction`` of ``obs_mode="vla"`` (default ``"reach the target"``).
+        privileged: ``obs_mode="vla"``: add the ``privileged`` entry (the target; see the module
+            docstring) for an asymmetric critic.
         render_mode: ``"rgb_array"`` renders the ``front`` camera (twin only).
         sim_timestep: physics step of the twin (s).
         fast_render: render the twin's cameras without multisampling, shadows and reflections
@@ -176,6 +181,7 @@ class FrankaEnv(gym.Env):
         image_size: tuple[int, int] = (128, 128),
         obs_mode: Literal["dict", "flat", "vla"] = "dict",
         instruction: str | None = None,
+        privileged: bool = False,
         render_mode: str | None = None,
         sim_timestep: float = 0.002,
         fast_render: bool = True,
@@ -209,6 +215,12 @@ class FrankaEnv(gym.Env):
         self.terminate_on_success = terminate_on_success
         self.home_q = np.asarray(home_q, dtype=np.float64).reshape(7)
         self.obs_mode = obs_mode
+        if privileged and obs_mode != "vla":
+            raise ConfigError(
+                f"privileged=True adds an entry to obs_mode='vla' observations; obs_mode={obs_mode!r} "
+                "already holds target_pos"
+            )
+        self.privileged = bool(privileged)
 
         if isinstance(backend, Backend):
             self.backend = backend
@@ -305,6 +317,8 @@ class FrankaEnv(gym.Env):
             }
             vla["state"] = spaces.Box(-inf, inf, shape=(n_state,), dtype=np.float32)
             vla["instruction"] = INSTRUCTION_SPACE
+            if self.privileged:
+                vla["privileged"] = spaces.Box(-inf, inf, shape=(6,), dtype=np.float32)
             self.observation_space = spaces.Dict(vla)
         elif obs_mode == "flat":
             n = sum(int(np.prod(s.shape)) for s in parts.values()) + 3  # + target - ee
@@ -416,6 +430,8 @@ class FrankaEnv(gym.Env):
             }
             vla["state"] = np.concatenate([obs[k] for k in self._state_keys()])
             vla["instruction"] = self.instruction
+            if self.privileged:
+                vla["privileged"] = np.concatenate([self.target, self.target - st.ee_pos]).astype(np.float32)
             return vla
         obs["target_pos"] = self.target.astype(np.float32)
         if self.obs_mode == "flat":

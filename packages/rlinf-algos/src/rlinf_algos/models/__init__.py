@@ -115,6 +115,15 @@ class VLAModels(ModelType):
                 "vector: set env.obs_mode to pixels or pixels+state, or use model.type mlp",
                 "model.type",
             )
+        if (
+            spec.get("critic_input", "features") == "privileged"
+            and "privileged" not in spec["obs_space"]["keys"]
+        ):
+            raise ConfigError(
+                "critic_input privileged reads the observation's 'privileged' entry, which this env does "
+                "not give (rlinf/FrankaInstructReach-v0 gives it with env.kwargs.privileged: true)",
+                "model.critic_input",
+            )
 
     def build(self, spec: Mapping[str, Any]) -> Any:
         from rlinf_algos.models import vla
@@ -130,6 +139,8 @@ class VLAModels(ModelType):
                 act,
                 spec.get("log_std_init", 0.0),
                 spec.get("normalize_obs", True),
+                critic_input=spec.get("critic_input", "features"),
+                predict_privileged=spec.get("predict_privileged", 0.0),
                 **encoders,
             )
         if cls == "SquashedGaussianActor":
@@ -145,7 +156,14 @@ class VLAModels(ModelType):
                 squash_eps=spec.get("squash_eps", 0.0),
             )
         if cls == "TwinQ":
-            return vla.VLATwinQ(spec["obs_space"], encoders, spec["act_dim"], hidden=hidden, activation=act)
+            return vla.VLATwinQ(
+                spec["obs_space"],
+                encoders,
+                spec["act_dim"],
+                critic_input=spec.get("critic_input", "features"),
+                hidden=hidden,
+                activation=act,
+            )
         raise RlinfError(
             f"unknown policy class {cls!r} of model type 'vla'; it builds {', '.join(self.roles)}"
         )

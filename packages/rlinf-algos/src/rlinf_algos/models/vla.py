@@ -158,6 +158,12 @@ class VLAEncoder(nn.Module):
         self.image_keys = _image_keys(keys)
         self.has_state = "state" in keys
         self.has_text = "instruction" in keys
+        self.privileged_dim = 0
+        if "privileged" in keys:
+            s = keys["privileged"]
+            if s.get("kind") != "box" or len(s["shape"]) != 1:
+                raise ConfigError(f"observation 'privileged' must be a 1-D float vector, got {s}", "env.id")
+            self.privileged_dim = int(s["shape"][0])
         if not self.image_keys and not self.has_state:
             raise ConfigError(f"the observation has neither an image nor a state: {sorted(keys)}", "env.id")
         self.state_dim = int(keys["state"]["shape"][0]) if self.has_state else 0
@@ -245,6 +251,8 @@ class VLAEncoder(nn.Module):
             out["state"].copy_(self.state_norm(as_tensor(np.asarray(raw["state"], np.float32))))
         if self.has_text:
             out["instruction"].copy_(torch.from_numpy(self._tokens(list(raw["instruction"]))))
+        if self.privileged_dim:
+            out["privileged"].copy_(as_tensor(np.asarray(raw["privileged"], np.float32)))
 
     def prepare(self, raw: Mapping[str, Any]) -> dict[str, Tensor]:
         """Raw observations (numpy, as the env gives them) -> the prepared tensors."""
@@ -253,6 +261,8 @@ class VLAEncoder(nn.Module):
             out["state"] = self.state_norm(as_tensor(np.asarray(raw["state"], np.float32)))
         if self.has_text:
             out["instruction"] = torch.from_numpy(self._tokens(list(raw["instruction"])))
+        if self.privileged_dim and "privileged" in raw:  # a real arm's observation has none
+            out["privileged"] = as_tensor(np.asarray(raw["privileged"], np.float32)).clone()
         return out
 
     # -- the network ---------------------------------------------------------------------------------
@@ -306,9 +316,45 @@ class VLAEncoder(nn.Module):
             fold_moments(self.state_norm, mean, var, count)
 
 
+def _privileged_critic(critic_input: str, encoder: VLAEncoder) -> bool:
+    """Whether ``critic_input`` asks for the privileged critic; refuses an unknown value, or
+    ``privileged`` when the observation has no ``privileged`` entry."""
+    if critic_input not in ("features", "privileged"):
+        raise ConfigError(
+            f"unknown critic input {critic_input!r}; valid: features, privileged", "model.critic_input"
+        )
+    if critic_input == "privileged" and not encoder.privileged_dim:
+        raise ConfigError(
+            "critic_input privileged reads the observation's 'privileged' entry, which this env "
+            "does not give (rlinf/FrankaInstructReach-v0: env.kwargs.privileged: true)",
+            "model.critic_input",
+        )
+    return critic_input == "privileged"
+
+
+def privileged_input(obs: Mapping[str, Tensor]) -> Tensor:
+    """What a privileged critic reads: the (prepared) state, when there is one, and ``privileged``."""
+    return torch.cat([obs["state"], obs["privileged"]], -1) if "state" in obs else obs["privileged"]
+
+
 class VLAActorCritic(nn.Module):
     """A Gaussian policy and a value head over one shared :class:`VLAEncoder` (PPO, GRPO): the
-    interface of :class:`~rlinf_algos.models.mlp.GaussianActorCritic`, over prepared dicts."""
+    interface of :class:`~rlinf_algos.models.mlp.GaussianActorCritic`, over prepared dicts.
+
+    ``critic_input="privileged"`` makes it an *asymmetric* actor-critic (Pinto et al., 2017):
+    the value head reads the normalised state and the env's ``privileged`` entry (what a
+    simulator knows and the policy must not see, such as the target's position) instead of the
+    encoder's features. The policy still acts from the images, the state and the words; the
+    encoder learns from the policy loss alone, and the advantages no longer carry the error of a
+    value function that has to find the target in the image first. Only training reads
+    ``privileged``: :meth:`predict` (evaluation, a real arm) does not need it.
+
+    ``predict_privileged > 0`` adds an auxiliary loss (:meth:`auxiliary_loss`): an MLP head on
+    the encoder's features predicts the ``privileged`` entry, so the encoder is taught directly to
+    find what the simulator knows (the named target) instead of only through the returns; the
+    policy and value heads read that prediction beside the features (a perception stage feeding
+    control, computed from the images and words alone, so acting still needs no ``privileged``).
+    """
 
     def __init__(
         self,
@@ -321,14 +367,49 @@ class VLAActorCritic(nn.Module):
         vision: Mapping[str, Any] | None = None,
         language: Mapping[str, Any] | None = None,
         lora: Mapping[str, Any] | None = None,
+        critic_input: str = "features",
+        predict_privileged: float = 0.0,
     ) -> None:
         super().__init__()
         self.encoder = VLAEncoder(obs_space, vision, language, lora, normalize_obs)
         self.act_dim = act_dim
+        self.aux_coef = float(predict_privileged)
+        self.aux_head: nn.Module | None = None
         d = self.encoder.out_dim
+        if self.aux_coef > 0:
+            if not self.encoder.privileged_dim:
+                raise ConfigError(
+                    "predict_privileged trains the encoder to predict the observation's 'privileged' "
+                    "entry, which this env does not give (rlinf/FrankaInstructReach-v0: "
+                    "env.kwargs.privileged: true)",
+                    "model.predict_privileged",
+                )
+            # an MLP, not a linear map: which keypoint is the target's depends on the words
+            self.aux_head = mlp(d, hidden, self.encoder.privileged_dim, activation, out_std=1.0)
+            d += self.encoder.privileged_dim  # the heads read the prediction too
+        self._aux: Tensor | None = None
         self.actor_mean = mlp(d, hidden, act_dim, activation, out_std=0.01)
         self.actor_log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
-        self.critic = mlp(d, hidden, 1, activation, out_std=1.0)
+        self.privileged_critic = _privileged_critic(critic_input, self.encoder)
+        critic_dim = self.encoder.state_dim + self.encoder.privileged_dim if self.privileged_critic else d
+        self.critic = mlp(critic_dim, hidden, 1, activation, out_std=1.0)
+
+    def _features(self, obs: Mapping[str, Tensor], aux: bool = False) -> Tensor:
+        """What the heads read: the encoder's output, and with ``predict_privileged`` the
+        prediction of the privileged entry (detached: only its own loss trains that head). With
+        ``aux`` (a training forward) the auxiliary loss is kept for :meth:`auxiliary_loss`."""
+        z = self.encoder(obs)
+        if self.aux_head is None:
+            return z
+        pred = seq_forward(self.aux_head, z)
+        if aux and torch.is_grad_enabled():
+            self._aux = self.aux_coef * (pred - obs["privileged"]).square().sum(-1).mean()
+        return torch.cat([z, pred.detach()], -1)
+
+    def _value(self, obs: Mapping[str, Tensor], z: Tensor | None) -> Tensor:
+        if self.privileged_critic:
+            return seq_forward(self.critic, privileged_input(obs)).squeeze(-1)
+        return seq_forward(self.critic, self._features(obs) if z is None else z).squeeze(-1)
 
     def parameter_counts(self) -> dict[str, int]:
         from rlinf_algos.models import parameter_counts
@@ -336,38 +417,49 @@ class VLAActorCritic(nn.Module):
         return parameter_counts(self)
 
     def value(self, obs: Mapping[str, Tensor]) -> Tensor:
-        return seq_forward(self.critic, self.encoder(obs)).squeeze(-1)
+        return self._value(obs, None)
 
     def action_mean(self, obs: Mapping[str, Tensor]) -> Tensor:
-        return seq_forward(self.actor_mean, self.encoder(obs))
+        return seq_forward(self.actor_mean, self._features(obs))
 
     def action_log_std(self) -> Tensor:
         return self.actor_log_std.detach()
 
     def evaluate(self, obs: Mapping[str, Tensor], actions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        z = self.encoder(obs)
+        z = self._features(obs, aux=True)
         mean = seq_forward(self.actor_mean, z)
         log_std = self.actor_log_std.expand_as(mean)
-        value = seq_forward(self.critic, z).squeeze(-1)
+        value = self._value(obs, z)
         return gaussian_log_prob(actions, mean, log_std), gaussian_entropy(log_std), value
 
     @torch.no_grad()
     def act(self, obs: Mapping[str, Tensor], deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-        z = self.encoder(obs)
+        z = self._features(obs)
         mean = seq_forward(self.actor_mean, z)
         log_std = self.actor_log_std.expand_as(mean)
         action = mean if deterministic else mean + torch.randn_like(mean) * log_std.exp()
-        return action, gaussian_log_prob(action, mean, log_std), seq_forward(self.critic, z).squeeze(-1)
+        return action, gaussian_log_prob(action, mean, log_std), self._value(obs, z)
 
     @torch.no_grad()
     def predict(self, raw_obs: Mapping[str, Any], deterministic: bool = True) -> Tensor:
-        return self.act(self.normalize(raw_obs), deterministic)[0]
+        """Actions for raw observations (the value head is not run: ``privileged`` may be absent)."""
+        mean = self.action_mean(self.normalize(raw_obs))
+        if deterministic:
+            return mean
+        return mean + torch.randn_like(mean) * self.actor_log_std.exp()
 
     def normalize(self, raw_obs: Mapping[str, Any]) -> dict[str, Tensor]:
         return self.encoder.prepare(raw_obs)
 
     def normalizer(self) -> Callable[[Mapping[str, Any], Mapping[str, Tensor]], None]:
         return self.encoder.prepare_into
+
+    def auxiliary_loss(self) -> Tensor | None:
+        """The auxiliary loss of the last :meth:`evaluate` with gradients (``predict_privileged``
+        times the squared error of the privileged entry predicted from the encoder's features),
+        once; ``None`` without one. PPO's learner adds it to the minibatch's loss."""
+        aux, self._aux = self._aux, None
+        return aux
 
     def policy_parameters(self) -> list[nn.Parameter]:
         """Every trainable parameter but the value head's."""
@@ -419,14 +511,35 @@ class VLASquashedActor(nn.Module):
 
 
 class VLATwinQ(nn.Module):
-    """SAC's twin critics over an encoder of their own (:class:`VLAEncoder`), on prepared dicts."""
+    """SAC's twin critics over an encoder of their own (:class:`VLAEncoder`), on prepared dicts.
+
+    ``critic_input="privileged"``: no encoder; the critics read the state and the env's
+    ``privileged`` entry (an asymmetric actor-critic, see :class:`VLAActorCritic`). The actor
+    still acts from the images, the state and the words, and learns from the critics' gradient
+    with respect to its action."""
 
     def __init__(
-        self, obs_space: Mapping[str, Any], encoders: Mapping[str, Any], act_dim: int, **critic: Any
+        self,
+        obs_space: Mapping[str, Any],
+        encoders: Mapping[str, Any],
+        act_dim: int,
+        critic_input: str = "features",
+        **critic: Any,
     ) -> None:
         super().__init__()
         self.encoder = VLAEncoder(obs_space, normalize_state=False, **encoders)
-        self.q = TwinQ(self.encoder.out_dim, act_dim, **critic)
+        self.privileged = _privileged_critic(critic_input, self.encoder)
+        if self.privileged:
+            self.encoder = None  # type: ignore[assignment]
+            keys = obs_space["keys"]
+            width = int(keys["privileged"]["shape"][0]) + (
+                int(keys["state"]["shape"][0]) if "state" in keys else 0
+            )
+            self.q = TwinQ(width, act_dim, **critic)
+        else:
+            self.q = TwinQ(self.encoder.out_dim, act_dim, **critic)
 
     def forward(self, obs: Mapping[str, Tensor], actions: Tensor) -> Tensor:
+        if self.privileged:
+            return self.q(privileged_input(obs), actions)
         return self.q(self.encoder(obs), actions)

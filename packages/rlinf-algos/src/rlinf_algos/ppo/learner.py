@@ -100,6 +100,9 @@ class PPOLearner:
         lo, hi = dp.span(mb)
         pieces = dp.micro_spans(lo, hi)
         plain = dp.world == 1 and len(pieces) == 1
+        # a model with an auxiliary loss (vla's predict_privileged) adds it to each minibatch's
+        has_aux = callable(getattr(model, "auxiliary_loss", None)) and bool(getattr(model, "aux_coef", 0))
+        aux_sum = torch.zeros(())
         for _ in range(cfg.update_epochs):
             used = torch.randperm(B, generator=self.generator)[: M * mb]
             e_obs, e_act = obs_tree.take(b_obs, used), b_act[used]
@@ -116,6 +119,10 @@ class PPOLearner:
                     pg = F.policy_loss(log_ratio, e_adv[i, u:v], cfg.clip_low, cfg.clip_high, cfg.dual_clip)
                     vf = F.value_loss(value, e_ret[a:b], e_val[a:b], cfg.value_clip)
                     loss = pg + cfg.vf_coef * vf
+                    aux = model.auxiliary_loss() if has_aux else None
+                    if aux is not None:
+                        loss = loss + aux
+                        aux_sum += aux.detach() * ((v - u) / mb)
                     ent = F.entropy_loss(entropy)
                     if cfg.ent_coef:
                         loss = loss + cfg.ent_coef * ent
@@ -161,7 +168,12 @@ class PPOLearner:
         y, yhat = b_ret, b_val
         var_y = float(y.var())
         explained = float("nan") if var_y == 0 else 1.0 - float((y - yhat).var()) / var_y
+        out_aux = {}
+        if has_aux:
+            total = dp.mean(aux_sum) * dp.world if dp.world > 1 else aux_sum
+            out_aux["aux_loss"] = float(total) / max(n_mb, 1)
         return {
+            **out_aux,
             "policy_loss": s[0],
             "value_loss": s[1],
             "entropy": -s[2],

@@ -39,7 +39,19 @@ def gaussian_policy_spec(model_cfg: Any, spaces: Any, normalize_obs: bool) -> di
         "normalize_obs": normalize_obs,
         "ortho_init": model_cfg.ortho_init,
         **{k: v.model_dump() for k, v in encoders.items() if v is not None},
+        **_vla_options(model_cfg),
     }
+
+
+def _vla_options(model_cfg: Any) -> dict[str, Any]:
+    """The ``vla`` options a spec carries when they differ from their defaults (older specs, and
+    every mlp spec, stay as they were)."""
+    out: dict[str, Any] = {}
+    if getattr(model_cfg, "critic_input", "features") != "features":
+        out["critic_input"] = model_cfg.critic_input
+    if getattr(model_cfg, "predict_privileged", 0.0):
+        out["predict_privileged"] = float(model_cfg.predict_privileged)
+    return out
 
 
 class _PPOLocal(LocalSession):
@@ -98,6 +110,10 @@ class PPORecipe(Recipe):
         "update_s",
     )
     whole_batch: ClassVar[bool] = True
+
+    def metric_columns(self, model_cfg: Any) -> tuple[str, ...]:
+        """``learner_columns``, and ``aux_loss`` for a model with an auxiliary loss."""
+        return self.learner_columns + (("aux_loss",) if getattr(model_cfg, "predict_privileged", 0) else ())
 
     def policy_spec(self, model_cfg: Any, spaces: Any) -> dict[str, Any]:
         return gaussian_policy_spec(model_cfg, spaces, self.cfg.normalize_obs)

@@ -373,7 +373,12 @@ class DistributedRun(RecoveryMixin):
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        columns = BASE_COLUMNS + self.recipe.learner_columns + self.recipe.worker_columns + ("success_rate",)
+        columns = (
+            BASE_COLUMNS
+            + self.recipe.metric_columns(self.model_cfg)
+            + self.recipe.worker_columns
+            + ("success_rate",)
+        )
         self.rec = RunRecorder(
             self.run_dir,
             self.runner_cfg.log_interval,

@@ -71,7 +71,7 @@ def train_local(
         spec = recipe.policy_spec(sections.model, spaces)
         check_policy_spec(spec)
         session = recipe.local_session(stepper, spec, sections)
-        columns = BASE_COLUMNS + recipe.learner_columns + ("success_rate",)
+        columns = BASE_COLUMNS + recipe.metric_columns(sections.model) + ("success_rate",)
         rec = RunRecorder(
             run_dir,
             runner.log_interval,

@@ -23,6 +23,7 @@ from rlinf_algos.replay import ReplayBuffer
 from rlinf_algos.sac.config import SACConfig
 from rlinf_algos.sac.learner import SACLearner
 from rlinf_algos.sac.rollout import collect_sac
+from rlinf_core.errors import ConfigError
 
 __all__ = ["SACLearnerSide", "SACRecipe", "replay_obs_shape", "sac_critic", "sac_policy_spec"]
 
@@ -30,6 +31,12 @@ __all__ = ["SACLearnerSide", "SACRecipe", "replay_obs_shape", "sac_critic", "sac
 def sac_policy_spec(model_cfg: Any, spaces: Any) -> dict[str, Any]:
     """The spec of SAC's actor (256x256 relu unless the ``model`` section says);
     :func:`sac_critic` builds the matching critics from it."""
+    critic_input = getattr(model_cfg, "critic_input", "features")
+    if getattr(model_cfg, "predict_privileged", 0.0):
+        raise ConfigError(
+            "predict_privileged is an auxiliary loss of PPO's vla actor-critic; SAC has none (set it to 0)",
+            "model.predict_privileged",
+        )
     return {
         "type": model_cfg.type,
         "cls": "SquashedGaussianActor",
@@ -48,6 +55,7 @@ def sac_policy_spec(model_cfg: Any, spaces: Any) -> dict[str, Any]:
             for k in ("vision", "language", "lora")
             if (v := getattr(model_cfg, k, None)) is not None
         },
+        **({"critic_input": critic_input} if critic_input != "features" else {}),
     }
 
 
