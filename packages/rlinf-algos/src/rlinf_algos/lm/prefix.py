@@ -55,14 +55,13 @@ def prefix_groups(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, list[int]]
     return start, torch.tensor(group), firsts
 
 
-def _forward(model: Any, keep_last: bool, **kwargs: Any) -> Any:
-    """The model's forward, with ``logits_to_keep=1`` when ``keep_last`` and the model takes it."""
-    if keep_last:
-        try:
-            return model(logits_to_keep=1, **kwargs)
-        except TypeError:  # an architecture without logits_to_keep: full logits, last one used
-            pass
-    return model(**kwargs)
+def _forward_last(model: Any, **kwargs: Any) -> Any:
+    """The model's forward with ``logits_to_keep=1`` (only the last position's logits), or with
+    full logits for an architecture without that argument (the last one is used)."""
+    try:
+        return model(logits_to_keep=1, **kwargs)
+    except TypeError:
+        return model(**kwargs)
 
 
 def shared_prefix_log_probs(
@@ -90,9 +89,8 @@ def shared_prefix_log_probs(
         prefix[g, p_len - s :] = ids[i, :s]
         p_mask[g, p_len - s :] = 1
     cache = DynamicCache(config=getattr(model, "config", None))
-    out = _forward(
+    out = _forward_last(
         model,
-        True,
         input_ids=prefix,
         attention_mask=p_mask,
         position_ids=(p_mask.cumsum(1) - 1).clamp(min=0),
@@ -127,8 +125,8 @@ def shared_prefix_log_probs(
     return full[:, :t]
 
 
-def log_probs_of(model: Any, ids: Tensor, mask: Tensor | None, temperature: float, share: bool) -> Tensor:
-    """:func:`shared_prefix_log_probs` when ``share`` and a mask is given, else the plain forward."""
-    if share and mask is not None:
+def log_probs_of(model: Any, ids: Tensor, mask: Tensor | None, temperature: float) -> Tensor:
+    """:func:`shared_prefix_log_probs` given the loss ``mask``, the plain forward without one."""
+    if mask is not None:
         return shared_prefix_log_probs(model, ids, mask, temperature)
     return sequence_log_probs(model, ids, temperature)

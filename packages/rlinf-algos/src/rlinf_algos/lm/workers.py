@@ -106,7 +106,7 @@ def log_probs_chunked(
     with torch.no_grad():
         for i in range(0, ids.shape[0], chunk):
             m = None if mask is None else mask[i : i + chunk]
-            out[i : i + chunk] = log_probs_of(model, ids[i : i + chunk], m, temperature, m is not None)
+            out[i : i + chunk] = log_probs_of(model, ids[i : i + chunk], m, temperature)
     return out
 
 
@@ -250,7 +250,7 @@ class ActorWorker(Worker):
         plain = dp.world == 1 and len(pieces) == 1
         self.opt.zero_grad(set_to_none=True)
         for j, (u, v) in enumerate(pieces):
-            lp = log_probs_of(self.model, ids[u:v], mask[u:v], cfg.temperature, self.share_prefix)
+            lp = log_probs_of(self.model, ids[u:v], mask[u:v] if self.share_prefix else None, cfg.temperature)
             loss, st = grpo.policy_loss(
                 lp,
                 lp.detach() if old is None else old[u:v],

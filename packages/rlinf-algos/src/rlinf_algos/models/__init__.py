@@ -35,6 +35,7 @@ __all__ = [
     "VLAModels",
     "build_policy",
     "check_policy_spec",
+    "encoder_options",
     "model_type",
     "parameter_counts",
 ]
@@ -115,15 +116,15 @@ class VLAModels(ModelType):
                 "vector: set env.obs_mode to pixels or pixels+state, or use model.type mlp",
                 "model.type",
             )
-        if (
-            spec.get("critic_input", "features") == "privileged"
-            and "privileged" not in spec["obs_space"]["keys"]
-        ):
-            raise ConfigError(
-                "critic_input privileged reads the observation's 'privileged' entry, which this env does "
-                "not give (rlinf/FrankaInstructReach-v0 gives it with env.kwargs.privileged: true)",
-                "model.critic_input",
-            )
+        from rlinf_algos.models.vla import privileged_problem
+
+        problem = privileged_problem(
+            "privileged" in spec["obs_space"]["keys"],
+            spec.get("critic_input", "features"),
+            spec.get("predict_privileged", 0.0),
+        )
+        if problem is not None:
+            raise problem
 
     def build(self, spec: Mapping[str, Any]) -> Any:
         from rlinf_algos.models import vla
@@ -184,6 +185,23 @@ def model_type(name: str) -> ModelType:
         return _registry().get(name)()
     except PluginError as err:
         raise RlinfError(str(err)) from None
+
+
+def encoder_options(model_cfg: Any) -> dict[str, Any]:
+    """What a policy spec carries of the ``model`` section's encoder options (``vla``): the
+    ``vision``, ``language`` and ``lora`` sections that are set, and ``critic_input`` /
+    ``predict_privileged`` when they differ from their defaults (older specs, and every mlp
+    spec, stay as they were)."""
+    out: dict[str, Any] = {
+        k: v.model_dump()
+        for k in ("vision", "language", "lora")
+        if (v := getattr(model_cfg, k, None)) is not None
+    }
+    if getattr(model_cfg, "critic_input", "features") != "features":
+        out["critic_input"] = model_cfg.critic_input
+    if getattr(model_cfg, "predict_privileged", 0.0):
+        out["predict_privileged"] = float(model_cfg.predict_privileged)
+    return out
 
 
 def parameter_counts(module: Any) -> dict[str, int]:

@@ -316,19 +316,32 @@ class VLAEncoder(nn.Module):
             fold_moments(self.state_norm, mean, var, count)
 
 
-def _privileged_critic(critic_input: str, encoder: VLAEncoder) -> bool:
-    """Whether ``critic_input`` asks for the privileged critic; refuses an unknown value, or
-    ``privileged`` when the observation has no ``privileged`` entry."""
+def privileged_problem(has_entry: bool, critic_input: str, predict_privileged: float) -> ConfigError | None:
+    """What is wrong with the privileged options for an observation with (``has_entry``) or
+    without a ``privileged`` entry: an unknown ``critic_input``, or an option that reads the
+    entry when there is none; ``None`` when nothing is."""
     if critic_input not in ("features", "privileged"):
-        raise ConfigError(
+        return ConfigError(
             f"unknown critic input {critic_input!r}; valid: features, privileged", "model.critic_input"
         )
-    if critic_input == "privileged" and not encoder.privileged_dim:
-        raise ConfigError(
-            "critic_input privileged reads the observation's 'privileged' entry, which this env "
-            "does not give (rlinf/FrankaInstructReach-v0: env.kwargs.privileged: true)",
-            "model.critic_input",
-        )
+    for key, on in (
+        ("critic_input", critic_input == "privileged"),
+        ("predict_privileged", predict_privileged > 0),
+    ):
+        if on and not has_entry:
+            return ConfigError(
+                f"{key} reads the observation's 'privileged' entry, which this env does not give "
+                "(rlinf/FrankaInstructReach-v0 gives it with env.kwargs.privileged: true)",
+                f"model.{key}",
+            )
+    return None
+
+
+def _checked(encoder: VLAEncoder, critic_input: str, predict_privileged: float = 0.0) -> bool:
+    """Raise :func:`privileged_problem`'s error, if any; whether the critic is privileged."""
+    problem = privileged_problem(bool(encoder.privileged_dim), critic_input, predict_privileged)
+    if problem is not None:
+        raise problem
     return critic_input == "privileged"
 
 
@@ -373,24 +386,17 @@ class VLAActorCritic(nn.Module):
         super().__init__()
         self.encoder = VLAEncoder(obs_space, vision, language, lora, normalize_obs)
         self.act_dim = act_dim
+        self.privileged_critic = _checked(self.encoder, critic_input, predict_privileged)
         self.aux_coef = float(predict_privileged)
         self.aux_head: nn.Module | None = None
         d = self.encoder.out_dim
         if self.aux_coef > 0:
-            if not self.encoder.privileged_dim:
-                raise ConfigError(
-                    "predict_privileged trains the encoder to predict the observation's 'privileged' "
-                    "entry, which this env does not give (rlinf/FrankaInstructReach-v0: "
-                    "env.kwargs.privileged: true)",
-                    "model.predict_privileged",
-                )
             # an MLP, not a linear map: which keypoint is the target's depends on the words
             self.aux_head = mlp(d, hidden, self.encoder.privileged_dim, activation, out_std=1.0)
             d += self.encoder.privileged_dim  # the heads read the prediction too
         self._aux: Tensor | None = None
         self.actor_mean = mlp(d, hidden, act_dim, activation, out_std=0.01)
         self.actor_log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
-        self.privileged_critic = _privileged_critic(critic_input, self.encoder)
         critic_dim = self.encoder.state_dim + self.encoder.privileged_dim if self.privileged_critic else d
         self.critic = mlp(critic_dim, hidden, 1, activation, out_std=1.0)
 
@@ -528,7 +534,7 @@ class VLATwinQ(nn.Module):
     ) -> None:
         super().__init__()
         self.encoder = VLAEncoder(obs_space, normalize_state=False, **encoders)
-        self.privileged = _privileged_critic(critic_input, self.encoder)
+        self.privileged = _checked(self.encoder, critic_input)
         if self.privileged:
             self.encoder = None  # type: ignore[assignment]
             keys = obs_space["keys"]

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import torch
 
 from rlinf_algos.channels import traj_key
-from rlinf_algos.models import build_policy
+from rlinf_algos.models import build_policy, encoder_options
 from rlinf_algos.ppo.learner import PPOLearnerSide
 from rlinf_algos.ppo.rollout import LocalPort, collect_ppo
 from rlinf_algos.recipe import IterationPlan, LearnerContext, LocalSession, Recipe, await_call
@@ -25,7 +25,6 @@ __all__ = ["PPORecipe", "gaussian_policy_spec"]
 def gaussian_policy_spec(model_cfg: Any, spaces: Any, normalize_obs: bool) -> dict[str, Any]:
     """The Gaussian actor-critic of PPO and GRPO (64x64 tanh unless the ``model`` section says;
     a model type with encoders, ``vla``, picks its own default sizes)."""
-    encoders = {k: getattr(model_cfg, k, None) for k in ("vision", "language", "lora")}
     plain = model_cfg.type == "mlp"
     return {
         "type": model_cfg.type,
@@ -38,20 +37,8 @@ def gaussian_policy_spec(model_cfg: Any, spaces: Any, normalize_obs: bool) -> di
         "log_std_init": model_cfg.log_std_init,
         "normalize_obs": normalize_obs,
         "ortho_init": model_cfg.ortho_init,
-        **{k: v.model_dump() for k, v in encoders.items() if v is not None},
-        **_vla_options(model_cfg),
+        **encoder_options(model_cfg),
     }
-
-
-def _vla_options(model_cfg: Any) -> dict[str, Any]:
-    """The ``vla`` options a spec carries when they differ from their defaults (older specs, and
-    every mlp spec, stay as they were)."""
-    out: dict[str, Any] = {}
-    if getattr(model_cfg, "critic_input", "features") != "features":
-        out["critic_input"] = model_cfg.critic_input
-    if getattr(model_cfg, "predict_privileged", 0.0):
-        out["predict_privileged"] = float(model_cfg.predict_privileged)
-    return out
 
 
 class _PPOLocal(LocalSession):

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rlinf_algos.channels import ABORT, traj_key
-from rlinf_algos.models import build_policy
+from rlinf_algos.models import build_policy, encoder_options
 from rlinf_algos.ppo.rollout import LocalPort
 from rlinf_algos.recipe import IterationPlan, LearnerContext, LearnerSide, LocalSession, Recipe, await_call
 from rlinf_algos.replay import ReplayBuffer
@@ -31,7 +31,6 @@ __all__ = ["SACLearnerSide", "SACRecipe", "replay_obs_shape", "sac_critic", "sac
 def sac_policy_spec(model_cfg: Any, spaces: Any) -> dict[str, Any]:
     """The spec of SAC's actor (256x256 relu unless the ``model`` section says);
     :func:`sac_critic` builds the matching critics from it."""
-    critic_input = getattr(model_cfg, "critic_input", "features")
     if getattr(model_cfg, "predict_privileged", 0.0):
         raise ConfigError(
             "predict_privileged is an auxiliary loss of PPO's vla actor-critic; SAC has none (set it to 0)",
@@ -50,12 +49,7 @@ def sac_policy_spec(model_cfg: Any, spaces: Any) -> dict[str, Any]:
         "ortho_init": model_cfg.ortho_init,
         "squash_eps": model_cfg.squash_eps,
         "obs_space": spaces.get("obs_space"),
-        **{
-            k: v.model_dump()
-            for k in ("vision", "language", "lora")
-            if (v := getattr(model_cfg, k, None)) is not None
-        },
-        **({"critic_input": critic_input} if critic_input != "features" else {}),
+        **encoder_options(model_cfg),
     }
 
 
