@@ -121,6 +121,10 @@ def test_rlinf_jsonl_with_a_trl_style_reward_full_finetuning(tmp_path: Path) -> 
         with (tmp_path / f"{split}.jsonl").open("w") as f:
             for a, b in _rows(n, start):
                 f.write(json.dumps({"question": f"{a} plus {b}", "answer": str(a + b)}) + "\n")
+            if split == "train":  # prompts too long for data.max_prompt_length: left out, counted
+                for a, b in _rows(3, 50):
+                    q = f"{a} plus {b}" + " and then add nothing more" * 12
+                    f.write(json.dumps({"question": q, "answer": str(a + b)}) + "\n")
     (tmp_path / "trl_reward.py").write_text(
         "def reward_len(completions, answer, **kwargs):\n"
         "    return [1.0 if c.strip() == a else -0.01 * len(c) for c, a in zip(completions, answer)]\n"
@@ -128,9 +132,14 @@ def test_rlinf_jsonl_with_a_trl_style_reward_full_finetuning(tmp_path: Path) -> 
     files = {"train": str(tmp_path / "train.jsonl"), "val": str(tmp_path / "val.jsonl"), "score": ""}
     cfg = config(files)
     cfg["model"].pop("lora")
-    cfg["data"].update(prompt_key="question", apply_chat_template=False)
+    cfg["data"].update(prompt_key="question", apply_chat_template=False, max_prompt_length=40)
     cfg["reward"] = {"path": str(tmp_path / "trl_reward.py"), "name": "reward_len"}
-    summary = train_lm(load_lm_sections(cfg), tmp_path / "run", log=None)
+    said: list[str] = []
+    summary = train_lm(load_lm_sections(cfg), tmp_path / "run", log=said.append)
+    train = summary["data"]["train"]
+    assert (train["rows"], train["kept"], train["filtered"]) == (35, 32, 3)
+    assert train["filtered_sources"] == [f"{tmp_path / 'train.jsonl'}:{i}" for i in (33, 34, 35)]  # lines
+    assert any("left out 3 of 35 prompts" in line for line in said), said
     assert not summary["lora"] and summary["publish_bytes"] > 0
     assert summary["trainable_parameters"] == summary["parameters"]
     assert summary["val_score_before"] < 0.0  # the length penalty: the callable really scored

@@ -3,6 +3,7 @@ actor's update moving towards rewarded responses, and the config's checks."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,34 @@ def test_ppo_lm_config_and_smoke_run(spec: LMModelConfig, tmp_path: Path) -> Non
     assert "ppo_lm only" in {p.path: p.message for p in GRPOLM.run_config_problems(grpo)}["critic"]
     with pytest.raises(ConfigError, match=r"algorithm\.gamma"):
         load_lm_sections({**base, "algorithm": {"name": "ppo_lm", "gamma": 0}})
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_the_critic_starts_from_a_copy_of_the_policy(spec: LMModelConfig, lora: bool) -> None:
+    torch.manual_seed(0)
+    policy = hf.load_causal_lm(spec)
+    with torch.no_grad():  # a "warm-started" policy: not the folder's weights any more
+        for p in policy.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    if lora:
+        from rlinf_algos.lm.config import LoraConfig
+
+        policy = hf.apply_lora(policy, LoraConfig(rank=4, alpha=8.0, target_modules="all-linear"))
+        with torch.no_grad():
+            for name, p in policy.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0.0, 0.05)  # an adapter that changes the outputs
+    ids = torch.tensor([[1, 8, 9, 10, 2]])
+    with torch.no_grad():
+        merged = copy.deepcopy(policy).merge_and_unload() if lora else policy
+        want = merged.base_model(input_ids=ids).last_hidden_state
+    actor = PPOActorWorker(policy, LMPPOConfig(), critic=CriticConfig(), model_spec=spec)
+    with torch.no_grad():
+        got = actor.critic.backbone(input_ids=ids).last_hidden_state
+    assert torch.allclose(got, want, atol=1e-5)
+    folder = hf.load_causal_lm(spec).base_model(input_ids=ids).last_hidden_state
+    assert not torch.allclose(got, folder, atol=1e-3)  # not model.path's weights
+    # its own trainable copy: training the critic leaves the policy alone
+    assert all(p.requires_grad for p in actor.critic.parameters())
+    policy_ids = {id(p) for p in policy.parameters()}
+    assert not policy_ids & {id(p) for p in actor.critic.parameters()}

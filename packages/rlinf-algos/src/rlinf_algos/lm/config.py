@@ -130,7 +130,9 @@ class CriticConfig(ConfigSection):
     model_config = _STRICT
 
     path: str | None = Field(
-        None, description="a causal-LM folder for the critic's backbone; null: the policy's model.path"
+        None,
+        description="a causal-LM folder for the critic's backbone; null: a copy of the policy as RL "
+        "starts (warm-started, LoRA merged)",
     )
     lr: float = Field(1e-4, gt=0.0, description="AdamW learning rate of the critic")
     warmup_iters: int = Field(0, ge=0, description="iterations the critic trains before the policy does")

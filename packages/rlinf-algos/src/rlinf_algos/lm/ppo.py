@@ -14,6 +14,7 @@ sequence sits on its last generated token, and GAE runs backwards over the gener
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -74,7 +75,13 @@ class PPOActorWorker(ActorWorker):
         cfg: the ``algorithm`` section (:class:`LMPPOConfig`).
         seed: of the minibatch order.
         critic: the ``critic`` section.
-        model_spec: the ``model`` section (the critic's backbone defaults to its folder).
+        model_spec: the ``model`` section (the critic's backbone loads with its options when
+            ``critic.path`` is set).
+
+    Without ``critic.path`` the critic's backbone is a copy of the policy as RL starts (the
+    warm-started weights, LoRA adapters merged, every weight trainable), so the value head
+    reads the features the policy's own training shaped (PPO's usual critic initialisation;
+    ``model.path`` may be a random ``model.init`` folder).
     """
 
     def __init__(
@@ -86,16 +93,20 @@ class PPOActorWorker(ActorWorker):
         model_spec: LMModelConfig | None = None,
         dp: Any = None,
     ) -> None:
-        super().__init__(model, cfg, seed, dp=dp)
         critic = critic or CriticConfig()
-        path = critic.path or (model_spec.path if model_spec is not None else None)
-        if path is None:
-            raise ValueError("PPOActorWorker: give critic.path or the model section")
-        spec = (model_spec or LMModelConfig(path=path)).model_copy(
-            update={"path": path, "init": None, "lora": None}
-        )
+        if critic.path is not None:
+            spec = (model_spec or LMModelConfig(path=critic.path)).model_copy(
+                update={"path": critic.path, "init": None, "lora": None}
+            )
+            backbone = hf.load_causal_lm(spec)
+        else:  # copied before the learner group wraps (FSDP shards the policy in place)
+            backbone = copy.deepcopy(model)
+            if hf.is_lora(backbone):
+                backbone = backbone.merge_and_unload()
+            backbone.requires_grad_(True)
+        super().__init__(model, cfg, seed, dp=dp)
         self.critic_cfg = critic
-        self.critic = ValueModel(hf.load_causal_lm(spec))
+        self.critic = ValueModel(backbone)
         self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=critic.lr, betas=(0.9, 0.99))
 
     @classmethod

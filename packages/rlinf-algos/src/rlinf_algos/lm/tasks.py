@@ -162,6 +162,21 @@ class DatasetTask:
     def sample(self, ref: SampleRef) -> Any:
         return self.splits[ref.split][ref.index]
 
+    def data_report(self) -> dict[str, Any]:
+        """Per split: the rows read, the prompts kept, and those left out (too long for
+        ``data.max_prompt_length``...) with their reasons and first ``file:row`` sources: what
+        ``summary.json`` records under ``data`` and the run's log says."""
+        return {
+            split: {
+                "rows": ds.rows,
+                "kept": len(ds),
+                "filtered": ds.filtered,
+                "filter_reasons": dict(ds.filter_reasons),
+                "filtered_sources": ds.filtered_sources[:20],
+            }
+            for split, ds in self.splits.items()
+        }
+
     def heldout(self) -> list[SampleRef]:
         val = self.splits.get("val")
         return [SampleRef("val", i) for i in range(len(val))] if val is not None else []

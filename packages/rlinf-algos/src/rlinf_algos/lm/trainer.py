@@ -349,6 +349,11 @@ def grpo_loop(
         f"task {task.mode}: {total:,} parameters ({trainable:,} trainable), "
         f"max {task.max_new_tokens()} new tokens per turn, held-out set of {len(heldout)}"
     )
+    report = task.data_report() if hasattr(task, "data_report") else None
+    for split, r in (report or {}).items():
+        if r["filtered"]:
+            why = "; ".join(f"{n} {reason}" for reason, n in r["filter_reasons"].items())
+            say(f"data {split}: left out {r['filtered']} of {r['rows']} prompts ({why})")
     tok_dir = Path(run.model.path or "")
     if sft_stats["steps"]:
         hf.save_model_folder(model, tok_dir, run_dir / "warm_start")
@@ -443,6 +448,7 @@ def grpo_loop(
         "well_formed_after": after["well_formed"],
         "eval_size": len(heldout),
         "eval_temperature": rcfg.eval_temperature,
+        **({"data": report} if report is not None else {}),
         "train_temperature": alg.temperature,
         "iterations": len(rows),
         "stopped_early": stopped_early,
