@@ -130,6 +130,17 @@ def test_scripted_policy_reaches_the_named_cube(env) -> None:
         np.testing.assert_allclose(obs["state"][14:16], cube[:2], atol=0.01)
 
 
+def test_expert_action_is_the_scripted_reach(env) -> None:
+    with pytest.raises(gym.error.ResetNeeded):
+        env.expert_action()
+    obs, _ = env.reset(seed=5)
+    np.testing.assert_allclose(env.expert_action(), towards(env, obs), atol=1e-6)
+    for _ in range(30):
+        obs, _, _, _, info = env.step(env.expert_action())
+    assert info["success"] and info["distance"] < 0.01
+    assert env.expert_action().shape == env.action_space.shape
+
+
 def test_reaching_another_cube_is_no_success(env) -> None:
     obs, _ = env.reset(seed=1)
     other = (env.target_index + 1) % env.num_targets

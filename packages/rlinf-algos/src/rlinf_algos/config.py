@@ -25,6 +25,7 @@ __all__ = [
     "RolloutConfig",
     "RunSections",
     "RunnerConfig",
+    "WarmStartConfig",
     "env_id_problems",
     "load_run_sections",
     "load_sections",
@@ -120,6 +121,39 @@ class LanguageConfig(ConfigSection):
     )
 
 
+class WarmStartConfig(ConfigSection):
+    """``model.warm_start`` (vla, with ``predict_privileged``): before RL, fit the encoder and the
+    auxiliary head to the env's ``privileged`` entry on frames collected with random actions
+    (:mod:`rlinf_algos.perception`). Only training reads that entry; the policy acts from images,
+    state and words."""
+
+    model_config = STRICT
+
+    frames: int = Field(12_000, ge=1, description="observations to collect (random actions)")
+    episode_steps: int = Field(
+        6, ge=1, description="steps per collection episode: each episode is a fresh scene"
+    )
+    actions: Literal["random", "expert"] = Field(
+        "random",
+        description="what moves the arm while frames are collected. random: uniform random actions; "
+        "expert: the env's scripted demonstrator (its expert_action() method, e.g. a straight reach "
+        "towards the named target) plus expert_noise, so the frames show the arm where a good "
+        "policy takes it",
+    )
+    expert_noise: float = Field(
+        0.5, ge=0.0, description="actions: expert: standard deviation of the Gaussian noise added to it"
+    )
+    action_hold: int = Field(
+        1,
+        ge=1,
+        description="steps each random action is held: a longer straight motion takes the arm further "
+        "from its start, so more frames show it near (and in front of) what it must find",
+    )
+    epochs: int = Field(12, ge=1, description="passes over the frames (a tenth of the scenes held out)")
+    batch_size: int = Field(128, ge=1, description="frames per gradient step")
+    lr: float = Field(1e-3, gt=0.0, description="Adam learning rate of the warm start (decayed to 0, cosine)")
+
+
 class ModelConfig(ConfigSection):
     """``model`` section: which model type and its sizes. ``null`` sizes pick the algorithm's
     default (64x64 tanh for PPO and GRPO, 256x256 relu for SAC)."""
@@ -167,8 +201,19 @@ class ModelConfig(ConfigSection):
     predict_privileged: float = Field(
         0.0,
         ge=0.0,
-        description="vla, PPO: weight of an auxiliary loss in which a linear head on the encoder's "
-        "features predicts the env's 'privileged' observation entry (squared error); 0: none",
+        description="vla, PPO: weight of an auxiliary loss in which an MLP head on the encoder's "
+        "features predicts the env's 'privileged' observation entry (squared error; the policy and "
+        "value heads read the prediction too); 0: none",
+    )
+    encoder_loss: Literal["all", "auxiliary"] = Field(
+        "all",
+        description="vla, PPO: which losses train the encoder. all: the policy, value and auxiliary "
+        "losses; auxiliary: the auxiliary loss of predict_privileged alone (the heads read the features "
+        "detached: perception by supervision, control by RL)",
+    )
+    warm_start: WarmStartConfig | None = Field(
+        None,
+        description="vla, with predict_privileged: a supervised perception warm start before RL (null: none)",
     )
     vision: VisionConfig | None = Field(None, description="vla: the image encoder (null: the CNN)")
     language: LanguageConfig | None = Field(
@@ -189,6 +234,18 @@ class ModelConfig(ConfigSection):
             raise ValueError(
                 "critic_input privileged and predict_privileged are for model.type vla (dict "
                 "observations with a 'privileged' entry); an mlp reads one observation vector"
+            )
+        if self.encoder_loss != "all" and not (self.type == "vla" and self.predict_privileged > 0):
+            raise ValueError(
+                "encoder_loss auxiliary trains the encoder with the auxiliary loss of predict_privileged "
+                f"alone: it needs model.type vla and predict_privileged above 0 (got type {self.type!r}, "
+                f"predict_privileged {self.predict_privileged})"
+            )
+        if self.warm_start is not None and not (self.type == "vla" and self.predict_privileged > 0):
+            raise ValueError(
+                "warm_start fits the auxiliary head of predict_privileged: it needs model.type vla "
+                f"and predict_privileged above 0 (got type {self.type!r}, predict_privileged "
+                f"{self.predict_privileged})"
             )
         return self
 

@@ -399,6 +399,19 @@ class FrankaEnv(gym.Env):
         terminated = bool(success and self.terminate_on_success)
         return self._obs(st), reward, terminated, False, self._info(st, overran=overran, clipped=clipped)
 
+    def expert_action(self) -> np.ndarray:
+        """A scripted reach (what simulation benchmarks call a demonstrator): the action that
+        moves the end effector straight towards the target, as far as one step allows, holding
+        the orientation and the gripper. It reads the target, so it is for collecting training
+        data (``model.warm_start.actions: expert``), never for acting on what a policy sees."""
+        if self._state is None:
+            raise gym.error.ResetNeeded("call reset() before expert_action()")
+        a = np.zeros(self.action_space.shape, dtype=np.float32)
+        a[:3] = np.clip((self.target - self._state.ee_pos) / self.max_delta_pos, -1.0, 1.0)
+        if self.gripper:
+            a[-1] = 1.0  # open
+        return a
+
     def render(self) -> np.ndarray | None:
         if self.render_mode != "rgb_array":
             return None

@@ -142,6 +142,7 @@ class VLAModels(ModelType):
                 spec.get("normalize_obs", True),
                 critic_input=spec.get("critic_input", "features"),
                 predict_privileged=spec.get("predict_privileged", 0.0),
+                encoder_loss=spec.get("encoder_loss", "all"),
                 **encoders,
             )
         if cls == "SquashedGaussianActor":
@@ -190,7 +191,7 @@ def model_type(name: str) -> ModelType:
 def encoder_options(model_cfg: Any) -> dict[str, Any]:
     """What a policy spec carries of the ``model`` section's encoder options (``vla``): the
     ``vision``, ``language`` and ``lora`` sections that are set, and ``critic_input`` /
-    ``predict_privileged`` when they differ from their defaults (older specs, and every mlp
+    ``predict_privileged`` / ``encoder_loss`` when they differ from their defaults (older specs, and every mlp
     spec, stay as they were)."""
     out: dict[str, Any] = {
         k: v.model_dump()
@@ -201,6 +202,8 @@ def encoder_options(model_cfg: Any) -> dict[str, Any]:
         out["critic_input"] = model_cfg.critic_input
     if getattr(model_cfg, "predict_privileged", 0.0):
         out["predict_privileged"] = float(model_cfg.predict_privileged)
+    if getattr(model_cfg, "encoder_loss", "all") != "all":
+        out["encoder_loss"] = model_cfg.encoder_loss
     return out
 
 

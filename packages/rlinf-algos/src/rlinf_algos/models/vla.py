@@ -362,6 +362,11 @@ class VLAActorCritic(nn.Module):
     value function that has to find the target in the image first. Only training reads
     ``privileged``: :meth:`predict` (evaluation, a real arm) does not need it.
 
+    ``encoder_loss="auxiliary"`` (with ``predict_privileged``) trains the encoder with the
+    auxiliary loss alone: the policy and value heads read its features detached, so perception is
+    learnt by supervision and control by RL, and the policy gradient's noise never reaches the
+    encoder.
+
     ``predict_privileged > 0`` adds an auxiliary loss (:meth:`auxiliary_loss`): an MLP head on
     the encoder's features predicts the ``privileged`` entry, so the encoder is taught directly to
     find what the simulator knows (the named target) instead of only through the returns; the
@@ -382,18 +387,35 @@ class VLAActorCritic(nn.Module):
         lora: Mapping[str, Any] | None = None,
         critic_input: str = "features",
         predict_privileged: float = 0.0,
+        encoder_loss: str = "all",
     ) -> None:
         super().__init__()
         self.encoder = VLAEncoder(obs_space, vision, language, lora, normalize_obs)
         self.act_dim = act_dim
         self.privileged_critic = _checked(self.encoder, critic_input, predict_privileged)
         self.aux_coef = float(predict_privileged)
+        if encoder_loss not in ("all", "auxiliary"):
+            raise ConfigError(
+                f"unknown encoder_loss {encoder_loss!r}; valid: all, auxiliary", "model.encoder_loss"
+            )
+        if encoder_loss == "auxiliary" and self.aux_coef <= 0:
+            raise ConfigError(
+                "encoder_loss auxiliary trains the encoder with the auxiliary loss alone: set "
+                "model.predict_privileged above 0",
+                "model.encoder_loss",
+            )
+        self.encoder_detached = encoder_loss == "auxiliary"
         self.aux_head: nn.Module | None = None
         d = self.encoder.out_dim
         if self.aux_coef > 0:
             # an MLP, not a linear map: which keypoint is the target's depends on the words
-            self.aux_head = mlp(d, hidden, self.encoder.privileged_dim, activation, out_std=1.0)
-            d += self.encoder.privileged_dim  # the heads read the prediction too
+            p = self.encoder.privileged_dim
+            self.aux_head = mlp(d, hidden, p, activation, out_std=1.0)
+            d += p  # the heads read the prediction too
+            # the head predicts the entry standardised by these (identity until a warm start
+            # measures them; they travel with the weights), so the heads read unit-scale inputs
+            self.register_buffer("privileged_mean", torch.zeros(p))
+            self.register_buffer("privileged_std", torch.ones(p))
         self._aux: Tensor | None = None
         self.actor_mean = mlp(d, hidden, act_dim, activation, out_std=0.01)
         self.actor_log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
@@ -409,8 +431,25 @@ class VLAActorCritic(nn.Module):
             return z
         pred = seq_forward(self.aux_head, z)
         if aux and torch.is_grad_enabled():
-            self._aux = self.aux_coef * (pred - obs["privileged"]).square().sum(-1).mean()
-        return torch.cat([z, pred.detach()], -1)
+            self._aux = self.aux_coef * (pred - self.standardized_privileged(obs)).square().sum(-1).mean()
+        return torch.cat([z.detach() if self.encoder_detached else z, pred.detach()], -1)
+
+    def standardized_privileged(self, obs: Mapping[str, Tensor]) -> Tensor:
+        """The observation's ``privileged`` entry as the auxiliary head predicts it (standardised by
+        :meth:`set_privileged_scale`'s statistics)."""
+        return (obs["privileged"] - self.privileged_mean) / self.privileged_std
+
+    def predicted_privileged(self, obs: Mapping[str, Tensor]) -> Tensor:
+        """The auxiliary head's prediction of the ``privileged`` entry, in the entry's own units."""
+        pred = seq_forward(self.aux_head, self.encoder(obs))
+        return pred * self.privileged_std + self.privileged_mean
+
+    @torch.no_grad()
+    def set_privileged_scale(self, mean: Tensor, std: Tensor, floor: float = 0.01) -> None:
+        """Standardise the auxiliary head's target by ``mean`` and ``std`` (each entry's standard
+        deviation at least ``floor``: a constant entry stays 0 instead of blowing up)."""
+        self.privileged_mean.copy_(mean)
+        self.privileged_std.copy_(std.clamp(min=floor))
 
     def _value(self, obs: Mapping[str, Tensor], z: Tensor | None) -> Tensor:
         if self.privileged_critic:

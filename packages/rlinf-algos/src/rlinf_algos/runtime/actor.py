@@ -171,12 +171,17 @@ class ActorWorker(ProcessMixin, Worker):
             os._exit(70)
 
     def configure(
-        self, spec: dict[str, Any], weights: str | None = None, state: dict[str, Any] | None = None
+        self,
+        spec: dict[str, Any],
+        weights: str | None = None,
+        state: dict[str, Any] | None = None,
+        init: dict[str, Any] | None = None,
     ) -> int:
         """Build the learner for ``spec``, create the weight broadcast and publish version 0, or
         with ``state`` (:meth:`state` output: a restarted learner) the checkpoint's weights at
-        its version. ``weights``: the broadcast's name (default the constructor's). Returns the
-        published version."""
+        its version. ``weights``: the broadcast's name (default the constructor's). ``init``: the
+        policy's weights to start from (``model.warm_start``'s), loaded before version 0 is
+        published. Returns the published version."""
         import torch
 
         from rlinf_scheduler.weights import WeightBroadcast
@@ -194,6 +199,8 @@ class ActorWorker(ProcessMixin, Worker):
             dp=self.dp,
         )
         self.side = self._collective(self.recipe.learner, spec, self.model_cfg, ctx)
+        if init is not None and state is None:
+            self.dp.load_state_dict(self.side.publish_module(), init)
         if state is not None:
             self._collective(self.side.load, state)
             torch.set_rng_state(state["torch_rng"])

@@ -51,6 +51,7 @@ from typing import Any
 
 from rlinf_algos.channels import ABORT
 from rlinf_algos.models import check_policy_spec
+from rlinf_algos.perception import warm_start_policy
 from rlinf_algos.recipe import IterationPlan, Recipe
 from rlinf_algos.rundir import (
     BASE_COLUMNS,
@@ -248,11 +249,19 @@ class DistributedRun(RecoveryMixin):
         self.recipe.check_spaces(self.env_cfg, spaces)
         spec = self.recipe.policy_spec(self.model_cfg, spaces)
         check_policy_spec(spec)
+        self.init_weights = None  # the warm start's weights: version 0, also after a learner restart
+        self.warm_start: dict[str, Any] | None = None  # its record, for summary.json
+        if self.model_cfg.warm_start is not None and not self.resume:
+            self.init_weights, self.warm_start = warm_start_policy(
+                spec, self.env_cfg, self.model_cfg.warm_start, seed, self.run_dir,
+                logging.getLogger("rlinf.train").warning,
+            )  # fmt: skip
         spec["num_slots"] = self.env_cfg.num_envs
         self.spec = spec
         # the actor publishes version 0 first; the others fetch it (reference workers freeze it)
         for name in ("actor", "rollout", *self.recipe.policy_components):
-            self.groups[name].configure(spec).wait(self.timeout)
+            init = {"init": self.init_weights} if name == "actor" and self.init_weights else {}
+            self.groups[name].configure(spec, **init).wait(self.timeout)
         self.link_addrs = [tuple(a) for a in self.groups["rollout"].link_address().wait(self.timeout)]
         if "actor" in self.groups:
             self.learner_group = self.groups["actor"].on(0).world().wait(self.timeout)[0]
@@ -676,6 +685,8 @@ class DistributedRun(RecoveryMixin):
                 "events": self.events[-20:],
             }
         )
+        if getattr(self, "warm_start", None) is not None:  # None too when setup failed early
+            summary["warm_start"] = self.warm_start
         if error is not None:
             summary["error"] = error
         write_summary(self.run_dir, summary)

@@ -13,6 +13,7 @@ a seed derived from the step count (simulator state is not checkpointed).
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import torch
 
 from rlinf_algos.envs import VectorEnvStepper
 from rlinf_algos.models import check_policy_spec, parameter_counts
+from rlinf_algos.perception import warm_start_policy
 from rlinf_algos.recipe import Recipe
 from rlinf_algos.rundir import (
     BASE_COLUMNS,
@@ -31,6 +33,10 @@ from rlinf_algos.rundir import (
 )
 
 __all__ = ["make_stepper", "train_local"]
+
+
+def _say(message: str) -> None:
+    logging.getLogger("rlinf.train").warning(message)
 
 
 def make_stepper(env: Any, seed: int) -> VectorEnvStepper:
@@ -71,6 +77,12 @@ def train_local(
         spec = recipe.policy_spec(sections.model, spaces)
         check_policy_spec(spec)
         session = recipe.local_session(stepper, spec, sections)
+        warm = None
+        if sections.model.warm_start is not None and state is None:
+            init, warm = warm_start_policy(
+                spec, env_cfg, sections.model.warm_start, runner.seed, run_dir, _say
+            )
+            session.policy_module().load_state_dict(init)
         columns = BASE_COLUMNS + recipe.metric_columns(sections.model) + ("success_rate",)
         rec = RunRecorder(
             run_dir,
@@ -105,6 +117,8 @@ def train_local(
             }
             atomic_torch_save(policy, run_dir / "policy.pt")
             summary = rec.summary(recipe.name, env_cfg.id, stepper.steps, interrupted)
+            if warm is not None:
+                summary["warm_start"] = warm
             module = session.policy_module()
             if module is not None:
                 summary["parameters"] = parameter_counts(module)

@@ -212,7 +212,8 @@ class RecoveryMixin:
         actor_state = state["actor"] if state is not None else None
         try:
             group.restart(timeout=self.timeout)  # every rank: the learner group meets anew
-            group.configure(self.spec, weights=self.weights, state=actor_state).wait(self.timeout)
+            init = {"init": self.init_weights} if actor_state is None and self.init_weights else {}
+            group.configure(self.spec, weights=self.weights, state=actor_state, **init).wait(self.timeout)
         except Exception as err:
             if worker_died(err, "actor"):
                 raise LearnerDied(f"{failure_reason(err)} (restarting)") from err

@@ -1,0 +1,211 @@
+"""``model.warm_start``: the supervised perception warm start of vla policies
+(:mod:`rlinf_algos.perception`) on the real instruct-reach twin, in both runtimes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from rlinf_algos.config import WarmStartConfig
+from rlinf_algos.envs import VectorEnvStepper
+from rlinf_algos.models import build_policy
+from rlinf_algos.perception import SEED_OFFSET, collect_frames, fit_perception, warm_start_policy
+from rlinf_core.errors import ConfigError
+
+pytest.importorskip("rlinf_hw_franka", reason="rlinf/FrankaInstructReach-v0 comes with rlinf-hw-franka")
+
+ENV = "rlinf/FrankaInstructReach-v0"
+
+
+def _env(privileged: bool = True, **extra: Any) -> SimpleNamespace:
+    kwargs = {"image_size": [32, 32], **({"privileged": True} if privileged else {})}
+    return SimpleNamespace(id=ENV, num_envs=4, kwargs=kwargs, obs_mode="state", image_size=(64, 64), **extra)
+
+
+def _spec() -> dict[str, Any]:
+    stepper = VectorEnvStepper(ENV, 1, 0, env_kwargs=_env().kwargs)
+    try:
+        space = stepper.obs_space
+    finally:
+        stepper.close()
+    return {
+        "type": "vla",
+        "cls": "GaussianActorCritic",
+        "obs_space": space,
+        "act_dim": 3,
+        "hidden": [32],
+        "predict_privileged": 1.0,
+    }
+
+
+def test_frames_come_from_many_scenes_with_their_privileged_labels() -> None:
+    opts = WarmStartConfig(frames=30, episode_steps=3)
+    raw, scenes, record = collect_frames(_env(), opts, seed=SEED_OFFSET)
+    assert raw["image"].shape == (30, 32, 32, 3) and raw["image"].dtype == np.uint8
+    assert raw["privileged"].shape == (30, 6) and len(raw["instruction"]) == 30
+    # 4 envs, episodes of 3 steps: 8 steps give 4 + 8 = 12 scenes with a fresh reset each
+    assert record["frames"] == 30 and record["scenes"] == np.unique(scenes).size >= 10
+    # a scene is one episode: its frames are consecutive steps of one sub-env (at most 3)
+    assert scenes.shape == (30,) and np.bincount(scenes).max() <= 3
+    # the label is the named cube's point and its offset from the hand: both vary across frames
+    assert np.unique(raw["privileged"][:, 0]).size > 5
+    again, _, _ = collect_frames(_env(), opts, seed=SEED_OFFSET)
+    assert all(np.array_equal(raw[k], again[k]) for k in raw)  # the same seed, the same frames
+
+
+def test_fitting_lowers_the_error_on_the_labels() -> None:
+    raw, scenes, _ = collect_frames(_env(), WarmStartConfig(frames=80, episode_steps=4), seed=SEED_OFFSET)
+    torch.manual_seed(0)
+    model = build_policy(_spec())
+    obs = model.normalize(raw)
+
+    def train_error() -> float:  # in metres, whatever the head's standardisation
+        with torch.no_grad():
+            return float((model.predicted_privileged(obs) - obs["privileged"]).square().sum(-1).mean())
+
+    before = train_error()
+    head_before = [p.detach().clone() for p in model.actor_mean.parameters()]
+    rec = fit_perception(model, raw, WarmStartConfig(epochs=40, batch_size=16, lr=3e-3), 0, None, scenes)
+    obs = model.normalize(raw)  # the state statistics were folded from the frames
+    assert train_error() < 0.3 * before
+    # the head's target is centred and divided by one scale: the root mean of the entries' variances
+    scale = obs["privileged"].var(0).mean().sqrt()
+    assert torch.allclose(model.privileged_std, scale.expand(6), rtol=0.25)
+    assert torch.allclose(model.privileged_mean, obs["privileged"].mean(0), atol=0.05)
+    assert {"val_error_m", "val_within_2cm", "val_loss", "fit_s"} <= set(rec)
+    # the warm start trains perception only: the policy head is RL's
+    assert all(torch.equal(a, b) for a, b in zip(head_before, model.actor_mean.parameters(), strict=True))
+
+
+def test_what_a_warm_start_cannot_fit_is_refused_with_its_key() -> None:
+    from rlinf_algos.config import ModelConfig
+
+    with pytest.raises(ValueError, match="predict_privileged"):
+        ModelConfig(type="vla", warm_start={})
+    with pytest.raises(ValueError, match=r"model\.type vla"):
+        ModelConfig(type="mlp", warm_start={})
+    with pytest.raises(ConfigError, match=r"env\.kwargs\.privileged") as err:
+        collect_frames(_env(privileged=False), WarmStartConfig(frames=4), seed=0)
+    assert err.value.problems[0].path == "model.warm_start"
+    spec = {k: v for k, v in _spec().items() if k != "predict_privileged"}
+    with pytest.raises(ConfigError, match="predict_privileged"):
+        fit_perception(build_policy(spec), {}, WarmStartConfig(), seed=0)
+
+
+def _config(tmp: Path, scheduler: str, **algorithm: Any) -> Path:
+    cfg = {
+        "algorithm": {
+            "name": "ppo",
+            "rollout_steps": 8,
+            "minibatch_size": 16,
+            "update_epochs": 1,
+            **algorithm,
+        },
+        "env": {"id": ENV, "num_envs": 2, "kwargs": {"privileged": True, "image_size": [32, 32]}},
+        "model": {
+            "type": "vla",
+            "hidden_sizes": [32],
+            "predict_privileged": 1.0,
+            "warm_start": {"frames": 48, "episode_steps": 4, "epochs": 2, "batch_size": 16},
+        },
+        "runner": {"total_steps": 16, "seed": 1, "scheduler": scheduler, "torch_threads": 1},
+    }
+    if scheduler == "ray":
+        node = {"node_group": "node", "placement": "0"}
+        cfg["cluster"] = {"num_nodes": 1, "component_placement": {c: node for c in ("env", "rollout", "actor")}}
+    path = tmp / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.mark.parametrize("scheduler", ["local", pytest.param("ray", marks=pytest.mark.slow)])
+def test_training_starts_from_the_warm_start(tmp_path: Path, host: Any, invoke: Any, scheduler: str) -> None:
+    run = tmp_path / "run"
+    # a learning rate of 1e-12 leaves the weights where they started: policy.pt shows where that was
+    res = invoke(host, "train", str(_config(tmp_path, scheduler, lr=1e-12)), "--run-dir", str(run), "--quiet")
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    summary = json.loads((run / "summary.json").read_text())
+    warm = summary["warm_start"]
+    assert warm["frames"] == 48 and warm["scenes"] >= 12 and warm["val_error_m"] > 0
+    saved = torch.load(run / "warm_start.pt", weights_only=False)
+    assert saved["record"] == warm
+    final = torch.load(run / "policy.pt", weights_only=False)["state_dict"]
+    for name, tensor in saved["state_dict"].items():
+        if "state_norm" not in name:  # the state statistics go on folding in each batch
+            assert torch.allclose(final[name], tensor, atol=1e-6), name
+    # a fresh policy of the same seed differs: the weights did come from the warm start
+    fresh = build_policy(saved["spec"]).state_dict()
+    assert not torch.allclose(fresh["encoder.cnn.0.weight"], final["encoder.cnn.0.weight"])
+
+
+def test_warm_start_policy_writes_its_record(tmp_path: Path) -> None:
+    opts = WarmStartConfig(frames=24, episode_steps=3, epochs=1, batch_size=8)
+    lines: list[str] = []
+    state, record = warm_start_policy(_spec(), _env(), opts, 0, tmp_path / "r", lines.append)
+    assert (tmp_path / "r" / "warm_start.pt").exists()
+    assert any("frames from" in line for line in lines) and any("epoch 1/1" in line for line in lines)
+    assert set(state) == set(build_policy(_spec()).state_dict())
+    assert record["frames"] == 24
+
+
+def test_encoder_loss_auxiliary_keeps_rl_gradients_out_of_the_encoder() -> None:
+    torch.manual_seed(0)
+    spec = {**_spec(), "encoder_loss": "auxiliary"}
+    model = build_policy(spec)
+    raw, _, _ = collect_frames(_env(), WarmStartConfig(frames=8, episode_steps=4), seed=SEED_OFFSET)
+    obs = model.normalize(raw)
+    logp, _, value = model.evaluate(obs, torch.zeros(8, 3))
+    (logp.sum() + value.sum()).backward()  # the policy and value losses
+    assert all(p.grad is None or not p.grad.any() for p in model.encoder.parameters())
+    assert model.actor_mean[0].weight.grad is not None
+    model.auxiliary_loss().backward()  # the auxiliary loss does train it
+    assert model.encoder.cnn[0].weight.grad.abs().sum() > 0
+    # the prediction the heads read is standardised: after set_privileged_scale the loss is on
+    # (entry - mean) / std
+    mean, std = obs["privileged"].mean(0), obs["privileged"].std(0)
+    model.set_privileged_scale(mean, std)
+    model.evaluate(obs, torch.zeros(8, 3))
+    want = (model.aux_head(model.encoder(obs)) - (obs["privileged"] - mean) / std.clamp(min=0.01)) ** 2
+    assert torch.allclose(model.auxiliary_loss(), want.sum(-1).mean())
+    with pytest.raises(ConfigError, match="predict_privileged"):
+        build_policy({**spec, "predict_privileged": 0.0})
+    from rlinf_algos.config import ModelConfig
+
+    with pytest.raises(ValueError, match="encoder_loss"):
+        ModelConfig(type="vla", encoder_loss="auxiliary")
+
+
+def test_held_random_actions_take_the_arm_further() -> None:
+    def reach(hold: int) -> float:
+        raw, _, _ = collect_frames(
+            _env(), WarmStartConfig(frames=64, episode_steps=8, action_hold=hold), seed=SEED_OFFSET
+        )
+        ee = raw["privileged"][:, :3] - raw["privileged"][:, 3:]  # the hand: target - (target - hand)
+        return float(np.linalg.norm(ee - ee.mean(0), axis=1).mean())
+
+    assert reach(8) > 1.3 * reach(1)
+
+
+def test_expert_actions_show_the_arm_at_the_named_cube() -> None:
+    def offsets(**o: Any) -> np.ndarray:
+        opts = WarmStartConfig(frames=160, episode_steps=20, **o)
+        raw, _, _ = collect_frames(_env(), opts, seed=SEED_OFFSET)
+        return np.linalg.norm(raw["privileged"][:, 3:], axis=1)  # the hand's distance to the target
+
+    expert, random = offsets(actions="expert", expert_noise=0.1), offsets()
+    assert np.mean(expert < 0.05) > 0.3 and np.mean(random < 0.05) < 0.1
+    with pytest.raises(ConfigError, match="expert_action") as err:  # named where it is set
+        collect_frames(
+            SimpleNamespace(id="InvertedPendulum-v5", num_envs=1, kwargs={}, obs_mode="pixels+state",
+                            image_size=(16, 16)),
+            WarmStartConfig(frames=2, actions="expert"),
+            seed=0,
+        )  # fmt: skip
+    assert err.value.problems[0].path == "model.warm_start.actions"
