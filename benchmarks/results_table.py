@@ -418,7 +418,10 @@ def render_group(group: str, entries: list[Entry]) -> list[str]:
         if len(entries) == 1 and not tabular:
             lines += entries[0].body
         elif len(entries) == 1:
-            lines += table([{k: v for k, v in r.items() if k != "run"} for r in entries[0].rows or []])
+            rows = entries[0].rows or []
+            if len({str(r.get("run")) for r in rows}) <= 1:  # one run: its label says nothing
+                rows = [{k: v for k, v in r.items() if k != "run"} for r in rows]
+            lines += table(rows)
         else:
             rows = [
                 r if "run" in r else {"run": Path(e.file).stem, **r} for e in entries for r in e.rows or []
