@@ -240,3 +240,28 @@ def test_dry_run_prints_the_resolved_config_and_the_plan_and_starts_nothing(
     assert not run_dir.exists()
     res = invoke(host, "train", str(EXAMPLES / "quickstart.yaml"), "--gpus-per-node", "2")
     assert res.exit_code == 2 and "--dry-run" in res.output
+
+
+def test_a_sigterm_delivered_twice_is_one_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``pkill -f`` matches ``uv run`` and rlinf, and uv forwards: one request arrives twice. The
+    second within the window is ignored (the checkpoint is still written); one later kills."""
+    import signal
+
+    from rlinf_algos import cli
+
+    kills: list[int] = []
+    monkeypatch.setattr(cli.os, "kill", lambda pid, sig: kills.append(sig))
+    clock = [100.0]
+    monkeypatch.setattr(cli.time, "monotonic", lambda: clock[0])
+    stop = cli._StopOnTerm()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            stop._handle(signal.SIGTERM, None)
+        clock[0] += 0.5
+        stop._handle(signal.SIGTERM, None)  # the forwarded copy: nothing happens
+        assert stop.received and kills == []
+        clock[0] += 5.0
+        stop._handle(signal.SIGTERM, None)  # asked again, later: kill at once
+        assert kills == [signal.SIGTERM]
+    finally:
+        stop.restore()

@@ -90,11 +90,16 @@ def register(cli: click.Group) -> None:
 class _StopOnTerm:
     """SIGTERM (what a batch scheduler, ``kill`` or a preempted cloud node sends) stops training
     the way Ctrl-C does: the iteration in flight ends, a checkpoint, the policy and the summary
-    are written, and the command exits 143. A second SIGTERM kills at once. Only the main thread
+    are written, and the command exits 143. A second SIGTERM kills at once, unless it comes
+    within ``repeat_window`` seconds of the first: ``pkill -f`` matches both ``uv run`` and the
+    rlinf process, and uv forwards its signal, so one request arrives twice. Only the main thread
     can install handlers; elsewhere (a library caller's thread) nothing is changed."""
+
+    repeat_window = 2.0
 
     def __init__(self) -> None:
         self.received = False
+        self._first = 0.0
         self._previous: Any = None
         self._main = threading.current_thread() is threading.main_thread()
         self.arm()
@@ -107,11 +112,14 @@ class _StopOnTerm:
                 self._previous = previous
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.received:  # asked twice: stop waiting for the checkpoint
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if self.received:
+            if time.monotonic() - self._first < self.repeat_window:
+                return  # the same request, delivered twice
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # asked again: stop waiting for the checkpoint
             os.kill(os.getpid(), signal.SIGTERM)
             return
         self.received = True
+        self._first = time.monotonic()
         raise KeyboardInterrupt
 
     def restore(self) -> None:
