@@ -119,7 +119,10 @@ def _config(tmp: Path, scheduler: str, **algorithm: Any) -> Path:
     }
     if scheduler == "ray":
         node = {"node_group": "node", "placement": "0"}
-        cfg["cluster"] = {"num_nodes": 1, "component_placement": {c: node for c in ("env", "rollout", "actor")}}
+        cfg["cluster"] = {
+            "num_nodes": 1,
+            "component_placement": {c: node for c in ("env", "rollout", "actor")},
+        }
     path = tmp / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
