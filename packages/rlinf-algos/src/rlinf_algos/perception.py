@@ -31,6 +31,7 @@ on the twin as on a real arm. The frames use seeds far from training's and evalu
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -228,13 +229,14 @@ def warm_start_policy(
     """The whole warm start (see the module docstring) for the policy of ``spec``: its state
     dict, to start RL from, and a record for ``summary.json`` (frames, scenes, times, the
     held-out error). With ``run_dir`` both are also written to ``run_dir/warm_start.pt``
-    (atomically; ``spec`` and ``state_dict`` as in ``policy.pt``, and ``record``)."""
+    (atomically; ``spec`` and ``state_dict`` as in ``policy.pt``, and ``record``). Progress goes
+    to ``say`` (default: the ``rlinf.train`` log, where a run's other messages go)."""
+    if say is None:
+        say = logging.getLogger("rlinf.train").warning
     raw, scenes, record = collect_frames(env_cfg, opts, seed + SEED_OFFSET)
-    if say is not None:
-        say(
-            f"warm start: {record['frames']} frames from {record['scenes']} scenes in "
-            f"{record['collect_s']:.0f} s"
-        )
+    say(
+        f"warm start: {record['frames']} frames from {record['scenes']} scenes in {record['collect_s']:.0f} s"
+    )
     rng = torch.get_rng_state()
     torch.manual_seed(seed + SEED_OFFSET)
     try:

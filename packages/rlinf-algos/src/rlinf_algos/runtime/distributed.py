@@ -253,9 +253,8 @@ class DistributedRun(RecoveryMixin):
         self.warm_start: dict[str, Any] | None = None  # its record, for summary.json
         if self.model_cfg.warm_start is not None and not self.resume:
             self.init_weights, self.warm_start = warm_start_policy(
-                spec, self.env_cfg, self.model_cfg.warm_start, seed, self.run_dir,
-                logging.getLogger("rlinf.train").warning,
-            )  # fmt: skip
+                spec, self.env_cfg, self.model_cfg.warm_start, seed, self.run_dir
+            )
         spec["num_slots"] = self.env_cfg.num_envs
         self.spec = spec
         # the actor publishes version 0 first; the others fetch it (reference workers freeze it)

@@ -13,7 +13,6 @@ a seed derived from the step count (simulator state is not checkpointed).
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +32,6 @@ from rlinf_algos.rundir import (
 )
 
 __all__ = ["make_stepper", "train_local"]
-
-
-def _say(message: str) -> None:
-    logging.getLogger("rlinf.train").warning(message)
 
 
 def make_stepper(env: Any, seed: int) -> VectorEnvStepper:
@@ -79,9 +74,7 @@ def train_local(
         session = recipe.local_session(stepper, spec, sections)
         warm = None
         if sections.model.warm_start is not None and state is None:
-            init, warm = warm_start_policy(
-                spec, env_cfg, sections.model.warm_start, runner.seed, run_dir, _say
-            )
+            init, warm = warm_start_policy(spec, env_cfg, sections.model.warm_start, runner.seed, run_dir)
             session.policy_module().load_state_dict(init)
         columns = BASE_COLUMNS + recipe.metric_columns(sections.model) + ("success_rate",)
         rec = RunRecorder(
