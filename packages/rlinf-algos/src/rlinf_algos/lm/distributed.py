@@ -36,8 +36,7 @@ from typing import Any
 from rlinf_algos.lm.agents import EpisodeBatch, make_agent
 from rlinf_algos.lm.config import LMRunConfig
 from rlinf_algos.lm.folder import context_length
-from rlinf_algos.lm.tasks import make_task
-from rlinf_algos.lm.tokens import LMTokenizer
+from rlinf_algos.lm.tasks import make_task, task_tokenizer
 from rlinf_core.errors import RlinfError
 from rlinf_core.worker import Worker
 
@@ -58,10 +57,6 @@ STOP = "__rlinf_lm_stop__"
 
 def _run_config(data: Mapping[str, Any] | LMRunConfig) -> LMRunConfig:
     return data if isinstance(data, LMRunConfig) else LMRunConfig.model_validate(data)
-
-
-def _tokenizer(run: LMRunConfig) -> LMTokenizer:
-    return LMTokenizer.from_folder(run.model.path or "", run.model.trust_remote_code)
 
 
 class ChannelGenerate:
@@ -158,7 +153,7 @@ class LMRolloutWorker(Worker):
         from rlinf_algos.lm.engines import make_rollout
 
         torch.set_num_threads(self.run_cfg.runner.torch_threads)
-        tok = _tokenizer(self.run_cfg)
+        tok = task_tokenizer(self.run_cfg)
         seed = self.run_cfg.runner.seed + 7919 * (self.rank + 1)
         self.worker = make_rollout(self.run_cfg, seed=seed, pad_id=tok.pad_id)
         self.wb: Any = None
@@ -222,7 +217,7 @@ class LMAgentWorker(Worker):
         self.gen, self.episodes, self.n_rollout, self.timeout = gen, episodes, n_rollout, timeout
 
     def setup(self) -> None:
-        tok = _tokenizer(self.run_cfg)
+        tok = task_tokenizer(self.run_cfg)
         t = self.run_cfg.task
         task = make_task(self.run_cfg, tok)
         self.agent = make_agent(
@@ -258,7 +253,7 @@ class LMRewardWorker(Worker):
     def setup(self) -> None:
         from rlinf_algos.lm.reward import RewardWorker
 
-        self.worker = RewardWorker(make_task(self.run_cfg, _tokenizer(self.run_cfg)))
+        self.worker = RewardWorker(make_task(self.run_cfg, task_tokenizer(self.run_cfg)))
 
     def score(self, keys: list[str], dest: str | None) -> dict[str, Any]:
         """Score the episodes at each of ``keys`` (in order); put them with their ``rewards`` on
@@ -369,7 +364,7 @@ class LMActorWorker(Worker):
             model, self.tok, stats = warm_started_policy(self.run_cfg, None)
         else:
             model, stats = hf.load_causal_lm(self.run_cfg.model), {}
-            self.tok = _tokenizer(self.run_cfg)
+            self.tok = task_tokenizer(self.run_cfg)
         model = self.dp.wrap(model)
         self.actor = make_actor(model, self.run_cfg, dp=self.dp)
         self.wb = (
@@ -465,7 +460,7 @@ class RemoteComponents:
         self.groups: dict[str, Any] = {}
         self.serving: Any = None
         self.version = 0
-        self.tok = _tokenizer(run)
+        self.tok = task_tokenizer(run)
         self.task = make_task(run, self.tok)
         self.evals = 0
         self.last_publish_bytes = 0
@@ -685,7 +680,7 @@ def train_lm_distributed(
     torch.set_num_threads(run.runner.torch_threads)
     t_start = time.perf_counter()
     cpu0 = time.process_time()
-    run = resolve_model(run, Path(run_dir))
+    run = resolve_model(run, Path(run_dir), say)
     comps = RemoteComponents(run, scheduler, say)
     try:
         sft = comps.start()

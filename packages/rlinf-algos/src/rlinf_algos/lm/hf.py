@@ -43,6 +43,7 @@ from rlinf_core.errors import ConfigError, RlinfError
 
 __all__ = [
     "GenerationOutput",
+    "add_tokens_folder",
     "generate",
     "is_lora",
     "load_causal_lm",
@@ -107,6 +108,50 @@ def new_model_folder(
     path = Path(path)
     _write_folder(path, lambda tmp: (model.save_pretrained(tmp), _save_tokenizer(tok, tmp)))
     return path
+
+
+def add_tokens_folder(
+    spec: LMModelConfig, path: str | Path, tokens: Sequence[str], seed: int = 0
+) -> list[str]:
+    """Give the model folder ``spec.path`` the special ``tokens`` its tokenizer lacks and save the
+    result as a model folder at ``path`` (atomically). Returns the tokens added; when none is
+    missing nothing is written.
+
+    Each added token gets embedding rows (input, and output when untied) drawn around the mean of
+    the existing rows (the mean plus a tenth of their per-dimension spread, seeded by ``seed``):
+    the model then gives the new tokens about an average token's probability, as Hewitt's
+    mean initialisation does, while they stay distinguishable as inputs. A vocabulary padded
+    beyond the tokenizer (Qwen's is) keeps its size and the new tokens take padding rows.
+    With LoRA the added rows stay at that initialisation (only the adapters train)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _quiet()
+    src = check_model_folder(spec.path or "", "model.path")
+    tok = AutoTokenizer.from_pretrained(str(src), trust_remote_code=spec.trust_remote_code)
+    vocab = tok.get_vocab()
+    missing = [t for t in tokens if t not in vocab]
+    if not missing:
+        return []
+    tok.add_tokens(missing, special_tokens=True)
+    new_ids = tok.convert_tokens_to_ids(missing)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(src), dtype=DTYPES[spec.dtype], trust_remote_code=spec.trust_remote_code
+    )
+    known = min(new_ids)  # rows below the first new id belong to real tokens
+    if max(new_ids) >= model.get_input_embeddings().weight.shape[0]:
+        model.resize_token_embeddings(len(tok), mean_resizing=False)
+    gen = torch.Generator().manual_seed(seed)
+    tables = [model.get_input_embeddings().weight]
+    out = model.get_output_embeddings()
+    if out is not None and out.weight.data_ptr() != tables[0].data_ptr():
+        tables.append(out.weight)
+    with torch.no_grad():
+        for w in tables:
+            old = w[:known].float()
+            noise = torch.randn(len(new_ids), w.shape[1], generator=gen)
+            w[new_ids] = (old.mean(0) + 0.1 * old.std(0) * noise).to(w.dtype)
+    _write_folder(Path(path), lambda tmp: (model.save_pretrained(tmp), tok.save_pretrained(tmp)))
+    return missing
 
 
 def _save_tokenizer(tok: Any, folder: Path) -> None:

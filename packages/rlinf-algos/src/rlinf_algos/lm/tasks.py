@@ -29,10 +29,10 @@ from rlinf_algos.lm.task import (
     prompt_text,
     verify_chain,
 )
-from rlinf_algos.lm.tokens import LMTokenizer
+from rlinf_algos.lm.tokens import ARITH_MARKERS, LMTokenizer
 from rlinf_core.errors import RlinfError
 
-__all__ = ["ArithTask", "DatasetTask", "LMTask", "SampleRef", "make_task"]
+__all__ = ["ArithTask", "DatasetTask", "LMTask", "SampleRef", "make_task", "task_tokenizer"]
 
 
 class LMTask(Protocol):
@@ -69,11 +69,11 @@ class ArithTask:
     def __init__(self, run: Any, tok: LMTokenizer) -> None:
         self.run, self.cfg, self.tok = run, run.task, tok
         self.mode = self.cfg.mode
-        missing = [t for t in ("<step>", "<ans>", "<call>", "<ret>") if not tok.has_token(t)]
+        missing = [t for t in ARITH_MARKERS if not tok.has_token(t)]
         if missing:
             raise RlinfError(
                 f"model.path {run.model.path}: its tokenizer has no {', '.join(missing)} token(s), which the "
-                "arith task writes; build the model with model.init (the task's tokenizer) or add them"
+                "arith task writes; rlinf train adds them (resolve_model), or add them as special tokens"
             )
         self._heldout = heldout_problems(self.cfg)
 
@@ -238,6 +238,13 @@ def _hf_tokenizer(run: Any) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(run.model.path, trust_remote_code=run.model.trust_remote_code)
+
+
+def task_tokenizer(run: Any) -> LMTokenizer:
+    """The tokenizer of ``model.path`` as the run's task uses it: as it is for a data set, the
+    arithmetic task's view (:meth:`~rlinf_algos.lm.tokens.LMTokenizer.arith_view`) otherwise."""
+    tok = LMTokenizer.from_folder(run.model.path or "", run.model.trust_remote_code)
+    return tok if getattr(run, "data", None) is not None else tok.arith_view()
 
 
 def make_task(run: Any, tok: LMTokenizer) -> ArithTask | DatasetTask:

@@ -14,6 +14,7 @@ ordinary Hugging Face folder.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -23,6 +24,7 @@ from rlinf_core.errors import RlinfError
 
 __all__ = [
     "ARITH_CHARS",
+    "ARITH_MARKERS",
     "ARITH_SPECIALS",
     "LMTokenizer",
     "TokenizerError",
@@ -32,6 +34,8 @@ __all__ = [
 
 ARITH_SPECIALS: tuple[str, ...] = ("<pad>", "<bos>", "<eos>", "<step>", "<ans>", "<call>", "<ret>")
 ARITH_CHARS = "0123456789+=()"
+ARITH_MARKERS: tuple[str, ...] = ARITH_SPECIALS[3:]
+"""The markers the arithmetic task writes inside a response; each must be one token."""
 
 
 class TokenizerError(RlinfError, ValueError):
@@ -63,6 +67,22 @@ class LMTokenizer:
             raise TokenizerError(f"tokenizer {source}: no eos_token (generation could never stop)")
         pad = self._id_of(specials.get("pad"))
         self.pad_id = self.eos_id if pad is None else pad
+        self._specials = specials
+        self._aliases: tuple[tuple[str, str], ...] = ()
+
+    def arith_view(self) -> LMTokenizer:
+        """This tokenizer as the arithmetic task uses it. The task's texts spell the sequence
+        ends ``<bos>`` and ``<eos>``; :meth:`encode` turns them into this tokenizer's own bos
+        and eos tokens (``<bos>`` into nothing when it has no bos token, as Qwen's has not),
+        and :meth:`decode` writes the eos token back as ``<eos>``. The arithmetic tokenizer's
+        own view is itself."""
+        view = copy.copy(self)
+        view._aliases = tuple(
+            (mark, self._specials.get(key) or "")
+            for mark, key in (("<bos>", "bos"), ("<eos>", "eos"))
+            if self._specials.get(key) != mark
+        )
+        return view
 
     @classmethod
     def arith(cls) -> LMTokenizer:
@@ -132,6 +152,8 @@ class LMTokenizer:
 
     def encode(self, text: str, bos: bool = False) -> list[int]:
         """Ids of ``text`` (no special tokens added), with the bos token first if ``bos``."""
+        for mark, own in self._aliases:
+            text = text.replace(mark, own)
         try:
             if self._fast:
                 ids = list(self.backend.encode(text, add_special_tokens=False).ids)
@@ -153,8 +175,13 @@ class LMTokenizer:
         if skip_pad and self.pad_id != self.eos_id:
             ids = [t for t in ids if t != self.pad_id]
         if self._fast:
-            return self.backend.decode(ids, skip_special_tokens=False)
-        return self.backend.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            text = self.backend.decode(ids, skip_special_tokens=False)
+        else:
+            text = self.backend.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        for mark, own in self._aliases:
+            if own:
+                text = text.replace(own, mark)
+        return text
 
 
 def arith_tokenizer() -> Any:

@@ -42,8 +42,8 @@ from rlinf_algos.lm.folder import context_length
 from rlinf_algos.lm.reward import RewardWorker
 from rlinf_algos.lm.sft import warm_start
 from rlinf_algos.lm.task import ProblemSampler, max_response_tokens, step_width
-from rlinf_algos.lm.tasks import ArithTask, make_task
-from rlinf_algos.lm.tokens import LMTokenizer
+from rlinf_algos.lm.tasks import ArithTask, make_task, task_tokenizer
+from rlinf_algos.lm.tokens import ARITH_MARKERS, LMTokenizer
 from rlinf_algos.lm.workers import ReferenceWorker, RolloutWorker, make_actor, pack_batch
 from rlinf_core.io import atomic_write_text
 from rlinf_core.rollout import RolloutEngine
@@ -238,11 +238,29 @@ def evaluate_components(comps: Any, problems: Sequence[Any], temperature: float 
     return _accuracy_report(comps.task, problems, r)
 
 
-def resolve_model(run: LMRunConfig, run_dir: Path) -> LMRunConfig:
-    """``run`` with ``model.path`` set: a ``model.init`` is built (seeded by ``runner.seed``) into
-    ``RUN_DIR/base_model``, an ordinary model folder every component then loads like a user's."""
+def resolve_model(run: LMRunConfig, run_dir: Path, log: Callable[[str], None] | None = None) -> LMRunConfig:
+    """``run`` with ``model.path`` set to the folder every component loads like a user's:
+
+    - a ``model.init`` is built (seeded by ``runner.seed``) into ``RUN_DIR/base_model``;
+    - a user's folder for the arithmetic task whose tokenizer lacks the task's markers
+      (``<step>``, ``<ans>``, ``<call>``, ``<ret>``) is copied there with them added as special
+      tokens (:func:`~rlinf_algos.lm.hf.add_tokens_folder`), so any causal LM runs the task in
+      every mode, multi-agent included;
+    - otherwise ``model.path`` is used as it is."""
     if run.model.init is None:
-        return run
+        if getattr(run, "data", None) is not None:
+            return run
+        added = hf.add_tokens_folder(run.model, run_dir / "base_model", ARITH_MARKERS, seed=run.runner.seed)
+        if not added:
+            return run
+        if log is not None:
+            log(
+                f"model.path {run.model.path}: added the task's tokens {' '.join(added)} to its "
+                f"tokenizer; training from the copy in {run_dir / 'base_model'}"
+            )
+        return run.model_copy(
+            update={"model": run.model.model_copy(update={"path": str(run_dir / "base_model")})}
+        )
     corpus = None
     if run.data is not None:
         from rlinf_algos.lm.data import load_dataset
@@ -263,7 +281,7 @@ def warm_started_policy(
     rcfg = run.runner
     torch.manual_seed(rcfg.seed)
     random.seed(rcfg.seed)
-    tok = LMTokenizer.from_folder(run.model.path or "", run.model.trust_remote_code)
+    tok = task_tokenizer(run)
     model = hf.load_causal_lm(run.model)
     if run.sft.steps == 0 or getattr(run, "data", None) is not None:
         return model, tok, {"steps": 0, "seconds": 0.0, "loss": float("nan"), "check_accuracy": None}
@@ -301,7 +319,7 @@ def train_lm(
     torch.set_num_threads(run.runner.torch_threads)
     t_start = time.perf_counter()
     cpu_start = time.process_time()
-    run = resolve_model(run, Path(run_dir))
+    run = resolve_model(run, Path(run_dir), say)
     model, tok, sft_stats = warm_started_policy(run, say)
     comps = LocalComponents(run, tok, model, make_task(run, tok))
     return grpo_loop(
