@@ -69,10 +69,14 @@ def test_quickstart_small_budget_writes_the_run_directory(tmp_path: Path) -> Non
 @pytest.mark.network
 @pytest.mark.slow
 @pytest.mark.learning
-def test_quickstart_learns(tmp_path: Path) -> None:
+def test_quickstart_learns_then_resumes_on_two_fsdp_ranks(tmp_path: Path) -> None:
     """The full quickstart: the pendulum return climbs from about 10 to several hundred
     (measured: 706 after 100k steps, 54 s of training, 2 min 11 s in all on the loaded
-    2-core development machine)."""
+    2-core development machine). Its last checkpoint, written by the 1-process actor, then
+    resumes with the actor on 2 processes (FSDP over Gloo) for 10k more steps and the return
+    holds. (That 2 ranks update exactly as 1 does is tested in the fast suite,
+    test_algos_parallel.py; learning from scratch on 2 ranks took 5 minutes here and proved
+    nothing those tests do not.)"""
     run_dir = tmp_path / "qs"
     proc = train(run_dir, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -81,30 +85,18 @@ def test_quickstart_learns(tmp_path: Path) -> None:
         first = float(next(csv.DictReader(f))["episode_return_mean"])
     assert first < 50
     assert summary["final_return_mean"] >= 300, summary
-
-
-@pytest.mark.network
-@pytest.mark.slow
-@pytest.mark.learning
-def test_quickstart_learns_on_two_learner_ranks_and_resumes_on_one(tmp_path: Path) -> None:
-    """The quickstart with the actor on 2 processes (FSDP over Gloo) learns as it does on 1; its
-    last checkpoint, written by the 2-rank group, resumes with the actor on 1 process."""
-    run_dir = tmp_path / "qs"
+    assert summary["learner_world_size"] == 1
     placement = "cluster.component_placement.actor.placement"
-    proc = train(run_dir, f"{placement}=0:0-1", "actor.strategy=fsdp", timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["learner_world_size"] == 2 and summary["learner"]["strategy"] == "fsdp"
-    assert summary["final_return_mean"] >= 300, summary
     resumed = subprocess.run(
-        [rlinf(), "train", str(run_dir / "config.yaml"), "--resume", str(run_dir), f"{placement}=0",
-         "runner.total_steps=110000"],
+        [rlinf(), "train", str(run_dir / "config.yaml"), "--resume", str(run_dir), f"{placement}=0:0-1",
+         "actor.strategy=fsdp", "runner.total_steps=110000"],
         capture_output=True, text=True, timeout=600, cwd=ROOT,
         env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     after = json.loads((run_dir / "summary.json").read_text())
-    assert after["learner_world_size"] == 1 and after["resumed_from"].endswith("step_0000100352.pt")
+    assert after["learner_world_size"] == 2 and after["learner"]["strategy"] == "fsdp"
+    assert after["resumed_from"].endswith(f"step_{summary['total_env_steps']:010d}.pt")
     assert after["total_env_steps"] >= 110000 and after["final_return_mean"] >= 300, after
 
 
