@@ -32,7 +32,7 @@ from rlinf_algos.lm.task import (
 from rlinf_algos.lm.tokens import ARITH_MARKERS, LMTokenizer
 from rlinf_core.errors import RlinfError
 
-__all__ = ["ArithTask", "DatasetTask", "LMTask", "SampleRef", "make_task", "task_tokenizer"]
+__all__ = ["ArithTask", "DatasetTask", "LMTask", "SampleRef", "is_arith", "make_task", "task_tokenizer"]
 
 
 class LMTask(Protocol):
@@ -240,15 +240,18 @@ def _hf_tokenizer(run: Any) -> Any:
     return AutoTokenizer.from_pretrained(run.model.path, trust_remote_code=run.model.trust_remote_code)
 
 
+def is_arith(run: Any) -> bool:
+    """Whether ``run`` trains on the arithmetic task (it has no ``data`` section)."""
+    return getattr(run, "data", None) is None
+
+
 def task_tokenizer(run: Any) -> LMTokenizer:
     """The tokenizer of ``model.path`` as the run's task uses it: as it is for a data set, the
     arithmetic task's view (:meth:`~rlinf_algos.lm.tokens.LMTokenizer.arith_view`) otherwise."""
     tok = LMTokenizer.from_folder(run.model.path or "", run.model.trust_remote_code)
-    return tok if getattr(run, "data", None) is not None else tok.arith_view()
+    return tok.arith_view() if is_arith(run) else tok
 
 
 def make_task(run: Any, tok: LMTokenizer) -> ArithTask | DatasetTask:
     """The task of a validated run: :class:`DatasetTask` when it has a ``data`` section."""
-    if getattr(run, "data", None) is not None:
-        return DatasetTask(run, tok)
-    return ArithTask(run, tok)
+    return ArithTask(run, tok) if is_arith(run) else DatasetTask(run, tok)

@@ -42,7 +42,7 @@ from rlinf_algos.lm.folder import context_length
 from rlinf_algos.lm.reward import RewardWorker
 from rlinf_algos.lm.sft import warm_start
 from rlinf_algos.lm.task import ProblemSampler, max_response_tokens, step_width
-from rlinf_algos.lm.tasks import ArithTask, make_task, task_tokenizer
+from rlinf_algos.lm.tasks import ArithTask, is_arith, make_task, task_tokenizer
 from rlinf_algos.lm.tokens import ARITH_MARKERS, LMTokenizer
 from rlinf_algos.lm.workers import ReferenceWorker, RolloutWorker, make_actor, pack_batch
 from rlinf_core.io import atomic_write_text
@@ -248,7 +248,7 @@ def resolve_model(run: LMRunConfig, run_dir: Path, log: Callable[[str], None] | 
       every mode, multi-agent included;
     - otherwise ``model.path`` is used as it is."""
     if run.model.init is None:
-        if getattr(run, "data", None) is not None:
+        if not is_arith(run):
             return run
         added = hf.add_tokens_folder(run.model, run_dir / "base_model", ARITH_MARKERS, seed=run.runner.seed)
         if not added:
@@ -283,7 +283,7 @@ def warm_started_policy(
     random.seed(rcfg.seed)
     tok = task_tokenizer(run)
     model = hf.load_causal_lm(run.model)
-    if run.sft.steps == 0 or getattr(run, "data", None) is not None:
+    if run.sft.steps == 0 or not is_arith(run):
         return model, tok, {"steps": 0, "seconds": 0.0, "loss": float("nan"), "check_accuracy": None}
     task = ArithTask(run, tok)
     heldout = task.heldout()
