@@ -24,9 +24,9 @@ pytest.importorskip("rlinf_hw_franka", reason="rlinf/FrankaInstructReach-v0 come
 ENV = "rlinf/FrankaInstructReach-v0"
 
 
-def _env(privileged: bool = True, **extra: Any) -> SimpleNamespace:
+def _env(privileged: bool = True, num_envs: int = 4) -> SimpleNamespace:
     kwargs = {"image_size": [32, 32], **({"privileged": True} if privileged else {})}
-    return SimpleNamespace(id=ENV, num_envs=4, kwargs=kwargs, obs_mode="state", image_size=(64, 64), **extra)
+    return SimpleNamespace(id=ENV, num_envs=num_envs, kwargs=kwargs, obs_mode="state", image_size=(64, 64))
 
 
 def _spec() -> dict[str, Any]:
@@ -211,4 +211,77 @@ def test_expert_actions_show_the_arm_at_the_named_cube() -> None:
             WarmStartConfig(frames=2, actions="expert"),
             seed=0,
         )  # fmt: skip
+    assert err.value.problems[0].path == "model.warm_start.actions"
+
+
+def test_image_shift_moves_the_images_of_a_batch_deterministically() -> None:
+    from rlinf_algos.perception import shift_images
+
+    g = torch.Generator().manual_seed(0)
+    imgs = torch.randint(0, 256, (16, 32, 32, 3), dtype=torch.uint8, generator=g)
+    batch = {"image": imgs, "image_wrist": imgs.flip(1), "state": torch.randn(16, 5)}
+    keys = ["image", "image_wrist"]
+    out = shift_images(batch, keys, 4, torch.Generator().manual_seed(1))
+    again = shift_images(batch, keys, 4, torch.Generator().manual_seed(1))
+    other = shift_images(batch, keys, 4, torch.Generator().manual_seed(2))
+    for k in keys:
+        assert out[k].shape == batch[k].shape and out[k].dtype == torch.uint8
+        assert torch.equal(out[k], again[k]) and not torch.equal(out[k], other[k])
+        moved = [not torch.equal(out[k][i], batch[k][i]) for i in range(16)]
+        assert sum(moved) >= 12  # an offset per image: (0, 0) is one in 81
+    assert out["state"] is batch["state"]  # only the images move
+    # each camera gets its own offsets: the wrist image is not shifted like the table's
+    assert not torch.equal(out["image_wrist"], out["image"].flip(1))
+    # a shift is a crop of the edge-padded image: an interior window of the original reappears
+    shifted = [
+        i for i in range(16)
+        if any(torch.equal(out["image"][i, 4:28, 4:28], imgs[i, 4 + dy : 28 + dy, 4 + dx : 28 + dx])
+               for dy in range(-4, 5) for dx in range(-4, 5))
+    ]  # fmt: skip
+    assert len(shifted) == 16
+    off = shift_images(batch, keys, 0, torch.Generator().manual_seed(1))
+    assert all(off[k] is batch[k] for k in batch)
+
+
+def test_warm_start_image_shift_is_used_and_checked() -> None:
+    raw, scenes, _ = collect_frames(_env(), WarmStartConfig(frames=24, episode_steps=3), seed=SEED_OFFSET)
+
+    def fit(**o: Any) -> dict[str, torch.Tensor]:
+        torch.manual_seed(0)
+        model = build_policy(_spec())
+        fit_perception(model, raw, WarmStartConfig(epochs=1, batch_size=8, **o), 0, None, scenes)
+        return model.encoder.state_dict()
+
+    plain, shifted, again = fit(), fit(image_shift=2), fit(image_shift=2)
+    assert all(torch.equal(shifted[k], again[k]) for k in shifted)  # deterministic for a seed
+    assert not torch.equal(plain["cnn.0.weight"], shifted["cnn.0.weight"])  # the shift changed the fit
+    assert WarmStartConfig().image_shift == 0
+    with pytest.raises(ConfigError, match="image_shift") as err:  # 32x32 frames: 16 is half
+        fit(image_shift=16)
+    assert err.value.problems[0].path == "model.warm_start.image_shift"
+    from rlinf_algos.config import ModelConfig
+
+    with pytest.raises(ValueError, match="image_shift"):
+        ModelConfig(type="vla", predict_privileged=1.0, warm_start={"image_shift": -1})
+
+
+def test_shuffled_actions_move_each_arm_as_another_scenes_demonstrator() -> None:
+    # 4 sub-envs, frames in step order (frame t * 4 + i: sub-env i at step t), the same scenes
+    # in both runs (the same seed); every arm starts at home
+    def hands(actions: str) -> tuple[np.ndarray, np.ndarray]:
+        opts = WarmStartConfig(frames=80, episode_steps=20, actions=actions, expert_noise=0.0)
+        raw, _, _ = collect_frames(_env(), opts, seed=SEED_OFFSET)
+        priv = raw["privileged"].reshape(20, 4, 6)
+        return priv[..., :3] - priv[..., 3:], priv[..., 3:]  # the hand, and its offset to the target
+
+    hand_e, offset_e = hands("expert")
+    hand_s, offset_s = hands("shuffled")
+    # the first step of sub-env i is the one its left neighbour's demonstrator takes from home
+    np.testing.assert_allclose(hand_s[1], np.roll(hand_e[1], 1, axis=0), atol=2e-3)
+    assert np.abs(hand_s[1] - hand_e[1]).max() > 0.01
+    # so its arm moves, but not to its own target: the motion does not give the target away
+    assert np.linalg.norm(hand_s[-1] - hand_s[0], axis=-1).min() > 0.1
+    assert np.linalg.norm(offset_e[-1], axis=-1).max() < 0.05 < np.linalg.norm(offset_s[-1], axis=-1).min()
+    with pytest.raises(ConfigError, match="num_envs") as err:
+        collect_frames(_env(num_envs=1), WarmStartConfig(frames=4, actions="shuffled"), seed=0)
     assert err.value.problems[0].path == "model.warm_start.actions"

@@ -133,15 +133,20 @@ class WarmStartConfig(ConfigSection):
     episode_steps: int = Field(
         6, ge=1, description="steps per collection episode: each episode is a fresh scene"
     )
-    actions: Literal["random", "expert"] = Field(
+    actions: Literal["random", "expert", "shuffled"] = Field(
         "random",
         description="what moves the arm while frames are collected. random: uniform random actions; "
         "expert: the env's scripted demonstrator (its expert_action() method, e.g. a straight reach "
         "towards the named target) plus expert_noise, so the frames show the arm where a good "
-        "policy takes it",
+        "policy takes it (but its motion gives the target away: the fit learns to follow the hand, "
+        "not to find the cube); shuffled: sub-env i takes sub-env i - 1's expert action (plus "
+        "expert_noise), replayed open loop on an arm that is elsewhere: expert-sized motions over the "
+        "workspace that say nothing of its own scene's target (needs env.num_envs of 2 or more)",
     )
     expert_noise: float = Field(
-        0.5, ge=0.0, description="actions: expert: standard deviation of the Gaussian noise added to it"
+        0.5,
+        ge=0.0,
+        description="actions expert and shuffled: standard deviation of the Gaussian noise added to them",
     )
     action_hold: int = Field(
         1,
@@ -152,6 +157,12 @@ class WarmStartConfig(ConfigSection):
     epochs: int = Field(12, ge=1, description="passes over the frames (a tenth of the scenes held out)")
     batch_size: int = Field(128, ge=1, description="frames per gradient step")
     lr: float = Field(1e-3, gt=0.0, description="Adam learning rate of the warm start (decayed to 0, cosine)")
+    image_shift: int = Field(
+        0,
+        ge=0,
+        description="shift every training image by up to this many pixels (DrQ's random shift, edge "
+        "replicated, a fresh offset per frame, camera and epoch); 0 turns it off",
+    )
 
 
 class ModelConfig(ConfigSection):

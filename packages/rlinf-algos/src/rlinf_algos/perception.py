@@ -10,15 +10,19 @@ as RLinf's users start RL from a pretrained VLA, a run can first teach its encod
 1. **collect** ``frames`` observations from the run's own env (same id, kwargs, cameras and
    image size), in episodes of ``episode_steps`` steps so that most frames come from a fresh
    scene (fresh cube colours, places and instruction), moving the arm with uniformly random
-   actions (each held ``action_hold`` steps) or with the env's scripted demonstrator plus noise
-   (``actions: expert``: the arm goes where a good policy takes it, over and in front of the
-   named cube; frames from random motions alone teach a perception that fails there, 13 to
-   21 cm median error on a trained policy's frames against 4 to 8 cm on their own);
+   actions (each held ``action_hold`` steps), with the env's scripted demonstrator plus noise
+   (``actions: expert``: the arm goes where a good policy takes it, but its motion gives the
+   target away, and the fit learns to read the hand instead of the image: 10.5 cm on a scene's
+   first frame, the arm still at home), or with another sub-env's demonstrator (``actions:
+   shuffled``: sub-env ``i`` replays sub-env ``i - 1``'s expert actions, open loop, so the arm
+   sweeps the workspace down to the table with motions that say nothing of its own scene's
+   target; ``benchmarks/results/vla_perception_shortcut.json``);
 2. **fit** the encoder and the auxiliary head of ``model.predict_privileged`` to the env's
    ``privileged`` entry (what the simulator knows: for ``rlinf/FrankaInstructReach-v0`` the
    named cube's reach point and its offset from the hand), squared error, ``epochs`` passes
-   with Adam and a cosine learning-rate decay; a tenth of the scenes is held out and the error
-   on them reported;
+   with Adam and a cosine learning-rate decay (``image_shift``: DrQ's random shift of every
+   training image, off by default: it blurs where a fixed camera puts the cube); a tenth of the
+   scenes is held out and the error on them reported;
 3. RL starts from those weights (every rank and the rollout workers get them as version 0;
    ``run_dir/warm_start.pt`` keeps them).
    The auxiliary loss keeps training during RL, so the encoder does not forget; the policy and
@@ -45,7 +49,7 @@ from rlinf_algos import obs as obs_tree
 from rlinf_algos.models import build_policy
 from rlinf_core.errors import ConfigError
 
-__all__ = ["SEED_OFFSET", "collect_frames", "fit_perception", "warm_start_policy"]
+__all__ = ["SEED_OFFSET", "collect_frames", "fit_perception", "shift_images", "warm_start_policy"]
 
 SEED_OFFSET = 1_000_000
 """The warm start's env seeds are ``runner.seed + SEED_OFFSET + i``."""
@@ -58,7 +62,8 @@ def collect_frames(
 ) -> tuple[dict[str, np.ndarray], np.ndarray, dict[str, Any]]:
     """``opts.frames`` raw observations (a dict of arrays, ``privileged`` included) of the env
     ``env_cfg`` describes, under uniformly random actions (each held ``opts.action_hold``
-    steps) or the env's expert actions, in episodes of ``opts.episode_steps``; the scene
+    steps), the env's expert actions, or (``shuffled``) each sub-env's left neighbour's expert
+    actions, in episodes of ``opts.episode_steps``; the scene
     (episode) of each frame;
     and what was collected (``frames``, ``scenes``, ``collect_s``)."""
     from rlinf_algos.envs import VectorEnvStepper
@@ -75,8 +80,14 @@ def collect_frames(
         image_size=env_cfg.image_size,
     )
     try:
-        if opts.actions == "expert":
+        if opts.actions in ("expert", "shuffled"):
             _expert_actions(stepper, env_cfg.id)  # refused before anything is collected
+        if opts.actions == "shuffled" and n_envs < 2:
+            raise ConfigError(
+                "actions: shuffled moves each sub-env with another sub-env's expert actions: it needs "
+                f"env.num_envs of 2 or more (and frames as many), got {n_envs}",
+                "model.warm_start.actions",
+            )
         if stepper.obs_space.get("kind") != "dict" or "privileged" not in stepper.obs_space["keys"]:
             raise ConfigError(
                 f"the warm start fits the observation's 'privileged' entry, which {env_cfg.id} does not "
@@ -91,8 +102,10 @@ def collect_frames(
         for t in range(math.ceil(int(opts.frames) / n_envs)):
             chunks.append(obs_tree.tree_map(np.copy, stepper.obs))
             scene_ids.append(scene.copy())
-            if opts.actions == "expert":
+            if opts.actions in ("expert", "shuffled"):
                 actions = _expert_actions(stepper, env_cfg.id)
+                if opts.actions == "shuffled":  # sub-env i takes i - 1's: it knows nothing of i's scene
+                    actions = np.roll(actions, 1, axis=0)
                 actions = actions + float(opts.expert_noise) * rng.standard_normal(actions.shape)
             elif t % hold == 0:
                 actions = stepper.random_actions()
@@ -124,6 +137,19 @@ def _expert_actions(stepper: Any, env_id: str) -> np.ndarray:
         ) from None
 
 
+def shift_images(
+    batch: Mapping[str, torch.Tensor], keys: list[str], pad: int, generator: torch.Generator
+) -> dict[str, torch.Tensor]:
+    """``batch`` with each image of ``keys`` shifted by up to ``pad`` pixels (DrQ's random shift,
+    :func:`~rlinf_algos.models.vla.random_shift`: edge replicated, a fresh offset per image and
+    per camera, drawn from ``generator``); the other entries as they are. ``pad`` 0: ``batch``."""
+    if pad <= 0:
+        return dict(batch)
+    from rlinf_algos.models.vla import random_shift
+
+    return {k: random_shift(v, pad, generator) if k in keys else v for k, v in batch.items()}
+
+
 def fit_perception(
     model: Any,
     raw: Mapping[str, np.ndarray],
@@ -150,6 +176,16 @@ def fit_perception(
             "the warm start trains the auxiliary head of model.predict_privileged: set it above 0",
             "model.warm_start",
         )
+    pad = int(getattr(opts, "image_shift", 0))
+    keys = list(getattr(model.encoder, "image_keys", []))
+    if pad and keys:
+        size = min(int(d) for d in np.asarray(raw[keys[0]]).shape[1:3])
+        if pad >= size // 2:
+            raise ConfigError(
+                f"image_shift {pad} pixels is not less than half the {size}-pixel image; use 0 (off) "
+                "to a few pixels (4 at 64x64)",
+                "model.warm_start.image_shift",
+            )
     t0 = time.perf_counter()
     if "state" in raw:
         s = np.asarray(raw["state"], np.float64)
@@ -179,8 +215,11 @@ def fit_perception(
     opt = torch.optim.Adam(params, lr=float(opts.lr))
     bs = min(int(opts.batch_size), len(train_idx))
 
+    aug = torch.Generator().manual_seed(seed + 1)  # the shifts: deterministic for a seed
+
     def loss_of(idx: torch.Tensor) -> torch.Tensor:
-        pred = seq_forward(head, model.encoder(obs_tree.take(prep, idx)))
+        batch = shift_images(obs_tree.take(prep, idx), keys, pad, aug)
+        pred = seq_forward(head, model.encoder(batch))
         return (pred - target[idx]).square().sum(-1)
 
     def held_out() -> dict[str, float]:
