@@ -259,3 +259,26 @@ def test_bpe_tokenizer_has_a_chat_template(tmp_path: Path) -> None:
     assert light.decode(light.encode("naïve ✓")) == "naïve ✓"  # byte-level: any text encodes
     with pytest.raises(ConfigError, match="data section"):
         hf.new_model_folder(tmp_path / "x", init)
+
+
+@pytest.mark.parametrize("architecture", ["qwen2", "llama"])
+def test_bpe_folder_encodes_as_transformers_loads_it(architecture: str, tmp_path: Path) -> None:
+    """transformers loads a qwen2 folder with Qwen2Tokenizer, which rebuilds its own normaliser
+    and pre-tokeniser: the folder's tokenizer (and rlinf's light reader of it) must split text
+    exactly as that class does, or a model trained here reads other tokens in a user's script."""
+    from transformers import AutoTokenizer
+
+    corpus = [
+        f"What is {a} + {b}? {a} + {b} = {a + b} #### {a + b}" for a in range(10, 60) for b in range(10, 40)
+    ]
+    init = INIT.model_copy(update={"tokenizer": "bpe", "vocab_size": 400, "architecture": architecture})
+    path = hf.new_model_folder(tmp_path / architecture, init, corpus=corpus)
+    t, light = AutoTokenizer.from_pretrained(str(path)), LMTokenizer.from_folder(path)
+    texts = [
+        "What is 74 + 82? 74 + 82 = 156 #### 156",
+        t.apply_chat_template([{"role": "user", "content": "What is 31 + 12?"}], tokenize=False),
+        "naïve ✓ 2026",
+    ]
+    for text in texts:
+        assert t.encode(text, add_special_tokens=False) == light.encode(text), text
+    assert [light.decode([i]) for i in light.encode("156")] == ["1", "5", "6"]  # Qwen's digits

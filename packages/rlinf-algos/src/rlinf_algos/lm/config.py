@@ -155,7 +155,8 @@ class ModelInitConfig(ConfigSection):
     tokenizer: Literal["arith", "bpe"] = Field(
         "arith",
         description="the tokenizer to build: arith (the arithmetic task's characters) or bpe (byte-level "
-        "BPE trained on the data section's prompts and answers, with Qwen's ChatML chat template)",
+        "BPE trained on the data section's prompts and answers, with Qwen2's pre-tokenizer (one digit a "
+        "token) and ChatML chat template)",
     )
     vocab_size: int = Field(512, ge=300, le=65536, description="vocabulary of a bpe tokenizer")
 

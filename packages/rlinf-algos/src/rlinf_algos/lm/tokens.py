@@ -211,13 +211,26 @@ CHATML_TEMPLATE = (
 def bpe_tokenizer(corpus: Iterable[str], vocab_size: int = 512) -> Any:
     """A byte-level BPE tokenizer trained here on ``corpus`` (every byte is in the vocabulary, so
     any text encodes), with Qwen's ChatML special tokens and chat template: ``<|im_end|>`` ends a
-    turn (the eos token), ``<|endoftext|>`` pads."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    turn (the eos token), ``<|endoftext|>`` pads.
+
+    Its normaliser and pre-tokeniser are Qwen2's (NFC; every digit its own piece, then bytes),
+    taken from ``transformers``: ``AutoTokenizer`` loads a ``qwen2`` folder with
+    ``Qwen2Tokenizer``, which rebuilds those two from its own definition whatever the folder's
+    ``tokenizer.json`` says, so any other choice would make transformers (and so vLLM, TRL, a
+    user's script) split text differently from what the model was trained on."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.normalizer = normalizers.NFC()
+    tk.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tk.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
