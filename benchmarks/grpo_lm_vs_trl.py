@@ -4,14 +4,15 @@ and LoRA, in one run.
 
 What one run does:
 
-1. writes a prompt data set (JSON lines, chat messages: "What is 23 + 58?" answered "81"; a
-   training split and a held-out validation split) and a reward file with a TRL-style callable,
-   ``partial_credit(completions, answer, **kwargs)``: 1 for the exact sum, else 0.1 for a
-   well-formed number plus 0.8 x the fraction of digits right (a reward that is always 0 on a weak
-   model gives GRPO no gradient);
-2. builds ONE model folder (Qwen2, hidden 128, 2 layers, a byte-level BPE tokenizer trained on the
-   data, ChatML template) and warm-starts it briefly with ``rlinf_algos.lm.finetune.train_sft``,
-   so the rewards are not all zero; both sides start from that folder;
+1. takes the data and reward of ``examples/grpo_verl_format`` (verl's schema: two-digit sums and
+   differences as chat messages, answered with a worked answer that ends ``#### N``; the training
+   demonstrations are a careless teacher's that forgets a carry 60% of the time) as JSON lines,
+   and its ``compute_score.py`` as a TRL-style callable, ``answer_reward(completions, answer,
+   **kwargs)``: 1 for the right number, 0.1 for a well-formed wrong one;
+2. builds ONE model folder with that example's ``sft.yaml`` model (Qwen2, hidden 128, 4 layers,
+   a byte-level BPE tokenizer trained on the data, ChatML template) and warm start
+   (``rlinf_algos.lm.finetune.train_sft``); both sides start from that folder, which has the
+   teacher's slip for GRPO to remove;
 3. runs, for every seed and for full fine-tuning and LoRA (r=8, alpha 16, all linear layers on
    both), each side in its own subprocess with ``OMP_NUM_THREADS=1`` and one torch thread, for the
    same number of iterations: prompts per step, group size (``num_generations``),
@@ -50,7 +51,6 @@ import argparse
 import itertools
 import json
 import os
-import random
 import shlex
 import statistics
 import subprocess
@@ -78,28 +78,24 @@ THREAD_ENV = {
     "PYTHONWARNINGS": "ignore",
 }
 
-REWARD_FILE = '''"""Partial-credit reward for "What is A + B?" (a TRL-style callable; rlinf loads the same
-file through reward.path)."""
+EXAMPLE = HERE.parent / "examples" / "grpo_verl_format"
 
-import re
+REWARD_FILE = '''"""The verl-format example's reward as a TRL-style callable (rlinf loads the same file through
+reward.path): examples/grpo_verl_format/compute_score.py, 1.0 for the right number after the last
+####, 0.1 for a well-formed wrong one, 0 otherwise."""
 
+import importlib.util
 
-def score_one(text, target):
-    s = text.strip()
-    if not re.fullmatch(r"-?[0-9]+", s):
-        return 0.0
-    if s == target:
-        return 1.0
-    width = max(len(s), len(target))
-    right = sum(a == b for a, b in zip(s.rjust(width), target.rjust(width)))
-    return 0.1 + 0.8 * right / width
+_spec = importlib.util.spec_from_file_location("verl_compute_score", {score_file!r})
+_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_module)
 
 
-def partial_credit(completions, answer, **kwargs):
+def answer_reward(completions, answer, **kwargs):
     out = []
     for c, a in zip(completions, answer):
         text = c[-1]["content"] if isinstance(c, list) else str(c)
-        out.append(score_one(text, str(a).strip()))
+        out.append(_module.compute_score("rlinf/arith_word", text, a))
     return out
 '''
 
@@ -108,33 +104,33 @@ def partial_credit(completions, answer, **kwargs):
 
 
 def settings(quick: bool) -> dict[str, Any]:
-    """Everything both sides share (and the warm start)."""
+    """Everything both sides share (and the warm start): the model and warm start of
+    ``examples/grpo_verl_format/sft.yaml``, the GRPO settings of its ``grpo.yaml`` and
+    ``grpo_lora.yaml`` (no KL here: TRL's ``beta=0`` is its fastest path)."""
+    import yaml
+
+    sft_yaml = yaml.safe_load((EXAMPLE / "sft.yaml").read_text(encoding="utf-8"))
+    grpo = yaml.safe_load((EXAMPLE / "grpo.yaml").read_text(encoding="utf-8"))["algorithm"]
+    lora = yaml.safe_load((EXAMPLE / "grpo_lora.yaml").read_text(encoding="utf-8"))
+    train = sft_yaml["train"]
     s = {
-        "train_rows": 4000,
-        "val_rows": 128,
-        "min_operand": 10,
-        "max_operand": 99,
-        "model": {
-            "architecture": "qwen2",
-            "hidden_size": 128,
-            "num_layers": 2,
-            "num_heads": 4,
-            "max_position_embeddings": 64,
-            "tokenizer": "bpe",
-            "vocab_size": 300,
+        "train_rows": None,  # all of train.parquet
+        "val_rows": None,  # all of val.parquet
+        "model": dict(sft_yaml["model"]["init"]),
+        "sft": {
+            k: train[k] for k in ("steps", "batch_size", "lr", "warmup_steps", "min_lr_ratio", "weight_decay")
         },
-        "sft": {"steps": 150, "batch_size": 32, "lr": 3e-3, "warmup_steps": 10},
-        "group_size": 8,
-        "prompts_per_iter": 16,
-        "max_new_tokens": 8,
-        "iterations": 40,
+        "group_size": grpo["group_size"],
+        "prompts_per_iter": grpo["prompts_per_iter"],
+        "max_new_tokens": grpo["max_new_tokens"],
+        "iterations": grpo["iterations"],
         "eval_every": 5,
-        "lr": {"full": 2e-4, "lora": 2e-3},
-        "lora": {"rank": 8, "alpha": 16.0, "dropout": 0.0, "target_modules": "all-linear"},
+        "lr": {"full": grpo["lr"], "lora": lora["algorithm"]["lr"]},
+        "lora": {**lora["model"]["lora"], "alpha": float(lora["model"]["lora"]["alpha"])},
         "seeds": [0, 1, 2],
     }
     if quick:
-        s.update(train_rows=1000, val_rows=64, iterations=4, eval_every=2, seeds=[0])
+        s.update(train_rows=256, val_rows=32, iterations=4, eval_every=2, seeds=[0])
         s["sft"] = {**s["sft"], "steps": 40}
     return s
 
@@ -143,26 +139,29 @@ def settings(quick: bool) -> dict[str, Any]:
 
 
 def write_data(root: Path, cfg: dict[str, Any]) -> dict[str, str]:
-    """``train.jsonl`` / ``val.jsonl`` (disjoint problems) and ``reward.py`` under ``root``."""
-    rng = random.Random(1234)
-    lo, hi = cfg["min_operand"], cfg["max_operand"]
-    pairs = [(a, b) for a in range(lo, hi + 1) for b in range(lo, hi + 1)]
-    rng.shuffle(pairs)
-    n_val = cfg["val_rows"]
-    val, train = pairs[:n_val], pairs[n_val : n_val + cfg["train_rows"]]
-
-    def row(a: int, b: int) -> dict[str, Any]:
-        return {"prompt": [{"role": "user", "content": f"What is {a} + {b}?"}], "answer": str(a + b)}
+    """``train.jsonl`` / ``val.jsonl`` from the example's ``train.parquet`` / ``val.parquet``
+    (chat-message ``prompt``, ``answer`` = ``reward_model.ground_truth``, ``response`` = the
+    demonstration the warm start trains on) and ``reward.py`` under ``root``."""
+    import pyarrow.parquet as pq
 
     files = {}
-    for name, split in (("train", train), ("val", val)):
+    for name, limit in (("train", cfg["train_rows"]), ("val", cfg["val_rows"])):
+        rows = pq.read_table(EXAMPLE / f"{name}.parquet").to_pylist()[:limit]
+        out = [
+            {"prompt": r["prompt"], "answer": r["reward_model"]["ground_truth"], "response": r["response"]}
+            for r in rows
+        ]
         path = root / f"{name}.jsonl"
-        path.write_text("".join(json.dumps(row(a, b)) + "\n" for a, b in split), encoding="utf-8")
+        path.write_text("".join(json.dumps(r) + "\n" for r in out), encoding="utf-8")
         files[name] = str(path)
     reward = root / "reward.py"
-    reward.write_text(REWARD_FILE, encoding="utf-8")
+    reward.write_text(REWARD_FILE.format(score_file=str(EXAMPLE / "compute_score.py")), encoding="utf-8")
     files["reward"] = str(reward)
     return files
+
+
+def _rows(path: str) -> int:
+    return len(read_jsonl(path))
 
 
 def read_jsonl(path: str) -> list[dict[str, Any]]:
@@ -176,7 +175,7 @@ def load_reward_fn(path: str) -> Any:
     spec = importlib.util.spec_from_file_location("bench_reward", path)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module.partial_credit
+    return module.answer_reward
 
 
 # -- the children ----------------------------------------------------------------------------------
@@ -196,12 +195,12 @@ def child_sft(spec: dict[str, Any]) -> dict[str, Any]:
             "data": {
                 "train_files": [spec["files"]["train"]],
                 "val_files": [spec["files"]["val"]],
-                "response_key": None,
+                "response_key": "response",
                 "answer_key": "answer",
                 "apply_chat_template": True,
                 "seed": 0,
             },
-            "train": {**cfg["sft"], "eval_generate": 64, "max_new_tokens": cfg["max_new_tokens"]},
+            "train": {**cfg["sft"], "eval_generate": 128, "max_new_tokens": cfg["max_new_tokens"]},
             "runner": {"seed": 0, "torch_threads": int(spec.get("threads", 1)), "log_interval": 50},
         }
     )
@@ -292,7 +291,7 @@ def child_rlinf(spec: dict[str, Any], t_process: float) -> dict[str, Any]:
                 "apply_chat_template": True,
                 "seed": seed,
             },
-            "reward": {"path": spec["files"]["reward"], "name": "partial_credit"},
+            "reward": {"path": spec["files"]["reward"], "name": "answer_reward"},
             "runner": {
                 "scheduler": "local",
                 "seed": seed,
@@ -749,7 +748,7 @@ def main() -> None:
     try:
         files = write_data(work, cfg)
         print(
-            f"data: {cfg['train_rows']} training and {cfg['val_rows']} held-out prompts in {work}; "
+            f"data: {_rows(files['train'])} training and {_rows(files['val'])} held-out prompts in {work}; "
             f"warm start ({cfg['sft']['steps']} SFT steps)...",
             flush=True,
         )
@@ -835,7 +834,7 @@ def main() -> None:
             f"{cfg['prompts_per_iter'] * cfg['group_size']} completions per iteration, max_new_tokens "
             f"{cfg['max_new_tokens']}, {cfg['iterations']} iterations, lr {cfg['lr']['full']} (full) / "
             f"{cfg['lr']['lora']} (LoRA r={cfg['lora']['rank']}), no KL; validation: "
-            f"{cfg['val_rows']} held-out prompts, greedy, mean partial-credit reward, every "
+            f"{_rows(files['val'])} held-out prompts, greedy, mean reward (compute_score.py), every "
             f"{cfg['eval_every']} iterations (not timed); 2-core machine shared with other jobs"
         ),
         "command": cmd,

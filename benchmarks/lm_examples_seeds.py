@@ -84,6 +84,8 @@ def one_seed(seed: int, modes: list[str], work: Path) -> list[dict[str, Any]]:
                 "val before": round(before, 3),
                 "val after": round(after, 3),
                 "gain": round(after - before, 3),
+                "accuracy before": round(s["accuracy_before"], 3),
+                "accuracy after": round(s["accuracy_after"], 3),
                 "grpo wall s": round(wall, 1),
                 "iterations": s.get("iterations"),
                 "commands": [sft_cmd.replace(str(work), "W"), cmd.replace(str(work), "W")],
@@ -124,7 +126,17 @@ def main() -> None:
         spread = f" +- {statistics.stdev(gains):.3f}" if len(gains) > 1 else ""
         rows.append({"seed": "mean", "mode": mode, "gain": f"{statistics.mean(gains):.3f}{spread}",
                      "val after": round(statistics.mean(afters), 3)})  # fmt: skip
-        print(f"{mode}: gain {statistics.mean(gains):+.3f}{spread} over seeds {seeds}")
+        pp = [
+            100 * (r["accuracy after"] - r["accuracy before"])
+            for r in rows
+            if r["mode"] == mode and "accuracy after" in r
+        ]
+        rows[-1]["accuracy gain pp"] = f"{statistics.mean(pp):.1f}" + (
+            f" +- {statistics.stdev(pp):.1f}" if len(pp) > 1 else ""
+        )
+        print(
+            f"{mode}: gain {statistics.mean(gains):+.3f}{spread}, accuracy {rows[-1]['accuracy gain pp']} pp over seeds {seeds}"
+        )
     record = {
         "title": "GRPO on the verl-format example after `rlinf sft`, full fine-tuning and LoRA, over seeds",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -136,8 +148,9 @@ def main() -> None:
         "figures": rows,
         "source": "issue 20 (the examples' full runs)",
         "notes": [
-            "val: mean reward of examples/grpo_verl_format/compute_score.py on val.parquet (64 prompts), "
-            "greedy, before and after GRPO; sft exact match: the warm start's greedy exact match on the "
+            "val: mean reward of examples/grpo_verl_format/compute_score.py on val.parquet (128 prompts), "
+            "greedy, before and after GRPO; accuracy: the share of those answers that are right (reward 1); "
+            "sft exact match: the warm start's greedy outputs equal to the reference worked answer on the "
             "same prompts."
         ],
     }
