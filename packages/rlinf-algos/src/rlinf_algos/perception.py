@@ -47,6 +47,7 @@ import torch
 
 from rlinf_algos import obs as obs_tree
 from rlinf_algos.models import build_policy
+from rlinf_algos.models.vla import shift_images
 from rlinf_core.errors import ConfigError
 
 __all__ = ["SEED_OFFSET", "collect_frames", "fit_perception", "shift_images", "warm_start_policy"]
@@ -135,19 +136,6 @@ def _expert_actions(stepper: Any, env_id: str) -> np.ndarray:
             "expert actions; use actions: random",
             "model.warm_start.actions",
         ) from None
-
-
-def shift_images(
-    batch: Mapping[str, torch.Tensor], keys: list[str], pad: int, generator: torch.Generator
-) -> dict[str, torch.Tensor]:
-    """``batch`` with each image of ``keys`` shifted by up to ``pad`` pixels (DrQ's random shift,
-    :func:`~rlinf_algos.models.vla.random_shift`: edge replicated, a fresh offset per image and
-    per camera, drawn from ``generator``); the other entries as they are. ``pad`` 0: ``batch``."""
-    if pad <= 0:
-        return dict(batch)
-    from rlinf_algos.models.vla import random_shift
-
-    return {k: random_shift(v, pad, generator) if k in keys else v for k, v in batch.items()}
 
 
 def fit_perception(

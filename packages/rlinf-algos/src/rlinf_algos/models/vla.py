@@ -50,7 +50,15 @@ from rlinf_algos.models.mlp import (
 )
 from rlinf_core.errors import ConfigError
 
-__all__ = ["VLAActorCritic", "VLAEncoder", "VLASquashedActor", "VLATwinQ", "hash_tokens", "random_shift"]
+__all__ = [
+    "VLAActorCritic",
+    "VLAEncoder",
+    "VLASquashedActor",
+    "VLATwinQ",
+    "hash_tokens",
+    "random_shift",
+    "shift_images",
+]
 
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -524,6 +532,17 @@ def random_shift(images: Tensor, pad: int, generator: torch.Generator | None = N
     rows = (dy[:, None] + torch.arange(h)[None]).clamp_(0, h - 1)  # [B, H]: edge replicate
     cols = (dx[:, None] + torch.arange(w)[None]).clamp_(0, w - 1)  # [B, W]
     return images[torch.arange(b)[:, None, None], rows[:, :, None], cols[:, None, :]]
+
+
+def shift_images(
+    batch: Mapping[str, Tensor], keys: Sequence[str], pad: int, generator: torch.Generator | None = None
+) -> dict[str, Tensor]:
+    """``batch`` with each image of ``keys`` shifted by up to ``pad`` pixels (:func:`random_shift`:
+    edge replicated, a fresh offset per image and per camera, drawn from ``generator`` in the
+    batch's key order); the other entries as they are. ``pad`` 0: ``batch`` unchanged."""
+    if pad <= 0:
+        return dict(batch)
+    return {k: random_shift(v, pad, generator) if k in keys else v for k, v in batch.items()}
 
 
 class VLASquashedActor(nn.Module):

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from rlinf_algos.models.mlp import SquashedGaussianActor, TwinQ
-from rlinf_algos.models.vla import random_shift
+from rlinf_algos.models.vla import shift_images
 from rlinf_algos.optim import LeanAdam, make_adam
 from rlinf_algos.replay import ReplayBatch
 from rlinf_algos.sac import functional as F
@@ -110,12 +110,9 @@ class SACLearner:
         if not isinstance(raw, dict):
             return torch.from_numpy(raw).to(dev, torch.float32)
         out = self.actor.normalize(raw)
-        pad = self.cfg.image_shift
-        for k, v in out.items():
-            if pad and k.startswith("image"):
-                v = random_shift(v, pad, self.aug_generator)
-            out[k] = v.to(dev)
-        return out
+        images = [k for k in out if k.startswith("image")]
+        out = shift_images(out, images, self.cfg.image_shift, self.aug_generator)
+        return {k: v.to(dev) for k, v in out.items()}
 
     def _tensors(self, batch: ReplayBatch) -> tuple[Any, ...]:
         dev = self.device
