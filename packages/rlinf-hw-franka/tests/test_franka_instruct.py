@@ -130,6 +130,27 @@ def test_scripted_policy_reaches_the_named_cube(env) -> None:
         np.testing.assert_allclose(obs["state"][14:16], cube[:2], atol=0.01)
 
 
+def test_pushing_down_stops_at_the_reach_height(env) -> None:
+    # The safety box's floor is the reach points' height: a policy that presses the hand down
+    # (as PPO's did, onto the old floor 4 cm below the reach point, inside the cube) stops there.
+    reach_z = env.cube_size + env.reach_height
+    assert env.safety_lo[2] == pytest.approx(reach_z)
+    obs, _ = env.reset(seed=3)
+    assert env.target[2] == pytest.approx(reach_z)
+    for _ in range(30):
+        a = towards(env, obs)
+        a[2] = -1.0
+        obs, _, _, _, info = env.step(a)
+    assert obs["state"][16] == pytest.approx(reach_z, abs=0.005)
+    assert info["success"] and info["distance"] < 0.01 and info["safety_clipped"]
+    # An explicit safety_box still wins.
+    low = FrankaInstructReachEnv(safety_box=[[0.25, -0.4, 0.05], [0.75, 0.4, 0.75]])
+    try:
+        assert low.safety_lo[2] == pytest.approx(0.05)
+    finally:
+        low.close()
+
+
 def test_expert_action_is_the_scripted_reach(env) -> None:
     with pytest.raises(gym.error.ResetNeeded):
         env.expert_action()

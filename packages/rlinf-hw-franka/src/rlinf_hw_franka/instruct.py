@@ -13,6 +13,9 @@ region they are drawn from.
   (a ``str``). ``obs_mode="dict"`` / ``"flat"`` are privileged variants whose ``target_pos`` is
   the reach point (for state-based sanity checks).
 * Action: the end-effector position delta ``Box(-1, 1, (3,))`` (times ``max_delta_pos``, 5 cm).
+  The safety box's floor is the reach height (``cube_size + reach_height`` above the table):
+  nothing is to be reached lower, and a policy that pushes down ends at the reach points' height
+  instead of 4 cm below it, inside the cubes.
 * Reward: ``-distance`` (m) from the end effector to the named cube's reach point
   (``reach_height`` above its top face), plus ``success_bonus`` on a step that succeeds.
 * ``info["success"]`` and ``info["is_success"]``: ``distance < success_threshold`` (5 cm), every
@@ -28,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from rlinf_core.errors import ConfigError
-from rlinf_hw_franka.env import FrankaEnv, check_instruction
+from rlinf_hw_franka.env import DEFAULT_SAFETY_BOX, FrankaEnv, check_instruction
 
 __all__ = ["COLORS", "DEFAULT_CUBE_REGION", "FrankaInstructReachEnv"]
 
@@ -64,8 +67,9 @@ class FrankaInstructReachEnv(FrankaEnv):
         **kwargs: :class:`~rlinf_hw_franka.env.FrankaEnv` arguments; the defaults differ:
             ``obs_mode="vla"`` (with ``cameras=["table"]``), ``image_size=(64, 64)``,
             ``gripper=False``, ``success_threshold=0.05``, ``sim_timestep=0.005`` (20 physics
-            steps per control period instead of 50). ``backend`` is
-            always the twin.
+            steps per control period instead of 50), and ``safety_box``'s floor is the reach
+            height, ``cube_size + reach_height`` (0.09 m; :data:`~rlinf_hw_franka.env.DEFAULT_SAFETY_BOX`
+            otherwise). ``backend`` is always the twin.
     """
 
     def __init__(
@@ -126,6 +130,12 @@ class FrankaInstructReachEnv(FrankaEnv):
             "success_threshold": 0.05,
             "sim_timestep": 0.005,
         }
+        # The floor of the safety box at the reach height: below it there is nothing to reach
+        # (every reach point is at that height), and a floor lower down makes pushing down free:
+        # the clipped command costs nothing and absorbs the exploration noise, so PPO's policy
+        # learnt to press the hand onto a floor 4 cm below the reach points (docs/instruct-reach.md).
+        (x0, y0, _), high = DEFAULT_SAFETY_BOX
+        defaults["safety_box"] = ((x0, y0, self.cube_size + self.reach_height), tuple(high))
         kwargs = {**defaults, **kwargs}
         kwargs.setdefault("instruction", instruction_template.format(color=colors[0]))
         super().__init__("mujoco", **kwargs)
