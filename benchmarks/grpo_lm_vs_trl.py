@@ -853,6 +853,10 @@ def main() -> None:
             "rlinf runs with its defaults, algorithm.share_prefix included: the update's forward runs each "
             "prompt once and the group's completions on its key/value cache (the same log-probs and "
             "gradients as the packed rows TRL runs; rlinf_algos.lm.prefix).",
+            "LoRA: rlinf takes grpo_lora.yaml's model.lora (merged_forward: true, the update's adapted layers "
+            "run on W0 + scale B A) and its hf rollout samples from merged weights (its default); TRL runs "
+            "peft's adapter forward, which it offers alone. Same adapters, gradients to float rounding "
+            "(rlinf_algos.models.lora).",
         ],
         "settings": cfg,
         "warm_start": {

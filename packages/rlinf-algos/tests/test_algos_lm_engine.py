@@ -105,7 +105,7 @@ def test_an_unknown_engine_or_option_is_refused_with_its_path(host: Any, invoke:
     )
     assert result.exit_code != 0 and isinstance(result.exception, ConfigError)
     (problem,) = [p for p in result.exception.problems if p.path == "rollout.options"]
-    assert "gpu_memory" in problem.message and "takes: none" in problem.message
+    assert "gpu_memory" in problem.message and "takes: merge_lora" in problem.message
     check_options(Counting, {"tag": "x"})
     with pytest.raises(ConfigError, match=r"come from the run.*takes: tag"):
         check_options(Counting, {"seed": 1})

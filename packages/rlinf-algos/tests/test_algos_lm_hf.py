@@ -5,6 +5,7 @@ model with the adapter disabled, and the policy/adapter folders transformers and
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from pathlib import Path
@@ -164,10 +165,17 @@ def test_sequence_log_probs_match_a_manual_softmax(model: object) -> None:
     assert torch.allclose(short, padded[:, :3], atol=1e-5)
 
 
-@pytest.mark.parametrize("lora", [None, LoraConfig(rank=4, alpha=8.0)], ids=["full", "lora"])
-def test_rollout_log_probs_equal_the_learners_after_a_sync(folder: Path, lora: LoraConfig | None) -> None:
-    """One GRPO update on the actor, a publish, a load on a separately built rollout worker:
-    both compute identical log-probs. With LoRA the publish is the adapter alone."""
+@pytest.mark.parametrize(
+    ("lora", "merge"),
+    [(None, True), (LoraConfig(rank=4, alpha=8.0), False), (LoraConfig(rank=4, alpha=8.0), True)],
+    ids=["full", "lora", "lora-merged"],
+)
+def test_rollout_log_probs_equal_the_learners_after_a_sync(
+    folder: Path, lora: LoraConfig | None, merge: bool
+) -> None:
+    """GRPO updates on the actor, a publish after each, a load on a separately built rollout
+    worker: both compute identical log-probs (bit for bit through the adapters; to float
+    rounding from merged weights). With LoRA the publish is the adapter alone."""
     from rlinf_algos.lm.config import LMGRPOConfig
 
     spec = LMModelConfig(path=str(folder), lora=lora)
@@ -175,7 +183,7 @@ def test_rollout_log_probs_equal_the_learners_after_a_sync(folder: Path, lora: L
     actor = ActorWorker(
         hf.load_causal_lm(spec), LMGRPOConfig(group_size=2, lr=1e-2, lr_warmup_iters=0, kl_coef=0.0)
     )
-    rollout = RolloutWorker(spec, temperature=1.0)
+    rollout = RolloutWorker(spec, temperature=1.0, merge_lora=merge)
     ids = torch.tensor([[1, 8, 9, 10, 11, 2], [1, 8, 9, 12, 13, 2], [1, 7, 11, 11, 2, 0], [1, 7, 8, 2, 0, 0]])
     batch = {
         "input_ids": ids,
@@ -183,14 +191,24 @@ def test_rollout_log_probs_equal_the_learners_after_a_sync(folder: Path, lora: L
         "episode_index": torch.arange(4),
         "rewards": torch.tensor([1.0, 0.0, 0.0, 1.0]),
     }
-    stats = actor.update(batch)
-    assert stats["trained_sequences"] == 4
-    state, version = actor.get_weights()
-    rollout.set_weights(state, version)
+    for _ in range(3):  # merges start from the base weights each time: no drift over syncs
+        stats = actor.update(batch)
+        assert stats["trained_sequences"] == 4
+        state, version = actor.get_weights()
+        rollout.set_weights(state, version)
     with torch.no_grad():
         a = hf.sequence_log_probs(actor.model.eval(), ids)
         r = hf.sequence_log_probs(rollout.model, ids)
-    assert torch.equal(a, r)
+    if lora is not None and merge:
+        assert torch.allclose(a, r, atol=1e-5)
+        merged = dict(copy.deepcopy(actor.model).merge_and_unload().named_parameters())
+        for name, p in rollout.model.get_base_model().named_parameters():
+            if "lora_" not in name:
+                key = name.replace(".base_layer", "")
+                assert torch.allclose(p, merged[key], atol=1e-6), name
+        assert rollout.base_weights is not None
+    else:
+        assert torch.equal(a, r)
     trainable, total = hf.parameter_counts(actor.model)
     if lora is None:
         assert trainable == total and actor.publish_bytes == 4 * total
@@ -282,3 +300,37 @@ def test_bpe_folder_encodes_as_transformers_loads_it(architecture: str, tmp_path
     for text in texts:
         assert t.encode(text, add_special_tokens=False) == light.encode(text), text
     assert [light.decode([i]) for i in light.encode("156")] == ["1", "5", "6"]  # Qwen's digits
+
+
+def test_a_users_folder_encodes_as_transformers_loads_it(tmp_path: Path) -> None:
+    """A hand-made qwen2 folder whose tokenizer.json was trained with GPT-2's byte-level
+    pre-tokenizer (so it merged multi-digit numbers): transformers reads it through
+    Qwen2Tokenizer, which splits digits apart, and rlinf must train on those same tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import AutoTokenizer
+
+    corpus = [f"What is {a} + {b}? {a} + {b} = {a + b}" for a in range(10, 60) for b in range(10, 40)]
+    init = INIT.model_copy(update={"tokenizer": "bpe", "vocab_size": 400})
+    path = hf.new_model_folder(tmp_path / "user", init, corpus=corpus)
+    gpt2 = Tokenizer(models.BPE())
+    gpt2.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    gpt2.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    gpt2.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=400,
+            special_tokens=specials,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
+    gpt2.save(str(path / "tokenizer.json"))
+    text = "What is 74 + 82? 74 + 82 = 156"
+    assert len(gpt2.encode(text).ids) < len(text.split()) * 2  # the file alone merges numbers
+    want = AutoTokenizer.from_pretrained(str(path)).encode(text, add_special_tokens=False)
+    light = LMTokenizer.from_folder(path)
+    assert light.encode(text) == want != gpt2.encode(text).ids
+    assert light.eos_id == gpt2.token_to_id("<|im_end|>") and light.pad_id == gpt2.token_to_id(
+        "<|endoftext|>"
+    )

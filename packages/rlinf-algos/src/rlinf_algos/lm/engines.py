@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any, ClassVar
 
 from rlinf_algos.lm.config import LMModelConfig
@@ -25,7 +26,16 @@ __all__ = ["RolloutWorker", "check_options", "engine_class", "make_rollout", "ro
 class RolloutWorker(Worker, RolloutEngine):
     """The ``hf`` engine: holds a versioned copy of the policy and samples from it with the
     Hugging Face ``generate`` (:func:`~rlinf_algos.lm.hf.generate`: KV cache, left padding,
-    temperature, top-p, a stop on the stop tokens), on the CPU or a GPU. Takes no options.
+    temperature, top-p, a stop on the stop tokens), on the CPU or a GPU.
+
+    With LoRA on a float32 model it samples from merged weights (``W0 + scale * B @ A``, rebuilt
+    at every sync from a copy of the base weights ``W0`` kept on the CPU, so syncs do not
+    accumulate rounding): generation then costs what the plain model costs, not the adapters'
+    extra matmuls on every linear layer. The merged log-probs equal the adapter model's to float
+    rounding (about 1e-6), not bit for bit; the learner computes the log-probs its losses use, so
+    either way trains the same. In bfloat16 or float16 a small update would round away in the
+    merged weight (half a unit in the last place of ``W0``), so there it samples through the
+    adapters; ``rollout.options.merge_lora`` (true or false) decides instead.
 
     Args:
         model_config: the ``model`` section (with ``path`` set: the folder to load), or its dict.
@@ -33,6 +43,8 @@ class RolloutWorker(Worker, RolloutEngine):
         seed: of its sampling generator.
         pad_id: the tokenizer's pad token.
         max_len: longest sequence (``model.max_seq_len``; ``None``: the model's context).
+        merge_lora: sample from merged weights when the model has LoRA adapters (the one option,
+            ``rollout.options.merge_lora``; ``None``: when the model is in float32).
     """
 
     PLUGIN_NAME: ClassVar[str] = "hf"
@@ -46,10 +58,12 @@ class RolloutWorker(Worker, RolloutEngine):
         seed: int = 0,
         pad_id: int = 0,
         max_len: int | None = None,
+        merge_lora: bool | None = None,
     ) -> None:
         import torch
 
         from rlinf_algos.lm import hf
+        from rlinf_algos.models import lora
 
         spec = (
             model_config
@@ -67,13 +81,21 @@ class RolloutWorker(Worker, RolloutEngine):
         self.model = hf.load_causal_lm(spec, trainable=False)
         self.model.eval()
         self.generator = torch.Generator().manual_seed(seed)
+        if merge_lora is None:
+            merge_lora = next(self.model.parameters()).dtype == torch.float32
+        self.base_weights = lora.lora_base_weights(self.model) if merge_lora else None
+        if self.base_weights is not None:
+            lora.merge_lora(self.model, self.base_weights)
 
     def set_weights(self, state_dict: Mapping[str, Any], version: int) -> None:
         """Load the actor's published weights (the LoRA adapter alone when the model has one; a
         key that does not match is an error) as ``version``."""
         from rlinf_algos.lm import hf
+        from rlinf_algos.models import lora
 
         hf.load_sync_state(self.model, dict(state_dict))
+        if self.base_weights is not None:
+            lora.merge_lora(self.model, self.base_weights)
         self.version = version
 
     def generate(
@@ -86,18 +108,20 @@ class RolloutWorker(Worker, RolloutEngine):
         """Responses (ids, the stop token included when reached) to ``prompts``, sampled at this
         worker's temperature and top-p unless ``temperature`` overrides it (0: greedy)."""
         from rlinf_algos.lm import hf
+        from rlinf_algos.models import lora
 
-        out = hf.generate(
-            self.model,
-            prompts,
-            max_new_tokens,
-            stop_ids,
-            pad_id=self.pad_id,
-            temperature=self.temperature if temperature is None else temperature,
-            top_p=self.top_p,
-            generator=self.generator,
-            max_len=self.max_len,
-        )
+        with lora.bare_lora_layers(self.model) if self.base_weights is not None else nullcontext():
+            out = hf.generate(
+                self.model,
+                prompts,
+                max_new_tokens,
+                stop_ids,
+                pad_id=self.pad_id,
+                temperature=self.temperature if temperature is None else temperature,
+                top_p=self.top_p,
+                generator=self.generator,
+                max_len=self.max_len,
+            )
         self.tokens += out.num_tokens
         self.seconds += out.seconds
         return out.tokens

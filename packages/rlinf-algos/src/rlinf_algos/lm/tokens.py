@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,8 +93,30 @@ class LMTokenizer:
 
     @classmethod
     def from_folder(cls, path: str | Path, trust_remote_code: bool = False) -> LMTokenizer:
-        """The tokenizer of the model folder ``path``."""
+        """The tokenizer of the model folder ``path``, as ``transformers`` reads it.
+
+        ``AutoTokenizer`` loads it and rlinf encodes with that tokenizer's own backend: a class
+        may rebuild parts of ``tokenizer.json`` (``Qwen2Tokenizer`` replaces its normaliser and
+        pre-tokenizer with Qwen2's), and reading the file directly would then split text
+        differently from a user's script, TRL or vLLM. Only when transformers cannot load the
+        folder is its ``tokenizer.json`` read as it is."""
         path = Path(path)
+        from transformers import AutoTokenizer
+
+        try:
+            tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+        except Exception as err:
+            if not (path / "tokenizer.json").is_file():
+                raise TokenizerError(f"{path}: no tokenizer could be loaded ({err})") from None
+            return cls._from_tokenizer_json(path)
+        specials = {k: _token_text(getattr(tok, f"{k}_token", None)) for k in ("bos", "eos", "pad")}
+        backend = getattr(tok, "backend_tokenizer", None)  # what a fast tokenizer encodes with
+        return cls(tok if backend is None else backend, specials, str(path))
+
+    @classmethod
+    def _from_tokenizer_json(cls, path: Path) -> LMTokenizer:
+        """``path/tokenizer.json`` read by the ``tokenizers`` library, with the special tokens
+        ``tokenizer_config.json`` names."""
         cfg: dict[str, Any] = {}
         cfg_file = path / "tokenizer_config.json"
         if cfg_file.is_file():
@@ -103,26 +125,13 @@ class LMTokenizer:
             except (OSError, ValueError) as err:
                 raise TokenizerError(f"{cfg_file}: unreadable ({err})") from None
         specials = {k: _token_text(cfg.get(f"{k}_token")) for k in ("bos", "eos", "pad")}
-        if (path / "tokenizer.json").is_file():
-            from tokenizers import Tokenizer
-
-            try:
-                backend = Tokenizer.from_file(str(path / "tokenizer.json"))
-            except Exception as err:  # a damaged file
-                raise TokenizerError(f"{path / 'tokenizer.json'}: cannot be read ({err})") from None
-            return cls(backend, specials, str(path))
-        from transformers import AutoTokenizer
+        from tokenizers import Tokenizer
 
         try:
-            tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
-        except Exception as err:
-            raise TokenizerError(f"{path}: no tokenizer could be loaded ({err})") from None
-        specials = {
-            "bos": tok.bos_token,
-            "eos": tok.eos_token,
-            "pad": tok.pad_token,
-        }
-        return cls(tok, specials, str(path))
+            backend = Tokenizer.from_file(str(path / "tokenizer.json"))
+        except Exception as err:  # a damaged file
+            raise TokenizerError(f"{path / 'tokenizer.json'}: cannot be read ({err})") from None
+        return cls(backend, specials, str(path))
 
     def _id_of(self, text: str | None) -> int | None:
         if text is None:
@@ -156,14 +165,31 @@ class LMTokenizer:
             text = text.replace(mark, own)
         try:
             if self._fast:
-                ids = list(self.backend.encode(text, add_special_tokens=False).ids)
+                enc = self.backend.encode(text, add_special_tokens=False)
+                ids = list(enc.ids)
             else:
                 ids = list(self.backend.encode(text, add_special_tokens=False))
         except Exception as err:
             raise TokenizerError(f"tokenizer {self.source} cannot encode {text[:60]!r}: {err}") from None
+        if self._fast:
+            self._check_covered(text, enc.offsets)
         if bos and self.bos_id is not None:
             ids.insert(0, self.bos_id)
         return ids
+
+    def _check_covered(self, text: str, offsets: Sequence[tuple[int, int]]) -> None:
+        """Refuse text a token never covered (other than whitespace, which some tokenizers drop
+        by design): a vocabulary without an unknown token silently skips what it lacks, as the
+        arithmetic folders' character vocabulary does for a letter."""
+        covered = bytearray(len(text))
+        for a, b in offsets:
+            covered[a:b] = b"\x01" * (b - a)
+        missing = sorted({c for c, hit in zip(text, covered, strict=True) if not hit and not c.isspace()})
+        if missing:
+            raise TokenizerError(
+                f"tokenizer {self.source} cannot encode {''.join(missing)!r} (in {text[:60]!r}): not in its "
+                "vocabulary, and it has no unknown token"
+            )
 
     def decode(self, ids: Iterable[int], skip_pad: bool = True) -> str:
         """Text of ``ids`` (special tokens kept as text, the pad token dropped if ``skip_pad``)."""

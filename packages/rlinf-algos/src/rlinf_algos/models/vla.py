@@ -129,9 +129,14 @@ def _lora(model: Any, lora: Mapping[str, Any] | None, trainable: bool, where: st
         target_modules=lora["target_modules"],
     )
     try:
-        return get_peft_model(model, cfg)
+        model = get_peft_model(model, cfg)
     except ValueError as err:
         raise ConfigError(f"LoRA cannot be applied to {where}: {err}", "model.lora.target_modules") from None
+    if lora.get("merged_forward"):
+        from rlinf_algos.models.lora import use_merged_forward
+
+        use_merged_forward(model)
+    return model
 
 
 class VLAEncoder(nn.Module):
