@@ -57,52 +57,30 @@ def test_example_is_the_twin_with_flat_unpaced_observations() -> None:
 
 
 @pytest.mark.network
-def test_franka_reach_sac_smoke(tmp_path: Path) -> None:
-    """A tiny budget: 2,000 env steps (1,000 random, then learning while collecting). Checks the
-    wiring, not the learning: the success rate is reported everywhere, and ``rlinf eval``
-    rebuilds the env with the example's kwargs (flat observations) from ``policy.pt``."""
-    run_dir = tmp_path / "reach"
-    proc = run(
-        "train",
-        str(EXAMPLE),
-        "runner.total_steps=2000",
-        "algorithm.learning_starts=1000",
-        "runner.log_interval=1000",
-        "--run-dir",
-        str(run_dir),
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "done: 2000 env steps" in proc.stdout and "success rate" in proc.stdout, proc.stdout
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["env_id"] == "rlinf/FrankaReach-v0" and summary["total_env_steps"] == 2000
-    assert 0.0 <= summary["success_rate"] <= 1.0
-    # 2000 steps of 4 envs with 50-step episodes: 40 episodes ended, all of them with a verdict
-    assert summary["episodes"] == 40
-    table = metrics(run_dir)
-    assert [int(r["step"]) for r in table] == [1000, 2000]
-    assert all(0.0 <= float(r["success_rate"]) <= 1.0 for r in table)
-    resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert resolved["env"]["kwargs"]["obs_mode"] == "flat"
-    ev = evaluate(run_dir, 2)
-    assert ev["episodes"] == 2 and len(ev["returns"]) == 2
-    assert ev["success_rate"] in (0.0, 0.5, 1.0)
-    text = run("eval", str(run_dir), "--episodes", "1", timeout=600)
-    assert text.returncode == 0 and "1 episodes: return" in text.stdout and "success rate" in text.stdout
-
-
-@pytest.mark.network
 @pytest.mark.slow
 @pytest.mark.learning
 def test_franka_reach_sac_learns(tmp_path: Path) -> None:
     """The example's full budget reaches the target: the final policy's deterministic success
     rate over 100 evaluation episodes is at least 0.9 with the example's 20,000 env steps (95 s in
-    all on the idle 2-core development machine; earlier measurements in benchmarks/RESULTS.md)."""
+    all on the idle 2-core development machine; earlier measurements in benchmarks/RESULTS.md).
+    The same run checks the wiring (it replaced a fast-suite smoke run of the same example, to
+    keep CI within its budget): the success rate is reported everywhere, and ``rlinf eval``
+    rebuilds the env with the example's kwargs (flat observations) from ``policy.pt``."""
     run_dir = tmp_path / "reach"
     proc = run("train", str(EXAMPLE), "--run-dir", str(run_dir), timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "done: 20000 env steps" in proc.stdout and "success rate" in proc.stdout, proc.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_id"] == "rlinf/FrankaReach-v0" and summary["total_env_steps"] == 20000
+    # 20,000 steps of 4 envs with 50-step episodes: 400 episodes ended, all of them with a verdict
+    assert summary["episodes"] == 400 and 0.0 <= summary["success_rate"] <= 1.0
     table = metrics(run_dir)
+    assert [int(r["step"]) for r in table] == list(range(2000, 20001, 2000))
+    assert all(0.0 <= float(r["success_rate"]) <= 1.0 for r in table)
+    resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert resolved["env"]["kwargs"]["obs_mode"] == "flat"
+    text = run("eval", str(run_dir), "--episodes", "1", timeout=600)
+    assert text.returncode == 0 and "1 episodes: return" in text.stdout and "success rate" in text.stdout
     assert float(table[0]["success_rate"]) < 0.2  # random actions early on rarely end within 3 cm
     ev = evaluate(run_dir, 100)
     print(
