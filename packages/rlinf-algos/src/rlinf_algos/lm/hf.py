@@ -39,7 +39,7 @@ from torch import Tensor
 
 from rlinf_algos.lm.config import LMModelConfig, LoraConfig, ModelInitConfig
 from rlinf_algos.lm.folder import check_model_folder
-from rlinf_algos.models.lora import use_merged_forward
+from rlinf_algos.models.lora import add_adapters
 from rlinf_core.errors import ConfigError, RlinfError
 
 __all__ = [
@@ -217,23 +217,7 @@ def load_causal_lm(spec: LMModelConfig, path: str | Path | None = None, *, train
 def apply_lora(model: Any, lora: LoraConfig) -> Any:
     """``model`` wrapped in peft LoRA adapters (a ``PeftModel``; only the adapters train), with
     the merged-weight forward when ``model.lora.merged_forward`` (:mod:`rlinf_algos.models.lora`)."""
-    from peft import LoraConfig as PeftLoraConfig
-    from peft import get_peft_model
-
-    cfg = PeftLoraConfig(
-        r=lora.rank,
-        lora_alpha=lora.alpha,
-        lora_dropout=lora.dropout,
-        target_modules=lora.target_modules,
-        task_type="CAUSAL_LM",
-    )
-    try:
-        model = get_peft_model(model, cfg)
-    except ValueError as err:
-        raise ConfigError(f"LoRA cannot be applied: {err}", path="model.lora.target_modules") from None
-    if lora.merged_forward:
-        use_merged_forward(model)
-    return model
+    return add_adapters(model, lora, task_type="CAUSAL_LM")
 
 
 def is_lora(model: Any) -> bool:

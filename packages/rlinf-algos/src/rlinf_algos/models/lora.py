@@ -28,9 +28,33 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from rlinf_core.errors import RlinfError
+from rlinf_core.errors import ConfigError, RlinfError
 
-__all__ = ["bare_lora_layers", "lora_base_weights", "merge_lora", "use_merged_forward"]
+__all__ = ["add_adapters", "bare_lora_layers", "lora_base_weights", "merge_lora", "use_merged_forward"]
+
+
+def add_adapters(model: Any, lora: Any, *, task_type: str | None = None, where: str = "the model") -> Any:
+    """``model`` wrapped in peft LoRA adapters from a ``model.lora`` section (a
+    :class:`~rlinf_algos.config.LoraConfig` or its dict: ``rank``, ``alpha``, ``dropout``,
+    ``target_modules``, ``merged_forward``), with the merged-weight forward when asked. A module
+    list peft cannot apply is a :class:`ConfigError` at ``model.lora.target_modules``."""
+    from peft import LoraConfig, get_peft_model
+
+    get = lora.get if isinstance(lora, dict) else lambda k, d=None: getattr(lora, k, d)
+    cfg = LoraConfig(
+        r=int(get("rank")),
+        lora_alpha=float(get("alpha")),
+        lora_dropout=float(get("dropout", 0.0)),
+        target_modules=get("target_modules"),
+        task_type=task_type,
+    )
+    try:
+        model = get_peft_model(model, cfg)
+    except ValueError as err:
+        raise ConfigError(f"LoRA cannot be applied to {where}: {err}", "model.lora.target_modules") from None
+    if get("merged_forward", False):
+        use_merged_forward(model)
+    return model
 
 
 def _lora_layers(model: Any) -> list[tuple[str, Any]]:

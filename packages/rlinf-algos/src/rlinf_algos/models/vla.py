@@ -118,25 +118,11 @@ def _lora(model: Any, lora: Mapping[str, Any] | None, trainable: bool, where: st
         for p in model.parameters():
             p.requires_grad_(trainable)
         return model
-    from peft import LoraConfig, get_peft_model
+    from rlinf_algos.models.lora import add_adapters
 
     for p in model.parameters():
         p.requires_grad_(False)
-    cfg = LoraConfig(
-        r=int(lora["rank"]),
-        lora_alpha=float(lora["alpha"]),
-        lora_dropout=float(lora.get("dropout", 0.0)),
-        target_modules=lora["target_modules"],
-    )
-    try:
-        model = get_peft_model(model, cfg)
-    except ValueError as err:
-        raise ConfigError(f"LoRA cannot be applied to {where}: {err}", "model.lora.target_modules") from None
-    if lora.get("merged_forward"):
-        from rlinf_algos.models.lora import use_merged_forward
-
-        use_merged_forward(model)
-    return model
+    return add_adapters(model, dict(lora), where=where)
 
 
 class VLAEncoder(nn.Module):
