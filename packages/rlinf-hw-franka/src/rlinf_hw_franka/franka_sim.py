@@ -151,6 +151,11 @@ class FrankaSimServer:
         startup_timeout: seconds to wait for the command port to accept connections.
         log_path: where the server's stdout/stderr go (default: a file in its temp directory,
             quoted in errors).
+        nice: a niceness increment for the server process and its threads. A real robot's
+            controller runs on its own computer; a simulated one shares the host's cores, and on
+            a loaded host its 1 kHz physics loop falls behind until motions abort or the arm
+            sags. A negative value (it needs root or ``CAP_SYS_NICE``; without them the server
+            runs at the default priority) keeps it on time.
     """
 
     def __init__(
@@ -162,6 +167,7 @@ class FrankaSimServer:
         enforce_motion_limits: bool = False,
         startup_timeout: float = 120.0,
         log_path: str | os.PathLike[str] | None = None,
+        nice: int = 0,
     ) -> None:
         if not host.startswith("127."):
             raise ValueError(f"franka-sim is only started on loopback addresses (127.x.y.z), not {host!r}")
@@ -170,6 +176,7 @@ class FrankaSimServer:
         self.version = version
         self.enforce_motion_limits = enforce_motion_limits
         self.startup_timeout = startup_timeout
+        self.nice = nice
         self._tmp = tempfile.TemporaryDirectory(prefix="rlinf-franka-sim-")
         self.mjcf_path = write_mjcf(Path(self._tmp.name) / "panda_arm.xml", hand=False, scene=False)
         self.log_path = Path(log_path) if log_path else Path(self._tmp.name) / "franka-sim.log"
@@ -217,6 +224,7 @@ class FrankaSimServer:
                 stdin=subprocess.DEVNULL,
                 env=env,
                 start_new_session=True,
+                preexec_fn=self._renice if self.nice else None,
             )
         finally:
             log.close()
@@ -241,6 +249,13 @@ class FrankaSimServer:
                     f"{self.startup_timeout:.0f}s; its log:\n{tail}"
                 )
             time.sleep(0.2)
+
+    def _renice(self) -> None:
+        """In the child before exec: lower its niceness by :attr:`nice` where privileges allow."""
+        try:
+            os.nice(self.nice)
+        except OSError:
+            pass  # no privilege to raise the priority: run at the default one
 
     def stop(self, timeout: float = 20.0) -> None:
         """Stop the server: SIGINT to its process group (a clean shutdown), SIGKILL after
