@@ -127,6 +127,53 @@ def test_left_padding_and_compaction_do_not_change_results(model: object, tok: L
         assert hits in ([], [len(toks) - 1])
 
 
+def test_preallocated_cache_samples_what_the_dynamic_cache_samples(
+    model: object, tok: LMTokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """generate() writes keys and values into buffers sized for the longest sequence and
+    projects only the prefill's last position onto the vocabulary; transformers' own cache and
+    full logits give the same samples, with rows finishing early and leaving the cache."""
+    from transformers import DynamicCache
+
+    prompts = _prompts(tok) * 4
+    stop_ids = [tok.eos_id, *tok.encode("35")]
+
+    def run() -> list[list[int]]:
+        gen = torch.Generator().manual_seed(5)
+        return hf.generate(model, prompts, 30, stop_ids, generator=gen, compact_below=0.9).tokens
+
+    assert hf._last_logits_only(model) == {"logits_to_keep": 1}
+    ours = run()
+    monkeypatch.setattr(hf, "preallocated_cache", lambda m, capacity: DynamicCache(config=m.config))
+    monkeypatch.setattr(hf, "_last_logits_only", lambda m: {})
+    assert run() == ours
+    assert len({len(t) for t in ours}) > 2  # rows finished at different steps: compaction ran
+
+
+def test_preallocated_layer_behaves_as_a_dynamic_layer() -> None:
+    from transformers.cache_utils import DynamicLayer
+
+    from rlinf_algos.lm.kvcache import PreallocatedLayer
+
+    g = torch.Generator().manual_seed(0)
+    ours, ref = PreallocatedLayer(capacity=4), DynamicLayer()
+    for n in (3, 1, 1, 2):  # the third update outgrows the buffers, which double
+        k, v = torch.randn(5, 2, n, 8, generator=g), torch.randn(5, 2, n, 8, generator=g)
+        for got, want in zip(ours.update(k, v), ref.update(k, v), strict=True):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert ours.get_seq_length() == ref.get_seq_length()
+    assert ours.capacity == 8
+    idx = torch.tensor([4, 0, 2])
+    ours.batch_select_indices(idx)
+    ref.batch_select_indices(idx)
+    ours.crop(-2)
+    ref.crop(-2)
+    k, v = torch.randn(3, 2, 1, 8, generator=g), torch.randn(3, 2, 1, 8, generator=g)
+    for got, want in zip(ours.update(k, v), ref.update(k, v), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert ours.get_seq_length() == 6
+
+
 def test_max_new_tokens_and_context_cap(model: object) -> None:
     out = hf.generate(model, [[1, 8], [1, 9, 9]], 3, [], temperature=1.0)
     assert all(len(t) == 3 for t in out.tokens) and not any(out.finished)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import json
 import os
 import shutil
@@ -39,6 +40,7 @@ from torch import Tensor
 
 from rlinf_algos.lm.config import LMModelConfig, LoraConfig, ModelInitConfig
 from rlinf_algos.lm.folder import check_model_folder
+from rlinf_algos.lm.kvcache import preallocated_cache
 from rlinf_algos.models.lora import add_adapters
 from rlinf_core.errors import ConfigError, RlinfError
 
@@ -350,6 +352,17 @@ def max_context(model: Any) -> int:
     return int(getattr(cfg, "max_position_embeddings", None) or 2048)
 
 
+def _last_logits_only(model: Any) -> dict[str, int]:
+    """``{"logits_to_keep": 1}`` when the model's forward takes it (transformers' causal LMs
+    do): the prefill then projects only the last position onto the vocabulary."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        params = inspect.signature(base.forward).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+
+
 def generate(
     model: Any,
     prompts: Sequence[Sequence[int]],
@@ -365,13 +378,14 @@ def generate(
     """Sample continuations of ``prompts`` in one batch.
 
     Prompts are left-padded (attention mask and position ids skip the padding) and prefilled in
-    one forward; then one token per step for every unfinished row, reusing the model's KV cache.
+    one forward, each distinct prompt once (its cache row then serves every copy of it), projecting
+    only the last position onto the vocabulary; then one token per step
+    for every unfinished row, reusing the KV cache, whose buffers hold the longest sequence from
+    the start (:mod:`rlinf_algos.lm.kvcache`).
     A row is done when it emits one of ``stop_ids`` or reaches ``max_new_tokens`` (or
     ``max_len``, default the model's context). When the unfinished fraction of rows falls below
     ``compact_below``, finished rows leave the cache.
     """
-    from transformers import DynamicCache
-
     t0 = time.perf_counter()
     if not prompts:
         return GenerationOutput([], [], 0, 0.0)
@@ -399,16 +413,27 @@ def generate(
     model.eval()
     try:
         with torch.inference_mode():
-            cache = DynamicCache(config=getattr(model, "config", None))
+            # each distinct prompt is prefilled once; its cache row is then repeated for every
+            # sample of it (a GRPO batch holds group_size copies of each prompt)
+            first: dict[tuple[int, ...], int] = {}
+            inverse = torch.tensor([first.setdefault(tuple(p), i) for i, p in enumerate(prompts)])
+            distinct = torch.tensor(sorted(first.values()))
+            cache = preallocated_cache(model, lp + steps)
             res = model(
-                input_ids=ids.to(device),
-                attention_mask=mask.to(device),
-                position_ids=positions.to(device),
+                input_ids=ids[distinct].to(device),
+                attention_mask=mask[distinct].to(device),
+                position_ids=positions[distinct].to(device),
                 past_key_values=cache,
                 use_cache=True,
+                **_last_logits_only(model),
             )
             cache = res.past_key_values
             logits = res.logits[:, -1].float().cpu()
+            if len(distinct) < n:
+                row_of = torch.empty(n, dtype=torch.long)  # prompt index -> its row in `distinct`
+                row_of[distinct] = torch.arange(len(distinct))
+                cache.batch_select_indices(row_of[inverse].to(device))
+                logits = logits[row_of[inverse]]
             rows = torch.arange(n)  # original index of each cache row
             next_pos = lens.clone()
             active = torch.ones(n, dtype=torch.bool)
