@@ -341,3 +341,22 @@ def test_connection_refused_is_a_hardware_error() -> None:
 
     with pytest.raises(HardwareError, match=r"Franka robot at 127\.0\.0\.81: cannot connect"):
         FrankyBackend("127.0.0.81", gripper=False)
+
+
+def test_the_server_stops_when_started_with_sigint_ignored() -> None:
+    """A shell's background job (``cmd &``) hands its children SIGINT ignored; the server still
+    stops on stop()'s SIGINT at once, not at the SIGKILL 20 s later (every franka-sim test of a
+    suite run in the background took 20 s more)."""
+    _require_franka_sim()
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the children inherit it
+    try:
+        sim = FrankaSimServer("127.0.0.7")
+        sim.start()
+    finally:
+        signal.signal(signal.SIGINT, before)
+    try:
+        t0 = time.monotonic()
+        sim.stop(timeout=10)
+        assert time.monotonic() - t0 < 5
+    finally:
+        sim.close()

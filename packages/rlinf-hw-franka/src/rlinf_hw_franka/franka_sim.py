@@ -44,6 +44,9 @@ _SERVER_SCRIPT = """
 import os, signal, sys, threading, time
 from franka_sim import FrankaSimServer
 host, gripper, owner = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3])
+# A shell's background job hands its children SIGINT ignored, and Python then never raises
+# KeyboardInterrupt: stop() and the owner watch below would not stop the server.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 def watch_owner():
     while True:
