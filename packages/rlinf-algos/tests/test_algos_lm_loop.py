@@ -107,6 +107,9 @@ def _rlinf(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 @pytest.mark.learning
+# the run caps itself at 900 s (runner.time_limit_s) and the command at 1500 s: pytest's default
+# 900 s would kill a slow run before its own assertions say what was slow
+@pytest.mark.timeout(1500)
 def test_grpo_arith_example_gains_accuracy(tmp_path: Path) -> None:
     """The full single-agent example (a Qwen2-architecture model folder) through ``rlinf train``
     on its default scheduler: at least +30 pp of held-out exact-match accuracy over the warm
