@@ -285,3 +285,26 @@ def test_shuffled_actions_move_each_arm_as_another_scenes_demonstrator() -> None
     with pytest.raises(ConfigError, match="num_envs") as err:
         collect_frames(_env(num_envs=1), WarmStartConfig(frames=4, actions="shuffled"), seed=0)
     assert err.value.problems[0].path == "model.warm_start.actions"
+
+
+def test_decoy_actions_hover_over_a_random_cube_of_the_scene() -> None:
+    # 4 sub-envs, episodes of 20 steps, 8 episodes each: at an episode's last step every hand
+    # hovers over one of its scene's cubes at the reach height, the named one only by chance
+    opts = WarmStartConfig(frames=640, episode_steps=20, actions="decoy", expert_noise=0.0)
+    raw, scenes, _ = collect_frames(_env(), opts, seed=SEED_OFFSET)
+    last = raw["privileged"].reshape(8, 20, 4, 6)[:, -1]  # [episode, sub-env, 6]
+    hand = last[..., :3] - last[..., 3:]
+    assert np.abs(hand[..., 2] - 0.09).max() < 0.01  # every hand at the reach height (0.09 m)
+    on_target = np.linalg.norm(last[..., 3:], axis=-1) < 0.02
+    # 32 episodes, 4 cubes each: the named cube about a quarter of the time, never always
+    assert 2 <= on_target.sum() <= 20, on_target.sum()
+    again, _, _ = collect_frames(_env(), opts, seed=SEED_OFFSET)
+    assert np.array_equal(raw["privileged"], again["privileged"])  # seeded
+    assert np.unique(scenes).size == 32
+
+
+def test_decoy_needs_candidate_actions() -> None:
+    env = SimpleNamespace(id="Pendulum-v1", num_envs=2, kwargs={}, obs_mode="state", image_size=(64, 64))
+    with pytest.raises(ConfigError, match="candidate_actions") as err:
+        collect_frames(env, WarmStartConfig(frames=4, actions="decoy"), seed=0)
+    assert err.value.problems[0].path == "model.warm_start.actions"

@@ -162,6 +162,19 @@ def test_expert_action_is_the_scripted_reach(env) -> None:
     assert env.expert_action().shape == env.action_space.shape
 
 
+def test_candidate_actions_reach_every_cube(env) -> None:
+    env.reset(seed=3)
+    cands = env.candidate_actions()
+    assert cands.shape == (env.num_targets, *env.action_space.shape)
+    np.testing.assert_allclose(cands[env.target_index], env.expert_action())
+    other = (env.target_index + 1) % env.num_targets
+    for _ in range(30):
+        env.step(env.candidate_actions()[other])
+    hand = env.backend.read().ee_pos
+    point = env.cube_positions[other] + [0, 0, env.cube_size / 2 + env.reach_height]
+    assert np.linalg.norm(hand - point) < 0.01  # over the other cube, at the reach height
+
+
 def test_reaching_another_cube_is_no_success(env) -> None:
     obs, _ = env.reset(seed=1)
     other = (env.target_index + 1) % env.num_targets

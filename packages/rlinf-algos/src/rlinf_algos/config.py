@@ -147,7 +147,7 @@ class WarmStartConfig(ConfigSection):
     episode_steps: int = Field(
         6, ge=1, description="steps per collection episode: each episode is a fresh scene"
     )
-    actions: Literal["random", "expert", "shuffled"] = Field(
+    actions: Literal["random", "expert", "shuffled", "decoy"] = Field(
         "random",
         description="what moves the arm while frames are collected. random: uniform random actions; "
         "expert: the env's scripted demonstrator (its expert_action() method, e.g. a straight reach "
@@ -155,12 +155,16 @@ class WarmStartConfig(ConfigSection):
         "policy takes it (but its motion gives the target away: the fit learns to follow the hand, "
         "not to find the cube); shuffled: sub-env i takes sub-env i - 1's expert action (plus "
         "expert_noise), replayed open loop on an arm that is elsewhere: expert-sized motions over the "
-        "workspace that say nothing of its own scene's target (needs env.num_envs of 2 or more)",
+        "workspace that say nothing of its own scene's target (needs env.num_envs of 2 or more); "
+        "decoy: each episode the demonstrator heads for one of the scene's candidate targets chosen "
+        "at random (the env's candidate_actions(): every cube of the reach task), plus expert_noise, "
+        "so the hand hovers over cubes and the one under it is the named one only by chance",
     )
     expert_noise: float = Field(
         0.5,
         ge=0.0,
-        description="actions expert and shuffled: standard deviation of the Gaussian noise added to them",
+        description="actions expert, shuffled and decoy: standard deviation of the Gaussian noise added "
+        "to them",
     )
     action_hold: int = Field(
         1,

@@ -16,7 +16,10 @@ as RLinf's users start RL from a pretrained VLA, a run can first teach its encod
    first frame, the arm still at home), or with another sub-env's demonstrator (``actions:
    shuffled``: sub-env ``i`` replays sub-env ``i - 1``'s expert actions, open loop, so the arm
    sweeps the workspace down to the table with motions that say nothing of its own scene's
-   target; ``benchmarks/results/vla_perception_shortcut.json``);
+   target; ``benchmarks/results/vla_perception_shortcut.json``), or towards a cube of its own
+   scene chosen at random for each episode (``actions: decoy``, the env's
+   ``candidate_actions()``: the hand hovers over cubes, where a policy's hand ends, and the one
+   it hovers over is the named one only by chance);
 2. **fit** the encoder and the auxiliary head of ``model.predict_privileged`` to the env's
    ``privileged`` entry (what the simulator knows: for ``rlinf/FrankaInstructReach-v0`` the
    named cube's reach point and its offset from the hand), squared error, ``epochs`` passes
@@ -81,8 +84,8 @@ def collect_frames(
         image_size=env_cfg.image_size,
     )
     try:
-        if opts.actions in ("expert", "shuffled"):
-            _expert_actions(stepper, env_cfg.id)  # refused before anything is collected
+        if opts.actions in ("expert", "shuffled", "decoy"):
+            _env_actions(stepper, env_cfg.id, opts.actions)  # refused before anything is collected
         if opts.actions == "shuffled" and n_envs < 2:
             raise ConfigError(
                 "actions: shuffled moves each sub-env with another sub-env's expert actions: it needs "
@@ -100,19 +103,25 @@ def collect_frames(
         hold = int(opts.action_hold)
         rng = np.random.default_rng(seed)
         actions = stepper.random_actions()
+        goal = rng.integers(0, 1 << 30, n_envs)  # decoy: which candidate each sub-env heads for
         for t in range(math.ceil(int(opts.frames) / n_envs)):
             chunks.append(obs_tree.tree_map(np.copy, stepper.obs))
             scene_ids.append(scene.copy())
-            if opts.actions in ("expert", "shuffled"):
-                actions = _expert_actions(stepper, env_cfg.id)
-                if opts.actions == "shuffled":  # sub-env i takes i - 1's: it knows nothing of i's scene
-                    actions = np.roll(actions, 1, axis=0)
+            if opts.actions in ("expert", "shuffled", "decoy"):
+                found = _env_actions(stepper, env_cfg.id, opts.actions)
+                if opts.actions == "decoy":  # one of the scene's candidates, the named one by chance
+                    actions = np.stack([c[g % len(c)] for c, g in zip(found, goal, strict=True)])
+                elif opts.actions == "shuffled":  # sub-env i takes i - 1's: it knows nothing of i's scene
+                    actions = np.roll(found, 1, axis=0)
+                else:
+                    actions = found
                 actions = actions + float(opts.expert_noise) * rng.standard_normal(actions.shape)
             elif t % hold == 0:
                 actions = stepper.random_actions()
             done = stepper.step(actions.astype(np.float32)).done
             for i in np.flatnonzero(done):  # autoreset: the next frame is a new scene's
                 scene[i] = scene.max() + 1
+                goal[i] = rng.integers(0, 1 << 30)
         raw = obs_tree.take(obs_tree.concat(chunks, 0), slice(0, int(opts.frames)))
         ids = np.concatenate(scene_ids)[: int(opts.frames)]
     finally:
@@ -125,17 +134,27 @@ def collect_frames(
     return raw, ids, record
 
 
-def _expert_actions(stepper: Any, env_id: str) -> np.ndarray:
-    """``[N, A]``: every sub-env's ``expert_action()`` (its scripted demonstrator)."""
+def _env_actions(stepper: Any, env_id: str, actions: str) -> Any:
+    """Every sub-env's demonstrator: ``[N, A]`` of ``expert_action()`` (``expert``, ``shuffled``),
+    or per sub-env a ``[K, A]`` array of ``candidate_actions()`` (``decoy``)."""
+    method = "candidate_actions" if actions == "decoy" else "expert_action"
     try:
         base = getattr(stepper.envs, "unwrapped", stepper.envs)  # the vector env under its wrappers
-        return np.asarray(base.call("expert_action"), dtype=np.float64)
+        found = base.call(method)
     except AttributeError:
+        what = (
+            "the demonstrator's action towards each object an instruction could name"
+            if (actions == "decoy")
+            else "a scripted demonstrator"
+        )
         raise ConfigError(
-            f"{env_id} has no expert_action() method (a scripted demonstrator) for the warm start's "
-            "expert actions; use actions: random",
+            f"{env_id} has no {method}() method ({what}) for the warm start's actions: {actions}; "
+            "use actions: random",
             "model.warm_start.actions",
         ) from None
+    if actions == "decoy":
+        return [np.asarray(c, dtype=np.float64) for c in found]
+    return np.asarray(found, dtype=np.float64)
 
 
 def fit_perception(

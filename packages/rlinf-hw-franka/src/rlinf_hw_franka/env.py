@@ -404,10 +404,15 @@ class FrankaEnv(gym.Env):
         moves the end effector straight towards the target, as far as one step allows, holding
         the orientation and the gripper. It reads the target, so it is for collecting training
         data (``model.warm_start.actions: expert``), never for acting on what a policy sees."""
+        return self.reach_action(self.target)
+
+    def reach_action(self, point: np.ndarray) -> np.ndarray:
+        """The demonstrator's action towards ``point`` (base frame, m): straight there, as far
+        as one step allows, holding the orientation and the gripper open."""
         if self._state is None:
             raise gym.error.ResetNeeded("call reset() before expert_action()")
         a = np.zeros(self.action_space.shape, dtype=np.float32)
-        a[:3] = np.clip((self.target - self._state.ee_pos) / self.max_delta_pos, -1.0, 1.0)
+        a[:3] = np.clip((np.asarray(point) - self._state.ee_pos) / self.max_delta_pos, -1.0, 1.0)
         if self.gripper:
             a[-1] = 1.0  # open
         return a

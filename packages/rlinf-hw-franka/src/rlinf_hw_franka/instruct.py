@@ -172,6 +172,14 @@ class FrankaInstructReachEnv(FrankaEnv):
         self.instruction = self.instruction_template.format(color=self.target_color)
         return self.cube_positions[self.target_index] + np.array([0.0, 0.0, half + self.reach_height])
 
+    def candidate_actions(self) -> np.ndarray:
+        """``[num_targets, A]``: the demonstrator's action towards each cube's reach point, the
+        named one's (:meth:`expert_action`) among them. A warm start that follows one of them
+        chosen at random (``model.warm_start.actions: decoy``) shows the hand over cubes without
+        telling which cube the instruction names."""
+        lift = np.array([0.0, 0.0, self.cube_size / 2 + self.reach_height])
+        return np.stack([self.reach_action(c + lift) for c in self.cube_positions])
+
     @property
     def target_color(self) -> str:
         """The colour the instruction names (after a reset)."""
