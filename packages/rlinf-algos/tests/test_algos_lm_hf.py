@@ -142,10 +142,10 @@ def test_preallocated_cache_samples_what_the_dynamic_cache_samples(
         gen = torch.Generator().manual_seed(5)
         return hf.generate(model, prompts, 30, stop_ids, generator=gen, compact_below=0.9).tokens
 
-    assert hf._last_logits_only(model) == {"logits_to_keep": 1}
+    assert hf.last_logits_kwargs(model) == {"logits_to_keep": 1}
     ours = run()
     monkeypatch.setattr(hf, "preallocated_cache", lambda m, capacity: DynamicCache(config=m.config))
-    monkeypatch.setattr(hf, "_last_logits_only", lambda m: {})
+    monkeypatch.setattr(hf, "last_logits_kwargs", lambda m: {})
     assert run() == ours
     assert len({len(t) for t in ours}) > 2  # rows finished at different steps: compaction ran
 

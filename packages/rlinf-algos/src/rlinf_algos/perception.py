@@ -103,7 +103,10 @@ def collect_frames(
         hold = int(opts.action_hold)
         rng = np.random.default_rng(seed)
         actions = stepper.random_actions()
-        goal = rng.integers(0, 1 << 30, n_envs)  # decoy: which candidate each sub-env heads for
+        # decoy: which candidate each sub-env heads for, from a stream of its own (the other
+        # modes' noise stays what it was for a seed)
+        goal_rng = np.random.default_rng([seed, 1])
+        goal = goal_rng.integers(0, 1 << 30, n_envs)
         for t in range(math.ceil(int(opts.frames) / n_envs)):
             chunks.append(obs_tree.tree_map(np.copy, stepper.obs))
             scene_ids.append(scene.copy())
@@ -121,7 +124,7 @@ def collect_frames(
             done = stepper.step(actions.astype(np.float32)).done
             for i in np.flatnonzero(done):  # autoreset: the next frame is a new scene's
                 scene[i] = scene.max() + 1
-                goal[i] = rng.integers(0, 1 << 30)
+                goal[i] = goal_rng.integers(0, 1 << 30)
         raw = obs_tree.take(obs_tree.concat(chunks, 0), slice(0, int(opts.frames)))
         ids = np.concatenate(scene_ids)[: int(opts.frames)]
     finally:

@@ -49,6 +49,7 @@ __all__ = [
     "add_tokens_folder",
     "generate",
     "is_lora",
+    "last_logits_kwargs",
     "load_causal_lm",
     "load_sync_state",
     "new_model_folder",
@@ -352,9 +353,10 @@ def max_context(model: Any) -> int:
     return int(getattr(cfg, "max_position_embeddings", None) or 2048)
 
 
-def _last_logits_only(model: Any) -> dict[str, int]:
+def last_logits_kwargs(model: Any) -> dict[str, int]:
     """``{"logits_to_keep": 1}`` when the model's forward takes it (transformers' causal LMs
-    do): the prefill then projects only the last position onto the vocabulary."""
+    do): a forward given them projects only the last position onto the vocabulary (generation's
+    prefill, the shared prompts' forward of :mod:`rlinf_algos.lm.prefix`)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     try:
         params = inspect.signature(base.forward).parameters
@@ -425,7 +427,7 @@ def generate(
                 position_ids=positions[distinct].to(device),
                 past_key_values=cache,
                 use_cache=True,
-                **_last_logits_only(model),
+                **last_logits_kwargs(model),
             )
             cache = res.past_key_values
             logits = res.logits[:, -1].float().cpu()

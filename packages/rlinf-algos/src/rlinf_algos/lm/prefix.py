@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rlinf_algos.lm.hf import sequence_log_probs
+from rlinf_algos.lm.hf import last_logits_kwargs, sequence_log_probs
 
 __all__ = ["log_probs_of", "prefix_groups", "shared_prefix_log_probs"]
 
@@ -55,15 +55,6 @@ def prefix_groups(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, list[int]]
     return start, torch.tensor(group), firsts
 
 
-def _forward_last(model: Any, **kwargs: Any) -> Any:
-    """The model's forward with ``logits_to_keep=1`` (only the last position's logits), or with
-    full logits for an architecture without that argument (the last one is used)."""
-    try:
-        return model(logits_to_keep=1, **kwargs)
-    except TypeError:
-        return model(**kwargs)
-
-
 def shared_prefix_log_probs(
     model: Any, ids: Tensor, mask: Tensor, temperature: float = 1.0, min_share: float = 1.5
 ) -> Tensor:
@@ -89,13 +80,13 @@ def shared_prefix_log_probs(
         prefix[g, p_len - s :] = ids[i, :s]
         p_mask[g, p_len - s :] = 1
     cache = DynamicCache(config=getattr(model, "config", None))
-    out = _forward_last(
-        model,
+    out = model(
         input_ids=prefix,
         attention_mask=p_mask,
         position_ids=(p_mask.cumsum(1) - 1).clamp(min=0),
         past_key_values=cache,
         use_cache=True,
+        **last_logits_kwargs(model),
     )
     group = group.to(device)
     first_logits = out.logits[:, -1][group]  # [B, V]: predicts each row's first trained token
