@@ -94,11 +94,9 @@ class AsyncConn:
                     continue
                 fut, op, key = item
                 if fut.cancelled():
-                    # The reply of a get the caller cancelled was already on its way: put its
-                    # item(s) back at the head of the queue, in order, on this connection.
-                    if ok and op in ("get", "get_batch") and not self.writer.is_closing():
-                        entries = [value] if op == "get" else value
-                        self.writer.write(frame((0, "unget", (key, entries))))
+                    # The reply of a get the caller cancelled was already on its way.
+                    if ok:
+                        self._give_back(op, key, value)
                     continue
                 if ok:
                     fut.set_result(value)
@@ -125,16 +123,24 @@ class AsyncConn:
         self.writer.write(frame((rid, op, args)))
         try:
             return await asyncio.wait_for(asyncio.shield(fut), wait)
-        except asyncio.CancelledError:
-            # Cancelled by the caller: stop the server-side wait; an item already on its way is
-            # put back at the head by the read loop.
-            fut.cancel()
-            if not self.writer.is_closing():
-                self.writer.write(frame((0, "cancel", rid)))
+        except (asyncio.CancelledError, TimeoutError) as exc:
+            if fut.cancel():
+                # No reply yet: stop the server-side wait of a caller that gave up (a timed-out
+                # wait ends there on its own); an item already on its way is put back at the
+                # head by the read loop.
+                if isinstance(exc, asyncio.CancelledError) and not self.writer.is_closing():
+                    self.writer.write(frame((0, "cancel", rid)))
+            elif not fut.cancelled() and fut.exception() is None:
+                # The reply came in the same loop turn as the cancellation or the timeout:
+                # asyncio.wait_for gives up although the result is set, so its items go back.
+                self._give_back(op, key, fut.result())
             raise
-        except TimeoutError:
-            fut.cancel()
-            raise
+
+    def _give_back(self, op: str, key: Hashable, value: Any) -> None:
+        """Put the item(s) of a get nobody will receive back at the head of the queue, in order."""
+        if op in ("get", "get_batch") and not self.writer.is_closing():
+            entries = [value] if op == "get" else value
+            self.writer.write(frame((0, "unget", (key, entries))))
 
     def close(self) -> None:
         self.task.cancel()
