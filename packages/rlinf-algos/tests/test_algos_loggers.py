@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,11 @@ def test_wandb_offline_logs_the_rows_of_metrics_csv(tmp_path: Path, monkeypatch:
     assert [int(r["step"]) for r in rows] == [128, 256, 384, 512]
     runs = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(runs) == 1, list((tmp_path / "wandb").iterdir())
-    history = wandb_history(runs[0])
+    # wandb's service process writes the file: once in CI (a loaded machine) it held no history
+    # record yet when finish() had returned, so give its writer a moment
+    deadline = time.monotonic() + 60
+    while sorted(history := wandb_history(runs[0])) != [128, 256, 384, 512] and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert sorted(history) == [128, 256, 384, 512]
     for row in rows:  # every numeric column of every row, under its TensorBoard tag
         logged = history[int(row["step"])]
