@@ -205,6 +205,38 @@ def test_vla_actor_critic_prepares_and_evaluates_consistently() -> None:
     assert counts["trainable"] == counts["total"] > 0
 
 
+def test_each_camera_has_keypoints_of_its_own_that_find_a_bright_spot() -> None:
+    """The CNN sees each camera's image on its own: a camera's keypoints move with its image and
+    no other; and the spatial softmax (on the maps before any activation, with a learnt
+    temperature) places a channel that responds to a bright spot at that spot."""
+    from rlinf_algos.models.vla import SpatialSoftmax, VLAEncoder
+
+    space = {"kind": "dict", "keys": {**SPACE["keys"], "image_wrist": SPACE["keys"]["image"]}}
+    torch.manual_seed(0)
+    enc = VLAEncoder(space, vision={"channels": [8, 8]})
+    raw = {
+        **raw_batch(2),
+        "image_wrist": np.random.default_rng(2).integers(0, 256, (2, 32, 32, 3), dtype=np.uint8),
+    }
+    with torch.no_grad():
+        base = enc(enc.prepare(raw))
+        moved = enc(enc.prepare({**raw, "image_wrist": raw["image_wrist"][:, ::-1].copy()}))
+    kp = 2 * 8  # (x, y) per channel, per camera: the table camera's first, then the wrist's
+    assert base.shape[1] == 2 * kp + enc.lang_dim + enc.state_dim
+    assert torch.equal(base[:, :kp], moved[:, :kp])  # the table camera's keypoints did not move
+    assert not torch.allclose(base[:, kp : 2 * kp], moved[:, kp : 2 * kp])
+
+    ssm = SpatialSoftmax(9, 9, 1)
+    maps = torch.zeros(1, 1, 9, 9)
+    maps[0, 0, 6, 2] = 1.0  # a weak response at column 2, row 6: x = -0.5, y = 0.5
+    with torch.no_grad():
+        soft = ssm(maps)[0]
+        ssm.log_inv_temp.fill_(3.0)  # a sharper softmax: the learnt temperature
+        sharp = ssm(maps)[0]
+    assert soft.abs().max() < 0.05  # one unit over 80 zeros: near the centre
+    assert torch.allclose(sharp, torch.tensor([-0.5, 0.5]), atol=0.01)
+
+
 def _text_and_vision_folders(tmp: Path) -> tuple[Path, Path]:
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import BertConfig, BertModel, PreTrainedTokenizerFast, ViTConfig, ViTModel

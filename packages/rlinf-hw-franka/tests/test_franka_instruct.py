@@ -93,6 +93,36 @@ def test_further_cameras_are_image_name_entries() -> None:
         env.close()
 
 
+def _colour_mask(image: np.ndarray, color: str) -> np.ndarray:
+    """Pixels of a cube colour, shading aside: their chromaticity (the channels over their sum)
+    within 0.1 of the colour's, and not dark."""
+    rgb = np.asarray(COLORS[color][:3])
+    px = image.astype(np.float64) / 255.0
+    chroma = px / np.maximum(px.sum(-1, keepdims=True), 1e-6)
+    return (np.abs(chroma - rgb / rgb.sum()).max(-1) < 0.1) & (px.max(-1) > 0.25)
+
+
+def test_the_wrist_camera_shows_the_cube_under_the_hand() -> None:
+    """Hovering at a cube's reach point, the cube fills the middle of the wrist image, whole (the
+    camera looks past the fingers at the point below them), so the last centimetres of a reach
+    can be read from it; from the table camera the hand hides the cube there."""
+    env = FrankaInstructReachEnv(cameras=["table", "wrist"], image_size=(64, 64), privileged=True)
+    try:
+        for seed in (0, 1, 2):
+            obs, _ = env.reset(seed=seed)
+            for _ in range(30):
+                obs, _, _, _, info = env.step(env.expert_action())
+            assert info["success"], (seed, info["distance"])
+            mask = _colour_mask(obs["image_wrist"], env.target_color)
+            ys, xs = np.nonzero(mask)
+            assert mask.sum() >= 64, (seed, env.target_color, int(mask.sum()))
+            # whole: it touches no edge of the image; and below the middle, under the fingertips
+            assert 0 < ys.min() <= ys.max() < 63 and 0 < xs.min() <= xs.max() < 63, (seed, ys, xs)
+            assert abs(xs.mean() - 31.5) < 8 and 32 <= ys.mean() < 56, (seed, xs.mean(), ys.mean())
+    finally:
+        env.close()
+
+
 def _rollout(seed: int, steps: int = 12) -> list[np.ndarray]:
     env = FrankaInstructReachEnv()
     try:

@@ -220,7 +220,7 @@ def _flange(hand: bool, indent: str) -> str:
             f'{i2}<geom name="hand_collision" class="panda_geom" fromto="0 -0.085 0.055 0 0.085 0.055" size="0.03"/>',
             f'{i2}<geom name="hand_collision1" class="panda_geom" fromto="0 0 0.005 0 0 0.04" size="0.04"/>',
             f'{i2}<site name="tcp" pos="0 0 {TCP_OFFSET}" size="0.008" rgba="1 0.4 0 1"/>',
-            f'{i2}<camera name="wrist" pos="0.06 0 0.02" xyaxes="0 -1 0 -1 0 0" fovy="70"/>',
+            f'{i2}<camera name="wrist" pos="0.08 0 0.05" xyaxes="0 -1 0 -0.781 0 -0.625" fovy="70"/>',
         ]
         for side, quat in (("left", "1 0 0 0"), ("right", "0 0 0 1")):
             lines += [

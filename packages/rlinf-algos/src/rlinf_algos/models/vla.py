@@ -9,9 +9,10 @@ learner trains on is that prepared dict, so both compute the same log-probabilit
 The encoder (seed 003's VLA shape, small enough for a CPU):
 
 - **vision**: by default a CNN (``model.vision.channels``: a 5x5 then a 3x3 layer of stride 2,
-  further 3x3 layers of stride 1) whose last feature maps are modulated
-  by the instruction (FiLM: a per-channel scale and shift computed from it) and reduced by a
-  spatial softmax to one expected image coordinate per channel — where the named thing is. Or
+  further 3x3 layers of stride 1), run on each camera's image on its own, whose last feature
+  maps are modulated by the instruction (FiLM: a per-channel scale and shift computed from it)
+  and reduced by a spatial softmax to one expected image coordinate per channel and camera —
+  where the named thing is. Or
   ``model.vision.path``: a ``transformers`` vision model (``AutoModel``) whose pooled output is
   the feature.
 - **language**: by default a token embedding (words hashed into ``buckets`` rows, averaged). Or
@@ -72,16 +73,21 @@ def hash_tokens(text: str, buckets: int, max_tokens: int) -> list[int]:
 
 class SpatialSoftmax(nn.Module):
     """``[B, C, H, W] -> [B, 2C]``: per channel the expected ``(x, y)`` in ``[-1, 1]`` under a
-    softmax over its pixels (Levine et al., 2016)."""
+    softmax over its pixels, sharpened by a learnt per-channel temperature (Levine et al., 2016).
 
-    def __init__(self, h: int, w: int) -> None:
+    It reads the feature maps before any activation: a ReLU in front of it makes the background
+    a floor of ``exp(0)`` over every pixel that a peak must outweigh, which pulls the expected
+    position towards the image's centre unless the activations grow large."""
+
+    def __init__(self, h: int, w: int, channels: int) -> None:
         super().__init__()
         ys, xs = torch.meshgrid(torch.linspace(-1, 1, h), torch.linspace(-1, 1, w), indexing="ij")
         self.register_buffer("grid", torch.stack([xs.reshape(-1), ys.reshape(-1)], 1), persistent=False)
+        self.log_inv_temp = nn.Parameter(torch.zeros(channels))
 
     def forward(self, x: Tensor) -> Tensor:
         b, c = x.shape[:2]
-        p = torch.softmax(x.reshape(b, c, -1), -1)
+        p = torch.softmax(x.reshape(b, c, -1) * self.log_inv_temp.exp()[:, None], -1)
         return (p @ self.grid).reshape(b, 2 * c)
 
 
@@ -213,16 +219,16 @@ class VLAEncoder(nn.Module):
             else:
                 chans = list(vision.get("channels", [32, 32, 32]))
                 layers: list[nn.Module] = []
-                c_in = 3 * len(self.image_keys)
+                c_in = 3
                 for i, c in enumerate(chans):
                     layers += [nn.Conv2d(c_in, c, 5 if i == 0 else 3, stride=2 if i < 2 else 1), nn.ReLU()]
                     c_in = c
-                self.cnn = nn.Sequential(*layers[:-1])  # the last activation comes after FiLM
+                self.cnn = nn.Sequential(*layers[:-1])  # the last map goes to FiLM, then the keypoints
                 with torch.no_grad():
-                    fh, fw = self.cnn(torch.zeros(1, 3 * len(self.image_keys), h, w)).shape[2:]
+                    fh, fw = self.cnn(torch.zeros(1, 3, h, w)).shape[2:]
                 self.film = nn.Linear(self.lang_dim, 2 * c_in) if self.has_text else None
-                self.keypoints = SpatialSoftmax(int(fh), int(fw))
-                feat = 2 * c_in
+                self.keypoints = SpatialSoftmax(int(fh), int(fw), c_in)
+                feat = 2 * c_in * len(self.image_keys)
         self.out_dim = feat + self.lang_dim + self.state_dim
 
     # -- preparing raw observations ----------------------------------------------------------------
@@ -298,11 +304,16 @@ class VLAEncoder(nn.Module):
                     feats.append(self.vision_proj(pooled.reshape(pooled.shape[0], -1)))
                 parts.append(torch.cat(feats, -1))
             else:
-                f = self.cnn(x)
+                # One CNN for every camera, each image on its own (the cameras folded into the
+                # batch): stacking them as channels would mix pixel (u, v) of one view with pixel
+                # (u, v) of another, which show different places.
+                b, ncam = x.shape[0], len(self.image_keys)
+                f = self.cnn(torch.cat(x.split(3, 1), 0) if ncam > 1 else x)
                 if self.film is not None and lang is not None:
-                    gamma, beta = self.film(lang).chunk(2, -1)
+                    gamma, beta = self.film(lang).repeat(ncam, 1).chunk(2, -1)
                     f = f * (1 + gamma[:, :, None, None]) + beta[:, :, None, None]
-                parts.append(self.keypoints(torch.relu(f)))
+                kp = self.keypoints(f)
+                parts.append(torch.cat(kp.split(b, 0), 1) if ncam > 1 else kp)
         if lang is not None:
             parts.append(lang)
         if self.has_state:
