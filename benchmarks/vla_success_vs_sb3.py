@@ -238,8 +238,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
     ok = [r for r in sb3 if "error" not in r]
     report["figures"] = [{"side": "rlinf", **r} for r in rlinf] + [
-        {"side": "sb3", **{k: v for k, v in r.items() if k != "per_episode"}} for r in sb3
+        {"side": "sb3", **{k: v for k, v in r.items() if k not in ("per_episode", "rollouts_at")}}
+        for r in sb3
     ]
+    report["sb3_rollouts_at (wall s, env steps)"] = {r["seed"]: r.get("rollouts_at") for r in ok}
     report["sb3_per_episode"] = {r["seed"]: r.get("per_episode") for r in ok}
     for side, rows in (("rlinf", rlinf), ("sb3", ok)):
         vals = [r["success_at_end"] for r in rows]
