@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -95,7 +96,10 @@ HIDDEN = [128, 128]
 LOG_STD_INIT = -0.5
 LR = 3e-4
 GAMMA, GAE_LAMBDA, CLIP, VF_COEF, ENT_COEF, MAX_GRAD_NORM = 0.99, 0.95, 0.2, 0.5, 0.0, 0.5
-VISION = {"channels": [32, 32, 32]}
+# rlinf's CNN channels (model.vision.channels; default the model's): --channels, passed to the
+# peer subprocesses through this variable
+CHANNELS_VAR = "RLINF_BENCH_VLA_CHANNELS"
+VISION = {"channels": [int(c) for c in os.environ.get(CHANNELS_VAR, "32,32,32").split(",")]}
 LANGUAGE = {"dim": 32}
 
 PEERS = ("rlinf", "sb3")
@@ -477,7 +481,7 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
                 [*task_args, args.seed + rep],
                 th,
                 args.timeout,
-                {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"},
+                {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl", CHANNELS_VAR: args.channels},
             )
             for row in rows:
                 rr = r
@@ -585,6 +589,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument(
         "--repeats", type=int, default=None, help="runs per peer, interleaved (default 2; quick 1)"
     )
+    ap.add_argument(
+        "--channels",
+        default="32,32,32",
+        help="rlinf's CNN channels, model.vision.channels (default 32,32,32, the model's default)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per peer subprocess")
     ap.add_argument("--no-rollout", dest="rollout", action="store_false", help="skip the rollout-only part")
@@ -625,7 +634,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "activation": "relu",
             "log_std_init": LOG_STD_INIT,
             "lr": LR,
-            "rlinf_encoder": "vla: CNN 32-32-32 + FiLM + spatial softmax, 32-d hashed-word embedding",
+            "rlinf_encoder": f"vla: CNN {args.channels.replace(',', '-')} + FiLM + spatial softmax, "
+            "32-d hashed-word embedding",
             "sb3_encoder": "CombinedExtractor: NatureCNN (256) on image, instruction as 8-d colour one-hot",
             "warmup": args.warmup,
             "iterations": args.iterations,
