@@ -64,43 +64,51 @@ DEFAULT_JSON = RESULTS / "vla_success_vs_sb3.json"
 
 def evaluate_sb3(model: Any, episodes: int, seed: int) -> dict[str, Any]:
     """``rlinf eval``'s protocol for an SB3 model: episode ``i`` from ``reset(seed=seed + i)``,
-    the mean action, the observation normalised with the training run's frozen statistics."""
+    the mean action, the observation normalised with the training run's frozen statistics; the
+    rates computed by ``rlinf eval``'s own :func:`~rlinf_algos.evaluate.summarize_episodes`."""
     import gymnasium as gym
     import numpy as np
 
+    from rlinf_algos.evaluate import summarize_episodes
+
     venv = model.get_env()  # the VecNormalize around the training envs
     venv.training = False
-    env = _instruction_one_hot(gym.make(ENV_ID, cameras=CAMERAS))
+    env = gym.make(ENV_ID, cameras=CAMERAS)  # raw observations: the instruction as text
+    one_hot = _instruction_one_hot(env)  # what SB3 trained on: .observation(raw)
     per_episode: list[dict[str, Any]] = []
     try:
         for i in range(episodes):
-            obs, _ = env.reset(seed=seed + i)
-            ret, length, once, at_end, done = 0.0, 0, False, False, False
+            raw, _ = env.reset(seed=seed + i)
+            ep = {
+                "episode": i,
+                "seed": seed + i,
+                "instruction": str(raw["instruction"]),
+                "return": 0.0,
+                "length": 0,
+                "success_once": False,
+                "success_at_end": False,
+            }
+            done = False
             while not done:
+                obs = one_hot.observation(raw)
                 batched = {k: np.asarray(v)[None] for k, v in obs.items()}
                 action, _ = model.predict(venv.normalize_obs(batched), deterministic=True)
-                obs, reward, term, trunc, info = env.step(action[0])
-                ret, length = ret + float(reward), length + 1
-                at_end = bool(info.get("success", False))
-                once = once or at_end
+                raw, reward, term, trunc, info = env.step(action[0])
+                ep["return"] += float(reward)
+                ep["length"] += 1
+                ep["success_at_end"] = bool(info.get("success", False))
+                ep["success_once"] = ep["success_once"] or ep["success_at_end"]
                 done = bool(term or trunc)
-            per_episode.append(
-                {
-                    "seed": seed + i,
-                    "return": ret,
-                    "length": length,
-                    "success_once": once,
-                    "success_at_end": at_end,
-                }
-            )
+            per_episode.append(ep)
     finally:
         env.close()
+    summary = summarize_episodes(per_episode, seed)
     return {
         "episodes": episodes,
         "eval_seed": seed,
-        "success_at_end": float(np.mean([e["success_at_end"] for e in per_episode])),
-        "success_once": float(np.mean([e["success_once"] for e in per_episode])),
-        "return_mean": float(np.mean([e["return"] for e in per_episode])),
+        "success_at_end": summary["success_at_end"],
+        "success_once": summary["success_once"],
+        "return_mean": summary["return"]["mean"],
         "per_episode": per_episode,
     }
 
@@ -151,12 +159,11 @@ def rlinf_rows(record: Path) -> list[dict[str, Any]]:
     data = json.loads(record.read_text())
     rows = []
     for fig in data["figures"]:
-        wall = fig.get("wall_s", fig.get("wall_s_to_99k"))
         rows.append(
             {
                 "seed": fig["seed"],
                 "run": fig.get("run"),
-                "wall_s": wall,
+                "wall_s": fig["wall_s"],
                 "env_steps": fig.get("env_steps"),
                 "success_at_end": fig["success_at_end"],
                 "success_once": fig["success_once"],
