@@ -22,7 +22,7 @@ from typing import Any
 
 from _report import tree_cpu_s
 
-__all__ = ["Clock", "child", "median_runs", "pin_threads", "quiet", "run_peer"]
+__all__ = ["Clock", "child", "median_runs", "pin_threads", "quiet", "run_peer", "silent_sb3"]
 
 
 def pin_threads(threads: int) -> None:
@@ -43,6 +43,16 @@ def quiet() -> None:
 
     warnings.filterwarnings("ignore")
     logging.getLogger("ray").setLevel(logging.ERROR)
+
+
+def silent_sb3(model: Any) -> Any:
+    """``model`` (a Stable-Baselines3 algorithm) with a logger that writes nothing: SB3's
+    default, even at ``verbose=0``, makes an empty ``SB3-<date>`` folder in the temp dir on
+    every ``learn``."""
+    from stable_baselines3.common.logger import Logger
+
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    return model
 
 
 class Clock:

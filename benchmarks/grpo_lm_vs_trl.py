@@ -29,12 +29,16 @@ What one run does:
 5. prints and records samples/s (completions per second of training), generated tokens/s,
    seconds per iteration (median), where the seconds go (generation, update, the rest) and the
    validation score at equal wall time: each side's score at the shorter side's training time
-   (linear between evaluations), per seed, with medians and the spread over seeds.
+   (linear between evaluations), per seed, with medians and the spread over seeds. With
+   ``--rlinf-iterations`` above ``--iterations`` (e.g. twice), rlinf goes on training past its
+   ``--iterations`` and the shorter side is TRL: both are then compared on TRL's whole run time,
+   what a user with that much time would get from each.
 
 Usage::
 
     uv run --group bench python benchmarks/grpo_lm_vs_trl.py            # 3 seeds, ~15 min on 2 cores
     uv run --group bench python benchmarks/grpo_lm_vs_trl.py --quick    # one seed, a smoke (~2 min)
+    uv run --group bench python benchmarks/grpo_lm_vs_trl.py --rlinf-iterations 80  # at TRL's end
     uv run --group bench python benchmarks/grpo_lm_vs_trl.py --json benchmarks/results/grpo_lm_vs_trl.json
 
 The rlinf side is ``rlinf_algos.lm.trainer.train_lm`` as ``rlinf train`` runs it in process; the
@@ -124,6 +128,7 @@ def settings(quick: bool) -> dict[str, Any]:
         "prompts_per_iter": grpo["prompts_per_iter"],
         "max_new_tokens": grpo["max_new_tokens"],
         "iterations": grpo["iterations"],
+        "rlinf_iterations": grpo["iterations"],  # --rlinf-iterations: more, to give rlinf TRL's time
         "eval_every": 5,
         "lr": {"full": grpo["lr"], "lora": lora["algorithm"]["lr"]},
         "lora": {**lora["model"]["lora"], "alpha": float(lora["model"]["lora"]["alpha"])},
@@ -267,7 +272,7 @@ def child_rlinf(spec: dict[str, Any], t_process: float) -> dict[str, Any]:
                 "name": "grpo_lm",
                 "group_size": cfg["group_size"],
                 "prompts_per_iter": cfg["prompts_per_iter"],
-                "iterations": cfg["iterations"],
+                "iterations": cfg["rlinf_iterations"],
                 "lr": cfg["lr"][mode],
                 "lr_warmup_iters": 0,
                 "update_epochs": 1,
@@ -340,7 +345,7 @@ def child_rlinf(spec: dict[str, Any], t_process: float) -> dict[str, Any]:
                 "reward_mean": row["reward_mean"],
             }
         )
-        if it % cfg["eval_every"] == 0 or it == cfg["iterations"]:
+        if it % cfg["eval_every"] == 0 or it in (cfg["iterations"], cfg["rlinf_iterations"]):
             state["evals"].append(
                 {"iteration": it, "train_s": state["train_s"], **evaluator(state["comps"].policy())}
             )
@@ -571,8 +576,8 @@ def score_at(evals: list[dict[str, Any]], t: float) -> float:
     return pts[-1][1]
 
 
-def run_figures(res: dict[str, Any]) -> dict[str, Any]:
-    """Throughput and time split of one run."""
+def run_figures(res: dict[str, Any], iterations: int) -> dict[str, Any]:
+    """Throughput and time split of one run; ``val_at_iters``: its score after ``iterations``."""
     iters = res["iters"]
     train_s = iters[-1]["train_s"]
     samples = sum(r["samples"] for r in iters)
@@ -595,6 +600,10 @@ def run_figures(res: dict[str, Any]) -> dict[str, Any]:
         "tokens_per_completion": tokens / max(samples, 1),
         "val_start": res["evals"][0]["score"],
         "val_end": res["evals"][-1]["score"],
+        # the score after the shared iteration count (both sides evaluate there)
+        "val_at_iters": next(
+            (e["score"] for e in res["evals"] if e["iteration"] == iterations), res["evals"][-1]["score"]
+        ),
         "exact_end": res["evals"][-1]["exact"],
         "startup_s": res["startup_s"],
     }
@@ -615,7 +624,9 @@ def summarise(runs: dict[tuple[str, str, int], dict[str, Any]], cfg: dict[str, A
         seeds = [s for s in cfg["seeds"] if all((mode, side, s) in runs for side in SIDES)]
         if not seeds:
             continue
-        figs = {(side, s): run_figures(runs[(mode, side, s)]) for side in SIDES for s in seeds}
+        figs = {
+            (side, s): run_figures(runs[(mode, side, s)], cfg["iterations"]) for side in SIDES for s in seeds
+        }
         for s in seeds:
             t_eq = min(figs[(side, s)]["train_s"] for side in SIDES)
             for side in SIDES:
@@ -624,7 +635,17 @@ def summarise(runs: dict[tuple[str, str, int], dict[str, Any]], cfg: dict[str, A
                 f["val_equal"] = score_at(runs[(mode, side, s)]["evals"], t_eq)
                 f["gain_equal"] = f["val_equal"] - f["val_start"]
                 per_seed.append(
-                    {"mode": mode, "side": side, "seed": s, **{k: round(v, 4) for k, v in f.items()}}
+                    {
+                        "mode": mode,
+                        "side": side,
+                        "seed": s,
+                        **{k: round(v, 4) for k, v in f.items()},
+                        # (iteration, training seconds, held-out score) at every evaluation
+                        "curve": [
+                            [e["iteration"], round(e["train_s"], 2), round(e["score"], 4)]
+                            for e in runs[(mode, side, s)]["evals"]
+                        ],
+                    }
                 )
         for side in SIDES:
             fs = [figs[(side, s)] for s in seeds]
@@ -655,7 +676,8 @@ def summarise(runs: dict[tuple[str, str, int], dict[str, Any]], cfg: dict[str, A
                     "val at equal wall": round(med(col["val_equal"]), 3),
                     "val gain at equal wall": round(med(col["gain_equal"]), 3),
                     "gain range": spread(col["gain_equal"], 3),
-                    f"val after {cfg['iterations']} iters": round(med(col["val_end"]), 3),
+                    "iterations": int(med(col["iterations"])),
+                    f"val after {cfg['iterations']} iters": round(med(col["val_at_iters"]), 3),
                     "startup s": round(med(col["startup_s"]), 1),
                 }
             )
@@ -675,6 +697,7 @@ def print_table(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> None:
         ("upd", "update s/iter", "{:.3f}"),
         ("oldlp", "of which old log-probs", "{:.3f}"),
         ("other", "other s/iter", "{:.3f}"),
+        ("iters", "iterations", "{}"),
         ("val0", "val start", "{:.3f}"),
         ("T_eq s", "equal wall s", "{:.1f}"),
         ("val@T_eq", "val at equal wall", "{:.3f}"),
@@ -717,6 +740,13 @@ def main() -> None:
     ap.add_argument("--no-json", action="store_true", help="write no JSON")
     ap.add_argument("--seeds", type=str, default=None, help="comma-separated seeds (default 0,1,2)")
     ap.add_argument("--iterations", type=int, default=None, help="GRPO iterations per run")
+    ap.add_argument(
+        "--rlinf-iterations",
+        type=int,
+        default=None,
+        help="rlinf's iterations (default: --iterations); more lets the faster side fill the slower "
+        "side's training time, so 'equal wall' is taken at TRL's end",
+    )
     ap.add_argument("--modes", type=str, default="full,lora", help="full,lora or one of them")
     ap.add_argument("--keep", type=Path, default=None, help="keep the data, model folders and run dirs here")
     ap.add_argument(
@@ -735,7 +765,11 @@ def main() -> None:
     if args.seeds:
         cfg["seeds"] = [int(s) for s in args.seeds.split(",")]
     if args.iterations:
-        cfg["iterations"] = args.iterations
+        cfg["iterations"] = cfg["rlinf_iterations"] = args.iterations
+    if args.rlinf_iterations:
+        if args.rlinf_iterations < cfg["iterations"]:
+            ap.error(f"--rlinf-iterations {args.rlinf_iterations} is below --iterations {cfg['iterations']}")
+        cfg["rlinf_iterations"] = args.rlinf_iterations
     modes = [m for m in args.modes.split(",") if m in MODES]
     load_start = os.getloadavg()
     tmp = None
@@ -789,12 +823,12 @@ def main() -> None:
                     }
                     res = run_child(spec, work, name, timeout=1200)
                     runs[(mode, side, seed)] = res
-                    f = run_figures(res)
+                    f = run_figures(res, cfg["iterations"])
                     print(
                         f"{name:>16}: {f['samples_per_s']:6.1f} samples/s  {f['tokens_per_s']:6.0f} tok/s  "
                         f"{f['s_per_iter']:.3f} s/iter (gen {f['generate_s_per_iter']:.3f}, "
                         f"update {f['update_s_per_iter']:.3f})  val {f['val_start']:.3f} -> {f['val_end']:.3f} "
-                        f"in {f['train_s']:.1f}s  [process {res['process_s']:.0f}s, startup {f['startup_s']:.0f}s]",
+                        f"in {f['iterations']} iterations, {f['train_s']:.1f}s  [process {res['process_s']:.0f}s, startup {f['startup_s']:.0f}s]",
                         flush=True,
                     )
         summary = summarise(runs, cfg)
@@ -832,7 +866,7 @@ def main() -> None:
             f"{cfg['model']['vocab_size']}, warm-started ({cfg['sft']['steps']} SFT steps); "
             f"{cfg['prompts_per_iter']} prompts x group {cfg['group_size']} = "
             f"{cfg['prompts_per_iter'] * cfg['group_size']} completions per iteration, max_new_tokens "
-            f"{cfg['max_new_tokens']}, {cfg['iterations']} iterations, lr {cfg['lr']['full']} (full) / "
+            f"{cfg['max_new_tokens']}, {cfg['iterations']} iterations (rlinf {cfg['rlinf_iterations']}), lr {cfg['lr']['full']} (full) / "
             f"{cfg['lr']['lora']} (LoRA r={cfg['lora']['rank']}), no KL; validation: "
             f"{_rows(files['val'])} held-out prompts, greedy, mean reward (compute_score.py), every "
             f"{cfg['eval_every']} iterations (not timed); 2-core machine shared with other jobs"
@@ -846,7 +880,10 @@ def main() -> None:
             "tokens per second of training; tokens/s in generation: per second of the generation phase alone.",
             "val at equal wall: each side's held-out score at the shorter side's training time of that seed "
             "(linear between evaluations); gain: that minus the warm start's score. Medians over seeds, "
-            "ranges min-max.",
+            "ranges min-max. With --rlinf-iterations above --iterations, rlinf trains past its "
+            "--iterations time so that the shorter side is TRL and both are compared at TRL's end; "
+            "'val after N iters' is each side's score after the shared N iterations; per_seed[].curve "
+            "holds every evaluation as [iteration, training s, score].",
             "TRL's step is split with timers around GRPOTrainer._generate (generation) and the rest of "
             "_generate_and_score_completions (other); update = the rest of the step. rlinf's phases are its "
             "own metrics.jsonl (update includes its recomputation of the old log-probs).",

@@ -52,6 +52,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _peers import silent_sb3
 from _report import finish, fmt, machine, tree_cpu_s
 
 DISTS = ("torch", "gymnasium", "mujoco", "stable-baselines3", "rlinf-algos")
@@ -341,7 +342,7 @@ def sb3_sac_child(steps: int, seed: int, out: str, max_wall: float | None, threa
         seed=seed,
         verbose=0,
     )
-    model.learn(steps, callback=Progress())
+    silent_sb3(model).learn(steps, callback=Progress())
     wall = time.perf_counter() - t0
     if not samples or samples[-1]["step"] != model.num_timesteps:
         samples.append(

@@ -77,7 +77,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _peers import Clock, child, median_runs, run_peer
+from _peers import Clock, child, median_runs, run_peer, silent_sb3
 from _report import finish, fmt, machine
 
 DISTS = ("torch", "gymnasium", "mujoco", "stable-baselines3", "ray", "rlinf-algos")
@@ -242,24 +242,26 @@ def _sb3_ppo(env_seed: int, lr: Any, vec_norm: bool = True) -> Any:
     venv = make_vec_env(ENV_ID, n_envs=NUM_ENVS, seed=env_seed, vec_env_cls=DummyVecEnv)
     if vec_norm:
         venv = VecNormalize(venv, gamma=GAMMA)
-    return PPO(
-        "MlpPolicy",
-        venv,
-        learning_rate=lr,
-        n_steps=ROLLOUT_STEPS,
-        batch_size=MINIBATCH,
-        n_epochs=EPOCHS,
-        gamma=GAMMA,
-        gae_lambda=GAE_LAMBDA,
-        clip_range=CLIP,
-        clip_range_vf=CLIP,
-        ent_coef=ENT_COEF,
-        vf_coef=VF_COEF,
-        max_grad_norm=MAX_GRAD_NORM,
-        policy_kwargs={"net_arch": {"pi": HIDDEN, "vf": HIDDEN}, "activation_fn": torch.nn.Tanh},
-        device="cpu",
-        seed=env_seed,
-        verbose=0,
+    return silent_sb3(
+        PPO(
+            "MlpPolicy",
+            venv,
+            learning_rate=lr,
+            n_steps=ROLLOUT_STEPS,
+            batch_size=MINIBATCH,
+            n_epochs=EPOCHS,
+            gamma=GAMMA,
+            gae_lambda=GAE_LAMBDA,
+            clip_range=CLIP,
+            clip_range_vf=CLIP,
+            ent_coef=ENT_COEF,
+            vf_coef=VF_COEF,
+            max_grad_norm=MAX_GRAD_NORM,
+            policy_kwargs={"net_arch": {"pi": HIDDEN, "vf": HIDDEN}, "activation_fn": torch.nn.Tanh},
+            device="cpu",
+            seed=env_seed,
+            verbose=0,
+        )
     )
 
 

@@ -80,7 +80,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _peers import Clock, child, median_runs, run_peer
+from _peers import Clock, child, median_runs, run_peer, silent_sb3
 from _report import finish, fmt, machine
 
 DISTS = ("torch", "gymnasium", "mujoco", "stable-baselines3", "ray", "rlinf-algos", "rlinf-hw-franka")
@@ -294,28 +294,30 @@ def _sb3_ppo(seed: int, env_kwargs: dict[str, Any] | None = None) -> Any:
     venv = VecNormalize(
         DummyVecEnv([make] * NUM_ENVS), norm_obs=True, norm_obs_keys=["state"], norm_reward=True, gamma=GAMMA
     )
-    return PPO(
-        "MultiInputPolicy",
-        venv,
-        learning_rate=LR,
-        n_steps=ROLLOUT_STEPS,
-        batch_size=MINIBATCH,
-        n_epochs=EPOCHS,
-        gamma=GAMMA,
-        gae_lambda=GAE_LAMBDA,
-        clip_range=CLIP,
-        clip_range_vf=CLIP,
-        ent_coef=ENT_COEF,
-        vf_coef=VF_COEF,
-        max_grad_norm=MAX_GRAD_NORM,
-        policy_kwargs={
-            "net_arch": {"pi": HIDDEN, "vf": HIDDEN},
-            "activation_fn": torch.nn.ReLU,
-            "log_std_init": LOG_STD_INIT,
-        },
-        device="cpu",
-        seed=seed,
-        verbose=0,
+    return silent_sb3(
+        PPO(
+            "MultiInputPolicy",
+            venv,
+            learning_rate=LR,
+            n_steps=ROLLOUT_STEPS,
+            batch_size=MINIBATCH,
+            n_epochs=EPOCHS,
+            gamma=GAMMA,
+            gae_lambda=GAE_LAMBDA,
+            clip_range=CLIP,
+            clip_range_vf=CLIP,
+            ent_coef=ENT_COEF,
+            vf_coef=VF_COEF,
+            max_grad_norm=MAX_GRAD_NORM,
+            policy_kwargs={
+                "net_arch": {"pi": HIDDEN, "vf": HIDDEN},
+                "activation_fn": torch.nn.ReLU,
+                "log_std_init": LOG_STD_INIT,
+            },
+            device="cpu",
+            seed=seed,
+            verbose=0,
+        )
     )
 
 
