@@ -22,9 +22,11 @@ normalisation               running mean/std of ``state`` (rlinf: the policy's `
 policy                      Gaussian, state-independent log-std initialised at -0.5,
                             orthogonal initialisation, one shared encoder; heads 128x128 ReLU
                             for the policy mean and for the value
-encoder, rlinf              ``model.type: vla`` defaults: a CNN (32 5x5/2, 32 3x3/2, 32 3x3/1)
-                            whose last maps the instruction modulates (FiLM), a spatial softmax,
-                            a 32-d hashed-word embedding of the instruction, and the state
+encoder, rlinf              ``model.type: vla`` as the example: a CNN (16 5x5/2, 16 3x3/2,
+                            32 3x3/1: the example's ``model.vision.channels``, or
+                            ``--channels``) whose last maps the instruction modulates (FiLM), a
+                            spatial softmax, a 32-d hashed-word embedding of the instruction,
+                            and the state
 encoder, SB3                ``MultiInputPolicy``'s ``CombinedExtractor``: the default NatureCNN
                             (32 8x8/4, 64 4x4/2, 64 3x3/1, then a 256-d linear layer) on the
                             image, the other keys flattened beside it
@@ -96,10 +98,21 @@ HIDDEN = [128, 128]
 LOG_STD_INIT = -0.5
 LR = 3e-4
 GAMMA, GAE_LAMBDA, CLIP, VF_COEF, ENT_COEF, MAX_GRAD_NORM = 0.99, 0.95, 0.2, 0.5, 0.0, 0.5
-# rlinf's CNN channels (model.vision.channels; default the model's): --channels, passed to the
-# peer subprocesses through this variable
+# rlinf's CNN channels: the example's model.vision.channels unless --channels says otherwise,
+# passed to the peer subprocesses through this variable
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "vla_franka_reach.yaml"
 CHANNELS_VAR = "RLINF_BENCH_VLA_CHANNELS"
-VISION = {"channels": [int(c) for c in os.environ.get(CHANNELS_VAR, "32,32,32").split(",")]}
+
+
+def example_channels() -> str:
+    """``model.vision.channels`` of ``examples/vla_franka_reach.yaml``, as ``"C1,C2,C3"``."""
+    import yaml
+
+    model = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))["model"]
+    return ",".join(str(c) for c in model["vision"]["channels"])
+
+
+VISION = {"channels": [int(c) for c in (os.environ.get(CHANNELS_VAR) or example_channels()).split(",")]}
 LANGUAGE = {"dim": 32}
 
 PEERS = ("rlinf", "sb3")
@@ -593,8 +606,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     ap.add_argument(
         "--channels",
-        default="32,32,32",
-        help="rlinf's CNN channels, model.vision.channels (default 32,32,32, the model's default)",
+        default=None,
+        help="rlinf's CNN channels, model.vision.channels (default: the example's)",
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per peer subprocess")
@@ -606,6 +619,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args._child:
         child(json.loads(args._child), TASKS)
         return {}
+    args.channels = args.channels or example_channels()
     args.peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     bad = [p for p in args.peers if p not in PEERS]
     if bad:
