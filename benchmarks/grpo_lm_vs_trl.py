@@ -29,7 +29,8 @@ What one run does:
 5. prints and records samples/s (completions per second of training), generated tokens/s,
    seconds per iteration (median), where the seconds go (generation, update, the rest) and the
    validation score at equal wall time: each side's score at the shorter side's training time
-   (linear between evaluations), per seed, with medians and the spread over seeds. With
+   (linear between evaluations), and the mean score over training time up to then (the area
+   under the curve), per seed, with medians and the spread over seeds. With
    ``--rlinf-iterations`` above ``--iterations`` (e.g. twice), rlinf goes on training past its
    ``--iterations`` and the shorter side is TRL: both are then compared on TRL's whole run time,
    what a user with that much time would get from each.
@@ -576,6 +577,13 @@ def score_at(evals: list[dict[str, Any]], t: float) -> float:
     return pts[-1][1]
 
 
+def mean_score(evals: list[dict[str, Any]], t: float, points: int = 512) -> float:
+    """The mean of :func:`score_at` over training time ``[0, t]``: the area under the held-out
+    curve over the window, which rewards getting there sooner and leans on every evaluation
+    rather than the one nearest ``t`` (a task that saturates early leaves only noise there)."""
+    return statistics.fmean(score_at(evals, t * i / (points - 1)) for i in range(points))
+
+
 def run_figures(res: dict[str, Any], iterations: int) -> dict[str, Any]:
     """Throughput and time split of one run; ``val_at_iters``: its score after ``iterations``."""
     iters = res["iters"]
@@ -634,6 +642,7 @@ def summarise(runs: dict[tuple[str, str, int], dict[str, Any]], cfg: dict[str, A
                 f["t_equal"] = t_eq
                 f["val_equal"] = score_at(runs[(mode, side, s)]["evals"], t_eq)
                 f["gain_equal"] = f["val_equal"] - f["val_start"]
+                f["mean_val_equal"] = mean_score(runs[(mode, side, s)]["evals"], t_eq)
                 per_seed.append(
                     {
                         "mode": mode,
@@ -676,6 +685,8 @@ def summarise(runs: dict[tuple[str, str, int], dict[str, Any]], cfg: dict[str, A
                     "val at equal wall": round(med(col["val_equal"]), 3),
                     "val gain at equal wall": round(med(col["gain_equal"]), 3),
                     "gain range": spread(col["gain_equal"], 3),
+                    "mean val to equal wall": round(med(col["mean_val_equal"]), 3),
+                    "mean val range": spread(col["mean_val_equal"], 3),
                     "iterations": int(med(col["iterations"])),
                     f"val after {cfg['iterations']} iters": round(med(col["val_at_iters"]), 3),
                     "startup s": round(med(col["startup_s"]), 1),
@@ -703,6 +714,7 @@ def print_table(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> None:
         ("val@T_eq", "val at equal wall", "{:.3f}"),
         ("gain@T_eq", "val gain at equal wall", "{:+.3f}"),
         ("gain range", "gain range", "{}"),
+        ("mean val", "mean val to equal wall", "{:.3f}"),
         (f"val@{cfg['iterations']}it", f"val after {cfg['iterations']} iters", "{:.3f}"),
     ]
     cells = [[h for h, _, _ in cols]] + [[fmt.format(r[k]) for _, k, fmt in cols] for r in rows]
@@ -882,7 +894,9 @@ def main() -> None:
             "(linear between evaluations); gain: that minus the warm start's score. Medians over seeds, "
             "ranges min-max. With --rlinf-iterations above --iterations, rlinf trains past its "
             "--iterations time so that the shorter side is TRL and both are compared at TRL's end; "
-            "'val after N iters' is each side's score after the shared N iterations; per_seed[].curve "
+            "'val after N iters' is each side's score after the shared N iterations; 'mean val to equal "
+            "wall' is the mean of the held-out score over training time 0 to equal wall (the area under "
+            "the curve over that window); per_seed[].curve "
             "holds every evaluation as [iteration, training s, score].",
             "TRL's step is split with timers around GRPOTrainer._generate (generation) and the rest of "
             "_generate_and_score_completions (other); update = the rest of the step. rlinf's phases are its "

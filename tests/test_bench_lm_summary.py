@@ -60,6 +60,8 @@ def test_equal_wall_is_the_shorter_sides_time_with_linear_scores(bench):
     assert rows["trl"]["val at equal wall"] == pytest.approx(0.75 + 0.15 * 20 / 60)
     assert rows["rlinf"]["x TRL samples/s"] == pytest.approx(1.5)
     assert rows["trl"]["val after 40 iters"] == pytest.approx(0.9)
+    # rlinf's curve is a straight line from 0.6 to 0.8 over the window: its mean is 0.7
+    assert rows["rlinf"]["mean val to equal wall"] == pytest.approx(0.7, abs=1e-3)
 
 
 def test_more_rlinf_iterations_move_equal_wall_to_trls_end(bench):
