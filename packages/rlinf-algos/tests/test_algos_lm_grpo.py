@@ -211,35 +211,6 @@ def test_sft_reference_solutions_are_what_the_tests_assume() -> None:
     assert len(heldout_problems(cfg)) == cfg.eval_size
 
 
-def test_warm_start_stops_at_the_target_accuracy(spec: LMModelConfig) -> None:
-    from rlinf_algos.lm.config import SFTConfig
-    from rlinf_algos.lm.sft import warm_start
-    from rlinf_algos.lm.task import ProblemSampler
-
-    task = ArithTaskConfig(num_terms=[2], max_digits=2)
-    model = hf.load_causal_lm(spec)
-    sampler = ProblemSampler(task, 0)
-    calls: list[int] = []
-
-    def check(m: object) -> float:
-        calls.append(1)
-        return 0.1 * len(calls)  # 0.1, 0.2, 0.3: reaches 0.25 at the third check
-
-    cfg = SFTConfig(steps=50, batch_size=2, target_accuracy=0.25, check_interval=4)
-    out = warm_start(model, TOK, "single", step_width(task), cfg, sampler, check=check)
-    assert out["steps"] == 12 and out["check_accuracy"] == pytest.approx(0.3)
-    out = warm_start(
-        model,
-        TOK,
-        "single",
-        step_width(task),
-        cfg.model_copy(update={"target_accuracy": None}),
-        sampler,
-        check=check,
-    )
-    assert out["steps"] == 50 and out["check_accuracy"] is None
-
-
 def test_single_step_update_skips_the_old_log_prob_forward_exactly(spec: LMModelConfig) -> None:
     """One epoch, one minibatch: the training forward's detached log-probs stand in for the
     sampling policy's (the weights are still its), and the update is the one a separate no-grad

@@ -65,7 +65,16 @@ def test_one_iteration_smoke(name: str, extra: list[str], tmp_path: Path) -> Non
     # (unless every lead failed its turn 1, which an untrained model does)
     assert row["sequences"] >= 2 * 2
     assert mode == {"grpo_arith.yaml": "single"}.get(name, "flat" if extra else "multiagent")
-    for f in ("warm_start", "policy", "checkpoints/iter_1", "base_model", "metrics.csv", "eval_before.json"):
+    for f in (
+        "warm_start/policy/config.json",
+        "warm_start/config.yaml",
+        "warm_start/data/train.jsonl",
+        "policy",
+        "checkpoints/iter_1",
+        "base_model",
+        "metrics.csv",
+        "eval_before.json",
+    ):
         assert (tmp_path / f).exists(), f
     _check_policy_folder(tmp_path / "policy")
 

@@ -132,6 +132,9 @@ def test_loss_mask_covers_the_response_and_eos_only(tokenizer_folder: Path) -> N
     # bos first when the tokenizer wants one; nothing predicts position 0
     ids3, mask3 = encode_example("", response, tok)
     assert mask3[0] == 0 and sum(mask3) == len(ids3) - 1
+    # data.append_eos: false trains the response exactly as written (a turn ended by a marker)
+    ids4, mask4 = encode_example(prompt, response, tok, eos=False)
+    assert ids4 == ids[:-1] and mask4 == mask[:-1]
 
 
 def test_chat_template_prompt_then_the_assistant_turn(tokenizer_folder: Path, files: dict[str, Path]) -> None:
@@ -317,3 +320,36 @@ def test_an_existing_run_dir_is_refused_unless_overwrite(files: dict[str, Path],
     assert (run_dir / "policy" / "config.json").is_file()
     moved = list(tmp_path.glob("run.replaced-*"))
     assert len(moved) == 1 and (moved[0] / "config.yaml").read_text() == "old: run\n"
+
+
+def test_stop_at_exact_match_ends_the_run_at_the_first_check_that_reaches_it(
+    files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``train.stop_at_exact_match``: checked every ``eval_interval`` steps on the
+    ``eval_generate`` prompts (the decoder is replaced by one whose exact match rises by 0.1 per
+    call, so the third check, at step 15, reaches 0.25); the summary and metrics say so."""
+    from rlinf_algos.lm import finetune
+
+    calls: list[int] = []
+
+    def rising(model: Any, tok: Any, examples: Any, max_new: int, batch: int) -> tuple[float, list[str]]:
+        calls.append(1)
+        return 0.1 * (len(calls) - 1), ["" for _ in examples]  # 0.0 before training, then 0.1, 0.2, 0.3
+
+    monkeypatch.setattr(finetune, "_exact_match", rising)
+    cfg = _config(files["train"], files["val"], eval_interval=5, eval_generate=4, stop_at_exact_match=0.25)
+    res = train_sft(load_sft_config(cfg), tmp_path / "run", log=None)
+    s = res.summary
+    assert s["steps"] == 15 and s["steps_planned"] == 40
+    assert s["stopped_at_exact_match"] == pytest.approx(0.3)
+    with (tmp_path / "run" / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [r["val_exact_match"] for r in rows if r["val_exact_match"]] == ["0.1", "0.2", "0.3"]
+    assert int(rows[-1]["step"]) == 15 and (tmp_path / "run" / "policy" / "config.json").is_file()
+    # without the option every step runs, and the option needs its checks
+    with pytest.raises(ConfigError) as err:
+        load_sft_config(_config(files["train"], files["val"], stop_at_exact_match=0.5))
+    assert err.value.problems[0].path == "train" and "eval_generate" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        load_sft_config(_config(files["train"], None, adam_betas=[0.9, 1.0]))
+    assert "adam_betas" in str(err.value)

@@ -1,19 +1,27 @@
-"""GRPO for language policies: a small causal transformer trained on a verifiable arithmetic
-task, single-agent and WideSeek-R1-style multi-agent.
+"""Language-model RL: GRPO (``grpo_lm``) and PPO (``ppo_lm``) on any Hugging Face causal-LM
+folder, on a data set with a reward you bring or on the arithmetic task with its exact verifier
+(single-agent, or WideSeek-R1-style lead and subagents), and ``rlinf sft``.
 
-Modules (only :mod:`config`, :mod:`tokenizer`, :mod:`task`, :mod:`agents` and :mod:`reward`
-import without torch):
+Modules (those marked *light* import neither torch nor transformers, so agent and reward
+processes stay small):
 
-- :mod:`~rlinf_algos.lm.config`: pydantic models of the example YAML sections;
-- :mod:`~rlinf_algos.lm.tokenizer`: the character-level tokenizer;
-- :mod:`~rlinf_algos.lm.task`: problems, formats and the exact verifier;
-- :mod:`~rlinf_algos.lm.model`: the transformer, KV-cached sampling, log-probs, save/load;
-- :mod:`~rlinf_algos.lm.agents`: single and hierarchical (lead + subagents) episodes;
-- :mod:`~rlinf_algos.lm.reward`, :mod:`~rlinf_algos.lm.workers`: the reward, rollout,
-  reference and actor components;
-- :mod:`~rlinf_algos.lm.sft`: the supervised warm start;
-- :mod:`~rlinf_algos.lm.trainer`: the in-process loop and evaluation;
-- :mod:`~rlinf_algos.lm.algorithm`: the ``grpo_lm`` algorithm class for ``rlinf train``.
+- :mod:`~rlinf_algos.lm.config`: the run YAML's sections (*light*);
+- :mod:`~rlinf_algos.lm.data`, :mod:`~rlinf_algos.lm.rewards`: data sets (JSONL, parquet, chat
+  templates) and reward functions;
+- :mod:`~rlinf_algos.lm.task`, :mod:`~rlinf_algos.lm.tasks`: the arithmetic family and its
+  verifier; what a run trains on (*light*);
+- :mod:`~rlinf_algos.lm.tokens`: tokenizers of model folders (*light*);
+- :mod:`~rlinf_algos.lm.agents`: single and hierarchical (lead + subagents) episodes (*light*);
+- :mod:`~rlinf_algos.lm.folder`, :mod:`~rlinf_algos.lm.hf`, :mod:`~rlinf_algos.lm.kvcache`,
+  :mod:`~rlinf_algos.lm.prefix`: model folders; load, LoRA, sample, score, sync, save;
+- :mod:`~rlinf_algos.lm.reward`, :mod:`~rlinf_algos.lm.workers`, :mod:`~rlinf_algos.lm.engines`:
+  the reward, rollout, reference and actor components and the rollout engines;
+- :mod:`~rlinf_algos.lm.ppo`: the critic and token-level GAE of ``ppo_lm``;
+- :mod:`~rlinf_algos.lm.finetune`: ``rlinf sft``; :mod:`~rlinf_algos.lm.sft`: the arithmetic
+  examples' warm start, an ``rlinf sft`` run on a teacher's solutions;
+- :mod:`~rlinf_algos.lm.trainer`, :mod:`~rlinf_algos.lm.distributed`: the in-process loop and
+  evaluation; the same components as placed workers;
+- :mod:`~rlinf_algos.lm.algorithm`: the ``grpo_lm`` / ``ppo_lm`` algorithm classes for ``rlinf train``.
 
 Run an example in this process: ``python -m rlinf_algos.lm examples/grpo_arith.yaml``.
 """

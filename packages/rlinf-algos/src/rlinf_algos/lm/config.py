@@ -252,20 +252,29 @@ class ArithTaskConfig(ConfigSection):
 
 
 class SFTConfig(ConfigSection):
-    """``sft`` section: the supervised warm start on generated solutions. Deliberately short, so
-    the policy GRPO starts from is sometimes right."""
+    """``sft`` section: the arithmetic task's supervised warm start, an ``rlinf sft`` run on a
+    teacher's solutions written to ``RUN_DIR/warm_start/data`` (:mod:`rlinf_algos.lm.sft`).
+    Deliberately short, so the policy GRPO starts from is sometimes right."""
 
     model_config = _STRICT
 
     steps: int = Field(300, ge=0, description="gradient steps (0 skips the warm start)")
-    batch_size: int = Field(64, ge=1)
-    lr: float = Field(1e-3, gt=0.0)
-    warmup_steps: int = Field(20, ge=0)
+    batch_size: int = Field(
+        64,
+        ge=1,
+        description="problems per step (each gives a row per trained turn: the train.batch_size of rlinf sft)",
+    )
+    lr: float = Field(
+        1e-3, gt=0.0, description="peak AdamW learning rate (betas 0.9, 0.99; cosine decay to lr / 10)"
+    )
+    warmup_steps: int = Field(20, ge=0, description="steps of linear warm-up")
     target_accuracy: float | None = Field(
         None,
         gt=0.0,
         le=1.0,
-        description="stop early once greedy accuracy on a small validation draw (not the held-out set) reaches it",
+        description="stop early once the greedy outputs on the check_size validation problems' turns (a "
+        "perfect teacher's, not the held-out set) match this fraction exactly (rlinf sft's "
+        "train.stop_at_exact_match)",
     )
     carry_drop: float = Field(
         0.0,
@@ -289,7 +298,12 @@ class SFTConfig(ConfigSection):
         "(the subagents' too, so in multiagent mode the slips compound over the chains of a problem)",
     )
     check_interval: int = Field(50, ge=1, description="steps between target_accuracy checks")
-    check_size: int = Field(64, ge=1, description="validation problems per target_accuracy check")
+    check_size: int = Field(
+        64,
+        ge=1,
+        description="validation problems (a perfect teacher's solutions): the validation loss and exact "
+        "match the warm start reports, and the target_accuracy checks",
+    )
 
 
 class LMRunnerConfig(ConfigSection):

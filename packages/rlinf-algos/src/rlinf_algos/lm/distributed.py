@@ -351,20 +351,14 @@ class LMActorWorker(Worker):
     def teardown(self) -> None:
         self.dp.close()
 
-    def warm_start(self) -> dict[str, Any]:
-        """The supervised warm start (:func:`~rlinf_algos.lm.trainer.warm_started_policy`, on
-        rank 0; the other ranks load the folder and take rank 0's weights), then publish
-        version 0. Returns the SFT stats."""
-        from rlinf_algos.lm import hf
-        from rlinf_algos.lm.trainer import warm_started_policy
+    def load_policy(self) -> None:
+        """Load the policy (the warm-started folder when the run had a warm start: the driver ran
+        it before launching the workers) on every rank, then publish version 0."""
+        from rlinf_algos.lm.trainer import policy_to_train
         from rlinf_algos.lm.workers import make_actor
         from rlinf_scheduler.weights import WeightBroadcast
 
-        if self.dp.is_main:
-            model, self.tok, stats = warm_started_policy(self.run_cfg, None)
-        else:
-            model, stats = hf.load_causal_lm(self.run_cfg.model), {}
-            self.tok = task_tokenizer(self.run_cfg)
+        model, self.tok = policy_to_train(self.run_cfg)
         model = self.dp.wrap(model)
         self.actor = make_actor(model, self.run_cfg, dp=self.dp)
         self.wb = (
@@ -375,7 +369,6 @@ class LMActorWorker(Worker):
         weights, _ = self.actor.get_weights()
         if self.wb is not None:
             self.wb.publish(weights, version=0)
-        return stats
 
     def _batch(self, keys: list[str], ref_key: str | None) -> tuple[dict[str, Any], int, float]:
         """Rank 0: the packed batch of the scored parts at ``keys`` with the reference log-probs
@@ -480,9 +473,9 @@ class RemoteComponents:
             opts["node_rank"] = int(plan.processes[0].node_rank)
         return self.scheduler.channel(name, **opts)
 
-    def start(self) -> dict[str, Any]:
-        """Create the channels, launch the workers, run the warm start on the actor and start
-        the rollout ranks' serve loops. Returns the SFT stats."""
+    def start(self) -> None:
+        """Create the channels, launch the workers, load the policy on the actor (publishing
+        version 0) and start the rollout ranks' serve loops."""
         from concurrent.futures import ThreadPoolExecutor
 
         run = self.run
@@ -533,14 +526,11 @@ class RemoteComponents:
         self.n_rollout = n_rollout
         self.n_reward = self.groups["reward"].world_size
         self.n_agent = self.groups["agent"].world_size if use_agents else 0
-        if run.sft.steps:
-            self.say(f"warm start on the actor: up to {run.sft.steps} SFT steps")
-        sft = self.groups["actor"].warm_start().wait(self.timeout * 4)[0]
+        self.groups["actor"].load_policy().wait(self.timeout)
         if "reference" in self.groups:
             self.groups["reference"].load().wait(self.timeout)
         self.serving = self.groups["rollout"].serve()
         self.policy_model: Any = None
-        return sft
 
     def _play_all(
         self, key: str, problems: Sequence[Any], group_size: int, temperature: float | None
@@ -669,6 +659,7 @@ def train_lm_distributed(
     (``scheduler``: a started :class:`rlinf_core.scheduler.Scheduler`)."""
     import torch
 
+    from rlinf_algos.lm.sft import warm_start
     from rlinf_algos.lm.trainer import grpo_loop, resolve_model
     from rlinf_core.scheduler import Scheduler
 
@@ -681,13 +672,10 @@ def train_lm_distributed(
     t_start = time.perf_counter()
     cpu0 = time.process_time()
     run = resolve_model(run, Path(run_dir), say)
-    comps = RemoteComponents(run, scheduler, say)
+    policy_run, sft = warm_start(run, Path(run_dir), say)
+    comps = RemoteComponents(policy_run, scheduler, say)
     try:
-        sft = comps.start()
-        if sft.get("steps"):
-            say(
-                f"warm start on the actor: {sft['steps']} steps in {sft['seconds']:.0f} s (check accuracy {sft['check_accuracy']})"
-            )
+        comps.start()
         return grpo_loop(
             run,
             Path(run_dir),

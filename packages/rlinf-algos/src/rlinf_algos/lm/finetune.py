@@ -67,10 +67,11 @@ __all__ = [
     "train_sft",
 ]
 
-METRIC_COLUMNS = ("step", "loss", "lr", "tokens", "grad_norm", "wall_s", "val_loss")
+METRIC_COLUMNS = ("step", "loss", "lr", "tokens", "grad_norm", "wall_s", "val_loss", "val_exact_match")
 """``metrics.csv``: ``loss`` is the mean response-token NLL since the previous row, ``tokens``
 the response tokens trained on so far, ``val_loss`` is set on the rows of
-``train.eval_interval`` (empty otherwise)."""
+``train.eval_interval`` (empty otherwise), ``val_exact_match`` on those rows when
+``train.stop_at_exact_match`` is set."""
 
 
 # -- configuration -------------------------------------------------------------------------------
@@ -90,6 +91,12 @@ class SFTDataConfig(DataConfig):
         description="dotted path to the target response (a string) of each row; null: train on "
         "the reference answer (data.answer_key), for data sets whose answers are the whole response",
     )
+    append_eos: bool = Field(
+        True,
+        description="end every response with the tokenizer's eos token (not twice when it already ends "
+        "with it); false: train on each response exactly as written, for responses that end their turn "
+        "with a marker of their own (a tool call, a hand-over) rather than eos",
+    )
 
 
 class SFTTrainConfig(ConfigSection):
@@ -108,6 +115,9 @@ class SFTTrainConfig(ConfigSection):
         "the loss is the same); null: the whole batch at once",
     )
     lr: float = Field(1e-4, gt=0.0, description="peak AdamW learning rate")
+    adam_betas: tuple[float, float] = Field(
+        (0.9, 0.999), description="AdamW's (beta1, beta2), each in [0, 1)"
+    )
     warmup_steps: int = Field(10, ge=0, description="steps of linear warm-up from 0 to lr")
     min_lr_ratio: float = Field(
         0.1, ge=0.0, le=1.0, description="the cosine decay ends at lr * min_lr_ratio on the last step"
@@ -135,11 +145,25 @@ class SFTTrainConfig(ConfigSection):
     max_new_tokens: int | None = Field(
         None, ge=1, description="tokens eval_generate may generate; null: the longest response + 8"
     )
+    stop_at_exact_match: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="stop early once the greedy exact match on the eval_generate validation prompts "
+        "reaches this fraction, checked every eval_interval steps (needs both); null: train every step",
+    )
 
     @model_validator(mode="after")
     def _one_budget(self) -> SFTTrainConfig:
         if self.epochs is not None and self.steps is not None:
             raise ValueError("set train.epochs or train.steps, not both")
+        if any(not 0.0 <= b < 1.0 for b in self.adam_betas):
+            raise ValueError(f"train.adam_betas must each be in [0, 1), got {list(self.adam_betas)}")
+        if self.stop_at_exact_match is not None and not (self.eval_generate and self.eval_interval):
+            raise ValueError(
+                "train.stop_at_exact_match needs train.eval_generate (validation prompts to decode) and "
+                "train.eval_interval (steps between checks) above 0"
+            )
         return self
 
 
@@ -233,22 +257,24 @@ class ExampleSet:
 
 
 def encode_example(
-    prompt_text: str, response: str, tok: Any, bos: bool = False
+    prompt_text: str, response: str, tok: Any, bos: bool = False, eos: bool = True
 ) -> tuple[list[int], list[int]]:
     """``(ids, mask)`` of one example: ``tok.encode(prompt_text)`` (with the bos token first when
-    ``bos``), then ``tok.encode(response)`` and ``tok.eos_id`` (not added twice when the response
-    already ends with it). ``mask`` is 1 on the response and eos tokens; position 0 is always 0
-    (nothing predicts the first token)."""
-    ids, mask, _ = _encode(prompt_text, response, tok, bos)
+    ``bos``), then ``tok.encode(response)`` and, when ``eos``, ``tok.eos_id`` (not added twice
+    when the response already ends with it). ``mask`` is 1 on the response and eos tokens;
+    position 0 is always 0 (nothing predicts the first token)."""
+    ids, mask, _ = _encode(prompt_text, response, tok, bos, eos)
     return ids, mask
 
 
-def _encode(prompt_text: str, response: str, tok: Any, bos: bool) -> tuple[list[int], list[int], int]:
+def _encode(
+    prompt_text: str, response: str, tok: Any, bos: bool, eos: bool = True
+) -> tuple[list[int], list[int], int]:
     p = tok.encode(prompt_text)
     if bos and tok.bos_id is not None and (not p or p[0] != tok.bos_id):
         p.insert(0, tok.bos_id)
     r = tok.encode(response)
-    if not r or r[-1] != tok.eos_id:
+    if eos and (not r or r[-1] != tok.eos_id):
         r.append(tok.eos_id)
     mask = [0] * len(p) + [1] * len(r)
     mask[0] = 0
@@ -335,7 +361,7 @@ def load_examples(
     shortest = None
     for s in ds:
         response = _response_of(cfg, s)
-        ids, mask, plen = _encode(s.prompt_text, response, tok, bos)
+        ids, mask, plen = _encode(s.prompt_text, response, tok, bos, cfg.append_eos)
         if len(ids) > max_length:
             out.filtered += 1
             out.filter_reasons[too_long] = out.filter_reasons.get(too_long, 0) + 1
@@ -408,11 +434,14 @@ def token_nll(
 def _exact_match(
     model: Any, tok: Any, examples: Sequence[Example], max_new_tokens: int, batch_size: int
 ) -> tuple[float, list[str]]:
-    """Greedy outputs of ``model`` on the prompts of ``examples`` and the fraction equal to the
-    response (whitespace stripped)."""
+    """Greedy outputs of ``model`` on the prompts of ``examples`` and the fraction that match:
+    whose tokens begin with the example's response tokens (which end with eos, so the output
+    stopped there too; or, with ``data.append_eos: false``, with the response's own end marker,
+    so the turn is right whatever follows it)."""
     from rlinf_algos.lm.hf import generate
 
     outputs: list[str] = []
+    hits = 0
     for i in range(0, len(examples), batch_size):
         chunk = examples[i : i + batch_size]
         res = generate(
@@ -423,8 +452,11 @@ def _exact_match(
             pad_id=tok.pad_id,
             temperature=0.0,
         )
-        outputs += [tok.decode([t for t in ids if t != tok.eos_id]) for ids in res.tokens]
-    hits = sum(o.strip() == e.response.strip() for o, e in zip(outputs, examples, strict=True))
+        for e, ids in zip(chunk, res.tokens, strict=True):
+            ids = [int(t) for t in ids]
+            target = e.ids[e.prompt_len :]
+            hits += ids[: len(target)] == target
+            outputs.append(tok.decode([t for t in ids if t != tok.eos_id]))
     return hits / max(len(examples), 1), outputs
 
 
@@ -589,6 +621,7 @@ def train_sft(
             {"params": no_decay, "weight_decay": 0.0},
         ],
         lr=tcfg.lr,
+        betas=tcfg.adam_betas,
     )
     metrics = MetricsLog(run_dir / "metrics.csv", METRIC_COLUMNS, append=False)
     micro = tcfg.micro_batch_size or tcfg.batch_size
@@ -599,6 +632,8 @@ def train_sft(
     pos = 0
     order: list[int] = []
     order_epoch = -1
+    done = 0
+    stopped_at: float | None = None  # the exact match that stopped the run early
     model.train()
     try:
         from rlinf_algos.lm.hf import sequence_log_probs
@@ -634,10 +669,15 @@ def train_sft(
             window_loss += step_loss
             window_tokens += count
             done = step + 1
-            val_now = None
+            val_now = em_now = None
             if tcfg.eval_interval and done % tcfg.eval_interval == 0 and done < steps and val:
                 te = time.perf_counter()
                 val_now, _ = token_nll(model, val, tok.pad_id, tcfg.eval_batch_size)
+                if tcfg.stop_at_exact_match is not None and gen_set:
+                    em_now, _ = _exact_match(model, tok, gen_set, max_new, tcfg.eval_batch_size)
+                    model.train()
+                    if em_now >= tcfg.stop_at_exact_match:
+                        stopped_at = em_now
                 eval_s += time.perf_counter() - te
             if done % rcfg.log_interval == 0 or done == steps or val_now is not None:
                 last_loss = window_loss / max(window_tokens, 1)
@@ -651,14 +691,22 @@ def train_sft(
                         "grad_norm": float(norm),
                         "wall_s": wall,
                         "val_loss": "" if val_now is None else val_now,
+                        "val_exact_match": "" if em_now is None else em_now,
                     }
                 )
                 say(
                     f"sft step {done}/{steps}  loss {last_loss:.4f}  lr {lr:.2e}  "
                     + (f"val {val_now:.4f}  " if val_now is not None else "")
+                    + (f"exact match {em_now:.3f}  " if em_now is not None else "")
                     + f"({wall:.0f}s)"
                 )
                 window_loss, window_tokens = 0.0, 0
+            if stopped_at is not None:
+                say(
+                    f"sft: validation exact match {stopped_at:.3f} reached train.stop_at_exact_match="
+                    f"{tcfg.stop_at_exact_match} at step {done} of {steps}; stopping"
+                )
+                break
     finally:
         metrics.close()
     train_s = time.perf_counter() - t_train
@@ -691,7 +739,7 @@ def train_sft(
             text += f", exact match {em_before:.3f} -> {em_after:.3f}"
     else:
         text = f"sft: train loss {last_loss:.4f} (no data.val_files)"
-    text += f" in {steps} steps, {seconds:.0f}s; policy: {run_dir / 'policy'}"
+    text += f" in {done} steps, {seconds:.0f}s; policy: {run_dir / 'policy'}"
     summary: dict[str, Any] = {
         "command": command,
         "model": str(folder),
@@ -703,7 +751,9 @@ def train_sft(
         "val_exact_match_after": em_after,
         "val_generate": len(gen_set),
         "train_loss_last": num(last_loss),
-        "steps": steps,
+        "steps": done,
+        "steps_planned": steps,
+        "stopped_at_exact_match": stopped_at,
         "epochs": round(min(pos, budget or pos) / max(n, 1), 4),
         "batch_size": tcfg.batch_size,
         "tokens": tokens_seen,

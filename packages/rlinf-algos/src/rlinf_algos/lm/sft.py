@@ -1,4 +1,24 @@
-"""The supervised warm start: next-token cross-entropy on generated reference solutions.
+"""The arithmetic examples' supervised warm start, run through ``rlinf sft``.
+
+A teacher's solutions (:func:`~rlinf_algos.lm.task.sft_example`: a perfect teacher, or a careless
+one with ``sft.carry_drop`` / ``sft.answer_slip``) become prompt-response rows of a JSON-lines
+file, and :func:`~rlinf_algos.lm.finetune.train_sft` (what ``rlinf sft`` runs) fine-tunes the
+model folder on them. ``RUN_DIR/warm_start/`` is then an ordinary ``rlinf sft`` run directory:
+
+- ``data/train.jsonl``: the demonstrations, ``sft.batch_size`` problems per step, in the order
+  they are trained on; ``data/val.jsonl``: a perfect teacher's solutions of ``sft.check_size``
+  problems drawn apart from the training and held-out problems;
+- ``config.yaml``: the ``rlinf sft`` configuration (``rlinf sft RUN_DIR/warm_start/config.yaml``
+  repeats the warm start), ``metrics.csv``, ``summary.json`` and ``val_generations.json``;
+- ``policy/``: the warm-started model folder, which GRPO starts from.
+
+One row is one trained turn: its prompt is everything the policy has seen at that point and its
+response the turn (with ``data.append_eos: false``, as each turn already ends with its own end:
+``<eos>``, or ``<ret>`` where a lead hands over to its subagents). A multi-agent problem gives
+the lead's two turns (the second after the orchestrator's ``combine_prompt``, which is never
+trained on) and one row per subagent chain. The task's ``<bos>``/``<eos>`` marks are written
+as the model folder's own bos and eos tokens (:meth:`~rlinf_algos.lm.tokens.LMTokenizer.spell`),
+so the rows mean the same to any model folder's tokenizer.
 
 Deliberately short (``sft.steps``), so the policy GRPO starts from is sometimes right: it knows
 the format and is partly right on the arithmetic.
@@ -6,147 +26,148 @@ the format and is partly right on the arithmetic.
 
 from __future__ import annotations
 
-import math
+import json
 import random
-import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-import torch
-from torch import Tensor
-
-from rlinf_algos.lm.config import SFTConfig
-from rlinf_algos.lm.hf import sequence_log_probs
-from rlinf_algos.lm.task import Problem, ProblemSampler, sft_example
+from rlinf_algos.lm.config import LMRunConfig
+from rlinf_algos.lm.task import Problem, ProblemSampler, sft_example, step_width
 from rlinf_algos.lm.tokens import LMTokenizer
-from rlinf_algos.lm.workers import pack_batch
 
-__all__ = ["sft_batch", "warm_start"]
+__all__ = ["NO_WARM_START", "demonstration_rows", "warm_start", "warm_start_config"]
+
+NO_WARM_START: dict[str, Any] = {"steps": 0, "seconds": 0.0, "loss": None, "exact_match": None}
+"""The warm-start stats of a run without one."""
 
 
-def sft_batch(
-    problems: Sequence[Problem],
+def demonstration_rows(
+    problem: Problem,
     mode: str,
     width: int,
-    tokenizer: LMTokenizer,
+    tok: LMTokenizer,
     carry_drop: float = 0.0,
     rng: random.Random | None = None,
     answer_slip: float = 0.0,
     slip_scope: str = "final",
-) -> dict[str, Tensor]:
-    """Packed ``input_ids``/``loss_mask`` of the reference solutions of ``problems`` (in
-    multi-agent mode, one lead trace and one subagent chain per group for each problem);
-    ``carry_drop``/``rng``: a careless teacher's solutions (:func:`~rlinf_algos.lm.task.teacher_add`)."""
-    return _pack(
-        [
-            ex
-            for p in problems
-            for ex in sft_example(p, mode, width, carry_drop, rng, answer_slip, slip_scope)
-        ],
-        tokenizer,
-    )
-
-
-def _pack(
-    examples: Sequence[tuple[str, list[tuple[str, bool]]]], tokenizer: LMTokenizer
-) -> dict[str, Tensor]:
-    """Packed ``input_ids``/``loss_mask`` of :func:`~rlinf_algos.lm.task.sft_example` output."""
-    seqs: list[list[int]] = []
-    masks: list[list[int]] = []
-    for _kind, segments in examples:
-        ids: list[int] = []
-        m: list[int] = []
+) -> list[dict[str, str]]:
+    """The ``{"kind", "prompt", "response"}`` rows of one problem's demonstrations (see the
+    module docstring), spelled for ``tok``'s model folder."""
+    rows = []
+    for kind, segments in sft_example(problem, mode, width, carry_drop, rng, answer_slip, slip_scope):
+        context = ""
         for text, trained in segments:
-            seg = tokenizer.encode(text)
-            ids += seg
-            m += [int(trained)] * len(seg)
-        seqs.append(ids)
-        masks.append(m)
-    return pack_batch(seqs, masks, tokenizer.pad_id)
+            if trained:
+                rows.append({"kind": kind, "prompt": tok.spell(context), "response": tok.spell(text)})
+            context += text
+    return rows
+
+
+def rows_per_problem(run: LMRunConfig) -> int:
+    """Rows a problem gives: the lead's two turns and a chain per group in multi-agent mode, one
+    chain otherwise."""
+    return 2 + run.task.num_groups if run.task.mode == "multiagent" else 1
+
+
+def _write_rows(path: Path, rows: Sequence[dict[str, str]]) -> None:
+    from rlinf_core.io import atomic_write_text
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def warm_start_config(run: LMRunConfig, data_dir: Path, val_rows: int) -> dict[str, Any]:
+    """The ``rlinf sft`` configuration of ``run``'s warm start on the rows in ``data_dir``:
+    ``sft.batch_size`` problems per step (their rows together: the file is not shuffled),
+    AdamW with betas (0.9, 0.99), weight decay 0.01, cosine decay to a tenth of ``sft.lr``."""
+    cfg, rcfg = run.sft, run.runner
+    per = rows_per_problem(run)
+    model = run.model.model_dump(mode="json")
+    model["init"] = None
+    target = cfg.target_accuracy
+    return {
+        "model": model,
+        "data": {
+            "train_files": [str(data_dir / "train.jsonl")],
+            "val_files": [str(data_dir / "val.jsonl")],
+            "prompt_key": "prompt",
+            "response_key": "response",
+            "apply_chat_template": False,
+            "shuffle": False,
+            "append_eos": False,
+        },
+        "train": {
+            "steps": cfg.steps,
+            "batch_size": cfg.batch_size * per,
+            # multi-agent rows differ in length by kind: sorted and split, a micro-batch pads little
+            "micro_batch_size": cfg.batch_size if per > 1 else None,
+            "lr": cfg.lr,
+            "warmup_steps": cfg.warmup_steps,
+            "min_lr_ratio": 0.1,
+            "weight_decay": 0.01,
+            "adam_betas": [0.9, 0.99],
+            "grad_clip": 1.0,
+            "eval_generate": val_rows,
+            "eval_interval": cfg.check_interval if target is not None else 0,
+            "stop_at_exact_match": target,
+        },
+        "runner": {
+            "seed": rcfg.seed,
+            "torch_threads": rcfg.torch_threads,
+            "log_interval": 100,
+            "device": "cpu" if rcfg.device == "cpu" else "auto",
+        },
+    }
 
 
 def warm_start(
-    model: Any,
-    tokenizer: LMTokenizer,
-    mode: str,
-    width: int,
-    cfg: SFTConfig,
-    sampler: ProblemSampler,
-    log: Callable[[str], None] | None = None,
-    log_every: int = 100,
-    check: Callable[[Any], float] | None = None,
-) -> dict[str, Any]:
-    """Train ``model`` in place for ``cfg.steps`` steps of ``cfg.batch_size`` problems (AdamW,
-    linear warm-up then cosine decay). With ``cfg.target_accuracy`` and a ``check`` (the
-    model's accuracy on a validation draw), stop once the check reaches the target, every
-    ``cfg.check_interval`` steps. Returns ``steps`` (taken), ``seconds``, the last ``loss`` and
-    the last ``check_accuracy`` (or ``None``)."""
-    if cfg.steps == 0:
-        return {"steps": 0, "seconds": 0.0, "loss": float("nan"), "check_accuracy": None}
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.99))
+    run: LMRunConfig, run_dir: Path, log: Callable[[str], None] | None = None
+) -> tuple[LMRunConfig, dict[str, Any]]:
+    """Run the warm start of an arithmetic run whose ``model.path`` is set (see the module
+    docstring) into ``run_dir/warm_start``; return ``run`` with ``model.path`` set to the
+    warm-started folder and the stats (``steps``, ``seconds``, ``loss``: the last training
+    loss, ``exact_match``: the validation exact match after it, ``folder``). A run without a
+    warm start (``sft.steps: 0``, or a data set's run) is returned as it is."""
+    from rlinf_algos.lm.finetune import load_sft_config, train_sft
+    from rlinf_algos.lm.tasks import ArithTask, is_arith, task_tokenizer
 
-    def lr_at(step: int) -> float:
-        if step < cfg.warmup_steps:
-            return cfg.lr * (step + 1) / cfg.warmup_steps
-        frac = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
-        return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
-
-    teacher_rng = random.Random(sampler.rng.getrandbits(64))
-    t0 = time.perf_counter()
-    model.train()
-    loss_v = float("nan")
-    acc: float | None = None
-    taken = 0
-    for step in range(cfg.steps):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step)
-        problems = sampler.sample(cfg.batch_size)
-        if mode == "multiagent":
-            # the lead's traces are about three times as long as the subagents' chains: two
-            # buckets instead of padding every chain to the lead's length (half the compute)
-            examples = [
-                ex
-                for p in problems
-                for ex in sft_example(
-                    p, mode, width, cfg.carry_drop, teacher_rng, cfg.answer_slip, cfg.slip_scope
-                )
-            ]
-            buckets = [
-                _pack([ex for ex in examples if (ex[0] == "lead") == lead], tokenizer)
-                for lead in (True, False)
-            ]
-        else:
-            buckets = [
-                sft_batch(
-                    problems,
-                    mode,
-                    width,
-                    tokenizer,
-                    cfg.carry_drop,
-                    teacher_rng,
-                    cfg.answer_slip,
-                    cfg.slip_scope,
-                )
-            ]
-        total = sum(b["loss_mask"].sum() for b in buckets).clamp(min=1.0)
-        loss = (
-            -sum((sequence_log_probs(model, b["input_ids"]) * b["loss_mask"]).sum() for b in buckets) / total
+    cfg, seed = run.sft, run.runner.seed
+    if cfg.steps == 0 or not is_arith(run):
+        return run, dict(NO_WARM_START)
+    tok = task_tokenizer(run)
+    heldout = ArithTask(run, tok).heldout()
+    width = step_width(run.task)
+    sampler = ProblemSampler(run.task, seed=seed + 1, exclude=heldout)
+    teacher = random.Random(sampler.rng.getrandbits(64))
+    train = [
+        row
+        for _ in range(cfg.steps)
+        for p in sampler.sample(cfg.batch_size)
+        for row in demonstration_rows(
+            p, run.task.mode, width, tok, cfg.carry_drop, teacher, cfg.answer_slip, cfg.slip_scope
         )
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        loss_v = float(loss.detach())
-        taken = step + 1
-        if log is not None and (taken % log_every == 0 or taken == cfg.steps):
-            log(f"sft step {taken}/{cfg.steps}  loss {loss_v:.4f}  ({time.perf_counter() - t0:.0f}s)")
-        if check is not None and cfg.target_accuracy is not None and taken % cfg.check_interval == 0:
-            acc = check(model)
-            model.train()
-            if log is not None:
-                log(f"sft step {taken}: validation accuracy {acc:.3f} (target {cfg.target_accuracy})")
-            if acc >= cfg.target_accuracy:
-                break
-    model.eval()
-    return {"steps": taken, "seconds": time.perf_counter() - t0, "loss": loss_v, "check_accuracy": acc}
+    ]
+    checks = ProblemSampler(run.task, seed=seed + 2, exclude=heldout).sample(cfg.check_size)
+    val = [row for p in checks for row in demonstration_rows(p, run.task.mode, width, tok)]
+    out = Path(run_dir) / "warm_start"
+    _write_rows(out / "data" / "train.jsonl", train)
+    _write_rows(out / "data" / "val.jsonl", val)
+    sft_run = load_sft_config(warm_start_config(run, out / "data", len(val)))
+    say = log or (lambda _msg: None)
+    say(f"warm start: rlinf sft on {len(train)} demonstration rows, {cfg.steps} steps -> {out / 'policy'}")
+    result = train_sft(
+        sft_run, out, say, overwrite=False, command=f"rlinf sft {out / 'config.yaml'} (the warm start)"
+    )
+    s = result.summary
+    del result
+    say(s["summary_text"])
+    stats = {
+        "steps": s["steps"],
+        "seconds": s["seconds"],
+        "loss": s["train_loss_last"],
+        "exact_match": s["val_exact_match_after"],
+        "folder": str(out / "policy"),
+    }
+    model = run.model.model_copy(update={"path": str(out / "policy"), "init": None})
+    return run.model_copy(update={"model": model}), stats

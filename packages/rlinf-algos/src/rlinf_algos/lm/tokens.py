@@ -159,10 +159,17 @@ class LMTokenizer:
     def vocab_size(self) -> int:
         return int(self.backend.get_vocab_size() if self._fast else len(self.backend))
 
-    def encode(self, text: str, bos: bool = False) -> list[int]:
-        """Ids of ``text`` (no special tokens added), with the bos token first if ``bos``."""
+    def spell(self, text: str) -> str:
+        """``text`` as this tokenizer's own folder spells it: in an :meth:`arith_view`, the task's
+        ``<bos>``/``<eos>`` marks replaced by the folder's bos and eos token texts (so the folder's
+        tokenizer encodes the result as :meth:`encode` encodes ``text``); ``text`` itself otherwise."""
         for mark, own in self._aliases:
             text = text.replace(mark, own)
+        return text
+
+    def encode(self, text: str, bos: bool = False) -> list[int]:
+        """Ids of ``text`` (no special tokens added), with the bos token first if ``bos``."""
+        text = self.spell(text)
         try:
             if self._fast:
                 enc = self.backend.encode(text, add_special_tokens=False)

@@ -11,8 +11,9 @@ final evaluation. One iteration is the macro flow a distributed runner spreads o
 
 The run directory gets ``metrics.jsonl`` and ``metrics.csv`` (one row per iteration: reward,
 response length, KL, clip fraction, bytes per weight publish, the seconds of each phase),
-``base_model/`` (when ``model.init`` built it), ``warm_start/`` and ``policy/`` (model folders
-``from_pretrained`` loads, merged when LoRA), ``adapter/`` (the peft adapter, with LoRA),
+``base_model/`` (when ``model.init`` built it), ``warm_start/`` (the warm start's ``rlinf sft``
+run: its data, ``config.yaml`` and model folder ``policy/``: :mod:`~rlinf_algos.lm.sft`),
+``policy/`` (a model folder ``from_pretrained`` loads, merged when LoRA), ``adapter/`` (the peft adapter, with LoRA),
 ``checkpoints/iter_N/`` when ``runner.checkpoint_interval`` is set,
 ``eval_before.json``/``eval_after.json`` (per-problem outcomes) and ``summary.json``
 (``accuracy_before``/``_after``, ``val_score_before``/``_after``, timings). Every folder and
@@ -41,10 +42,10 @@ from rlinf_algos.lm.engines import make_rollout
 from rlinf_algos.lm.folder import context_length
 from rlinf_algos.lm.reward import RewardWorker
 from rlinf_algos.lm.sft import warm_start
-from rlinf_algos.lm.task import ProblemSampler, max_response_tokens, step_width
-from rlinf_algos.lm.tasks import ArithTask, is_arith, make_task, task_tokenizer
+from rlinf_algos.lm.task import max_response_tokens
+from rlinf_algos.lm.tasks import is_arith, make_task, task_tokenizer
 from rlinf_algos.lm.tokens import ARITH_MARKERS, LMTokenizer
-from rlinf_algos.lm.workers import ReferenceWorker, RolloutWorker, make_actor, pack_batch
+from rlinf_algos.lm.workers import ReferenceWorker, make_actor, pack_batch
 from rlinf_core.io import atomic_write_text
 from rlinf_core.rollout import RolloutEngine
 
@@ -56,9 +57,9 @@ __all__ = [
     "grpo_loop",
     "max_response_tokens",
     "plot_accuracy",
+    "policy_to_train",
     "resolve_model",
     "train_lm",
-    "warm_started_policy",
 ]
 
 PHASES = ("generate", "reward", "reference", "update", "sync")
@@ -272,37 +273,12 @@ def resolve_model(run: LMRunConfig, run_dir: Path, log: Callable[[str], None] | 
     return run.model_copy(update={"model": model})
 
 
-def warm_started_policy(
-    run: LMRunConfig, log: Callable[[str], None] | None = None
-) -> tuple[Any, LMTokenizer, dict[str, Any]]:
-    """The policy GRPO starts from: the model folder ``model.path`` (see :func:`resolve_model`)
-    after the supervised warm start; returns ``(model, tokenizer, sft_stats)``. Seeds torch and
-    ``random`` from ``runner.seed`` first, so a run's warm start is reproducible."""
-    rcfg = run.runner
-    torch.manual_seed(rcfg.seed)
-    random.seed(rcfg.seed)
-    tok = task_tokenizer(run)
-    model = hf.load_causal_lm(run.model)
-    if run.sft.steps == 0 or not is_arith(run):
-        return model, tok, {"steps": 0, "seconds": 0.0, "loss": float("nan"), "check_accuracy": None}
-    task = ArithTask(run, tok)
-    heldout = task.heldout()
-    sampler = ProblemSampler(run.task, seed=rcfg.seed + 1, exclude=heldout)
-    validation = ProblemSampler(run.task, seed=rcfg.seed + 2, exclude=heldout).sample(run.sft.check_size)
-    agent = make_agent(task, tok, task.max_new_tokens(), run.task.max_calls, context_length(run.model))
-    reward = RewardWorker(task)
-    checker: list[RolloutWorker] = []
-
-    def check(m: Any) -> float:
-        if not checker:
-            checker.append(RolloutWorker(run.model, 0.0, 1.0, seed=rcfg.seed, pad_id=tok.pad_id))
-        checker[0].set_weights(hf.sync_state(m), -1)
-        return evaluate(agent, checker[0], reward, validation, 0.0)["accuracy"]
-
-    stats = warm_start(
-        model, tok, run.task.mode, step_width(run.task), run.sft, sampler, log=log, check=check
-    )
-    return model, tok, stats
+def policy_to_train(run: LMRunConfig) -> tuple[Any, LMTokenizer]:
+    """The model folder ``run.model`` (the warm-started one, see :func:`warm_start`) and its
+    tokenizer, loaded for training; torch and ``random`` are seeded from ``runner.seed`` first."""
+    torch.manual_seed(run.runner.seed)
+    random.seed(run.runner.seed)
+    return hf.load_causal_lm(run.model), task_tokenizer(run)
 
 
 def train_lm(
@@ -320,8 +296,9 @@ def train_lm(
     t_start = time.perf_counter()
     cpu_start = time.process_time()
     run = resolve_model(run, Path(run_dir), say)
-    model, tok, sft_stats = warm_started_policy(run, say)
-    comps = LocalComponents(run, tok, model, make_task(run, tok))
+    policy_run, sft_stats = warm_start(run, Path(run_dir), say)
+    model, tok = policy_to_train(policy_run)
+    comps = LocalComponents(policy_run, tok, model, make_task(policy_run, tok))
     return grpo_loop(
         run,
         Path(run_dir),
@@ -373,8 +350,6 @@ def grpo_loop(
             why = "; ".join(f"{n} {reason}" for reason, n in r["filter_reasons"].items())
             say(f"data {split}: left out {r['filtered']} of {r['rows']} prompts ({why})")
     tok_dir = Path(run.model.path or "")
-    if sft_stats["steps"]:
-        hf.save_model_folder(model, tok_dir, run_dir / "warm_start")
 
     t_eval = time.perf_counter()
     before = evaluate_components(comps, heldout, rcfg.eval_temperature)
@@ -471,7 +446,7 @@ def grpo_loop(
         "iterations": len(rows),
         "stopped_early": stopped_early,
         "sft_steps": sft_stats["steps"],
-        "sft_check_accuracy": sft_stats["check_accuracy"],
+        "sft_val_exact_match": sft_stats["exact_match"],
         "sft_s": round(sft_stats["seconds"], 2),
         "eval_s": round(eval_s, 2),
         "grpo_s": round(grpo_s, 2),

@@ -1,0 +1,28 @@
+"""Session-wide test set-up for every package's tests.
+
+When ``RLINF_FAULT_LOG`` names a file, a native crash of the pytest process (a C++ abort in a
+library's driver, a segmentation fault) writes the Python stack of every thread there. pytest's
+own fault handler writes to stderr, which its capture has redirected into a temporary file that
+dies with the process; ``.ci/run`` sets the variable and prints the file when a suite fails.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+
+import pytest
+
+_FAULT_LOG: list[object] = []  # keeps the open file alive for the whole session
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's faulthandler plugin, which would replace it
+def pytest_configure(config: pytest.Config) -> None:
+    path = os.environ.get("RLINF_FAULT_LOG")
+    if not path:
+        return
+    f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - open until the process ends
+    f.write(f"pytest pid {os.getpid()}: {' '.join(config.invocation_params.args) or '(no arguments)'}\n")
+    f.flush()
+    _FAULT_LOG.append(f)
+    faulthandler.enable(file=f, all_threads=True)
