@@ -105,3 +105,28 @@ def test_vla_example_learns_to_approach_the_cubes(tmp_path: Path) -> None:
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["total_env_steps"] >= 16000
     assert summary["final_return_mean"] > -20.5, summary
+
+
+@pytest.mark.slow
+@pytest.mark.learning
+@pytest.mark.timeout(3600)
+@pytest.mark.skipif(
+    not os.environ.get("RLINF_PIXEL_LEARNING"),
+    reason="about 15 minutes (the whole example, its perception warm start included): set "
+    "RLINF_PIXEL_LEARNING=1 (kept out of CI's 45-minute budget)",
+)
+def test_vla_example_reaches_the_success_goal(tmp_path: Path) -> None:
+    """The example as committed, on its default scheduler, then ``rlinf eval`` on 50 episodes
+    whose reset seeds training never used: ``success_at_end`` at least 0.8 (issue #21's goal).
+    Seeds 0-2 measured 1.0 each in 834-863 s (benchmarks/results/vla_franka_reach_success.json);
+    through this test (seed 0, 2026-11-27): 1.0, in 1034 s with the evaluation."""
+    run_dir = tmp_path / "run"
+    proc = rlinf("train", str(EXAMPLE), "runner.seed=0", "--run-dir", str(run_dir), "--quiet", timeout=3000)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["total_env_steps"] >= 100000 and not summary["interrupted"], summary
+    proc = rlinf("eval", str(run_dir), "--episodes", "50", "--seed", "100000", "--json", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout)
+    rates = {k: res[k] for k in ("episodes", "success_at_end", "success_once")}
+    assert res["episodes"] == 50 and res["success_at_end"] >= 0.8, rates

@@ -123,7 +123,7 @@ def test_multiagent_example_on_a_user_folder(tmp_path: Path) -> None:
     summary = train_lm(load_lm_sections(data), run_dir, log=logs.append)
     assert any("added the task's tokens <step> <ans> <call> <ret>" in m for m in logs), logs
     assert summary["mode"] == "multiagent" and summary["iterations"] == 1
-    assert summary["sft_steps"] == 3
+    assert summary["sft_steps"] == 3 and summary["sft_loss"] > 0
     tok = LMTokenizer.from_folder(run_dir / "base_model")
     assert all(tok.has_token(m) for m in ARITH_MARKERS)
     policy = LMTokenizer.from_folder(run_dir / "policy")

@@ -446,6 +446,7 @@ def grpo_loop(
         "iterations": len(rows),
         "stopped_early": stopped_early,
         "sft_steps": sft_stats["steps"],
+        "sft_loss": sft_stats["loss"],
         "sft_val_exact_match": sft_stats["exact_match"],
         "sft_s": round(sft_stats["seconds"], 2),
         "eval_s": round(eval_s, 2),
