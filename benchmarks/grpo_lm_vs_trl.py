@@ -136,7 +136,7 @@ def settings(quick: bool) -> dict[str, Any]:
         "seeds": [0, 1, 2],
     }
     if quick:
-        s.update(train_rows=256, val_rows=32, iterations=4, eval_every=2, seeds=[0])
+        s.update(train_rows=256, val_rows=32, iterations=4, rlinf_iterations=4, eval_every=2, seeds=[0])
         s["sft"] = {**s["sft"], "steps": 40}
     return s
 
@@ -759,6 +759,13 @@ def main() -> None:
         help="rlinf's iterations (default: --iterations); more lets the faster side fill the slower "
         "side's training time, so 'equal wall' is taken at TRL's end",
     )
+    ap.add_argument(
+        "--sft-steps",
+        type=int,
+        default=None,
+        help="warm-start SFT steps (default: sft.yaml's); fewer leave GRPO more to learn, so the "
+        "two sides are compared before the task saturates",
+    )
     ap.add_argument("--modes", type=str, default="full,lora", help="full,lora or one of them")
     ap.add_argument("--keep", type=Path, default=None, help="keep the data, model folders and run dirs here")
     ap.add_argument(
@@ -782,6 +789,10 @@ def main() -> None:
         if args.rlinf_iterations < cfg["iterations"]:
             ap.error(f"--rlinf-iterations {args.rlinf_iterations} is below --iterations {cfg['iterations']}")
         cfg["rlinf_iterations"] = args.rlinf_iterations
+    if args.sft_steps is not None:
+        if args.sft_steps < 1:
+            ap.error(f"--sft-steps must be at least 1, got {args.sft_steps}")
+        cfg["sft"] = {**cfg["sft"], "steps": args.sft_steps}
     modes = [m for m in args.modes.split(",") if m in MODES]
     load_start = os.getloadavg()
     tmp = None

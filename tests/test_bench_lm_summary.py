@@ -80,3 +80,10 @@ def test_more_rlinf_iterations_move_equal_wall_to_trls_end(bench):
     assert rows["rlinf"]["val after 40 iters"] == pytest.approx(0.8)
     curve = next(p["curve"] for p in out["per_seed"] if p["side"] == "rlinf")
     assert curve[-1] == [80, 160.0, 0.95]
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_both_sides_run_the_same_iterations_unless_asked(bench, quick):
+    """--quick once left rlinf at grpo.yaml's 40 iterations beside TRL's 4."""
+    cfg = bench.settings(quick)
+    assert cfg["rlinf_iterations"] == cfg["iterations"] == (4 if quick else 40)
