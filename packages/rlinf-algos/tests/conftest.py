@@ -1,9 +1,13 @@
-"""Fixtures shared by rlinf-algos' tests: the installed plugins and the ``rlinf`` command group
-invoked in process."""
+"""Fixtures shared by rlinf-algos' tests: the installed plugins, the ``rlinf`` command group
+invoked in process, and the installed ``rlinf`` console script run as a user runs it."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,5 +32,20 @@ def invoke() -> Callable[..., Any]:
         cli = build_cli()
         host.register_commands(cli)
         return CliRunner().invoke(cli, list(args), obj=host, catch_exceptions=True)
+
+    return run
+
+
+@pytest.fixture
+def rlinf_script() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``rlinf_script(*args, timeout=S, cwd=DIR)``: the installed ``rlinf`` console script in a
+    subprocess, on an embedded Ray (``RAY_ADDRESS`` dropped, as on a laptop), output captured."""
+
+    def run(*args: str, timeout: float, cwd: Path) -> subprocess.CompletedProcess[str]:
+        exe = Path(sys.executable).parent / "rlinf"
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        return subprocess.run(
+            [str(exe), *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
+        )
 
     return run

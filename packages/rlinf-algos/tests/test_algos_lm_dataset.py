@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -262,24 +260,15 @@ def test_verl_format_example_smoke(grpo: str, tmp_path: Path, monkeypatch: pytes
     reason="10-25 minutes (a 1000-step warm start, then GRPO full and LoRA): set RLINF_LM_LEARNING=1 "
     "(kept out of CI's 45-minute budget; grpo_arith's learning check covers the same GRPO loop there)",
 )
-def test_verl_format_examples_learn_full_and_lora(tmp_path: Path) -> None:
+def test_verl_format_examples_learn_full_and_lora(tmp_path: Path, rlinf_script: Any) -> None:
     """The example's own commands, ``rlinf sft`` then ``rlinf train grpo.yaml`` and
     ``grpo_lora.yaml`` from that one folder, on the default scheduler (Ray): GRPO removes the
     careless teacher's slip, at least +8 pp of held-out accuracy each (seeds 0-2 measured +13 to
     +23 pp full, +20 to +23 pp LoRA; benchmarks/results/grpo_verl_format_3seeds.json). Through
     this test (seed 0, 2026-11-27, 628 s): 0.656 -> 0.820 full, 0.656 -> 0.914 LoRA."""
-    exe = Path(sys.executable).parent / "rlinf"
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
 
     def rlinf(*args: str) -> None:
-        proc = subprocess.run(
-            [str(exe), *args, "--quiet"],
-            capture_output=True,
-            text=True,
-            timeout=2400,
-            cwd=EXAMPLE.parents[1],
-            env=env,
-        )
+        proc = rlinf_script(*args, "--quiet", timeout=2400, cwd=EXAMPLE.parents[1])
         assert proc.returncode == 0, proc.stderr[-3000:]
 
     rlinf("sft", str(EXAMPLE / "sft.yaml"), "runner.torch_threads=2", "--run-dir", str(tmp_path / "sft"))

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,30 +106,21 @@ def test_algorithm_class_and_module_entry_point(tmp_path: Path) -> None:
     assert "algorithm.group_size" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def _rlinf(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    """The installed console script, from the repository root, on an embedded Ray."""
-    exe = Path(sys.executable).parent / "rlinf"
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    return subprocess.run(
-        [str(exe), *args], capture_output=True, text=True, timeout=timeout, cwd=EXAMPLES.parent, env=env
-    )
-
-
 @pytest.mark.slow
 @pytest.mark.learning
 # the run caps itself at 900 s (runner.time_limit_s) and the command at 1500 s: pytest's default
 # 900 s would kill a slow run before its own assertions say what was slow
 @pytest.mark.timeout(1500)
-def test_grpo_arith_example_gains_accuracy(tmp_path: Path) -> None:
+def test_grpo_arith_example_gains_accuracy(tmp_path: Path, rlinf_script: Any) -> None:
     """The full single-agent example (a Qwen2-architecture model folder) through ``rlinf train``
     on its default scheduler: at least +30 pp of held-out exact-match accuracy over the warm
     start (``runner.time_limit_s: 900`` caps the run). Two torch threads: the warm start, most of
     the run, is one process's matrix products and CI's machine is otherwise idle then (0.14 s
     against 0.21 s a step with one thread on the 2-core machine)."""
     run_dir = tmp_path / "run"
-    proc = _rlinf(
+    proc = rlinf_script(
         "train", str(EXAMPLES / "grpo_arith.yaml"), "runner.torch_threads=2", "--run-dir", str(run_dir),
-        "--quiet", timeout=1500,
+        "--quiet", timeout=1500, cwd=EXAMPLES.parent,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -145,14 +137,20 @@ def test_grpo_arith_example_gains_accuracy(tmp_path: Path) -> None:
     "RLINF_LM_LEARNING=1 (kept out of CI's 45-minute budget; grpo_arith's learning check covers the "
     "same warm start and GRPO loop there)",
 )
-def test_grpo_multiagent_example_gains_accuracy(tmp_path: Path) -> None:
+def test_grpo_multiagent_example_gains_accuracy(tmp_path: Path, rlinf_script: Any) -> None:
     """The full multi-agent example (a lead and subagents sharing one Qwen2-architecture model;
     16 agent processes) through ``rlinf train`` on its default scheduler: at least +15 pp of
     held-out accuracy over its warm start. Measured (seed 0, 2026-11-27): 0.348 -> 0.848 (+50.0 pp)
     in 2101 s by hand; 0.348 -> 0.820 (+47.3 pp) in 2298 s through this test."""
     run_dir = tmp_path / "run"
-    proc = _rlinf(
-        "train", str(EXAMPLES / "grpo_multiagent.yaml"), "--run-dir", str(run_dir), "--quiet", timeout=3500
+    proc = rlinf_script(
+        "train",
+        str(EXAMPLES / "grpo_multiagent.yaml"),
+        "--run-dir",
+        str(run_dir),
+        "--quiet",
+        timeout=3500,
+        cwd=EXAMPLES.parent,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
