@@ -167,6 +167,12 @@ def test_node_group_style_string():
     assert {got[p][0] for p in range(200, 300)} == {2} and {got[p][0] for p in range(300, 400)} == {3}
 
 
+def test_empty_parts_are_skipped_as_rlinf_does():
+    # RLinf's parse_rank_config skips the empty parts of "0-1," (rlinf/scheduler/cluster/utils.py)
+    assert _expand("0-1,", 4) == _expand("0-1", 4)
+    assert _expand("0,,2", 4) == [(0,), (2,)]
+
+
 def test_all_selects_every_resource():
     assert _expand("all", 3) == [(0,), (1,), (2,)]
     assert _expand("all:0-1", 4) == [(0, 1), (2, 3)]
@@ -176,7 +182,8 @@ def test_all_selects_every_resource():
     ("text", "fragment"),
     [
         ("", "blank"),
-        ("0-3,", "empty part"),
+        (",", "has no ranks"),
+        (" , ", "has no ranks"),
         ("a", "'a' is not a resource rank"),
         ("-1", "cannot be negative"),
         ("3-1", "descending; write 1-3"),

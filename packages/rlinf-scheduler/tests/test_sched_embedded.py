@@ -29,7 +29,10 @@ def test_embedded_ray_runs_workers_at_the_drivers_priority(monkeypatch: pytest.M
     # yield their CPU to any other process (a benchmark's peer, a colleague's job).
     for var in ("RAY_worker_niceness", "RAY_ADDRESS", "RLINF_NODE_RANK"):
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.delenv("RLINF_KEEP_RAY_SESSION", raising=False)
     cluster = Cluster(1, ray_init={"num_cpus": 1})
+    session = cluster._embedded_node.get_session_dir_path()
+    assert os.path.isdir(session)
     try:
         plan = cluster.plan(
             {"num_nodes": 1, "component_placement": {"probe": {"node_group": "node", "placement": "0"}}}
@@ -41,6 +44,8 @@ def test_embedded_ray_runs_workers_at_the_drivers_priority(monkeypatch: pytest.M
             group.shutdown()
     finally:
         cluster.shutdown()
+    # each run's embedded Ray takes its session folder (logs, sockets) with it
+    assert not os.path.exists(session)
 
 
 # What a raylet wrote to raylet.err when its dashboard agent missed the 15 s window (a loaded

@@ -53,12 +53,13 @@ def plan_cmd(
     CONFIG is a full run config; only its `cluster` section is read. Nothing is contacted:
     robots come from the config's hardware.configs, accelerators from the inventory.
     """
+    from rlinf_core.compose import load_config
     from rlinf_core.config import load_yaml
     from rlinf_scheduler.placement import Inventory, plan_placement, render_table
 
     if inventory_path is not None and gpus_per_node is not None:
         raise click.UsageError("give --inventory or --gpus-per-node, not both")
-    data = load_yaml(config)
+    data = load_config(config)
     from rlinf_core.pools import is_seed_form
 
     if "cluster" not in data and is_seed_form(data):
@@ -574,9 +575,9 @@ def doctor_cmd(address: str | None, num_nodes: int | None, config_path: Path | N
     )
 
     if config_path is not None:
-        from rlinf_core.config import load_yaml
+        from rlinf_core.compose import load_config
 
-        section = load_yaml(config_path).get("cluster")
+        section = load_config(config_path).get("cluster")
         value = section.get("num_nodes") if isinstance(section, dict) else None
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"{config_path} has no valid cluster.num_nodes", "cluster.num_nodes")

@@ -79,11 +79,12 @@ def parse_placement(text: str | int, *, path: str = "") -> tuple[PlacementPart, 
         raise ConfigError(f"the placement string is blank (expected {PLACEMENT_HELP})", path)
     problems: list[ConfigProblem] = []
     parts: list[PlacementPart] = []
-    for raw in text.split(","):
-        part = raw.strip()
+    raws = [raw.strip() for raw in text.split(",")]
+    if not any(raws):
+        raise ConfigError(f"the placement string {text!r} has no ranks (expected {PLACEMENT_HELP})", path)
+    for part in raws:
         if not part:
-            problems.append(ConfigProblem(path, f"empty part in {text!r} (expected {PLACEMENT_HELP})"))
-            continue
+            continue  # "0-1," or "0,,1": RLinf skips empty parts, and so does rlinf
         res_text, sep, proc_text = part.partition(":")
         if sep and ":" in proc_text:
             problems.append(ConfigProblem(path, f"part {part!r} has more than one ':' (expected res[:proc])"))

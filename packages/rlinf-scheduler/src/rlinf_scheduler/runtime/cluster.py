@@ -37,6 +37,7 @@ from rlinf_scheduler.runtime.embedded import (
     embedded_start_failure,
     free_tcp_ports,
     raylet_fatal_line,
+    remove_session_dir,
     start_local_node,
 )
 from rlinf_scheduler.runtime.node_info import (
@@ -632,6 +633,7 @@ class Cluster:
         node, self._embedded_node = self._embedded_node, None
         if node is not None:
             node.kill_all_processes(check_alive=False, allow_graceful=True)
+            remove_session_dir(node)
 
     def __enter__(self) -> Cluster:
         return self

@@ -9,8 +9,10 @@ log that Ray's own message leaves out.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
+import shutil
 import socket
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -26,8 +28,12 @@ __all__ = [
     "free_tcp_ports",
     "loopback_node_ip",
     "raylet_fatal_line",
+    "remove_session_dir",
     "start_local_node",
 ]
+
+KEEP_SESSION_ENV = "RLINF_KEEP_RAY_SESSION"
+"""Set to ``1`` to keep an embedded Ray's session folder (its logs) after the run, for debugging."""
 
 LOOPBACK = "127.0.0.1"
 """The embedded Ray's address: it serves this machine only (RLinf's ``ray.init()`` binds every
@@ -94,6 +100,30 @@ def start_local_node(ray_init: Mapping[str, Any]) -> Any:
     )
     with loopback_node_ip():
         return Node(params, head=True, shutdown_at_exit=True, spawn_reaper=True)
+
+
+def remove_session_dir(node: Any) -> str | None:
+    """Remove the session folder (``TEMP/session_<time>_<pid>``: logs, sockets, runtime
+    resources) of an embedded Ray whose processes have been stopped, and ``session_latest`` when
+    it points there; return the removed path. Each run starts its own embedded Ray, so without this
+    the temp folder gains a session per run (tens of MB a day on a busy machine). Kept when
+    :data:`KEEP_SESSION_ENV` is ``1``."""
+    if os.environ.get(KEEP_SESSION_ENV, "") == "1":
+        return None
+    try:
+        session = node.get_session_dir_path()
+    except Exception:  # pragma: no cover - a node that never got a session
+        return None
+    if not session or not os.path.isdir(session) or not os.path.basename(session).startswith("session_"):
+        return None
+    latest = os.path.join(os.path.dirname(session), "session_latest")
+    with contextlib.suppress(OSError):
+        if os.path.islink(latest) and os.path.realpath(latest) == os.path.realpath(session):
+            os.unlink(latest)
+    shutil.rmtree(session, ignore_errors=True)
+    if os.path.exists(session):  # pragma: no cover - a file held open by a process still exiting
+        logging.getLogger(__name__).debug("could not remove all of %s", session)
+    return session
 
 
 @contextlib.contextmanager
