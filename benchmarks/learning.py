@@ -232,7 +232,7 @@ def ppo(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             "steps": s["total_env_steps"],
             "final_return": s["final_return_mean"],
             "best_return": s["best_return_mean"],
-            "eval_return": evaluate(run_dir / "policy.pt", seed),
+            "eval_return": evaluate(run_dir / "policy.safetensors", seed),
             "sps": s["env_steps_per_s"],
             "wall_s": s["wall_s"],
             "cpu_s": cpu,
@@ -354,7 +354,7 @@ def sb3_sac_child(steps: int, seed: int, out: str, max_wall: float | None, threa
                 "return_sum": ret_sum,
             }
         )
-    model.save(str(Path(out).with_suffix(".zip")))  # the final policy, to study beside rlinf's policy.pt
+    model.save(str(Path(out).with_suffix(".zip")))  # beside rlinf's policy.safetensors
     eval_env = make_vec_env(ENV_ID, n_envs=1, seed=10_000 + seed)
     mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=10, deterministic=True)
     Path(out).write_text(
@@ -496,7 +496,7 @@ def sac(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 "samples": rl_rows,
                 "steps": s.get("total_env_steps", int(rl_rows[-1]["step"]) if rl_rows else 0),
                 "wall_s": s.get("wall_s"),
-                "eval_return": evaluate(run_dir / "policy.pt", seed),
+                "eval_return": evaluate(run_dir / "policy.safetensors", seed),
                 "interrupted": s.get("interrupted", not rl_summary.exists()),
             }
         if not rl_summary.exists():

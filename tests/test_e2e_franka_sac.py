@@ -65,7 +65,7 @@ def test_franka_reach_sac_learns(tmp_path: Path) -> None:
     all on the idle 2-core development machine; earlier measurements in benchmarks/RESULTS.md).
     The same run checks the wiring (it replaced a fast-suite smoke run of the same example, to
     keep CI within its budget): the success rate is reported everywhere, and ``rlinf eval``
-    rebuilds the env with the example's kwargs (flat observations) from ``policy.pt``."""
+    rebuilds the env with the example's kwargs (flat observations) from ``policy.safetensors``."""
     run_dir = tmp_path / "reach"
     proc = run("train", str(EXAMPLE), "--run-dir", str(run_dir), timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]

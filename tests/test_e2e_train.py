@@ -45,7 +45,14 @@ def test_quickstart_small_budget_writes_the_run_directory(tmp_path: Path) -> Non
     assert "done: 8192 env steps" in proc.stdout
     assert "step 8192/8192" in proc.stderr  # the progress lines (no terminal: one per metrics row)
     names = {p.name for p in run_dir.iterdir()}
-    assert {"config.yaml", "metrics.csv", "tensorboard", "checkpoints", "policy.pt", "summary.json"} <= names
+    assert {
+        "config.yaml",
+        "metrics.csv",
+        "tensorboard",
+        "checkpoints",
+        "policy.safetensors",
+        "summary.json",
+    } <= names
     summary = json.loads((run_dir / "summary.json").read_text())
     for key in ("total_env_steps", "wall_s", "env_steps_per_s", "final_return_mean", "best_return_mean"):
         assert key in summary
@@ -54,9 +61,9 @@ def test_quickstart_small_budget_writes_the_run_directory(tmp_path: Path) -> Non
         table = list(csv.DictReader(f))
     assert [int(r["step"]) for r in table] == [4096, 8192]
     assert {"step", "wall_s", "episode_return_mean"} <= set(table[0])
-    assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*.pt")) == [
-        "step_0000004096.pt",
-        "step_0000008192.pt",
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*.safetensors")) == [
+        "step_0000004096.safetensors",
+        "step_0000008192.safetensors",
     ]
     ev = subprocess.run(
         [rlinf(), "eval", str(run_dir), "--episodes", "2"], capture_output=True, text=True, timeout=300
@@ -96,7 +103,7 @@ def test_quickstart_learns_then_resumes_on_two_fsdp_ranks(tmp_path: Path) -> Non
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     after = json.loads((run_dir / "summary.json").read_text())
     assert after["learner_world_size"] == 2 and after["learner"]["strategy"] == "fsdp"
-    assert after["resumed_from"].endswith(f"step_{summary['total_env_steps']:010d}.pt")
+    assert after["resumed_from"].endswith(f"step_{summary['total_env_steps']:010d}.safetensors")
     assert after["total_env_steps"] >= 110000 and after["final_return_mean"] >= 300, after
 
 
@@ -141,9 +148,9 @@ def test_ctrl_c_checkpoints_and_resume_continues(tmp_path: Path, how: str, code:
     assert ("interrupted" if code == 130 else "terminated (SIGTERM)") in err and "Traceback" not in err
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["interrupted"] is True and 0 < summary["total_env_steps"] < 200000
-    ckpts = sorted((run_dir / "checkpoints").glob("step_*.pt"))
-    assert ckpts and ckpts[-1].name == f"step_{summary['total_env_steps']:010d}.pt"
-    assert (run_dir / "policy.pt").is_file()
+    ckpts = sorted((run_dir / "checkpoints").glob("step_*.safetensors"))
+    assert ckpts and ckpts[-1].name == f"step_{summary['total_env_steps']:010d}.safetensors"
+    assert (run_dir / "policy.safetensors").is_file()
     target = summary["total_env_steps"] + 4096
     done = subprocess.run(
         [rlinf(), "train", str(QUICKSTART), f"runner.total_steps={target}", "--resume", str(run_dir)],

@@ -18,6 +18,7 @@ from rlinf_algos.evaluate import load_policy
 from rlinf_algos.rundir import latest_checkpoint
 from rlinf_algos.runtime.actor import digest as _digest
 from rlinf_algos.runtime.training import run_training
+from rlinf_algos.safe_state import load_state
 
 pytestmark = pytest.mark.network
 
@@ -75,16 +76,16 @@ def test_ppo_run_writes_the_run_directory(ray_cluster: Any, tmp_path: Path) -> N
     assert float(table[-1]["episode_return_mean"]) > 0
     assert (tmp_path / "config.yaml").is_file()
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
-    ckpts = sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*.pt"))
-    assert ckpts == ["step_0000000256.pt", "step_0000000512.pt"]
-    module, record = load_policy(tmp_path / "policy.pt")
+    ckpts = sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*.safetensors"))
+    assert ckpts == ["step_0000000256.safetensors", "step_0000000512.safetensors"]
+    module, record = load_policy(tmp_path / "policy.safetensors")
     assert record["env_id"] == ENV and record["algorithm"] == "ppo"
     assert module.predict(torch.zeros(1, 4)).shape == (1, 1)
 
 
 def test_resume_restores_the_learner_exactly(ray_cluster: Any, tmp_path: Path) -> None:
     run_training(ppo_config(checkpoint_interval=256, total_steps=256), run_dir=tmp_path)
-    saved = torch.load(latest_checkpoint(tmp_path), weights_only=False)
+    saved = load_state(latest_checkpoint(tmp_path))
     assert saved["run"]["steps"] == 256
     seen: dict[str, Any] = {}
 
@@ -100,10 +101,12 @@ def test_resume_restores_the_learner_exactly(ray_cluster: Any, tmp_path: Path) -
     )
     # the actor holds exactly the checkpointed weights, optimiser, RNG and statistics
     assert seen == {"digest": _digest(saved["actor"]), "k": 1}
-    assert summary["total_env_steps"] == 512 and summary["resumed_from"].endswith("step_0000000256.pt")
+    assert summary["total_env_steps"] == 512 and summary["resumed_from"].endswith(
+        "step_0000000256.safetensors"
+    )
     steps = [int(r["step"]) for r in rows(tmp_path)]
     assert steps == [256, 512]
-    after = torch.load(latest_checkpoint(tmp_path), weights_only=False)
+    after = load_state(latest_checkpoint(tmp_path))
     opt_before = saved["actor"]["learner"]["optimizer"]["state"][0]["step"]
     opt_after = after["actor"]["learner"]["optimizer"]["state"][0]["step"]
     assert float(opt_after) == float(opt_before) * 2  # one more iteration of the same minibatch steps
@@ -141,9 +144,9 @@ def test_sac_streams_transitions_to_the_learner(ray_cluster: Any, tmp_path: Path
     # message are at most two messages' worth of gradient steps behind the learner that takes it
     lags = [float(r["policy_lag"]) for r in table]
     assert all(0 <= lag <= 32 for lag in lags), lags
-    state = torch.load(latest_checkpoint(tmp_path), weights_only=False)
+    state = load_state(latest_checkpoint(tmp_path))
     assert len(state["actor"]["buffer"]["rewards"]) == 384
-    _, record = load_policy(tmp_path / "policy.pt")
+    _, record = load_policy(tmp_path / "policy.safetensors")
     assert record["algorithm"] == "sac"
 
 
@@ -185,7 +188,7 @@ def test_rollout_only_runs_env_and_rollout_workers_without_learning(ray_cluster:
     assert summary["rollout_only"] and summary["total_env_steps"] == 512
     assert summary["workers"]["rollout"] == 2 and summary["env_steps_per_s"] > 0
     assert summary["episodes"] > 0
-    assert not (tmp_path / "policy.pt").exists() and not (tmp_path / "checkpoints").exists()
+    assert not (tmp_path / "policy.safetensors").exists() and not (tmp_path / "checkpoints").exists()
     assert [int(r["step"]) for r in rows(tmp_path)] == [256, 512]
 
 
@@ -231,12 +234,12 @@ def test_grpo_runs_whole_episode_groups_on_reward_and_reference_workers(
     assert all(0 < b - a <= 8 * 25 for a, b in zip([0, *steps], steps, strict=False))
     assert all(float(r["kl_ref"]) >= 0 and float(r["policy_lag"]) <= 1 for r in table)
     assert float(table[0]["kl_ref"]) < 1e-3  # the first update starts from the reference itself
-    ckpt = torch.load(latest_checkpoint(tmp_path), weights_only=False)
+    ckpt = load_state(latest_checkpoint(tmp_path))
     assert ckpt["algorithm"] == "grpo" and "reference" in ckpt
     # the reference is the initial policy, frozen: the actor has moved away from it
     actor_w = ckpt["actor"]["learner"]["model"]["actor_mean.0.weight"]
     assert not torch.equal(ckpt["reference"]["actor_mean.0.weight"], actor_w)
-    module, record = load_policy(tmp_path / "policy.pt")
+    module, record = load_policy(tmp_path / "policy.safetensors")
     assert record["algorithm"] == "grpo" and module.predict(torch.zeros(1, 4)).shape == (1, 1)
 
 

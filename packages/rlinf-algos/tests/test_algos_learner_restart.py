@@ -21,6 +21,7 @@ import yaml
 from rlinf_algos.evaluate import load_policy
 from rlinf_algos.runtime.distributed import RunFailed
 from rlinf_algos.runtime.training import run_training
+from rlinf_algos.safe_state import load_state
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 
@@ -100,12 +101,12 @@ def test_a_killed_learner_is_restarted_from_the_newest_checkpoint(ray_cluster: A
     (event,) = summary["learner_restarts"]
     assert set(event) == {"step", "reason", "checkpoint", "steps_lost"}
     # iterations 0-4 were collected (1280 env steps), the newest checkpoint is at 1024
-    assert event["checkpoint"].endswith("step_0000001024.pt")
+    assert event["checkpoint"].endswith("step_0000001024.safetensors")
     assert 0 < event["steps_lost"] <= INTERVAL and event["step"] - event["steps_lost"] == 1024
     assert "died" in event["reason"]
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert on_disk["learner_restarts"] == summary["learner_restarts"]
-    assert "restarted the learner from step_0000001024.pt" in "\n".join(summary["events"])
+    assert "restarted the learner from step_0000001024.safetensors" in "\n".join(summary["events"])
     # the rows after the checkpoint were dropped and written again once: no step twice
     assert rows(tmp_path) == [BATCH * i for i in range(1, 9)]
     # every update took one rollout rank's trajectory of one generation and one weight version,
@@ -114,10 +115,10 @@ def test_a_killed_learner_is_restarted_from_the_newest_checkpoint(ray_cluster: A
         assert len(batch["gens"]) == 1 and len(batch["versions"]) == 1, batch
         assert batch["versions"][0] <= batch["learner_version"], batch
     assert [b["iteration"] for b in seen["log"]][-4:] == [4, 5, 6, 7]
-    state = torch.load(tmp_path / "checkpoints" / "step_0000002048.pt", weights_only=False)
+    state = load_state(tmp_path / "checkpoints" / "step_0000002048.safetensors")
     assert state["actor"]["learner"]["version"] == 8  # one update per iteration, none twice
     assert state["run"]["learner_restarts"] == summary["learner_restarts"]
-    _, record = load_policy(tmp_path / "policy.pt")
+    _, record = load_policy(tmp_path / "policy.safetensors")
     assert record["algorithm"] == "ppo"
 
 
@@ -132,16 +133,16 @@ def test_without_restarts_left_the_message_names_the_checkpoint_and_the_resume_c
             callbacks={"on_collecting": kill_learner_at(3, killed)},
         )
     message = str(failure.value)
-    newest = tmp_path / "checkpoints" / "step_0000000512.pt"
+    newest = tmp_path / "checkpoints" / "step_0000000512.safetensors"
     assert killed and "the learner (actor worker) died at env step" in message
     assert "runner.max_restarts=0" in message and str(newest) in message
     command = f"rlinf train {tmp_path / 'config.yaml'} --resume {tmp_path}"
     assert f"`{command}`" in message
-    assert "policy.pt" in message and "Traceback" not in message
+    assert "policy.safetensors" in message and "Traceback" not in message
     # the last good state: the newest weights the rollout worker held, and the summary
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert message.startswith(summary["error"]) and summary["learner_restarts"] == []
-    module, record = load_policy(tmp_path / "policy.pt")
+    module, record = load_policy(tmp_path / "policy.safetensors")
     assert record["algorithm"] == "ppo" and module.predict(torch.zeros(1, 4)).shape == (1, 1)
     # the advertised command continues the run: its config.yaml, --resume on the run directory
     config = yaml.safe_load((tmp_path / "config.yaml").read_text())
@@ -169,11 +170,11 @@ def test_a_learner_group_that_loses_a_rank_restarts_as_a_group(ray_cluster: Any,
     assert killed and summary["learner_world_size"] == 2
     assert summary["total_env_steps"] == 8 * BATCH and len(summary["learner_restarts"]) == 1
     (event,) = summary["learner_restarts"]
-    assert event["checkpoint"].endswith("step_0000001024.pt") and "died" in event["reason"], event
+    assert event["checkpoint"].endswith("step_0000001024.safetensors") and "died" in event["reason"], event
     assert not set(pids[0]) & set(pids[-1])  # both ranks are new processes
     assert rows(tmp_path) == [BATCH * i for i in range(1, 9)]
-    state = torch.load(tmp_path / "checkpoints" / "step_0000002048.pt", weights_only=False)
+    state = load_state(tmp_path / "checkpoints" / "step_0000002048.safetensors")
     assert state["actor"]["learner"]["version"] == 8  # one update per iteration, none twice
     # the checkpoint of the 2-rank group is the single-process format: one rank resumes it
-    module, record = load_policy(tmp_path / "policy.pt")
+    module, record = load_policy(tmp_path / "policy.safetensors")
     assert record["algorithm"] == "ppo" and module.predict(torch.zeros(1, 4)).shape == (1, 1)

@@ -54,17 +54,21 @@ def test_resume_skips_damaged_checkpoints_and_keeps_the_books_straight(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     run_training(config(), run_dir=tmp_path)
-    ckpts = sorted((tmp_path / "checkpoints").glob("step_*.pt"))
-    assert [p.name for p in ckpts][-2:] == ["step_0000000384.pt", "step_0000000512.pt"]
+    ckpts = sorted((tmp_path / "checkpoints").glob("step_*.safetensors"))
+    assert [p.name for p in ckpts][-2:] == ["step_0000000384.safetensors", "step_0000000512.safetensors"]
     newest = ckpts[-1]
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # cut short
-    (tmp_path / "checkpoints" / "step_0000000640.pt").write_bytes(b"")  # zero bytes
-    stale = tmp_path / "checkpoints" / ".step_0000000768.pt.abc123.tmp"  # a kill mid-write
+    (tmp_path / "checkpoints" / "step_0000000640.safetensors").write_bytes(b"")  # zero bytes
+    stale = tmp_path / "checkpoints" / ".step_0000000768.safetensors.abc123.tmp"  # a kill mid-write
     stale.write_bytes(b"partial")
     with caplog.at_level(logging.WARNING, logger="rlinf.train"):
         summary = run_training(config(768), run_dir=tmp_path, resume=True)
     skipped = [r.getMessage() for r in caplog.records if "skipping the damaged checkpoint" in r.getMessage()]
-    assert len(skipped) == 2 and "step_0000000640.pt" in skipped[0] and "step_0000000512.pt" in skipped[1]
+    assert (
+        len(skipped) == 2
+        and "step_0000000640.safetensors" in skipped[0]
+        and "step_0000000512.safetensors" in skipped[1]
+    )
     assert any("removed" in r.getMessage() and stale.name in r.getMessage() for r in caplog.records)
     assert not stale.exists() and summary["total_env_steps"] == 768
     # resumed from step 384: the rows the first run wrote after it are not repeated
@@ -74,11 +78,11 @@ def test_resume_skips_damaged_checkpoints_and_keeps_the_books_straight(
 def test_a_resume_that_cannot_start_keeps_config_yaml(tmp_path: Path) -> None:
     run_training(config(256), run_dir=tmp_path)
     text = (tmp_path / "config.yaml").read_text()
-    for p in (tmp_path / "checkpoints").glob("step_*.pt"):
+    for p in (tmp_path / "checkpoints").glob("step_*.safetensors"):
         p.write_bytes(b"not a checkpoint")
     with pytest.raises(RlinfError) as err:
         run_training(config(1024), run_dir=tmp_path, resume=True)
-    assert "no checkpoint of" in str(err.value) and "step_0000000256.pt" in str(err.value)
+    assert "no checkpoint of" in str(err.value) and "step_0000000256.safetensors" in str(err.value)
     assert (tmp_path / "config.yaml").read_text() == text
 
 

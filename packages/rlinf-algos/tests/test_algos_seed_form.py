@@ -200,7 +200,7 @@ def test_cpu_variant_trains_through_python_m_rlinf_train(tmp_path: Path) -> None
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["total_env_steps"] >= 4000
-    assert (run_dir / "policy.pt").exists() and (run_dir / "checkpoints").is_dir()
+    assert (run_dir / "policy.safetensors").exists() and (run_dir / "checkpoints").is_dir()
     assert "expanded the worker-pool form" in res.stderr
     written = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert written["env"]["id"] == "rlinf/FrankaReach-v0"  # the run records the expanded config

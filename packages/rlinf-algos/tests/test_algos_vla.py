@@ -26,6 +26,7 @@ from rlinf_algos.envs import VectorEnvStepper
 from rlinf_algos.models import build_policy
 from rlinf_algos.models.vla import hash_tokens, random_shift
 from rlinf_algos.replay import ReplayBuffer
+from rlinf_algos.safe_state import load_state
 from rlinf_scheduler.link import Link
 
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -353,7 +354,7 @@ def test_ppo_trains_a_vla_policy_and_eval_reproduces_with_videos(
     assert res.exit_code == 0, res.output + repr(res.exception)
     params = json.loads((run / "summary.json").read_text())["parameters"]
     assert 0 < params["trainable"] == params["total"]
-    record = torch.load(run / "policy.pt", weights_only=False)
+    record = load_state(run / "policy.safetensors")
     assert record["obs_mode"] == "pixels+state" and record["image_size"] == [24, 24]
     outs = []
     for _ in range(2):

@@ -17,6 +17,7 @@ from rlinf_algos.config import WarmStartConfig
 from rlinf_algos.envs import VectorEnvStepper
 from rlinf_algos.models import build_policy
 from rlinf_algos.perception import SEED_OFFSET, collect_frames, fit_perception, warm_start_policy
+from rlinf_algos.safe_state import load_state
 from rlinf_core.errors import ConfigError
 
 pytest.importorskip("rlinf_hw_franka", reason="rlinf/FrankaInstructReach-v0 comes with rlinf-hw-franka")
@@ -26,7 +27,15 @@ ENV = "rlinf/FrankaInstructReach-v0"
 
 def _env(privileged: bool = True, num_envs: int = 4) -> SimpleNamespace:
     kwargs = {"image_size": [32, 32], **({"privileged": True} if privileged else {})}
-    return SimpleNamespace(id=ENV, num_envs=num_envs, kwargs=kwargs, obs_mode="state", image_size=(64, 64))
+    return SimpleNamespace(
+        id=ENV,
+        num_envs=num_envs,
+        kwargs=kwargs,
+        obs_mode="state",
+        image_size=(64, 64),
+        max_episode_steps=None,
+        wrappers=[],
+    )
 
 
 def _spec() -> dict[str, Any]:
@@ -131,28 +140,54 @@ def _config(tmp: Path, scheduler: str, **algorithm: Any) -> Path:
 @pytest.mark.parametrize("scheduler", ["local", pytest.param("ray", marks=pytest.mark.slow)])
 def test_training_starts_from_the_warm_start(tmp_path: Path, host: Any, invoke: Any, scheduler: str) -> None:
     run = tmp_path / "run"
-    # a learning rate of 1e-12 leaves the weights where they started: policy.pt shows where that was
+    # a learning rate of 1e-12 leaves the weights where they started: policy.safetensors shows where that was
     res = invoke(host, "train", str(_config(tmp_path, scheduler, lr=1e-12)), "--run-dir", str(run), "--quiet")
     assert res.exit_code == 0, res.output + repr(res.exception)
     summary = json.loads((run / "summary.json").read_text())
     warm = summary["warm_start"]
     assert warm["frames"] == 48 and warm["scenes"] >= 12 and warm["val_error_m"] > 0
-    saved = torch.load(run / "warm_start.pt", weights_only=False)
+    saved = load_state(run / "warm_start.safetensors")
     assert saved["record"] == warm
-    final = torch.load(run / "policy.pt", weights_only=False)["state_dict"]
+    final = load_state(run / "policy.safetensors")["state_dict"]
     for name, tensor in saved["state_dict"].items():
         if "state_norm" not in name:  # the state statistics go on folding in each batch
             assert torch.allclose(final[name], tensor, atol=1e-6), name
     # a fresh policy of the same seed differs: the weights did come from the warm start
     fresh = build_policy(saved["spec"]).state_dict()
     assert not torch.allclose(fresh["encoder.cnn.0.weight"], final["encoder.cnn.0.weight"])
+    if scheduler == "local":  # the saved policies in a user's loop: dict observations, text included
+        _act_in_a_gymnasium_loop(run)
+        res = invoke(host, "eval", str(run), "--warm-start", "-n", "1", "--json")
+        assert res.exit_code == 0, res.output + repr(res.exception)
+        assert json.loads(res.output)["episodes"] == 1
+
+
+def _act_in_a_gymnasium_loop(run: Path) -> None:
+    import gymnasium as gym
+
+    from rlinf_algos import load_policy
+    from rlinf_algos.envs import ensure_registered
+
+    ensure_registered(ENV)
+    env = gym.make(ENV, privileged=True, image_size=[32, 32])
+    try:
+        obs, _ = env.reset(seed=0)
+        for policy in (load_policy(run), load_policy(run, warm_start=True)):
+            assert policy.path.name in ("policy.safetensors", "warm_start.safetensors")
+            action = policy.act(obs)
+            assert action.shape == (3,) and env.action_space.contains(action)
+            obs, *_ = env.step(action)
+            batch = {k: ([v, v] if isinstance(v, str) else np.stack([v, v])) for k, v in obs.items()}
+            assert policy.act(batch).shape == (2, 3)
+    finally:
+        env.close()
 
 
 def test_warm_start_policy_writes_its_record(tmp_path: Path) -> None:
     opts = WarmStartConfig(frames=24, episode_steps=3, epochs=1, batch_size=8)
     lines: list[str] = []
     state, record = warm_start_policy(_spec(), _env(), opts, 0, tmp_path / "r", lines.append)
-    assert (tmp_path / "r" / "warm_start.pt").exists()
+    assert (tmp_path / "r" / "warm_start.safetensors").exists()
     assert any("frames from" in line for line in lines) and any("epoch 1/1" in line for line in lines)
     assert set(state) == set(build_policy(_spec()).state_dict())
     assert record["frames"] == 24

@@ -1,4 +1,5 @@
-"""Saved policies: load ``policy.pt`` and evaluate it in the env it was trained on (``rlinf eval``)."""
+"""Saved policies: load ``policy.safetensors`` and evaluate it in the env it was trained on
+(``rlinf eval``). Nothing is loaded with pickle (:mod:`rlinf_algos.run_files`)."""
 
 from __future__ import annotations
 
@@ -10,24 +11,36 @@ import torch
 
 from rlinf_algos.envs import batch_obs, make_vector_env
 from rlinf_algos.models import build_policy
+from rlinf_algos.run_files import POLICY, UnsafeStateFile, policy_file, read_state
+from rlinf_algos.safe_state import StateFileError
 from rlinf_core.errors import RlinfError
 
 __all__ = ["evaluate_policy", "load_policy", "summarize_episodes"]
 
 
 def load_policy(path: Path) -> tuple[torch.nn.Module, dict[str, Any]]:
-    """Rebuild the policy saved as ``policy.pt`` by :func:`train`: ``(module, record)``; the
-    module's ``predict(raw_obs, deterministic)`` maps a batch of raw observations (``[B, D]``,
-    or a dict of arrays) to actions."""
+    """Rebuild the policy saved as ``policy.safetensors`` (or ``warm_start.safetensors``, or an
+    earlier version's ``.pt`` that holds only tensors and plain data) by a run: ``(module,
+    record)``; the module's ``predict(raw_obs, deterministic)`` maps a batch of raw observations
+    (``[B, D]``, or a dict of arrays) to actions. A path to a run directory reads its policy.
+
+    Raises:
+        RlinfError: no file, a damaged one, or one that is not a policy (one line, naming it);
+            :class:`~rlinf_algos.run_files.UnsafeStateFile` for a legacy pickle that names more.
+    """
     path = Path(path)
+    if path.is_dir():
+        path = policy_file(path)
     if not path.is_file():
-        raise RlinfError(
-            f"no saved policy at {path} (a finished or interrupted run writes RUN_DIR/policy.pt)"
-        )
-    redo = "train again, or evaluate another run's policy.pt"
+        raise RlinfError(f"no saved policy at {path} (a finished or interrupted run writes RUN_DIR/{POLICY})")
+    redo = f"train again, or evaluate another run's {POLICY}"
     try:
-        record = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:  # a truncated zip, a zero-byte file, another format
+        record = read_state(path)
+    except UnsafeStateFile:
+        raise
+    except StateFileError as err:  # says which file, and how it is damaged
+        raise RlinfError(f"{err}: not a policy rlinf can read; {redo}") from None
+    except Exception as err:  # a truncated file, a zero-byte file, another format
         raise RlinfError(
             f"{path} cannot be loaded ({_why(err)}): the file is damaged or not a policy; {redo}"
         ) from None
@@ -89,6 +102,10 @@ def evaluate_policy(
     if episodes < 1:
         raise ValueError("evaluate_policy: episodes must be at least 1")
     module, record = load_policy(path)
+    if not isinstance(record.get("env_id"), str):
+        raise RlinfError(
+            f"{path} does not name the env it was trained in (no env_id in it): it cannot be evaluated"
+        )
     n = max(1, min(num_envs, episodes))
     obs_mode = record.get("obs_mode", "state")
     env_kwargs = dict(record.get("env_kwargs") or {})
@@ -101,6 +118,7 @@ def evaluate_policy(
         max_episode_steps=record.get("max_episode_steps"),
         obs_mode=obs_mode,
         image_size=tuple(record.get("image_size") or (64, 64)),
+        wrappers=record.get("env_wrappers"),
     )
     if video_dir is not None and _frame(batch_obs(obs), 0) is None:
         envs.close()  # no images to show: build it again, rendering
@@ -113,6 +131,7 @@ def evaluate_policy(
             seed,
             env_kwargs=env_kwargs,
             max_episode_steps=record.get("max_episode_steps"),
+            wrappers=record.get("env_wrappers"),
         )
         render = True
     generator = torch.Generator().manual_seed(seed)

@@ -27,7 +27,7 @@ as RLinf's users start RL from a pretrained VLA, a run can first teach its encod
    training image, off by default: it blurs where a fixed camera puts the cube); a tenth of the
    scenes is held out and the error on them reported;
 3. RL starts from those weights (every rank and the rollout workers get them as version 0;
-   ``run_dir/warm_start.pt`` keeps them).
+   ``run_dir/warm_start.safetensors`` keeps them; ``rlinf eval RUN --warm-start`` evaluates them).
    The auxiliary loss keeps training during RL, so the encoder does not forget; the policy and
    value heads read its prediction beside the features (:class:`~rlinf_algos.models.vla.VLAActorCritic`).
 
@@ -277,8 +277,9 @@ def warm_start_policy(
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The whole warm start (see the module docstring) for the policy of ``spec``: its state
     dict, to start RL from, and a record for ``summary.json`` (frames, scenes, times, the
-    held-out error). With ``run_dir`` both are also written to ``run_dir/warm_start.pt``
-    (atomically; ``spec`` and ``state_dict`` as in ``policy.pt``, and ``record``). Progress goes
+    held-out error). With ``run_dir`` both are also written to ``run_dir/warm_start.safetensors``
+    (atomically; ``spec``, ``state_dict`` and the env record as in ``policy.safetensors``, and
+    ``record``). Progress goes
     to ``say`` (default: the ``rlinf.train`` log, where a run's other messages go)."""
     if say is None:
         say = logging.getLogger("rlinf.train").warning
@@ -296,11 +297,10 @@ def warm_start_policy(
     state = model.state_dict()
     record = {k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()}
     if run_dir is not None:
-        from rlinf_algos.rundir import atomic_torch_save
+        from rlinf_algos.run_files import WARM_START, write_state
+        from rlinf_algos.rundir import env_record
 
         spec = {k: v for k, v in spec.items() if k != "num_slots"}
-        Path(run_dir).mkdir(parents=True, exist_ok=True)
-        atomic_torch_save(
-            {"spec": spec, "state_dict": state, "record": record}, Path(run_dir) / "warm_start.pt"
-        )
+        saved = {**env_record(env_cfg), "spec": spec, "state_dict": state, "record": record}
+        write_state(saved, Path(run_dir) / WARM_START)
     return state, record

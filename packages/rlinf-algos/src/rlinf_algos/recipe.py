@@ -130,7 +130,7 @@ class LearnerSide(ABC):
 
     @abstractmethod
     def final_state_dict(self) -> dict[str, Any]:
-        """The weights of ``policy.pt``."""
+        """The weights of ``policy.safetensors``."""
 
     def close(self) -> None:  # noqa: B027 - optional; most learners run nothing beside
         """Stop whatever the learner runs beside (threads)."""
@@ -159,7 +159,7 @@ class LocalSession(ABC):
 
     @abstractmethod
     def policy_state_dict(self) -> dict[str, Any]:
-        """The weights of ``policy.pt``."""
+        """The weights of ``policy.safetensors``."""
 
     def policy_module(self) -> Any:
         """The policy module itself (its parameter counts go into ``summary.json``): the

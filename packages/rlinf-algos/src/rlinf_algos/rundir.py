@@ -7,12 +7,14 @@ A run directory holds:
   (:data:`BASE_COLUMNS`, the algorithm's columns, ``success_rate``);
 - ``tensorboard/``: the same scalars as TensorBoard event files; ``wandb/`` with the ``wandb``
   logger;
-- ``checkpoints/step_<n>.pt``: everything needed to continue (``--resume``);
-- ``policy.pt``: the final policy (weights and the spec to rebuild it);
+- ``checkpoints/step_<n>.safetensors``: everything needed to continue (``--resume``);
+- ``policy.safetensors``: the final policy (weights and the spec to rebuild it);
 - ``summary.json``: the run's headline figures.
 
 Every file is written atomically (a temp file in the same folder, fsync, ``os.replace``): a
-crash never leaves a truncated checkpoint, policy or summary behind.
+crash never leaves a truncated checkpoint, policy or summary behind. State files are
+safetensors, never pickles (:mod:`rlinf_algos.run_files`: names, readers, earlier versions'
+``.pt`` files).
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rlinf_algos.run_files import POLICY, UnsafeStateFile, checkpoint_files, read_state
 from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
-from rlinf_core.io import atomic_open, atomic_write_text
+from rlinf_core.io import atomic_write_text
 
 __all__ = [
     "BASE_COLUMNS",
@@ -36,7 +39,6 @@ __all__ = [
     "MetricsLog",
     "MetricsSinks",
     "RunRecorder",
-    "atomic_torch_save",
     "best_of",
     "check_resume_config",
     "checkpoints",
@@ -59,17 +61,8 @@ BASE_COLUMNS = ("step", "wall_s", "episode_return_mean", "episode_length_mean", 
 # -- files ---------------------------------------------------------------------------------------
 
 
-def atomic_torch_save(obj: Any, path: Path) -> None:
-    """``torch.save`` to a temp file in ``path``'s folder, fsync, then ``os.replace``: a crash
-    mid-save never leaves a truncated file at ``path``."""
-    import torch
-
-    with atomic_open(path) as f:
-        torch.save(obj, f)
-
-
 def env_record(env_cfg: Any) -> dict[str, Any]:
-    """What ``policy.pt`` records of the ``env`` section, so that ``rlinf eval`` builds the env
+    """What ``policy.safetensors`` records of the ``env`` section, so that ``rlinf eval`` builds the env
     the policy was trained in (its kwargs, time limit and observation mode)."""
     return {
         "env_id": env_cfg.id,
@@ -77,6 +70,7 @@ def env_record(env_cfg: Any) -> dict[str, Any]:
         "max_episode_steps": env_cfg.max_episode_steps,
         "obs_mode": env_cfg.obs_mode,
         "image_size": list(env_cfg.image_size),
+        "env_wrappers": [w.model_dump() for w in env_cfg.wrappers],
     }
 
 
@@ -86,47 +80,38 @@ def write_summary(run_dir: Path, summary: Mapping[str, Any]) -> None:
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest ``checkpoints/step_<n>.pt`` of ``run_dir`` (by step), or ``None``."""
-    folder = Path(run_dir) / "checkpoints"
-    best: tuple[int, Path] | None = None
-    for p in folder.glob("step_*.pt"):
-        try:
-            n = int(p.stem.removeprefix("step_"))
-        except ValueError:
-            continue
-        if best is None or n > best[0]:
-            best = (n, p)
-    return best[1] if best else None
+    """The newest ``checkpoints/step_<n>.safetensors`` (or an earlier version's ``.pt``) of
+    ``run_dir`` (by step), or ``None``."""
+    found = checkpoint_files(run_dir)
+    return found[0] if found else None
 
 
 def checkpoints(run_dir: Path) -> list[Path]:
-    """The ``checkpoints/step_<n>.pt`` of ``run_dir``, newest (highest step) first."""
-    found = []
-    for p in (Path(run_dir) / "checkpoints").glob("step_*.pt"):
-        try:
-            found.append((int(p.stem.removeprefix("step_")), p))
-        except ValueError:
-            continue
-    return [p for _, p in sorted(found, reverse=True)]
+    """The checkpoints of ``run_dir``, newest (highest step) first
+    (:func:`~rlinf_algos.run_files.checkpoint_files`)."""
+    return checkpoint_files(run_dir)
 
 
 def load_checkpoint(run_dir: Path, algorithm: str) -> tuple[Path, dict[str, Any]]:
     """The newest checkpoint of ``run_dir`` that loads, and its contents. A damaged one (a crash
     of the disk or the machine, a file cut short by a copy) is skipped with a warning naming it,
     and the one before is tried; an error if none loads or the newest that loads belongs to
-    another algorithm."""
-    import torch
-
+    another algorithm. Nothing is loaded with pickle: a legacy ``.pt`` that holds more than
+    tensors and plain data ends the search with
+    :class:`~rlinf_algos.run_files.UnsafeStateFile` (it is not damaged, and the ones before it
+    are of the same run)."""
     found = checkpoints(run_dir)
     if not found:
-        raise RlinfError(f"nothing to resume in {run_dir}: no checkpoints/step_*.pt there")
+        raise RlinfError(f"nothing to resume in {run_dir}: no checkpoints/step_*.safetensors there")
     skipped = []
     for path in found:
         try:
-            state = torch.load(path, map_location="cpu", weights_only=False)
+            state = read_state(path)
             if not isinstance(state, dict) or "run" not in state:
                 raise ValueError("not an rlinf checkpoint")
-        except Exception as err:  # any damage: a truncated zip, a zero-byte file, garbage
+        except UnsafeStateFile:
+            raise
+        except Exception as err:  # any damage: a truncated file, a zero-byte file, garbage
             skipped.append(f"{path.name} ({type(err).__name__}: {str(err)[:120]})")
             logging.getLogger("rlinf.train").warning("skipping the damaged checkpoint %s: %s", path, err)
             continue
@@ -140,7 +125,7 @@ def load_checkpoint(run_dir: Path, algorithm: str) -> tuple[Path, dict[str, Any]
     )
 
 
-RUN_FILES = ("config.yaml", "metrics.csv", "summary.json", "policy.pt", "checkpoints")
+RUN_FILES = ("config.yaml", "metrics.csv", "summary.json", POLICY, "policy.pt", "checkpoints")
 """What makes a directory a run's."""
 
 

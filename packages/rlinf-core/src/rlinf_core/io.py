@@ -44,8 +44,8 @@ def atomic_open(
 
     Example::
 
-        with atomic_open(run_dir / "policy.pt") as f:
-            torch.save(state, f)
+        with atomic_open(run_dir / "summary.json", "w") as f:
+            json.dump(summary, f)
     """
     if mode not in ("wb", "w"):
         raise ValueError(f"atomic_open: mode must be 'wb' or 'w', got {mode!r}")

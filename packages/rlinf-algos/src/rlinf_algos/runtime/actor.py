@@ -285,7 +285,7 @@ class ActorWorker(ProcessMixin, Worker):
         return digest(state) if state is not None else ""
 
     def policy(self) -> dict[str, Any]:
-        """The final policy record (``policy.pt``; ``None`` on ranks other than 0)."""
+        """The final policy record (``policy.safetensors``; ``None`` on ranks other than 0)."""
         weights = self._collective(self.side.final_state_dict)
         if not self.dp.is_main:
             return None  # type: ignore[return-value]

@@ -26,7 +26,7 @@ take the env steps since the last one past ``runner.checkpoint_interval``, so a 
 at most that many (before the first, the learner starts afresh from the run's start). Every
 restart, of any worker, counts against ``runner.max_restarts``; when the learner cannot be
 restarted (restarts used up, checkpoints turned off) the run ends with a message
-naming the newest checkpoint and the ``--resume`` command, after writing ``policy.pt`` (the
+naming the newest checkpoint and the ``--resume`` command, after writing ``policy.safetensors`` (the
 newest weights the rollout workers hold) and ``summary.json`` (with ``error``).
 
 Env and rollout workers exchange observations and actions over direct links (see
@@ -53,10 +53,10 @@ from rlinf_algos.channels import ABORT
 from rlinf_algos.models import check_policy_spec
 from rlinf_algos.perception import warm_start_policy
 from rlinf_algos.recipe import IterationPlan, Recipe
+from rlinf_algos.run_files import POLICY, checkpoint_name, write_state
 from rlinf_algos.rundir import (
     BASE_COLUMNS,
     RunRecorder,
-    atomic_torch_save,
     env_record,
     load_checkpoint,
     write_summary,
@@ -310,7 +310,7 @@ class DistributedRun(RecoveryMixin):
         }
 
     def checkpoint(self) -> Path:
-        """Write ``checkpoints/step_<n>.pt`` atomically (nothing may be in flight)."""
+        """Write ``checkpoints/step_<n>.safetensors`` atomically (nothing may be in flight)."""
         try:
             actor = self.groups["actor"].state().wait(self.timeout)[0]
         except Exception as err:
@@ -320,7 +320,7 @@ class DistributedRun(RecoveryMixin):
                 ) from err
             raise
         rngs = self._with_restarts("rollout", lambda: self.groups["rollout"].rng_state().wait(self.timeout))
-        path = self.run_dir / "checkpoints" / f"step_{self.steps:010d}.pt"
+        path = self.run_dir / "checkpoints" / checkpoint_name(self.steps)
         state = {
             "algorithm": self.name,
             "distributed": True,
@@ -332,7 +332,7 @@ class DistributedRun(RecoveryMixin):
         }
         for name in self.recipe.stateful_components:
             state[name] = self.groups[name].on(0).state().wait(self.timeout)[0]
-        atomic_torch_save(state, path)
+        write_state(state, path)
         self.last_ckpt_step = self.steps
         return path
 
@@ -408,10 +408,10 @@ class DistributedRun(RecoveryMixin):
             except RunFailed as err:
                 try:
                     self._finish(error=str(err))
-                    note = ". policy.pt (the newest weights the rollout workers held) and summary.json are written."
+                    note = ". policy.safetensors (the newest weights the rollout workers held) and summary.json are written."
                 except Exception as fin:  # say so, and still give the first error
-                    note = f" Writing policy.pt and summary.json failed too: {fin}"
-                raise RunFailed(f"{err}{note}") from None
+                    note = f" Writing policy.safetensors and summary.json failed too: {fin}"
+                raise RunFailed(f"{err}{note}", exit_code=err.exit_code) from None
             return self._finish()
         finally:
             self._teardown()
@@ -631,7 +631,7 @@ class DistributedRun(RecoveryMixin):
         return path
 
     def _policy(self) -> dict[str, Any]:
-        """The learner's final policy record (``policy.pt``)."""
+        """The learner's final policy record (``policy.safetensors``)."""
         try:
             return self.groups["actor"].policy().wait(self.timeout)[0]
         except Exception as err:
@@ -640,17 +640,17 @@ class DistributedRun(RecoveryMixin):
             raise
 
     def _rollout_policy(self) -> dict[str, Any] | None:
-        """``policy.pt`` when the learner is gone: the newest weights a rollout worker holds
+        """``policy.safetensors`` when the learner is gone: the newest weights a rollout worker holds
         (the last version the learner published that reached them), or ``None``."""
         try:
             held = self.groups["rollout"].policy_weights().wait(self.timeout)
         except Exception as err:
             self._log(
-                f"no policy.pt: the learner is gone and the rollout workers' weights are not readable ({err})"
+                f"no policy.safetensors: the learner is gone and the rollout workers' weights are not readable ({err})"
             )
             return None
         best = max(held, key=lambda h: h["version"])
-        self._log(f"policy.pt holds weight version {best['version']}, as the rollout workers had it")
+        self._log(f"policy.safetensors holds weight version {best['version']}, as the rollout workers had it")
         spec = {k: v for k, v in self.spec.items() if k != "num_slots"}
         return {"algorithm": self.name, "spec": spec, "state_dict": best["state_dict"]}
 
@@ -664,7 +664,7 @@ class DistributedRun(RecoveryMixin):
                 policy = self._rollout_policy()
             if policy is not None:
                 policy.update(env_record(self.env_cfg))
-                atomic_torch_save(policy, self.run_dir / "policy.pt")
+                write_state(policy, self.run_dir / POLICY)
         summary = self.rec.summary(self.name, self.env_cfg.id, self.steps, interrupted)
         summary.update(
             {

@@ -2,9 +2,9 @@
 
 The env is a :class:`~rlinf_algos.envs.VectorEnvStepper` in this process; the recipe's
 :class:`~rlinf_algos.recipe.LocalSession` collects and learns; this module keeps the books:
-``metrics.csv`` rows every ``runner.log_interval`` env steps, ``checkpoints/step_<n>.pt`` every
+``metrics.csv`` rows every ``runner.log_interval`` env steps, ``checkpoints/step_<n>.safetensors`` every
 ``runner.checkpoint_interval`` (weights, optimiser, RNG, statistics, replay buffer: whatever the
-session's ``state()`` holds), ``policy.pt`` and ``summary.json`` at the end. Ctrl-C writes a
+session's ``state()`` holds), ``policy.safetensors`` and ``summary.json`` at the end. Ctrl-C writes a
 checkpoint, the policy and the summary (``"interrupted": true``), then re-raises.
 
 ``resume`` continues from the newest checkpoint: the environments are re-created and reset with
@@ -22,10 +22,10 @@ from rlinf_algos.envs import VectorEnvStepper
 from rlinf_algos.models import check_policy_spec, parameter_counts
 from rlinf_algos.perception import warm_start_policy
 from rlinf_algos.recipe import Recipe
+from rlinf_algos.run_files import POLICY, checkpoint_name, write_state
 from rlinf_algos.rundir import (
     BASE_COLUMNS,
     RunRecorder,
-    atomic_torch_save,
     env_record,
     load_checkpoint,
     write_summary,
@@ -45,6 +45,7 @@ def make_stepper(env: Any, seed: int) -> VectorEnvStepper:
         max_episode_steps=env.max_episode_steps,
         obs_mode=env.obs_mode,
         image_size=env.image_size,
+        wrappers=env.wrappers,
     )
 
 
@@ -96,8 +97,8 @@ def train_local(
         def checkpoint() -> None:
             nonlocal last_ckpt
             run_state = {"steps": stepper.steps, **rec.state(), "torch_rng": torch.get_rng_state()}
-            path = run_dir / "checkpoints" / f"step_{stepper.steps:010d}.pt"
-            atomic_torch_save({"algorithm": recipe.name, "run": run_state, **session.state()}, path)
+            path = run_dir / "checkpoints" / checkpoint_name(stepper.steps)
+            write_state({"algorithm": recipe.name, "run": run_state, **session.state()}, path)
             last_ckpt = stepper.steps
 
         def finish(interrupted: bool) -> dict[str, Any]:
@@ -108,7 +109,7 @@ def train_local(
                 "spec": spec,
                 "state_dict": session.policy_state_dict(),
             }
-            atomic_torch_save(policy, run_dir / "policy.pt")
+            write_state(policy, run_dir / POLICY)
             summary = rec.summary(recipe.name, env_cfg.id, stepper.steps, interrupted)
             if warm is not None:
                 summary["warm_start"] = warm

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlinf_algos.recipe import await_call
+from rlinf_algos.run_files import UnsafeStateFile
 from rlinf_algos.rundir import latest_checkpoint, load_checkpoint
 from rlinf_core.errors import RlinfError
 
@@ -25,7 +26,12 @@ __all__ = ["LearnerDied", "RecoveryMixin", "RunFailed", "failure_reason", "worke
 class RunFailed(RlinfError):
     """A worker died and could not be restarted (``runner.max_restarts`` used up, or the learner
     died with checkpoints turned off); the message names the newest checkpoint and the
-    ``--resume`` command. ``policy.pt`` and ``summary.json`` (with ``error``) are written first."""
+    ``--resume`` command. ``policy.safetensors`` and ``summary.json`` (with ``error``) are written
+    first. ``exit_code`` 2 when the cause is a file rlinf refuses to load (a legacy pickle)."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class LearnerDied(Exception):
@@ -146,6 +152,11 @@ class RecoveryMixin:
                     path, state = load_checkpoint(self.run_dir, self.name)
                 # else none is due yet: the run's start is the checkpoint, fewer than
                 # checkpoint_interval env steps ago (the learner starts afresh, as it did)
+            except UnsafeStateFile as err:  # a pickle: not loaded, and not a checkpoint to skip
+                raise RunFailed(
+                    f"the learner (actor worker) died at env step {step} ({reason}) and is not restarted: {err}",
+                    exit_code=err.exit_code,
+                ) from None
             except RlinfError as err:  # none written (checkpoint_interval: 0), or none loads
                 why = (
                     "there is no checkpoint to restart it from"

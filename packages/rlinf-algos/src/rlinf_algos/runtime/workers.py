@@ -148,6 +148,7 @@ class EnvWorker(ProcessMixin, Worker):
                     max_episode_steps=cfg.get("max_episode_steps"),
                     obs_mode=cfg.get("obs_mode", "state"),
                     image_size=tuple(cfg.get("image_size", (64, 64))),
+                    wrappers=cfg.get("wrappers") or [],
                 )
             )
         shards = _shards(self.per_stage, self.world_size, self.rollout_world)
@@ -485,7 +486,7 @@ class RolloutWorker(ProcessMixin, Worker):
 
     def policy_weights(self) -> dict[str, Any]:
         """The weights this worker acts with and their version: the newest the learner published
-        that this worker fetched (what ``policy.pt`` holds when the learner is gone)."""
+        that this worker fetched (what ``policy.safetensors`` holds when the learner is gone)."""
         return {"version": self.version, "state_dict": self.model.state_dict()}
 
     def recv(self, s: int) -> dict[str, Any]:
