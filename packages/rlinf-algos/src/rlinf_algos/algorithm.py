@@ -40,6 +40,15 @@ class EmbodiedAlgorithm(Algorithm):
     """The learner may run on several processes (one ``torch.distributed`` group)."""
     cpu_learner: ClassVar[bool] = False
     """The learner runs on the CPU only (``runner.device`` other than ``cpu`` is refused)."""
+    action_kinds: ClassVar[tuple[str, ...]] = ("box",)
+    """The action-space parts it trains (:func:`~rlinf_algos.action_spaces.space_kinds`: ``box``,
+    ``discrete``, ``multi_discrete``, ``multi_binary``; dicts and tuples of them); an env with
+    others is refused before anything starts."""
+    action_space_hint: ClassVar[str] = (
+        "use algorithm.name: ppo (or grpo), which train discrete, multi-discrete, multi-binary and "
+        "hybrid (dict/tuple) action spaces"
+    )
+    """What the refusal of an action space tells the user to do instead."""
 
     @abstractmethod
     def recipe(self) -> Recipe:
@@ -56,13 +65,82 @@ class EmbodiedAlgorithm(Algorithm):
             sections = load_run_sections(run_config)
         except ConfigError as err:
             return unknown + list(err.problems) + env_id_problems(run_config)
+        env_problems = env_id_problems(run_config)
         return (
             unknown
             + cls.fit_problems(sections)
             + _model_problems(sections)
             + cls.memory_problems(sections, run_config.get("algorithm"))
-            + env_id_problems(run_config)
+            + env_problems
+            + ([] if env_problems else cls.space_problems(sections))
         )
+
+    @classmethod
+    def space_problems(cls, sections: Any) -> list[ConfigProblem]:
+        """Whether the env's observation and action spaces can be trained on, from one copy built
+        here (:func:`~rlinf_algos.envs.probe_spaces`: gymnasium's own envs and ``module:Env``
+        ids; nothing for the ids of installed plugins, which the env worker checks)."""
+        from rlinf_algos.action_spaces import action_space_spec
+        from rlinf_algos.envs import probe_spaces
+        from rlinf_algos.obs import describe_space
+
+        env = sections.env
+        try:
+            got = probe_spaces(env.id, env.kwargs, env.wrappers)
+        except ConfigError as err:
+            return list(err.problems)
+        if got is None:
+            return []
+        obs_space, act_space = got
+        problems = []
+        if env.obs_mode == "state":
+            try:
+                obs = describe_space(obs_space)
+            except ValueError as err:
+                problems.append(ConfigProblem("env.id", f"{env.id!r}: {err}"))
+            else:
+                if obs["kind"] == "box" and len(obs["shape"]) != 1:
+                    problems.append(
+                        ConfigProblem(
+                            "env.id",
+                            f"{env.id!r} has observation space {obs_space}; rlinf takes a flat Box (a vector) "
+                            "or a flat Dict (image, state, instruction); for images set env.obs_mode: pixels or "
+                            "pixels+state, or flatten it (env.wrappers: [gymnasium.wrappers:FlattenObservation])",
+                        )
+                    )
+        try:
+            spec = action_space_spec(act_space)
+        except ValueError as err:
+            return [*problems, ConfigProblem("env.id", f"{env.id!r}: {err}")]
+        problem = cls.action_space_problem(spec, str(act_space), env.id, sections.model.type)
+        return problems if problem is None else [*problems, problem]
+
+    @classmethod
+    def action_space_problem(
+        cls, spec: Mapping[str, Any], shown: str, env_id: str, model_type: str = "mlp"
+    ) -> ConfigProblem | None:
+        """Why this algorithm cannot train the action space ``spec`` (shown as ``shown``), or
+        ``None``."""
+        from rlinf_algos.action_spaces import space_kinds
+
+        extra = sorted(space_kinds(spec) - set(cls.action_kinds))
+        if extra:
+            takes = (
+                "a continuous (Box) action space"
+                if cls.action_kinds == ("box",)
+                else (f"action spaces of {', '.join(cls.action_kinds)} parts")
+            )
+            return ConfigProblem(
+                "env.id",
+                f"{env_id!r} has action space {shown}; {cls.PLUGIN_NAME} needs {takes}: {cls.action_space_hint}",
+            )
+        if spec["kind"] != "box" and model_type != "mlp":
+            return ConfigProblem(
+                "model.type",
+                f"{env_id!r} has action space {shown}; model.type {model_type} takes a continuous (Box) "
+                "action space; use model.type mlp",
+            )
+        return None
 
     @classmethod
     def memory_items(cls, sections: Any, algo_config: Any) -> list[tuple[str, str, int]]:

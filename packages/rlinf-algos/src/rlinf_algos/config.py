@@ -21,6 +21,7 @@ __all__ = [
     "STRICT",
     "ActorConfig",
     "EnvConfig",
+    "EnvWrapperConfig",
     "ModelConfig",
     "RolloutConfig",
     "RunSections",
@@ -40,12 +41,39 @@ LOGGERS = ("csv", "tensorboard", "wandb")
 """The metrics backends ``runner.loggers`` may list."""
 
 
+class EnvWrapperConfig(ConfigSection):
+    """One entry of ``env.wrappers``: a gymnasium wrapper by import path, with keyword arguments
+    (a bare string is the path alone)."""
+
+    model_config = STRICT
+
+    path: str = Field(
+        min_length=1, description="import path of a per-env wrapper, e.g. gymnasium.wrappers:ClipReward"
+    )
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the wrapper")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _path_alone(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"path": data}
+        if not isinstance(data, (Mapping, EnvWrapperConfig)):
+            raise ValueError(
+                "give an import path (gymnasium.wrappers:ClipReward) or {path: ..., kwargs: {...}}"
+            )
+        return data
+
+
 class EnvConfig(ConfigSection):
     """``env`` section: which gymnasium id, how many copies, how they run."""
 
     model_config = STRICT
 
-    id: str = Field(min_length=1, description="gymnasium id, e.g. HalfCheetah-v5")
+    id: str = Field(
+        min_length=1,
+        description="gymnasium id, e.g. HalfCheetah-v5, or module:EnvName-v0 (the module is imported and "
+        "registers the env)",
+    )
     num_envs: int = Field(8, ge=1, description="environments over all env workers (each its own seed)")
     vectorization: Literal["sync", "async"] = Field(
         "sync", description="gymnasium vector env: sync (one process) or async (a subprocess per env)"
@@ -54,6 +82,11 @@ class EnvConfig(ConfigSection):
         None, ge=1, description="time limit of an episode (null: the id's own, if it has one)"
     )
     kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for gymnasium.make")
+    wrappers: list[EnvWrapperConfig] = Field(
+        default_factory=list,
+        description="gymnasium wrappers applied to every env copy in order: import paths "
+        "(gymnasium.wrappers:ClipReward) or {path, kwargs}",
+    )
     obs_mode: Literal["state", "pixels", "pixels+state"] = Field(
         "state",
         description="state: the env's own observations (a vector, or the image/state/instruction dict "
@@ -460,10 +493,12 @@ def env_id_problems(run_config: Any) -> list[ConfigProblem]:
     env_id = env.get("id") if isinstance(env, Mapping) else None
     if not isinstance(env_id, str) or not env_id:
         return []
-    from rlinf_algos.envs import ensure_registered, env_kwargs_problems
+    from rlinf_algos.envs import ensure_registered, env_kwargs_problems, wrapper_problems
 
+    wrappers = env.get("wrappers")
+    problems = wrapper_problems(wrappers) if isinstance(wrappers, list) else []
     try:
         ensure_registered(env_id)
     except ConfigError as err:
-        return list(err.problems)
-    return env_kwargs_problems(env_id, env.get("kwargs"))
+        return list(err.problems) + problems
+    return env_kwargs_problems(env_id, env.get("kwargs")) + problems

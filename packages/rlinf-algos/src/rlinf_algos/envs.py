@@ -35,20 +35,40 @@ from rlinf_core.errors import ConfigError, ConfigProblem, join_path
 __all__ = [
     "EnvStep",
     "VectorEnvStepper",
+    "bare_env_id",
     "batch_obs",
     "ensure_registered",
     "env_kwargs_problems",
     "final_observations",
     "make_vector_env",
+    "probe_spaces",
+    "resolve_wrappers",
+    "wrapper_problems",
 ]
 
 
 def ensure_registered(env_id: str, path: str = "env.id") -> None:
     """Make sure gymnasium knows ``env_id``: if it does not, register the ids plugins contribute
     (``rlinf_register_envs``) and look again. An unknown id is a :class:`ConfigError` at ``path``
-    naming the closest registered ids."""
+    naming the closest registered ids.
+
+    ``module:EnvName-vN`` (gymnasium's own form) imports ``module`` first, which registers the
+    env, as ``gymnasium.make`` does; the module must be importable here (and on every node that
+    runs envs)."""
     import gymnasium
 
+    if ":" in env_id:
+        module, _, name = env_id.partition(":")
+        _import_env_module(module, env_id, path)
+        if name in gymnasium.registry:
+            return
+        close = difflib.get_close_matches(name, list(gymnasium.registry), n=5, cutoff=0.5)
+        hint = f"; did you mean {', '.join(repr(f'{module}:{c}') for c in close)}?" if close else ""
+        raise ConfigError(
+            f"module {module!r} was imported but registers no env {name!r}{hint} (it should call "
+            f"gymnasium.register(id={name!r}, entry_point=...) when imported)",
+            path=path,
+        )
     if env_id in gymnasium.registry:
         return
     from rlinf_core.envs import register_with_gymnasium
@@ -66,6 +86,196 @@ def ensure_registered(env_id: str, path: str = "env.id") -> None:
     )
 
 
+def _import_env_module(module: str, env_id: str, path: str) -> None:
+    import importlib
+
+    if not module or not all(part.isidentifier() for part in module.split(".")):
+        raise ConfigError(
+            f"{env_id!r} is not of the form 'module:EnvName-vN' (module: a dotted Python module name)",
+            path=path,
+        )
+    try:
+        importlib.import_module(module)
+    except Exception as err:
+        why = f"{type(err).__name__}: {err}".splitlines()[0][:200]
+        raise ConfigError(
+            f"cannot import module {module!r} of {env_id!r} ({why}); 'module:EnvName-vN' needs the module "
+            "importable (installed, or on PYTHONPATH)",
+            path=path,
+        ) from None
+
+
+def bare_env_id(env_id: str) -> str:
+    """``EnvName-vN`` of ``module:EnvName-vN`` (the id gymnasium registered); other ids as they are."""
+    return env_id.partition(":")[2] if ":" in env_id else env_id
+
+
+# -- env.wrappers --------------------------------------------------------------------------------
+
+
+def _wrapper_entry(entry: Any) -> tuple[str, dict[str, Any]]:
+    """``(import path, kwargs)`` of one ``env.wrappers`` entry (a string, or ``{path, kwargs}``,
+    a dict or the config model)."""
+    if isinstance(entry, str):
+        return entry, {}
+    if isinstance(entry, dict):
+        return str(entry.get("path")), dict(entry.get("kwargs") or {})
+    return str(entry.path), dict(entry.kwargs or {})
+
+
+def _load_wrapper(path: str, where: str) -> Any:
+    """The object ``module:Name`` (or ``module.Name``) names: a per-env gymnasium wrapper (a
+    class or a callable ``env -> env``). Raises :class:`ConfigError` at ``where``."""
+    import importlib
+
+    import gymnasium
+
+    form = "give 'module:Name' of a gymnasium wrapper, e.g. 'gymnasium.wrappers:ClipReward'"
+    if ":" in path:
+        module, _, name = path.partition(":")
+    else:
+        module, _, name = path.rpartition(".")
+    if not module or not name or not all(p.isidentifier() for p in [*module.split("."), *name.split(".")]):
+        raise ConfigError(f"{describe_value(path)} is not an import path: {form}", path=where)
+    try:
+        obj: Any = importlib.import_module(module)
+    except Exception as err:
+        why = f"{type(err).__name__}: {err}".splitlines()[0][:200]
+        raise ConfigError(
+            f"cannot import module {module!r} of {path!r} ({why}); {form}", path=where
+        ) from None
+    for attr in name.split("."):
+        if not hasattr(obj, attr):
+            names = [n for n in dir(obj) if not n.startswith("_")]
+            close = difflib.get_close_matches(attr, names, n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            raise ConfigError(f"module {module!r} has no {attr!r}{hint} ({form})", path=where)
+        obj = getattr(obj, attr)
+    if isinstance(obj, type) and issubclass(obj, gymnasium.vector.VectorWrapper):
+        raise ConfigError(
+            f"{path!r} is a vector wrapper; env.wrappers takes per-env wrappers (gymnasium.wrappers:..., "
+            "not gymnasium.wrappers.vector:...)",
+            path=where,
+        )
+    if not callable(obj):
+        raise ConfigError(f"{path!r} is not callable ({type(obj).__name__}); {form}", path=where)
+    return obj
+
+
+def wrapper_problems(wrappers: Any, path: str = "env.wrappers") -> list[ConfigProblem]:
+    """Every entry of ``env.wrappers`` that does not import, is no per-env wrapper, or whose
+    ``kwargs`` its signature does not take (each at its YAML path)."""
+    import inspect
+
+    problems: list[ConfigProblem] = []
+    for i, entry in enumerate(wrappers or []):
+        if isinstance(entry, dict) and not (
+            isinstance(entry.get("path"), str) and isinstance(entry.get("kwargs") or {}, dict)
+        ):
+            continue  # the config model reports its shape
+        if not isinstance(entry, (str, dict)) and not hasattr(entry, "path"):
+            continue
+        target, kwargs = _wrapper_entry(entry)
+        where = f"{path}[{i}]" if isinstance(entry, str) else f"{path}[{i}].path"
+        try:
+            obj = _load_wrapper(target, where)
+        except ConfigError as err:
+            problems.extend(err.problems)
+            continue
+        try:
+            inspect.signature(obj).bind(None, **kwargs)
+        except TypeError as err:
+            problems.append(
+                ConfigProblem(
+                    f"{path}[{i}].kwargs", f"{target!r} does not take {describe_value(kwargs)}: {err}"
+                )
+            )
+        except ValueError:  # no signature (a builtin): its own error will say, when applied
+            pass
+    return problems
+
+
+def resolve_wrappers(wrappers: Any, path: str = "env.wrappers") -> list[Any]:
+    """``env.wrappers`` as callables ``env -> env`` to apply in order (``functools.partial`` of
+    each wrapper with its kwargs: picklable, for async vector envs)."""
+    import functools
+
+    problems = wrapper_problems(wrappers, path)
+    if problems:
+        raise ConfigError(problems)
+    out = []
+    for i, entry in enumerate(wrappers or []):
+        target, kwargs = _wrapper_entry(entry)
+        out.append(
+            _Wrap(functools.partial(_load_wrapper(target, f"{path}[{i}]"), **kwargs), target, f"{path}[{i}]")
+        )
+    return out
+
+
+class _Wrap:
+    """One ``env.wrappers`` entry applied to an env: a wrapper that fails on it is a
+    :class:`ConfigError` at its YAML path (picklable, for async vector envs)."""
+
+    def __init__(self, fn: Any, target: str, path: str) -> None:
+        self.fn, self.target, self.path = fn, target, path
+
+    def __call__(self, env: Any) -> Any:
+        try:
+            return self.fn(env)
+        except Exception as err:
+            why = f"{type(err).__name__}: {err}".splitlines()[0][:200]
+            raise ConfigError(
+                f"{self.target!r} failed on {env.spec.id if env.spec else env}: {why}", path=self.path
+            ) from None
+
+
+def probe_spaces(env_id: str, kwargs: Any = None, wrappers: Any = None) -> tuple[Any, Any] | None:
+    """``(observation_space, action_space)`` of one copy of ``env_id`` (with ``env.kwargs`` and
+    ``env.wrappers``), built and closed here, for the checks before anything starts; ``None``
+    where it is not built here: ids of installed plugins (a robot's env may connect to the robot
+    when built; the env worker checks those) and any env that fails to build here. Raises
+    :class:`ConfigError` for a wrapper that does not import or fails on the env."""
+    import json
+
+    try:
+        key = json.dumps([env_id, kwargs or {}, [_wrapper_entry(w) for w in wrappers or []]], sort_keys=True)
+    except (TypeError, ValueError):  # kwargs that are not plain data: build it every time
+        return _probe_spaces(env_id, kwargs, wrappers)
+    if key not in _PROBED:
+        if len(_PROBED) >= 64:
+            _PROBED.clear()
+        _PROBED[key] = _probe_spaces(env_id, kwargs, wrappers)
+    return _PROBED[key]
+
+
+_PROBED: dict[str, tuple[Any, Any] | None] = {}
+""":func:`probe_spaces` results of this process (validation runs more than once per run)."""
+
+
+def _probe_spaces(env_id: str, kwargs: Any, wrappers: Any) -> tuple[Any, Any] | None:
+    import gymnasium
+
+    try:
+        ensure_registered(env_id)
+        spec = gymnasium.spec(bare_env_id(env_id))
+    except Exception:
+        return None
+    entry = spec.entry_point
+    own = isinstance(entry, str) and entry.startswith("gymnasium.")
+    if not (own or ":" in env_id):
+        return None
+    try:
+        env = gymnasium.make(bare_env_id(env_id), **dict(kwargs or {}))
+    except Exception:  # the kwargs' problems are reported by env_kwargs_problems
+        return None
+    try:  # a wrapper that fails here is reported at its YAML path
+        for wrap in resolve_wrappers(wrappers):
+            env = wrap(env)
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
+
+
 def env_kwargs_problems(env_id: str, kwargs: Any, path: str = "env.kwargs") -> list[ConfigProblem]:
     """The keys of ``kwargs`` that the constructor of the registered ``env_id`` does not take
     (with the closest it takes), checked against its signature without building the env. Where
@@ -80,7 +290,7 @@ def env_kwargs_problems(env_id: str, kwargs: Any, path: str = "env.kwargs") -> l
     if not isinstance(kwargs, dict) or not kwargs:
         return []
     try:
-        spec = gymnasium.spec(env_id)
+        spec = gymnasium.spec(bare_env_id(env_id))
         entry = spec.entry_point
         creator = load_env_creator(entry) if isinstance(entry, str) else entry
         params = inspect.signature(creator).parameters.values()
@@ -133,6 +343,7 @@ def make_vector_env(
     stats_window: int = 100,
     obs_mode: str = "state",
     image_size: tuple[int, int] = (64, 64),
+    wrappers: Any = None,
 ) -> tuple[Any, Any]:
     """Build, seed and reset a vector env.
 
@@ -148,6 +359,12 @@ def make_vector_env(
         obs_mode: ``state`` (the env's own observations), ``pixels`` (``{"image"}``) or
             ``pixels+state`` (``{"image", "state"}``): see :mod:`rlinf_algos.pixels`.
         image_size: ``(height, width)`` of the camera images of the pixel modes.
+        wrappers: ``env.wrappers``: gymnasium wrappers (import paths, with kwargs) applied to
+            every copy in order, before the pixel observation wrapper.
+
+    Every copy whose action space is not a flat ``Box`` (discrete, multi-discrete,
+    multi-binary, dict or tuple) takes flat float actions (:class:`~rlinf_algos.action_spaces.
+    FlatActions`, the outermost wrapper): ``single_action_space`` is then a ``Box`` ``[A]``.
 
     Returns:
         ``(envs, obs)``: the ``RecordEpisodeStatistics``-wrapped vector env and its first
@@ -157,24 +374,29 @@ def make_vector_env(
     from gymnasium.vector import AutoresetMode
     from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
+    from rlinf_algos.action_spaces import wrap_flat_actions
+
     ensure_registered(env_id)
+    user_wrappers = resolve_wrappers(wrappers)
+    env_id = bare_env_id(env_id)
     kwargs = dict(env_kwargs or {})
     if max_episode_steps is not None:
         kwargs["max_episode_steps"] = max_episode_steps
     from rlinf_algos.pixels import PixelObservation, pixel_mode_kwargs, prepare_gl
 
     prepare_gl()  # before any env can make a GL context (envs that emit images render themselves)
-    wrappers = []
+    per_env = list(user_wrappers)
     if obs_mode != "state":
         kwargs = {**pixel_mode_kwargs(env_id, image_size), **kwargs}
-        wrappers.append(PixelObservation(obs_mode, image_size))
+        per_env.append(PixelObservation(obs_mode, image_size))
+    per_env.append(wrap_flat_actions)
     try:
         envs = gym.make_vec(
             env_id,
             num_envs=num_envs,
             vectorization_mode=vectorization,
             vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
-            wrappers=wrappers or None,
+            wrappers=per_env,
             **kwargs,
         )
     except TypeError as err:  # an unknown keyword of the env's constructor
@@ -271,6 +493,7 @@ class VectorEnvStepper:
         stats_window: int = 100,
         obs_mode: str = "state",
         image_size: tuple[int, int] = (64, 64),
+        wrappers: Any = None,
     ) -> None:
         self.envs, obs = make_vector_env(
             env_id,
@@ -282,6 +505,7 @@ class VectorEnvStepper:
             stats_window=stats_window,
             obs_mode=obs_mode,
             image_size=image_size,
+            wrappers=wrappers,
         )
         space = self.envs.single_observation_space
         try:
@@ -296,18 +520,20 @@ class VectorEnvStepper:
                 "Dict (image, state, instruction); for images set env.obs_mode: pixels or pixels+state",
                 path="env.id",
             )
+        from rlinf_algos.action_spaces import action_spec_of
+
         aspace = self.envs.single_action_space
-        if not hasattr(aspace, "low") or aspace.shape is None or len(aspace.shape) != 1:
+        try:
+            self.action_space = action_spec_of(aspace)
+        except ValueError as err:
             self.close()
-            raise ConfigError(
-                f"{env_id!r} has action space {aspace}; these algorithms need a continuous (Box) action space",
-                path="env.id",
-            )
+            raise ConfigError(f"{env_id!r}: {err}", path="env.id") from None
         self.env_id = env_id
         self.num_envs = num_envs
         self.seed = seed
         self.env_kwargs = dict(env_kwargs or {})
         self.max_episode_steps = max_episode_steps
+        self.wrappers = list(wrappers or [])
         self.obs_mode = obs_mode
         self.image_size = tuple(image_size)
         state = self.obs_space if self.obs_space["kind"] == "box" else self.obs_space["keys"].get("state")
@@ -326,12 +552,15 @@ class VectorEnvStepper:
     def spaces(self) -> dict[str, Any]:
         """Sizes and bounds of the env's spaces and its time limit (what a recipe builds a policy
         from): ``obs_dim`` (the vector part; 0 for images alone), ``obs_space``
-        (:func:`~rlinf_algos.obs.describe_space`), ``act_dim``, ``action_low``, ``action_high``
-        and ``max_episode_steps`` (``env.max_episode_steps``, else the id's own, else ``None``)."""
+        (:func:`~rlinf_algos.obs.describe_space`), ``act_dim`` (of the flat action form),
+        ``action_space`` (:func:`~rlinf_algos.action_spaces.action_space_spec`), ``action_low``,
+        ``action_high`` and ``max_episode_steps`` (``env.max_episode_steps``, else the id's own,
+        else ``None``)."""
         return {
             "obs_dim": self.obs_dim,
             "obs_space": self.obs_space,
             "act_dim": self.act_dim,
+            "action_space": self.action_space,
             "action_low": self.action_low.tolist(),
             "action_high": self.action_high.tolist(),
             "max_episode_steps": self.max_episode_steps

@@ -39,6 +39,7 @@ class GRPO(EmbodiedAlgorithm):
     components: ClassVar[tuple[str, ...]] = ("env", "rollout", "actor", "reward", "reference")
     required_components: ClassVar[tuple[str, ...]] = ("env", "rollout", "actor", "reward", "reference")
     cpu_learner: ClassVar[bool] = True
+    action_kinds: ClassVar[tuple[str, ...]] = ("box", "discrete", "multi_discrete", "multi_binary")
 
     @classmethod
     def run_config_problems(cls, run_config: Mapping[str, Any]) -> list[ConfigProblem]:

@@ -100,6 +100,7 @@ def collect_grpo(worker: Any, gen: int, max_steps: int, batch: str = "", send: b
     D = worker.spec["obs_dim"]
     log_std = model.action_log_std()
     std = log_std.exp()
+    dist = getattr(model, "dist", None)  # None: a Gaussian over the whole action
     moments = Moments(D)
     current: list[np.ndarray] = [None] * S  # type: ignore[list-item]
     gid: list[np.ndarray] = [None] * S  # type: ignore[list-item]
@@ -129,8 +130,12 @@ def collect_grpo(worker: Any, gen: int, max_steps: int, batch: str = "", send: b
             raw = current[s]
             moments.add(raw[active[s]])
             obs = model.normalize(torch.from_numpy(raw))
-            mean = model.action_mean(obs)
-            action = mean + torch.randn(mean.shape, generator=worker.generator) * std
+            if dist is None:
+                mean = model.action_mean(obs)
+                action = mean + torch.randn(mean.shape, generator=worker.generator) * std
+            else:
+                mean = model.action_params(obs)
+                action = dist.sample(mean, log_std, worker.generator)
             worker.send(s, action.numpy())
             r = rec[s]
             r["obs"].append(obs)
@@ -151,7 +156,10 @@ def collect_grpo(worker: Any, gen: int, max_steps: int, batch: str = "", send: b
     act_t = torch.cat([stacked("act", s) for s in range(S)])
     mean_t = torch.cat([stacked("mean", s) for s in range(S)])
     mask_t = torch.cat([stacked("mask", s) for s in range(S)])
-    logp = gaussian_log_prob(act_t, mean_t, log_std.expand_as(mean_t))
+    if dist is None:
+        logp = gaussian_log_prob(act_t, mean_t, log_std.expand_as(mean_t))
+    else:
+        logp = dist.log_prob(act_t, mean_t, log_std)
     seqs = {
         "obs": obs_t.numpy(),
         "actions": act_t.numpy(),

@@ -1,7 +1,7 @@
 """Policies by ``model.type``: a registry that plugins extend (``rlinf_register_models``).
 
 An algorithm turns the ``model`` section into a *spec* (a dict: ``type``, ``cls`` — which
-network of that type — and its sizes), saved in ``policy.pt`` and sent to every worker;
+network of that type — and its sizes), saved in ``policy.safetensors`` and sent to every worker;
 :func:`build_policy` builds a fresh module from it in whichever process needs one. rlinf-algos
 registers ``mlp`` (:class:`MLPModels`, the networks of :mod:`rlinf_algos.models.mlp`) and
 ``vla`` (:class:`VLAModels`, :mod:`rlinf_algos.models.vla`).
@@ -45,11 +45,17 @@ DEFAULT_MODEL_TYPE = "mlp"
 
 
 class MLPModels(ModelType):
-    """``model.type: mlp``: a Gaussian actor-critic (PPO, GRPO) or a tanh-squashed Gaussian actor
-    (SAC) over flat observation vectors."""
+    """``model.type: mlp``: a Gaussian actor-critic (PPO, GRPO), an actor-critic over discrete,
+    multi-discrete, multi-binary or hybrid action spaces (``ActorCritic``: PPO, GRPO) or a
+    tanh-squashed Gaussian actor (SAC) over flat observation vectors."""
 
     PLUGIN_NAME: ClassVar[str] = "mlp"
-    roles: ClassVar[tuple[str, ...]] = ("GaussianActorCritic", "SquashedGaussianActor", "TwinQ")
+    roles: ClassVar[tuple[str, ...]] = (
+        "GaussianActorCritic",
+        "ActorCritic",
+        "SquashedGaussianActor",
+        "TwinQ",
+    )
 
     def check_spec(self, spec: Mapping[str, Any]) -> None:
         """Refuse dict observations (an MLP takes a vector)."""
@@ -62,9 +68,19 @@ class MLPModels(ModelType):
             )
 
     def build(self, spec: Mapping[str, Any]) -> Any:
-        from rlinf_algos.models.mlp import GaussianActorCritic, SquashedGaussianActor, TwinQ
+        from rlinf_algos.models.mlp import ActorCritic, GaussianActorCritic, SquashedGaussianActor, TwinQ
 
         cls = spec.get("cls")
+        if cls == "ActorCritic":
+            return ActorCritic(
+                spec["obs_dim"],
+                spec["action_space"],
+                spec["hidden"],
+                spec["activation"],
+                spec["log_std_init"],
+                spec["normalize_obs"],
+                spec.get("ortho_init", True),
+            )
         if cls == "GaussianActorCritic":
             return GaussianActorCritic(
                 spec["obs_dim"],
@@ -109,7 +125,14 @@ class VLAModels(ModelType):
     roles: ClassVar[tuple[str, ...]] = ("GaussianActorCritic", "SquashedGaussianActor", "TwinQ")
 
     def check_spec(self, spec: Mapping[str, Any]) -> None:
-        """Refuse vector observations (the encoders take images, state and an instruction)."""
+        """Refuse vector observations (the encoders take images, state and an instruction) and
+        action spaces other than a flat ``Box``."""
+        if spec.get("cls") == "ActorCritic":
+            raise ConfigError(
+                "model.type vla takes a continuous (Box) action space; for discrete, multi-discrete, "
+                "multi-binary or hybrid actions use model.type mlp",
+                "model.type",
+            )
         if (spec.get("obs_space") or {}).get("kind") != "dict":
             raise ConfigError(
                 "model.type vla takes dict observations (image, state, instruction); this env gives a "
@@ -227,5 +250,5 @@ def check_policy_spec(spec: Mapping[str, Any]) -> None:
 
 def build_policy(spec: Mapping[str, Any]) -> Any:
     """A fresh policy module from a ``spec`` (``type``, ``cls`` and the type's arguments), as
-    saved in ``policy.pt`` and sent to the workers. Extra keys are ignored."""
+    saved in ``policy.safetensors`` and sent to the workers. Extra keys are ignored."""
     return model_type(str(spec.get("type", DEFAULT_MODEL_TYPE))).build(spec)

@@ -14,8 +14,8 @@ travel with the weights when they are broadcast to rollout workers and saved in 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 __all__ = [
     "ACTIVATIONS",
+    "ActorCritic",
     "EnsembleLinear",
     "GaussianActorCritic",
     "RunningNorm",
@@ -144,8 +145,8 @@ class RunningNorm(nn.Module):
         self.count.copy_(total)
 
     def forward(self, x: Tensor) -> Tensor:
-        mean = self.mean.to(x.dtype)
-        inv_std = torch.rsqrt(self.var + self.eps).to(x.dtype)
+        mean = self.mean.to(x.device, x.dtype)  # the statistics meet the data where it is
+        inv_std = torch.rsqrt(self.var + self.eps).to(x.device, x.dtype)
         return torch.clamp((x - mean) * inv_std, -self.clip, self.clip)
 
 
@@ -165,7 +166,63 @@ def fold_moments(norm: RunningNorm, mean: np.ndarray, var: np.ndarray, count: fl
         norm.count.copy_(total)
 
 
-class GaussianActorCritic(nn.Module):
+class _ActorCriticBase(nn.Module):
+    """What PPO's and GRPO's actor-critics share: observation normalisation (``obs_norm``), the
+    critic, ``actor_mean`` (the actor's network) and ``actor_log_std``, and the rollout interface
+    (:meth:`normalize`, :meth:`normalizer`, :meth:`value`, :meth:`predict`)."""
+
+    obs_norm: nn.Module
+    actor_mean: nn.Sequential
+    actor_log_std: nn.Parameter
+    critic: nn.Sequential
+
+    def value(self, obs: Tensor) -> Tensor:
+        """``[B, D] -> [B]``."""
+        return seq_forward(self.critic, obs).squeeze(-1)
+
+    @torch.no_grad()
+    def predict(self, raw_obs: Tensor | np.ndarray, deterministic: bool = True) -> Tensor:
+        """Actions for raw (unnormalised) observations ``[B, D] -> [B, A]`` (evaluation)."""
+        return self.act(self.normalize(raw_obs), deterministic)[0]
+
+    # -- what the rollout and the learner use (the policy interface of PPO and GRPO) -------------
+    def normalize(self, raw_obs: Tensor | np.ndarray) -> Tensor:
+        """Normalise raw observations (as the env gives them) with the statistics this version
+        holds."""
+        return self.obs_norm(as_tensor(raw_obs))
+
+    def normalizer(self) -> Callable[[Tensor | np.ndarray, Tensor], None]:
+        """A fast ``fn(raw, out)`` that writes the normalised ``raw`` into ``out``, with the
+        statistics frozen as they are now (they change only between weight versions)."""
+        norm = self.obs_norm
+        if not isinstance(norm, RunningNorm):
+            return lambda raw, out: out.copy_(norm(as_tensor(raw)))
+        mean = norm.mean.to(torch.float32)
+        inv = torch.rsqrt(norm.var + norm.eps).to(torch.float32)
+        clip = float(norm.clip)
+
+        def run(raw: Tensor | np.ndarray, out: Tensor) -> None:
+            torch.sub(as_tensor(raw), mean, out=out)
+            out.mul_(inv).clamp_(-clip, clip)
+
+        return run
+
+    def action_log_std(self) -> Tensor:
+        """The state-independent ``log_std`` ``[A]`` (detached)."""
+        return self.actor_log_std.detach()
+
+    def policy_parameters(self) -> list[nn.Parameter]:
+        """The policy's parameters without the critic's (GRPO trains no critic)."""
+        return [*self.actor_mean.parameters(), self.actor_log_std]
+
+    def fold_obs_moments(self, mean: np.ndarray, var: np.ndarray, count: float) -> None:
+        """Fold raw-observation batch moments into the statistics (Chan et al.'s update);
+        nothing if this policy does not normalise."""
+        if isinstance(self.obs_norm, RunningNorm):
+            fold_moments(self.obs_norm, mean, var, count)
+
+
+class GaussianActorCritic(_ActorCriticBase):
     """PPO's policy and value networks: a Gaussian policy with a state-independent ``log_std``
     and a separate critic MLP, over normalised observations.
 
@@ -199,10 +256,6 @@ class GaussianActorCritic(nn.Module):
         self.actor_log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
         self.critic = mlp(obs_dim, hidden, 1, activation, out_std=1.0, ortho_init=ortho_init)
 
-    def value(self, obs: Tensor) -> Tensor:
-        """``[B, D] -> [B]``."""
-        return seq_forward(self.critic, obs).squeeze(-1)
-
     @torch.no_grad()
     def act(self, obs: Tensor, deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
         """Sample actions for the rollout: ``[B, D] -> (actions [B, A], log_prob [B], value [B])``
@@ -218,50 +271,67 @@ class GaussianActorCritic(nn.Module):
         log_std = self.actor_log_std.expand_as(mean)
         return gaussian_log_prob(actions, mean, log_std), gaussian_entropy(log_std), self.value(obs)
 
-    @torch.no_grad()
-    def predict(self, raw_obs: Tensor | np.ndarray, deterministic: bool = True) -> Tensor:
-        """Actions for raw (unnormalised) observations ``[B, D] -> [B, A]`` (evaluation)."""
-        return self.act(self.normalize(raw_obs), deterministic)[0]
-
-    # -- what the rollout and the learner use (the policy interface of PPO and GRPO) -------------
-    def normalize(self, raw_obs: Tensor | np.ndarray) -> Tensor:
-        """Normalise raw observations (as the env gives them) with the statistics this version
-        holds."""
-        return self.obs_norm(as_tensor(raw_obs))
-
-    def normalizer(self) -> Callable[[Tensor | np.ndarray, Tensor], None]:
-        """A fast ``fn(raw, out)`` that writes the normalised ``raw`` into ``out``, with the
-        statistics frozen as they are now (they change only between weight versions)."""
-        norm = self.obs_norm
-        if not isinstance(norm, RunningNorm):
-            return lambda raw, out: out.copy_(norm(as_tensor(raw)))
-        mean = norm.mean.to(torch.float32)
-        inv = torch.rsqrt(norm.var + norm.eps).to(torch.float32)
-        clip = float(norm.clip)
-
-        def run(raw: Tensor | np.ndarray, out: Tensor) -> None:
-            torch.sub(as_tensor(raw), mean, out=out)
-            out.mul_(inv).clamp_(-clip, clip)
-
-        return run
-
     def action_mean(self, obs: Tensor) -> Tensor:
         """The Gaussian's mean for normalised observations ``[B, D] -> [B, A]``."""
         return seq_forward(self.actor_mean, obs)
 
-    def action_log_std(self) -> Tensor:
-        """The state-independent ``log_std`` ``[A]`` (detached)."""
-        return self.actor_log_std.detach()
 
-    def policy_parameters(self) -> list[nn.Parameter]:
-        """The policy's parameters without the critic's (GRPO trains no critic)."""
-        return [*self.actor_mean.parameters(), self.actor_log_std]
+class ActorCritic(_ActorCriticBase):
+    """PPO's and GRPO's actor-critic over any supported action space (discrete, multi-discrete,
+    multi-binary, or a dict/tuple of those and ``Box`` parts; :mod:`rlinf_algos.action_spaces`).
 
-    def fold_obs_moments(self, mean: np.ndarray, var: np.ndarray, count: float) -> None:
-        """Fold raw-observation batch moments into the statistics (Chan et al.'s update);
-        nothing if this policy does not normalise."""
-        if isinstance(self.obs_norm, RunningNorm):
-            fold_moments(self.obs_norm, mean, var, count)
+    The actor emits the parameters of an :class:`~rlinf_algos.distributions.ActionDist` (Normal
+    means of the ``Box`` dims, logits of each discrete dimension and bit); ``log_std`` covers the
+    ``Box`` dims only. Actions are the flat float form ``[B, A]``. Otherwise as
+    :class:`GaussianActorCritic` (observation normalisation, the critic, the rollout interface):
+    :meth:`action_params` takes the place of ``action_mean``, and :meth:`predict` with
+    ``deterministic=False`` samples (from torch's global generator).
+
+    Args:
+        action_space: the action space's spec (:func:`~rlinf_algos.action_spaces.action_space_spec`).
+        the others: as :class:`GaussianActorCritic`.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_space: Mapping[str, Any],
+        hidden: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        log_std_init: float = 0.0,
+        normalize_obs: bool = True,
+        ortho_init: bool = True,
+    ) -> None:
+        from rlinf_algos.distributions import ActionDist
+
+        super().__init__()
+        self.dist = dist = ActionDist(action_space)
+        self.obs_dim, self.act_dim = obs_dim, dist.act_dim
+        self.obs_norm: nn.Module = RunningNorm(obs_dim) if normalize_obs else nn.Identity()
+        self.actor_mean = mlp(
+            obs_dim, hidden, dist.param_dim, activation, out_std=0.01, ortho_init=ortho_init
+        )
+        self.actor_log_std = nn.Parameter(torch.full((dist.cont_dim,), float(log_std_init)))
+        self.critic = mlp(obs_dim, hidden, 1, activation, out_std=1.0, ortho_init=ortho_init)
+
+    @torch.no_grad()
+    def act(self, obs: Tensor, deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        params = seq_forward(self.actor_mean, obs)
+        action = self.dist.mode(params) if deterministic else self.dist.sample(params, self.actor_log_std)
+        return action, self.dist.log_prob(action, params, self.actor_log_std), self.value(obs)
+
+    def evaluate(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        params = seq_forward(self.actor_mean, obs)
+        log_std = self.actor_log_std
+        return (
+            self.dist.log_prob(actions, params, log_std),
+            self.dist.entropy(params, log_std),
+            self.value(obs),
+        )
+
+    def action_params(self, obs: Tensor) -> Tensor:
+        """The distribution's parameters for normalised observations ``[B, D] -> [B, P]``."""
+        return seq_forward(self.actor_mean, obs)
 
 
 class SquashedGaussianActor(nn.Module):

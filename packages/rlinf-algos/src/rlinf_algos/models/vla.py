@@ -533,11 +533,12 @@ def random_shift(images: Tensor, pad: int, generator: torch.Generator | None = N
     """DrQ's augmentation on a batch of ``[B, H, W, C]`` images (uint8 or float): pad by ``pad``
     pixels (edge replicated) and crop back at a random offset per image."""
     b, h, w, _ = images.shape
-    dy = torch.randint(0, 2 * pad + 1, (b,), generator=generator) - pad
-    dx = torch.randint(0, 2 * pad + 1, (b,), generator=generator) - pad
-    rows = (dy[:, None] + torch.arange(h)[None]).clamp_(0, h - 1)  # [B, H]: edge replicate
-    cols = (dx[:, None] + torch.arange(w)[None]).clamp_(0, w - 1)  # [B, W]
-    return images[torch.arange(b)[:, None, None], rows[:, :, None], cols[:, None, :]]
+    dev = generator.device if generator is not None else images.device  # offsets drawn where it draws
+    dy = torch.randint(0, 2 * pad + 1, (b,), generator=generator, device=dev) - pad
+    dx = torch.randint(0, 2 * pad + 1, (b,), generator=generator, device=dev) - pad
+    rows = (dy[:, None] + torch.arange(h, device=dev)[None]).clamp_(0, h - 1)  # [B, H]: edge replicate
+    cols = (dx[:, None] + torch.arange(w, device=dev)[None]).clamp_(0, w - 1)  # [B, W]
+    return images[torch.arange(b, device=dev)[:, None, None], rows[:, :, None], cols[:, None, :]]
 
 
 def shift_images(

@@ -20,12 +20,15 @@ __all__ = ["PPO", "PPOConfig"]
 
 
 class PPO(EmbodiedAlgorithm):
-    """Proximal policy optimisation with a Gaussian MLP policy and a value critic."""
+    """Proximal policy optimisation with an MLP policy (a Gaussian over continuous actions;
+    Categorical, Bernoulli and Normal parts over discrete, multi-binary and hybrid ones) and a
+    value critic."""
 
     PLUGIN_NAME: ClassVar[str] = "ppo"
     config_model: ClassVar[type[BaseModel]] = PPOConfig
 
     cpu_learner: ClassVar[bool] = True
+    action_kinds: ClassVar[tuple[str, ...]] = ("box", "discrete", "multi_discrete", "multi_binary")
 
     @classmethod
     def memory_items(cls, sections: Any, algo_config: Any) -> list[tuple[str, str, int]]:

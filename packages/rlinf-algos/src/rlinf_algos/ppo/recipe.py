@@ -24,11 +24,16 @@ __all__ = ["PPORecipe", "gaussian_policy_spec"]
 
 def gaussian_policy_spec(model_cfg: Any, spaces: Any, normalize_obs: bool) -> dict[str, Any]:
     """The Gaussian actor-critic of PPO and GRPO (64x64 tanh unless the ``model`` section says;
-    a model type with encoders, ``vla``, picks its own default sizes)."""
+    a model type with encoders, ``vla``, picks its own default sizes); for an action space other
+    than a flat ``Box`` (``spaces["action_space"]``), the ``ActorCritic`` over it, the space's
+    spec recorded as ``action_space``."""
     plain = model_cfg.type == "mlp"
+    action_space = spaces.get("action_space") or {"kind": "box"}
+    extra = {} if action_space["kind"] == "box" else {"action_space": action_space}
     return {
         "type": model_cfg.type,
-        "cls": "GaussianActorCritic",
+        "cls": "GaussianActorCritic" if not extra else "ActorCritic",
+        **extra,
         "obs_dim": spaces["obs_dim"],
         "obs_space": spaces.get("obs_space"),
         "act_dim": spaces["act_dim"],

@@ -56,7 +56,9 @@ class LocalPort:
 @torch.no_grad()
 def collect_ppo(port: Any, policy: Any, T: int, generator: torch.Generator) -> dict[str, Any]:
     """``T`` steps of every stage of ``port`` with ``policy`` (a Gaussian actor-critic: its
-    ``normalizer``, ``action_mean``, ``action_log_std`` and ``normalize``). Returns the
+    ``normalizer``, ``action_mean``, ``action_log_std`` and ``normalize``; or an actor-critic
+    over any action space, :class:`~rlinf_algos.models.mlp.ActorCritic`: ``action_params`` and
+    its ``dist`` in place of ``action_mean``; actions are then the flat form). Returns the
     trajectory, ``[T, stages * slots, ...]`` arrays in stage-major slot order: ``obs``
     (normalised, as the policy saw them; a dict of arrays for dict observations,
     :mod:`rlinf_algos.obs`), ``actions`` (as sampled), ``log_probs``, ``rewards`` (raw),
@@ -71,7 +73,9 @@ def collect_ppo(port: Any, policy: Any, T: int, generator: torch.Generator) -> d
     D = None if vec is None else vec.shape[1]
     std = policy.action_log_std().exp()
     log_std = policy.action_log_std()
-    A = log_std.shape[0]
+    dist = getattr(policy, "dist", None)  # None: a Gaussian over the whole action
+    A = log_std.shape[0] if dist is None else dist.act_dim
+    P = A if dist is None else dist.param_dim
     obs_buf = obs_tree.alloc(first, (S, T, n))
     act_buf = np.empty((S, T, n, A), np.float32)
     raw_buf = None if D is None else np.empty((S, T, n, D), np.float32)
@@ -80,7 +84,7 @@ def collect_ppo(port: Any, policy: Any, T: int, generator: torch.Generator) -> d
     trunc_buf = np.zeros((S, T, n), bool)
     final_t: list[np.ndarray] = []  # (stage, t, slot) of truncated steps, and their obs
     final_obs: list[Any] = []
-    mean_buf = torch.empty(S, T, n, A)
+    mean_buf = torch.empty(S, T, n, P)
     obs_t, act_t = obs_tree.to_torch(obs_buf), torch.from_numpy(act_buf)
     normalize = policy.normalizer()
 
@@ -107,9 +111,13 @@ def collect_ppo(port: Any, policy: Any, T: int, generator: torch.Generator) -> d
                 raw_buf[s, t] = obs_tree.vector_part(raw)
             obs = obs_tree.take(obs_t, (s, t))
             normalize(raw, obs)
-            mean = policy.action_mean(obs)
-            noise = torch.randn(mean.shape, generator=generator)
-            torch.add(mean, noise * std, out=act_t[s, t])
+            if dist is None:
+                mean = policy.action_mean(obs)
+                noise = torch.randn(mean.shape, generator=generator)
+                torch.add(mean, noise * std, out=act_t[s, t])
+            else:
+                mean = policy.action_params(obs)
+                act_t[s, t] = dist.sample(mean, log_std, generator)
             port.send(s, act_buf[s, t])
             mean_buf[s, t] = mean
     last = obs_tree.alloc(first, (S, n))
@@ -117,7 +125,10 @@ def collect_ppo(port: Any, policy: Any, T: int, generator: torch.Generator) -> d
         msg = port.recv(s)
         absorb(s, T - 1, msg)
         obs_tree.put(last, s, obs_tree.to_numpy(policy.normalize(msg["obs"])))
-    logp = gaussian_log_prob(act_t, mean_buf, log_std.expand_as(mean_buf)).numpy()
+    if dist is None:
+        logp = gaussian_log_prob(act_t, mean_buf, log_std.expand_as(mean_buf)).numpy()
+    else:
+        logp = dist.log_prob(act_t, mean_buf, log_std).numpy()
     moments = None
     if raw_buf is not None:
         acc = Moments(D)

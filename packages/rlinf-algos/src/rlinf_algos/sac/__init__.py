@@ -28,6 +28,11 @@ class SAC(EmbodiedAlgorithm):
     network_copies: ClassVar[int] = 5
     """The actor, two critics and their two targets."""
 
+    action_space_hint: ClassVar[str] = (
+        "SAC-Discrete is not implemented; use algorithm.name: ppo, which trains discrete, multi-discrete, "
+        "multi-binary and hybrid (dict/tuple) action spaces"
+    )
+
     multi_rank_learner: ClassVar[bool] = False
     """SAC's learner stays one process: it takes one gradient step per few hundred streamed
     transitions (``algorithm.utd_ratio`` steps per chunk, batches of ``batch_size`` from the replay

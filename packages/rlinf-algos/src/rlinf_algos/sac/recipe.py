@@ -241,6 +241,16 @@ class SACRecipe(Recipe):
     def policy_spec(self, model_cfg: Any, spaces: Any) -> dict[str, Any]:
         return sac_policy_spec(model_cfg, spaces)
 
+    def check_spaces(self, env_cfg: Any, spaces: Any) -> None:
+        """Refuse an action space other than a flat ``Box`` (the env worker's check, for the envs
+        ``--dry-run`` does not build)."""
+        from rlinf_algos.sac import SAC
+
+        space = spaces.get("action_space") or {"kind": "box"}
+        problem = SAC.action_space_problem(space, space["kind"], env_cfg.id)
+        if problem is not None:
+            raise ConfigError([problem])
+
     def local_session(self, stepper: Any, spec: dict[str, Any], sections: Any) -> LocalSession:
         return _SACLocal(self, stepper, spec, sections)
 
