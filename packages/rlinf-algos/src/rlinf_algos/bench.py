@@ -271,10 +271,10 @@ def throughput_cmd(
     """Run short training bursts of CONFIG at several rollout-worker counts on the current
     cluster (RAY_ADDRESS, else an embedded Ray) and report env steps/s, the time per update of
     each component and the scaling efficiency against the smallest count."""
-    from rlinf_core.config import load_yaml
+    from rlinf_core.compose import load_config
     from rlinf_core.pools import is_seed_form
 
-    data = load_yaml(config)
+    data = load_config(config)
     given = ctx.get_parameter_source("workers_text") != click.core.ParameterSource.DEFAULT
     workers = _parse_workers(workers_text) if is_seed_form(data) or given else None
     result = measure_throughput(

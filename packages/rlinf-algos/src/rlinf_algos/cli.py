@@ -76,8 +76,9 @@ class _ProgressBar:
 
 
 def register(cli: click.Group) -> None:
-    """Add ``train``, ``eval``, ``plot``, ``sft`` and ``bench`` to the ``rlinf`` command group."""
+    """Add ``train``, ``eval``, ``plot``, ``sft``, ``bench`` and ``convert`` to the ``rlinf`` command group."""
     from rlinf_algos.bench import bench
+    from rlinf_algos.convert_cli import convert_cmd
     from rlinf_algos.sft_cli import sft_cmd
 
     cli.add_command(train_cmd)
@@ -85,6 +86,7 @@ def register(cli: click.Group) -> None:
     cli.add_command(plot_cmd)
     cli.add_command(sft_cmd)
     cli.add_command(bench)
+    cli.add_command(convert_cmd)
 
 
 class _StopOnTerm:
@@ -157,6 +159,19 @@ class _StopOnTerm:
     type=click.IntRange(min=0),
     help="With --dry-run: give every node this many GPUs (instead of --inventory).",
 )
+@click.option(
+    "--print-config",
+    is_flag=True,
+    help="Print the composed configuration (defaults lists merged, overrides applied, ${...} "
+    "resolved) as YAML and exit; `rlinf train` takes that output as it is.",
+)
+@click.option(
+    "--multirun",
+    "-m",
+    is_flag=True,
+    help="A sweep: `key=a,b,c` (or `key=range(0,3)`) overrides give one run per combination, run "
+    "one after another into RUN_DIR/<i>_<key=value>; then one table of the final metrics.",
+)
 @click.pass_context
 def train_cmd(
     ctx: click.Context,
@@ -169,19 +184,32 @@ def train_cmd(
     dry_run: bool,
     inventory_path: Path | None,
     gpus_per_node: int | None,
+    print_config: bool,
+    multirun: bool,
 ) -> None:
     """Train with the run configuration CONFIG.yaml.
 
     OVERRIDES are dotted `key=value` settings applied on top (values are YAML):
-    `rlinf train examples/quickstart.yaml runner.total_steps=20000 env.num_envs=4`.
+    `rlinf train examples/quickstart.yaml runner.total_steps=20000 env.num_envs=4`;
+    `+key=value` adds a key, `++key=value` adds or replaces, `~key` deletes, `group=name` picks
+    another file of a `defaults:` list. `--multirun runner.seed=0,1,2` sweeps.
 
     The whole configuration is checked before anything starts. Runs on an embedded Ray, or on the
     cluster at RAY_ADDRESS. Ctrl-C or SIGTERM writes a checkpoint first; --resume RUN_DIR continues it.
     """
     from rlinf_algos.runtime.training import TrainingInterrupted, run_training
-    from rlinf_core.config import load_yaml
     from rlinf_core.errors import RlinfError
 
+    if multirun:
+        if resume_dir is not None or print_config:
+            raise click.UsageError(
+                "--multirun starts new runs: it does not go with --resume or --print-config"
+            )
+        _multirun(ctx, config, overrides, run_dir, overwrite, quiet, dry_run, inventory_path, gpus_per_node)
+        return
+    if print_config:
+        _print_config(config, overrides)
+        return
     if resume_dir is not None and run_dir is not None and resume_dir != run_dir:
         raise click.UsageError("give --resume RUN_DIR or --run-dir DIR, not both")
     if overwrite and resume_dir is not None:
@@ -190,16 +218,15 @@ def train_cmd(
         raise click.UsageError("--inventory and --gpus-per-node go with --dry-run")
     if inventory_path is not None and gpus_per_node is not None:
         raise click.UsageError("give --inventory or --gpus-per-node, not both")
-    data = load_yaml(config)
     if dry_run:
-        _print_dry_run(ctx, data, overrides, inventory_path, gpus_per_node)
+        _print_dry_run(ctx, config, overrides, inventory_path, gpus_per_node)
         return
     bar = None if quiet else _ProgressBar()
     target = resume_dir or run_dir
     stop_signal = _StopOnTerm()
     try:
         summary = run_training(
-            data,
+            config,
             run_dir=target,
             overrides=overrides,
             resume=resume_dir is not None,
@@ -232,6 +259,71 @@ def train_cmd(
         bar.close()
     click.echo(summary["summary_text"])
     click.echo(f"run directory: {target or _run_dir_of(summary)}")
+
+
+def _print_config(config: Path, overrides: tuple[str, ...]) -> None:
+    """``rlinf train --print-config``: the composed, resolved configuration as YAML."""
+    import yaml
+
+    from rlinf_core.compose import load_config
+
+    click.echo(yaml.safe_dump(load_config(config, overrides), sort_keys=False), nl=False)
+
+
+def _multirun(
+    ctx: click.Context,
+    config: Path,
+    overrides: tuple[str, ...],
+    run_dir: Path | None,
+    overwrite: bool,
+    quiet: bool,
+    dry_run: bool,
+    inventory_path: Path | None,
+    gpus_per_node: int | None,
+) -> None:
+    """``rlinf train --multirun``: every combination checked, then run one after another; the
+    table of final metrics; exit 1 naming the runs that failed."""
+    from rlinf_algos.rundir import default_run_dir
+    from rlinf_algos.runtime.training import dry_run as check_run
+    from rlinf_algos.runtime.training import run_training
+    from rlinf_algos.train_api import multirun_plan, multirun_table, run_multirun
+
+    sweep_dir = run_dir or default_run_dir(config)
+    host = get_host(ctx)
+    if dry_run:
+        for item in multirun_plan(overrides, sweep_dir):
+            click.echo(f"# run {item.index}: {' '.join(item.swept) or '(no swept keys)'} -> {item.run_dir}")
+            _print_dry_run(ctx, config, tuple(item.overrides), inventory_path, gpus_per_node)
+        return
+
+    def run(item: Any) -> dict[str, Any]:
+        bar = None if quiet else _ProgressBar()
+        try:
+            return run_training(
+                config,
+                run_dir=item.run_dir,
+                overrides=item.overrides,
+                progress=bar,
+                host=host,
+                overwrite=overwrite,
+            )
+        finally:
+            if bar is not None:
+                bar.close()
+
+    results, failures = run_multirun(
+        overrides,
+        sweep_dir,
+        run,
+        check=lambda item: check_run(config, overrides=item.overrides, host=host),
+        echo=lambda line: click.echo(line, err=True),
+    )
+    click.echo(multirun_table(results), nl=False)
+    click.echo(f"sweep directory: {sweep_dir} (multirun.json lists the runs)")
+    if failures:
+        for item, error in failures:
+            click.echo(f"run {item.index} ({' '.join(item.swept)}, {item.run_dir}) failed: {error}", err=True)
+        sys.exit(1)
 
 
 def _print_dry_run(
@@ -278,7 +370,23 @@ def _print_dry_run(
         )
     click.echo("# placement plan")
     click.echo(render_table(out["plan"]), nl=False)
+    _echo_devices(out.get("devices") or {})
     click.echo("# dry run: nothing was started")
+
+
+def _echo_devices(devices: dict[str, Any]) -> None:
+    """The ``# devices`` block of ``--dry-run``: each role's device per rank, and torch's CUDA
+    version (with the driver's when this machine sees a GPU)."""
+    from rlinf_algos.parallel import device_report
+
+    click.echo("# devices (per rank, under runner.device; rollout and reference follow their placement)")
+    for name, ranks in devices.items():
+        click.echo(f"#   {name}: {', '.join(ranks)}")
+    rep = device_report()
+    line = f"# torch {rep['torch']} (CUDA {rep['torch_cuda'] or 'none: a CPU build'})"
+    if rep["gpus"]:
+        line += f"; this machine: {rep['gpus']} GPU(s), driver {rep.get('driver', '?')}"
+    click.echo(line)
 
 
 def _run_dir_of(summary: dict[str, Any]) -> str:
@@ -296,6 +404,12 @@ def _run_dir_of(summary: dict[str, Any]) -> str:
     help="Episode i starts from a reset with seed SEED + i.",
 )
 @click.option("--stochastic", is_flag=True, help="Sample actions instead of taking the mean.")
+@click.option(
+    "--warm-start",
+    is_flag=True,
+    help="Evaluate the weights RL started from (RUN_DIR/warm_start.safetensors, model.warm_start) "
+    "instead of the final policy.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.option(
     "--video",
@@ -304,17 +418,51 @@ def _run_dir_of(summary: dict[str, Any]) -> str:
     default=None,
     help="Write one video per episode into this folder (MP4, or GIF without an encoder).",
 )
+@click.option(
+    "--data",
+    "data_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Language-model runs: score on this prompt file (the run's data format), not its validation set.",
+)
+@click.option(
+    "--samples",
+    "-k",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Language-model runs: responses per prompt, for pass@k (1: greedy).",
+)
 def eval_cmd(
-    run_dir: Path, episodes: int, seed: int, stochastic: bool, as_json: bool, video_dir: Path | None
+    run_dir: Path,
+    episodes: int,
+    seed: int,
+    stochastic: bool,
+    warm_start: bool,
+    as_json: bool,
+    video_dir: Path | None,
+    data_file: Path | None = None,
+    samples: int = 1,
 ) -> None:
     """Run the final policy of RUN_DIR for N episodes (seeds SEED, SEED+1, ...): the return and
     length, and for envs that report info["success"] the success rates success_once (at some
     step) and success_at_end (at the last step), overall and per instruction. The same command
-    gives the same numbers."""
-    from rlinf_algos.evaluate import evaluate_policy
+    gives the same numbers.
 
+    A language-model run's policy/ is scored on its validation set or --data FILE: score,
+    accuracy, pass@k with --samples K, per data_source."""
+    from rlinf_algos.lm.evaluate import is_lm_run, lm_eval_lines
+
+    if is_lm_run(run_dir):
+        click.echo("\n".join(lm_eval_lines(run_dir, data_file, samples, seed, as_json)))
+        return
+    if data_file is not None or samples != 1:
+        raise click.UsageError("--data and --samples go with a language-model run (RUN_DIR/policy/)")
+    from rlinf_algos.evaluate import evaluate_policy
+    from rlinf_algos.run_files import policy_file, warm_start_file
+
+    path = warm_start_file(run_dir) if warm_start else policy_file(run_dir)
     res = evaluate_policy(
-        run_dir / "policy.pt", episodes=episodes, seed=seed, deterministic=not stochastic, video_dir=video_dir
+        path, episodes=episodes, seed=seed, deterministic=not stochastic, video_dir=video_dir
     )
     if as_json:
         click.echo(json.dumps(res))

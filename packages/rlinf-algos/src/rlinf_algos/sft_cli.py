@@ -40,9 +40,9 @@ def sft_cmd(
     """
     from rlinf_algos.lm.finetune import load_sft_config, train_sft
     from rlinf_algos.rundir import default_run_dir
-    from rlinf_core.config import apply_overrides, load_yaml
+    from rlinf_core.compose import load_config
 
-    data = apply_overrides(load_yaml(config), overrides)
+    data = load_config(config, overrides)
     run = load_sft_config(data)
     target = run_dir or default_run_dir(config)
     command = shlex.join(["rlinf", "sft", str(config), *overrides, "--run-dir", str(target)])

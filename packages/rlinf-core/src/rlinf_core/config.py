@@ -26,11 +26,13 @@ from rlinf_core.io import MAX_USER_FILE_BYTES, read_user_text
 
 __all__ = [
     "MAX_YAML_DEPTH",
+    "OVERRIDE_FORMS",
     "ConfigSection",
     "apply_overrides",
     "describe_value",
     "load_yaml",
     "number_problem",
+    "parse_override",
     "parse_yaml",
     "validate_model",
     "validation_problems",
@@ -311,31 +313,95 @@ def validate_model(model: type[M], data: Any, prefix: str = "") -> M:
         raise ConfigError(validation_problems(err, prefix)) from None
 
 
-def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
-    """Apply ``key.sub=value`` overrides (values parsed as YAML) to a copy of ``data``.
+OVERRIDE_FORMS = (
+    "key.path=value (set), +key.path=value (add), ++key.path=value (add or replace) or ~key.path (delete)"
+)
+"""The command-line override forms, as Hydra writes them (quoted in error messages)."""
 
-    ``runner.max_steps=10`` sets a nested key, creating mappings on the way; ``a.list.0=3``
-    indexes into a list. A malformed override is a :class:`ConfigError` that quotes it.
+
+def parse_override(raw: str) -> tuple[str, str, Any, bool]:
+    """``(op, key, value, has_value)`` of one command-line override: ``op`` is ``"set"``
+    (``key=value``), ``"add"`` (``+key=value``), ``"force"`` (``++key=value``) or ``"delete"``
+    (``~key``, or ``~key=value``: delete only if it holds that value). Values are parsed as YAML
+    (with :func:`parse_yaml`'s guards); an empty value is ``""``. A malformed override is a
+    :class:`ConfigError` that quotes it and lists the valid forms."""
+    text = raw.strip()
+    op, body = "set", text
+    if text.startswith("++"):
+        op, body = "force", text[2:]
+    elif text.startswith("+"):
+        op, body = "add", text[1:]
+    elif text.startswith("~"):
+        op, body = "delete", text[1:]
+    key, sep, value_text = body.partition("=")
+    key = key.strip()
+    if (not sep and op != "delete") or not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override {_shorten(raw, 100)!r} is not of the form {OVERRIDE_FORMS}")
+    if not sep:
+        return op, key, None, False
+    source = f"override {_shorten(raw, 100)!r}"
+    try:
+        value = parse_yaml(value_text, source=source) if value_text.strip() else ""
+    except ConfigError as err:
+        detail = str(err).removeprefix(f"{source}: ")
+        raise ConfigError(f"{source}: the value is not valid YAML ({detail})") from None
+    return op, key, value, True
+
+
+def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Apply command-line overrides (values parsed as YAML) to a copy of ``data``.
+
+    ``runner.max_steps=10`` sets a nested key, creating mappings on the way (unlike Hydra, a key
+    the config does not have yet may be set without ``+``); ``a.list.0=3`` indexes into a list.
+    As in Hydra, ``+key=value`` adds a key that must not be there yet, ``++key=value`` adds or
+    replaces, ``~key`` deletes a key that must be there (``~key=value``: only if it holds
+    ``value``). A malformed or impossible override is a :class:`ConfigError` that quotes it.
     """
     import copy
 
     out = copy.deepcopy(data)
     for raw in overrides:
-        key, sep, value_text = raw.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"override {raw!r} is not of the form key.path=value")
-        source = f"override {_shorten(raw, 100)!r}"
-        try:
-            value = parse_yaml(value_text, source=source) if value_text.strip() else ""
-        except ConfigError as err:
-            detail = str(err).removeprefix(f"{source}: ")
-            raise ConfigError(f"{source}: the value is not valid YAML ({detail})") from None
-        parts = key.strip().split(".")
+        op, key, value, has_value = parse_override(raw)
+        parts = key.split(".")
         node: Any = out
         for i, part in enumerate(parts[:-1]):
-            node = _child(node, part, parts[: i + 1], raw, create=True)
+            node = _child(node, part, parts[: i + 1], raw, create=op != "delete")
+        if op == "delete":
+            _delete(node, parts[-1], parts, raw, value, has_value)
+            continue
+        if op == "add" and _has(node, parts[-1]):
+            current = node[_index(node, parts[-1], parts, raw)] if isinstance(node, list) else node[parts[-1]]
+            plain = raw.strip()[1:]
+            raise ConfigError(
+                f"override {_shorten(raw, 100)!r}: {key} is already set (to {describe_value(current)}); "
+                f"change it with {_shorten(plain, 60)}, or add-or-replace with +{_shorten(raw.strip(), 60)}"
+            )
         _assign(node, parts[-1], value, parts, raw)
     return out
+
+
+def _has(node: Any, part: str) -> bool:
+    if isinstance(node, dict):
+        return part in node
+    if isinstance(node, list):
+        try:
+            return -len(node) <= int(part) < len(node)
+        except ValueError:
+            return False
+    return False
+
+
+def _delete(node: Any, part: str, path: Sequence[str], raw: str, value: Any, has_value: bool) -> None:
+    key = ".".join(path)
+    if not _has(node, part):
+        raise ConfigError(f"override {_shorten(raw, 100)!r}: {key} is not in the config, nothing to delete")
+    idx: Any = _index(node, part, path, raw) if isinstance(node, list) else part
+    if has_value and node[idx] != value:
+        raise ConfigError(
+            f"override {_shorten(raw, 100)!r}: {key} is {describe_value(node[idx])}, not "
+            f"{describe_value(value)}; give ~{key} to delete it whatever it holds"
+        )
+    del node[idx]
 
 
 def _child(node: Any, part: str, path: Sequence[str], raw: str, *, create: bool) -> Any:
@@ -345,6 +411,8 @@ def _child(node: Any, part: str, path: Sequence[str], raw: str, *, create: bool)
     if not isinstance(node, dict):
         raise ConfigError(f"override {raw!r}: {'.'.join(path[:-1])} is not a mapping")
     if part not in node or node[part] is None:
+        if not create:
+            raise ConfigError(f"override {raw!r}: {'.'.join(path)} is not in the config, nothing to delete")
         node[part] = {}
     return node[part]
 

@@ -220,9 +220,9 @@ def check_cmd(ctx: click.Context, config: str, node_rank: int | None, timeout: f
     every configured camera serial is connected. Exits 1 if a check fails, 2 on a config error.
     """
     from rlinf_core.cli import get_host
-    from rlinf_core.config import load_yaml
+    from rlinf_core.compose import load_config
 
-    data = load_yaml(config)
+    data = load_config(config)
     host = get_host(ctx)
     sections = parse_hardware_sections(data, host.hardware)
     node = _node_rank_from_env() if node_rank is None else node_rank
