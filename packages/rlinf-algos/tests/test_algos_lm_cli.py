@@ -49,7 +49,10 @@ def check_run_dir(run_dir: Path, mode: str) -> dict[str, Any]:
     assert float(rows[0]["reference_s"]) > 0.0  # kl_coef > 0: the reference ran
     assert (run_dir / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert config["algorithm"]["name"] == "grpo_lm" and config["model"]["path"].endswith("base_model")
+    # config.yaml is the configuration as given with its defaults (what --dry-run prints): it
+    # runs as it is when fed back; the model it built is RUN_DIR/base_model
+    assert config["algorithm"]["name"] == "grpo_lm" and config["model"]["init"]["hidden_size"] == 16
+    assert (run_dir / "base_model" / "config.json").is_file()
     assert config["task"]["mode"] == mode and "cluster" in config
     from transformers import AutoModelForCausalLM
 
@@ -114,12 +117,13 @@ def test_bad_configs_are_reported_up_front_with_their_yaml_paths(
     assert "unknown section" in paths["extra_section"]
 
 
-def test_resume_is_refused_with_a_way_forward(host: Any, tmp_path: Path) -> None:
+def test_resume_without_a_checkpoint_says_so(host: Any, tmp_path: Path) -> None:
     from rlinf_algos.lm.algorithm import GRPOLM
     from rlinf_algos.lm.config import load_lm_sections
+    from rlinf_core.errors import RlinfError
 
     data = apply_overrides(load_yaml(EXAMPLES / "grpo_arith.yaml"), TINY)
-    with pytest.raises(ConfigError, match=r"model\.path=RUN_DIR/policy"):
+    with pytest.raises(RlinfError, match=r"nothing to resume in .*checkpoints/step_<n>/"):
         GRPOLM(load_lm_sections(data).algorithm).run(None, data, tmp_path, resume=True)
 
 

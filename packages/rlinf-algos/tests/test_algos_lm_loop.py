@@ -71,7 +71,7 @@ def test_one_iteration_smoke(name: str, extra: list[str], tmp_path: Path) -> Non
         "warm_start/config.yaml",
         "warm_start/data/train.jsonl",
         "policy",
-        "checkpoints/iter_1",
+        "checkpoints/step_1/state.safetensors",
         "base_model",
         "metrics.csv",
         "eval_before.json",

@@ -1,7 +1,9 @@
 """``rlinf plot RUN_DIR``: learning curves of a run as PNG files (matplotlib, Agg backend).
 
 Reads ``RUN_DIR/metrics.csv`` and writes ``RUN_DIR/plots/return.png`` (episode return against
-env steps, with the episode length on a second axis when present) and
+env steps, with the episode length on a second axis when present; for a language-model run
+``reward.png``: the mean reward, the training samples' accuracy and the held-out accuracy
+against GRPO iterations) and
 ``RUN_DIR/plots/metrics.png`` (one small panel per other numeric column). A damaged or foreign
 ``metrics.csv`` (not UTF-8, no ``step`` column) is one error line.
 """
@@ -19,7 +21,7 @@ from rlinf_core.io import read_user_text
 
 __all__ = ["plot_run", "read_metrics"]
 
-_SKIP = {"step", "wall_s", "episode_return_mean", "episode_length_mean"}
+_SKIP = {"step", "iteration", "wall_s", "episode_return_mean", "episode_length_mean"}
 
 _MAX_METRICS_BYTES = 2**30
 
@@ -78,6 +80,8 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
     written: list[Path] = []
     if "episode_return_mean" in cols:
         written.append(_return_plot(plt, run_dir, cols, out))
+    elif "reward_mean" in cols:  # a language-model run: one row per iteration
+        written.append(_reward_plot(plt, run_dir, cols, out))
     others = [k for k, v in cols.items() if k not in _SKIP and any(not math.isnan(x) for x in v)]
     if others:
         ncols = 3
@@ -113,6 +117,31 @@ def _return_plot(plt: Any, run_dir: Path, cols: dict[str, list[float]], out: Pat
     ax.legend(loc="upper left")
     fig.tight_layout()
     path = out / "return.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _reward_plot(plt: Any, run_dir: Path, cols: dict[str, list[float]], out: Path) -> Path:
+    steps = cols["step"]
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    ax.plot(steps, cols["reward_mean"], color="tab:blue", label="mean reward of the iteration's samples")
+    if "train_accuracy" in cols:
+        ax.plot(steps, cols["train_accuracy"], color="tab:gray", alpha=0.6, label="samples with reward 1")
+    held = [
+        (s, v) for s, v in zip(steps, cols.get("heldout_accuracy", []), strict=False) if not math.isnan(v)
+    ]
+    if held:
+        ax.plot(
+            [s for s, _ in held], [v for _, v in held], "o-", color="tab:green", label="held-out accuracy"
+        )
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("reward / accuracy")
+    ax.grid(alpha=0.3)
+    ax.set_title(f"{run_dir.name}: learning curve")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    path = out / "reward.png"
     fig.savefig(path)
     plt.close(fig)
     return path

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel
@@ -57,6 +58,19 @@ class Algorithm(ABC):
             for key in run_config
             if key not in cls.sections
         ]
+
+    @classmethod
+    def resolved_config(cls, run_config: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The validated run configuration with every default filled in: what the run's
+        ``config.yaml`` records and ``rlinf train --dry-run`` prints (fed back, it must run as it
+        is). ``None`` (the default): the runtime fills in the sections it knows."""
+        return None
+
+    @classmethod
+    def latest_checkpoint(cls, run_dir: Path) -> Path | None:
+        """The newest checkpoint of ``run_dir`` in this algorithm's own format (what ``--resume``
+        continues from), or ``None`` (the default): the runtime's checkpoints are looked for."""
+        return None
 
     @abstractmethod
     def run(

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from rlinf_algos.lm.config import LMGRPOConfig, LMPPOConfig, load_lm_sections
+from rlinf_algos.lm.config import LMGRPOConfig, LMPPOConfig, load_lm_sections, resolved_lm_config
 from rlinf_algos.lm.engines import rollout_problems
 from rlinf_core.algorithm import Algorithm
 from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
@@ -46,7 +46,9 @@ class GRPOLM(Algorithm):
     PLUGIN_NAME: ClassVar[str] = "grpo_lm"
     config_model: ClassVar[type[BaseModel]] = LMGRPOConfig
     components: ClassVar[tuple[str, ...]] = ("rollout", "reward", "reference", "actor", "agent")
-    required_components: ClassVar[tuple[str, ...]] = ("rollout", "reward", "reference", "actor")
+    required_components: ClassVar[tuple[str, ...]] = ("rollout", "reward", "actor")
+    """The ``reference`` is required too when ``algorithm.kl_coef > 0`` (its KL term uses it):
+    :meth:`run_config_problems` checks that."""
     distributed: ClassVar[bool] = True
     """``rlinf train`` defaults to ``runner.scheduler: ray`` (workers placed by the ``cluster``
     section); ``runner.scheduler: local`` trains in the rlinf process."""
@@ -84,6 +86,21 @@ class GRPOLM(Algorithm):
                         'e.g. agent: {node_group: node, placement: "0:0-15"}',
                     )
                 )
+        if (
+            scheduler != "local"
+            and run.algorithm.kl_coef > 0
+            and isinstance(placement, Mapping)
+            and placement
+        ):
+            placed = {x.strip() for key in placement for x in str(key).split(",")}
+            if "reference" not in placed:
+                problems.append(
+                    ConfigProblem(
+                        "cluster.component_placement",
+                        f"algorithm.kl_coef is {run.algorithm.kl_coef:g}: its KL term needs the reference "
+                        "policy: place a `reference` component, or set algorithm.kl_coef: 0",
+                    )
+                )
         problems += _device_problems(run, placement)
         problems += rollout_problems(run)
         return problems
@@ -106,12 +123,6 @@ class GRPOLM(Algorithm):
         a started scheduler places the rollout, reward, reference, actor (and agent) workers
         where the ``cluster`` section says. ``progress`` is called with every metrics row.
         """
-        if resume:
-            raise ConfigError(
-                "grpo_lm runs are short (a warm start and minutes of GRPO) and do not resume; "
-                "start a new run, or continue from the saved policy with model.path=RUN_DIR/policy",
-                path="--resume",
-            )
         if rollout_only:
             raise RlinfError("grpo_lm has no rollout-only mode (it measures accuracy, not env steps)")
         run = load_lm_sections(run_config)
@@ -119,14 +130,27 @@ class GRPOLM(Algorithm):
         if scheduler is None:
             from rlinf_algos.lm.trainer import train_lm
 
-            return train_lm(run, run_dir, progress=progress, cluster=_cluster_of(run_config))
+            return train_lm(run, run_dir, progress=progress, cluster=_cluster_of(run_config), resume=resume)
         try:
             from rlinf_algos.lm.distributed import train_lm_distributed
         except ImportError as err:  # pragma: no cover - a broken install
             raise RlinfError(f"grpo_lm: the distributed runner cannot load ({err})") from err
         return train_lm_distributed(
-            run, scheduler, run_dir, progress=progress, cluster=_cluster_of(run_config)
+            run, scheduler, run_dir, progress=progress, cluster=_cluster_of(run_config), resume=resume
         )
+
+    @classmethod
+    def resolved_config(cls, run_config: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Every section with its defaults (:func:`~rlinf_algos.lm.config.resolved_lm_config`):
+        what ``config.yaml`` holds and ``--dry-run`` prints; it runs as it is when fed back."""
+        return resolved_lm_config(load_lm_sections(run_config), _cluster_of(run_config))
+
+    @classmethod
+    def latest_checkpoint(cls, run_dir: Path) -> Path | None:
+        """The newest ``checkpoints/step_<n>/`` folder of ``run_dir`` (:mod:`rlinf_algos.lm.checkpoint`)."""
+        from rlinf_algos.lm.checkpoint import latest_lm_checkpoint
+
+        return latest_lm_checkpoint(run_dir)
 
     def summary_text(self, summary: Mapping[str, Any]) -> str:
         """Held-out accuracy (reward 1) and mean reward before and after, not env steps."""
@@ -152,6 +176,17 @@ def _device_problems(run: Any, placement: Any) -> list[ConfigProblem]:
     """``runner.device`` names a CUDA device while the actor is placed on the ``node`` group
     (whole nodes as the resource: no accelerator is given to the process)."""
     device = str(run.runner.device)
+    if device.strip() not in ("auto", ""):
+        import torch
+
+        try:
+            torch.device(device.strip())
+        except (RuntimeError, ValueError):
+            return [
+                ConfigProblem(
+                    "runner.device", f"{device!r} is not a torch device; use auto, cpu, cuda or cuda:N"
+                )
+            ]
     if not device.startswith("cuda") or not isinstance(placement, Mapping):
         return []
     for key, spec in placement.items():
@@ -177,10 +212,11 @@ def _source_problems(run: Any) -> list[ConfigProblem]:
 
     problems: list[ConfigProblem] = []
     if run.model.path is not None:
-        from rlinf_algos.lm.folder import check_model_folder, has_chat_template
+        from rlinf_algos.lm.folder import check_model_files, check_model_folder, has_chat_template
 
         try:
             check_model_folder(run.model.path)
+            check_model_files(run.model.path, "model.path", run.model.trust_remote_code)
         except ConfigError as err:
             return [*problems, *err.problems]
         if run.data is not None and run.data.apply_chat_template and not has_chat_template(run.model.path):
@@ -192,10 +228,19 @@ def _source_problems(run: Any) -> list[ConfigProblem]:
                 )
             )
     if run.data is not None:
+        from rlinf_algos.lm.data import check_data_files
+
         for key in ("train_files", "val_files"):
+            missing = False
             for i, f in enumerate(getattr(run.data, key)):
                 if not Path(f).expanduser().is_file():
                     problems.append(ConfigProblem(f"data.{key}[{i}]", f"{f}: no such file"))
+                    missing = True
+            if not missing:
+                try:
+                    check_data_files(run.data, "train" if key == "train_files" else "val")
+                except ConfigError as err:
+                    problems.extend(err.problems)
     if run.reward is not None:
         from rlinf_algos.lm.rewards import load_reward
 

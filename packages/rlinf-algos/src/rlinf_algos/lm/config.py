@@ -46,6 +46,7 @@ __all__ = [
     "ModelInitConfig",
     "SFTConfig",
     "load_lm_sections",
+    "resolved_lm_config",
 ]
 
 _STRICT = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
@@ -317,7 +318,12 @@ class LMRunnerConfig(ConfigSection):
         0, ge=0, description="iterations between held-out evaluations; 0: start and end only"
     )
     log_interval: int = Field(1, ge=1, description="iterations between log lines")
-    checkpoint_interval: int = Field(0, ge=0, description="iterations between checkpoints; 0 turns them off")
+    checkpoint_interval: int = Field(
+        20,
+        ge=0,
+        description="iterations between checkpoints (checkpoints/step_<n>/, the newest two kept; one is "
+        "also written at the end and on SIGTERM or Ctrl-C); 0: only at the end and on a stop",
+    )
     time_limit_s: float | None = Field(
         None, gt=0.0, description="stop GRPO early once this many seconds have passed since the start"
     )
@@ -392,6 +398,19 @@ class RewardConfig(BaseModel):
         strict=True,
         description="TRL-style callables only: pass completions and prompts as chat messages (as TRL does "
         "for conversational data); null: when the sample's prompt is a list of messages",
+    )
+    timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=86400,
+        description="seconds one call of a reward you bring (reward.path or a plugin's) may take; past "
+        "it the call is stopped (its process killed) and the sample fails as reward.on_error says",
+    )
+    on_error: Literal["stop", "zero"] = Field(
+        "stop",
+        description="a reward you bring that raises, times out, exits or returns a non-number: stop the "
+        "run with a one-line message naming the sample (stop), or score the sample 0, count it in "
+        "reward_failures and go on (zero)",
     )
 
     @field_validator("kwargs")
@@ -505,3 +524,21 @@ def load_lm_sections(run_config: Mapping[str, Any] | Any) -> LMRunConfig:
     if "data" in out and "reward" not in out:
         out["reward"] = RewardConfig()
     return LMRunConfig(**out)
+
+
+def resolved_lm_config(run: LMRunConfig, cluster: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Every section of ``run`` with its defaults filled in, as ``config.yaml`` records it and
+    ``rlinf train --dry-run`` prints it: fed back to ``rlinf train`` it runs as it is (a data set
+    run has no ``task`` section; absent optional sections are left out)."""
+    import json
+
+    data: dict[str, Any] = {}
+    if cluster is not None:
+        data["cluster"] = json.loads(json.dumps(dict(cluster), default=str))
+    for key, value in run.model_dump(mode="json").items():
+        if value is None or (key == "task" and run.data is not None):
+            continue
+        if key == "critic" and not isinstance(run.algorithm, LMPPOConfig):
+            continue  # only ppo_lm trains a critic
+        data[key] = value
+    return data

@@ -20,7 +20,9 @@ and the reward worker import no torch: they are light processes (the multi-agent
 
 Every wait has ``runner.worker_timeout`` and names what it waited for. A worker failure ends the
 run with the scheduler's :class:`~rlinf_scheduler.runtime.worker_group.WorkerError` (component,
-rank, node, remote traceback); an LLM GRPO run is minutes long, so it is not restarted.
+rank, node, remote traceback); the run continues from its newest checkpoint with ``--resume``
+(:mod:`rlinf_algos.lm.checkpoint`, written every ``runner.checkpoint_interval`` iterations, at the
+end and on SIGTERM or Ctrl-C).
 
 This module imports no torch at import time (agent and reward processes load it).
 """
@@ -246,14 +248,19 @@ class LMRewardWorker(Worker):
     """The verifier on a CPU-only process (no torch): scores the episodes of given keys of the
     ``episodes`` channel and forwards them, with their rewards, to the actor."""
 
-    def __init__(self, run: dict[str, Any], episodes: Any, scored: Any, timeout: float) -> None:
+    def __init__(
+        self, run: dict[str, Any], episodes: Any, scored: Any, timeout: float, log_dir: str | None = None
+    ) -> None:
         self.run_cfg = _run_config(run)
         self.episodes, self.scored, self.timeout = episodes, scored, timeout
+        self.log_dir = log_dir
 
     def setup(self) -> None:
         from rlinf_algos.lm.reward import RewardWorker
 
-        self.worker = RewardWorker(make_task(self.run_cfg, task_tokenizer(self.run_cfg)))
+        log = Path(self.log_dir) / f"reward-r{self.rank}.log" if self.log_dir else None
+        self.task = make_task(self.run_cfg, task_tokenizer(self.run_cfg), reward_log=log)
+        self.worker = RewardWorker(self.task)
 
     def score(self, keys: list[str], dest: str | None) -> dict[str, Any]:
         """Score the episodes at each of ``keys`` (in order); put them with their ``rewards`` on
@@ -270,6 +277,7 @@ class LMRewardWorker(Worker):
                 "well_formed": [bool(x) for x in r["well_formed"]],
             }
             out["busy_s"] += time.perf_counter() - t0
+            out["failures"] = int(r.get("failures", 0))
             if dest is not None:
                 eps["rewards"] = r["rewards"]
                 self.scored.put(eps, dest, timeout=self.timeout)
@@ -304,6 +312,7 @@ class LMReferenceWorker(Worker):
     def load(self) -> int:
         """Take the broadcast's current weights (version 0: the warm start) as the frozen copy."""
         from rlinf_algos.lm.workers import ReferenceWorker
+        from rlinf_algos.parallel import role_device
         from rlinf_scheduler.weights import WeightBroadcast
 
         wb = WeightBroadcast.connect(self.weights_name, timeout=self.timeout, default_timeout=self.timeout)
@@ -312,6 +321,7 @@ class LMReferenceWorker(Worker):
             self.run_cfg.model,
             {k: v.clone() for k, v in sd.items()},
             temperature=self.run_cfg.algorithm.temperature,
+            device=role_device(str(self.run_cfg.runner.device)),  # the GPU its placement gives, if any
         )
         return int(version)
 
@@ -434,6 +444,21 @@ class LMActorWorker(Worker):
     def version(self) -> int:
         return int(self.actor.version)
 
+    def checkpoint_state(self) -> dict[str, Any]:
+        """The actor's checkpoint state (:meth:`~rlinf_algos.lm.workers.ActorWorker.state_dict`);
+        on a learner group every rank calls, rank 0 answers."""
+        state = self.actor.state_dict()
+        return state if self.dp.is_main else {}
+
+    def load_checkpoint_state(self, state: dict[str, Any]) -> int:
+        """Continue from a checkpoint's actor state (every rank), then publish its weights as
+        its version: the rollout ranks sample from them from the next request on."""
+        self.actor.load_state_dict(state)
+        weights, version = self.actor.get_weights()
+        if self.wb is not None:
+            self.wb.publish(weights, version=version)
+        return int(version)
+
     def policy_state(self) -> dict[str, Any]:
         """The current weights as a publish carries them (the adapter alone with LoRA); on a
         learner group every rank calls (FSDP gathers), rank 0 answers."""
@@ -449,6 +474,7 @@ class RemoteComponents:
 
     def __init__(self, run: LMRunConfig, scheduler: Any, say: Callable[[str], None]) -> None:
         self.run, self.scheduler, self.say = run, scheduler, say
+        self.run_dir: Path | None = None  # where the reward workers write their logs
         self.timeout = run.runner.worker_timeout
         self.groups: dict[str, Any] = {}
         self.serving: Any = None
@@ -498,7 +524,14 @@ class RemoteComponents:
         launches: dict[str, tuple[Any, ...]] = {
             "actor": (LMActorWorker, data, self.weights_name, self.scored, self.refq, self.timeout),
             "rollout": (LMRolloutWorker, data, self.weights_name, self.gen, self.timeout),
-            "reward": (LMRewardWorker, data, self.episodes_ch, self.scored, self.timeout),
+            "reward": (
+                LMRewardWorker,
+                data,
+                self.episodes_ch,
+                self.scored,
+                self.timeout,
+                str(self.run_dir / "logs") if self.run_dir is not None else None,
+            ),
         }
         if run.algorithm.kl_coef > 0:
             launches["reference"] = (LMReferenceWorker, data, self.weights_name, self.refq, self.timeout)
@@ -584,6 +617,7 @@ class RemoteComponents:
         out["agent_stats"] = agent_stats
         out["generate_s"] = generate_s
         out["reward_s"] = max((r["busy_s"] for r in rewards.values()), default=0.0)
+        out["reward_failures"] = sum(int(r.get("failures", 0)) for r in rewards.values())
         if train:
             out["actor"] = actor_call.wait(self.timeout)[0]
             out["reference_s"] = ref_call.wait(self.timeout)[0]["busy_s"] if ref_call is not None else 0.0
@@ -604,6 +638,7 @@ class RemoteComponents:
             "sequences": actor["sequences"],
             "generated_tokens": sum(int(s["generated_tokens"]) for s in res["agent_stats"]),
             "stats": actor["stats"],
+            "reward_failures": res["reward_failures"],
             "phase": {
                 "generate": res["generate_s"],
                 "reward": res["reward_s"],
@@ -631,20 +666,39 @@ class RemoteComponents:
     def publish_bytes(self) -> int:
         return self.last_publish_bytes
 
+    def state(self) -> dict[str, Any]:
+        """The components' part of a checkpoint: the actor's state (rank 0's)."""
+        return {"actor": self.groups["actor"].checkpoint_state().wait(self.timeout)[0]}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state`: every actor rank loads it and the weights are published
+        as the checkpoint's version (the reference has taken version 0 already)."""
+        self.version = int(
+            self.groups["actor"].load_checkpoint_state(dict(state["actor"])).wait(self.timeout)[0]
+        )
+
     def close(self) -> None:
-        """End the serve loops (a :data:`STOP` per rollout rank) and stop every worker group."""
+        """End the serve loops (a :data:`STOP` per rollout rank) and stop every worker group,
+        all at once (a preempted job has about 30 s before SIGKILL)."""
+        from concurrent.futures import ThreadPoolExecutor
+
         if self.serving is not None:
             try:
                 for _ in range(self.n_rollout):
-                    self.gen.put(STOP, "req", timeout=10.0)
-                self.serving.wait(30.0)
+                    self.gen.put(STOP, "req", timeout=5.0)
+                self.serving.wait(10.0)
             except Exception:  # a worker already failed: its error was reported
                 pass
-        for group in self.groups.values():
+
+        def stop(group: Any) -> None:
             try:
                 group.shutdown(timeout=10.0)
             except Exception:
                 pass
+
+        if self.groups:
+            with ThreadPoolExecutor(len(self.groups)) as pool:
+                list(pool.map(stop, self.groups.values()))
 
 
 def train_lm_distributed(
@@ -654,13 +708,14 @@ def train_lm_distributed(
     log: Callable[[str], None] | None = print,
     progress: Callable[[dict[str, Any]], None] | None = None,
     cluster: Mapping[str, Any] | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """:func:`~rlinf_algos.lm.trainer.train_lm` with the components on placed workers
     (``scheduler``: a started :class:`rlinf_core.scheduler.Scheduler`)."""
     import torch
 
-    from rlinf_algos.lm.sft import warm_start
-    from rlinf_algos.lm.trainer import grpo_loop, resolve_model
+    from rlinf_algos.lm.checkpoint import load_lm_checkpoint
+    from rlinf_algos.lm.trainer import grpo_loop, prepare_models
     from rlinf_core.scheduler import Scheduler
 
     if not isinstance(scheduler, Scheduler):
@@ -671,9 +726,16 @@ def train_lm_distributed(
     torch.set_num_threads(run.runner.torch_threads)
     t_start = time.perf_counter()
     cpu0 = time.process_time()
-    run = resolve_model(run, Path(run_dir), say)
-    policy_run, sft = warm_start(run, Path(run_dir), say)
+    state = None
+    if resume:
+        folder, state = load_lm_checkpoint(run_dir, run.algorithm.name)
+        for skipped in state.get("skipped_checkpoints", []):
+            say(f"warning: skipped the damaged checkpoint {skipped}")
+        say(f"resuming from {folder} (iteration {state['loop']['iteration']})")
+    config_run = run
+    run, policy_run, sft = prepare_models(run, Path(run_dir), say, state)
     comps = RemoteComponents(policy_run, scheduler, say)
+    comps.run_dir = Path(run_dir)
     try:
         comps.start()
         return grpo_loop(
@@ -688,6 +750,19 @@ def train_lm_distributed(
             cpu_s=lambda: time.process_time() - cpu0,
             cluster=cluster,
             scheduler=str(getattr(scheduler, "PLUGIN_NAME", type(scheduler).__name__)),
+            config_run=config_run,
+            resume_state=state,
         )
+    except RlinfError as err:
+        raise _user_error(err) from None
     finally:
         comps.close()
+
+
+def _user_error(err: RlinfError) -> RlinfError:
+    """A worker's failure as the user sees it: when its cause is rlinf's own one-line error (a
+    reward that failed, a damaged model folder a worker found), that error itself, as the
+    in-process runner raises it, without the remote traceback of rlinf's internals (the
+    scheduler's error keeps it, ``remote_traceback``); anything else as it is."""
+    cause = getattr(err, "cause", None)
+    return cause if isinstance(cause, RlinfError) and getattr(err, "remote_traceback", None) else err

@@ -142,6 +142,15 @@ class ProblemSampler:
                 out.append(p)
         return out
 
+    def state(self) -> dict[str, Any]:
+        """Where the sampler is (its generator's state): what a checkpoint stores."""
+        return {"rng": self.rng.getstate()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Continue from a :meth:`state`."""
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+
 
 def _expr(terms: Sequence[int]) -> str:
     return "+".join(str(t) for t in terms)

@@ -133,6 +133,15 @@ class _RowSampler:
             out.append(SampleRef("train", int(self.order.pop(0))))
         return out
 
+    def state(self) -> dict[str, Any]:
+        """The data position: the generator's state and what is left of this epoch's order."""
+        return {"rng": self.rng.bit_generator.state, "order": list(self.order)}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Continue from a :meth:`state`."""
+        self.rng.bit_generator.state = dict(state["rng"])
+        self.order = [int(i) for i in state["order"]]
+
 
 class DatasetTask:
     """Prompts of the ``data`` section scored by the ``reward`` section's function.
@@ -146,8 +155,9 @@ class DatasetTask:
 
     mode = "single"
 
-    def __init__(self, run: Any, tok: LMTokenizer, hf_tokenizer: Any = None) -> None:
+    def __init__(self, run: Any, tok: LMTokenizer, hf_tokenizer: Any = None, reward_log: Any = None) -> None:
         from rlinf_algos.lm.data import load_dataset
+        from rlinf_algos.lm.reward_host import contain_reward
         from rlinf_algos.lm.rewards import load_reward
 
         self.run, self.tok = run, tok
@@ -156,11 +166,18 @@ class DatasetTask:
         self.splits = {"train": load_dataset(run.data, "train", hf_tokenizer)}
         if run.data.val_files:
             self.splits["val"] = load_dataset(run.data, "val", hf_tokenizer)
-        self.reward = load_reward(run.reward)
+        self.reward = contain_reward(load_reward(run.reward), reward_log)
+        """A reward the user brings runs in a killable child process, each call within
+        ``reward.timeout_s`` (:mod:`rlinf_algos.lm.reward_host`); its output goes to ``reward_log``."""
         self._prompts: dict[SampleRef, list[int]] = {}
 
     def sample(self, ref: SampleRef) -> Any:
         return self.splits[ref.split][ref.index]
+
+    @property
+    def reward_failures(self) -> int:
+        """Samples scored 0 so far because the reward failed (``reward.on_error: zero``)."""
+        return int(getattr(self.reward, "failures", 0))
 
     def data_report(self) -> dict[str, Any]:
         """Per split: the rows read, the prompts kept, and those left out (too long for
@@ -214,6 +231,7 @@ class DatasetTask:
             "correct": scores >= 1.0,
             "well_formed": formed,
             "reasons": ["" for _ in refs],
+            "failures": self.reward_failures,
         }
 
     def max_new_tokens(self) -> int:
@@ -252,6 +270,7 @@ def task_tokenizer(run: Any) -> LMTokenizer:
     return tok.arith_view() if is_arith(run) else tok
 
 
-def make_task(run: Any, tok: LMTokenizer) -> ArithTask | DatasetTask:
-    """The task of a validated run: :class:`DatasetTask` when it has a ``data`` section."""
-    return ArithTask(run, tok) if is_arith(run) else DatasetTask(run, tok)
+def make_task(run: Any, tok: LMTokenizer, reward_log: Any = None) -> ArithTask | DatasetTask:
+    """The task of a validated run: :class:`DatasetTask` when it has a ``data`` section (its
+    reward's output going to ``reward_log``, e.g. ``RUN/logs/reward-<worker>.log``)."""
+    return ArithTask(run, tok) if is_arith(run) else DatasetTask(run, tok, reward_log=reward_log)

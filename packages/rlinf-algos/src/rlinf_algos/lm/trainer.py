@@ -37,7 +37,14 @@ import torch
 
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.agents import EpisodeBatch, HierarchicalAgent, SingleAgent, make_agent
-from rlinf_algos.lm.config import LMRunConfig
+from rlinf_algos.lm.checkpoint import (
+    DeferredStop,
+    load_lm_checkpoint,
+    rng_state,
+    save_lm_checkpoint,
+    set_rng_state,
+)
+from rlinf_algos.lm.config import LMRunConfig, resolved_lm_config
 from rlinf_algos.lm.engines import make_rollout
 from rlinf_algos.lm.folder import context_length
 from rlinf_algos.lm.reward import RewardWorker
@@ -208,6 +215,7 @@ class LocalComponents:
             "generated_tokens": self.rollout.tokens - tokens0,
             "stats": stats,
             "phase": phase,
+            **({"reward_failures": int(r["failures"])} if "failures" in r else {}),
         }
 
     def evaluate(self, problems: Sequence[Any], temperature: float = 0.0) -> dict[str, list[Any]]:
@@ -227,6 +235,24 @@ class LocalComponents:
 
     def publish_bytes(self) -> int:
         return self.actor.publish_bytes
+
+    def state(self) -> dict[str, Any]:
+        """The components' part of a checkpoint: the actor's state and the rollout engine's
+        sampling generator (an engine without a torch ``generator`` keeps none)."""
+        out: dict[str, Any] = {"actor": self.actor.state_dict()}
+        gen = getattr(self.rollout, "generator", None)
+        if isinstance(gen, torch.Generator):
+            out["rollout"] = {"generator": gen.get_state()}
+        return out
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state`: the actor's, then its weights to the rollout engine."""
+        self.actor.load_state_dict(dict(state["actor"]))
+        weights, version = self.actor.get_weights()
+        self.rollout.set_weights(weights, version)
+        gen = getattr(self.rollout, "generator", None)
+        if isinstance(gen, torch.Generator) and "rollout" in state:
+            gen.set_state(state["rollout"]["generator"])
 
     def close(self) -> None:
         pass
@@ -281,27 +307,58 @@ def policy_to_train(run: LMRunConfig) -> tuple[Any, LMTokenizer]:
     return hf.load_causal_lm(run.model), task_tokenizer(run)
 
 
+def prepare_models(
+    run: LMRunConfig, run_dir: Path, say: Callable[[str], None], state: Mapping[str, Any] | None
+) -> tuple[LMRunConfig, LMRunConfig, dict[str, Any]]:
+    """``(run with model.path resolved, run with the policy's folder, warm-start stats)``: a new
+    run builds its base model and runs the warm start (:func:`resolve_model`,
+    :func:`~rlinf_algos.lm.sft.warm_start`); a resumed one (``state``: its checkpoint) reuses
+    the ``base_model/`` and ``warm_start/policy/`` folders the run wrote, so the reference and
+    the tokenizer are the ones it trained with."""
+    if state is None:
+        run = resolve_model(run, run_dir, say)
+        policy_run, sft_stats = warm_start(run, run_dir, say)
+        return run, policy_run, sft_stats
+    if (run_dir / "base_model" / "config.json").is_file():
+        model = run.model.model_copy(update={"path": str(run_dir / "base_model"), "init": None})
+        run = run.model_copy(update={"model": model})
+    elif run.model.init is not None:
+        run = resolve_model(run, run_dir, say)
+    policy_run = run
+    folder = run_dir / "warm_start" / "policy"
+    if folder.is_dir() and int(state["loop"]["sft_stats"].get("steps") or 0) > 0:
+        model = run.model.model_copy(update={"path": str(folder), "init": None})
+        policy_run = run.model_copy(update={"model": model})
+    return run, policy_run, dict(state["loop"]["sft_stats"])
+
+
 def train_lm(
     run: LMRunConfig,
     run_dir: str | Path,
     log: Callable[[str], None] | None = print,
     progress: Callable[[dict[str, Any]], None] | None = None,
     cluster: Mapping[str, Any] | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Warm start, evaluate, GRPO, evaluate, all in this process; write the run directory;
     return the summary. ``progress`` is called with every metrics row (``step`` = iteration);
-    ``cluster`` (the YAML section, for ``config.yaml``) is only recorded."""
+    ``cluster`` (the YAML section, for ``config.yaml``) is only recorded. ``resume``: continue
+    from the newest checkpoint of ``run_dir`` (:mod:`rlinf_algos.lm.checkpoint`)."""
     say = log or (lambda _msg: None)
     torch.set_num_threads(run.runner.torch_threads)
     t_start = time.perf_counter()
     cpu_start = time.process_time()
-    run = resolve_model(run, Path(run_dir), say)
-    policy_run, sft_stats = warm_start(run, Path(run_dir), say)
+    run_dir = Path(run_dir)
+    state = _resume_state(run, run_dir, say) if resume else None
+    config_run = run
+    run, policy_run, sft_stats = prepare_models(run, run_dir, say, state)
     model, tok = policy_to_train(policy_run)
-    comps = LocalComponents(policy_run, tok, model, make_task(policy_run, tok))
+    comps = LocalComponents(
+        policy_run, tok, model, make_task(policy_run, tok, reward_log=run_dir / "logs" / "reward-local.log")
+    )
     return grpo_loop(
         run,
-        Path(run_dir),
+        run_dir,
         comps,
         tok,
         sft_stats,
@@ -311,7 +368,31 @@ def train_lm(
         cpu_s=lambda: time.process_time() - cpu_start,
         cluster=cluster,
         scheduler="local",
+        config_run=config_run,
+        resume_state=state,
     )
+
+
+def _resume_state(run: LMRunConfig, run_dir: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    """The newest checkpoint of ``run_dir`` that loads (damaged ones skipped with a warning)."""
+    folder, state = load_lm_checkpoint(run_dir, run.algorithm.name)
+    for skipped in state.get("skipped_checkpoints", []):
+        say(f"warning: skipped the damaged checkpoint {skipped}")
+    say(f"resuming from {folder} (iteration {state['loop']['iteration']})")
+    state["folder"] = str(folder)
+    return state
+
+
+def _write_rows(run_dir: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """``metrics.csv`` of the rows so far: ``step`` (the iteration) first, then every key."""
+    if not rows:
+        return
+    keys = ["step", *dict.fromkeys(k for row in rows for k in row)]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=keys)
+    w.writeheader()
+    w.writerows({"step": row["iteration"], **row} for row in rows)
+    atomic_write_text(run_dir / "metrics.csv", buf.getvalue())
 
 
 def grpo_loop(
@@ -327,15 +408,24 @@ def grpo_loop(
     cpu_s: Callable[[], float],
     cluster: Mapping[str, Any] | None = None,
     scheduler: str = "local",
+    config_run: LMRunConfig | None = None,
+    resume_state: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Evaluate the warm-started policy, run ``algorithm.iterations`` GRPO iterations through
     ``comps`` (:class:`LocalComponents` or the distributed runner's), evaluate again, write
     the run directory (``config.yaml``, ``metrics.csv``/``.jsonl``, ``summary.json``,
-    ``accuracy.png``, ``policy/``, ``adapter/`` with LoRA...) and return the summary."""
+    ``accuracy.png``, ``policy/``, ``adapter/`` with LoRA, ``checkpoints/step_<n>/``...) and
+    return the summary.
+
+    ``config_run``: the sections as the user gave them (``config.yaml``; default ``run``);
+    ``resume_state``: a checkpoint to continue from (its iterations are not run again).
+    SIGTERM or Ctrl-C during the iterations ends the one in flight, writes a checkpoint,
+    ``metrics.csv``, ``policy/`` and ``summary.json`` and raises
+    :class:`~rlinf_algos.runtime.training.TrainingInterrupted`."""
     alg, rcfg = run.algorithm, run.runner
     task = comps.task
     run_dir.mkdir(parents=True, exist_ok=True)
-    _write_config(run_dir, run, cluster)
+    _write_config(run_dir, config_run or run, cluster)
     heldout = task.heldout()
     sampler = task.sampler(rcfg.seed + 1000)
     model = comps.policy()
@@ -351,77 +441,124 @@ def grpo_loop(
             say(f"data {split}: left out {r['filtered']} of {r['rows']} prompts ({why})")
     tok_dir = Path(run.model.path or "")
 
-    t_eval = time.perf_counter()
-    before = evaluate_components(comps, heldout, rcfg.eval_temperature)
-    eval_s = time.perf_counter() - t_eval
-    _write_json(run_dir / "eval_before.json", before)
+    if resume_state is None:
+        t_eval = time.perf_counter()
+        before = evaluate_components(comps, heldout, rcfg.eval_temperature)
+        eval_s = time.perf_counter() - t_eval
+        _write_json(run_dir / "eval_before.json", before)
+        before = {k: before[k] for k in ("accuracy", "score", "well_formed")}
+        evals: list[dict[str, Any]] = [{"iteration": 0, "accuracy": before["accuracy"]}]
+        rows: list[dict[str, Any]] = []
+        wall0 = grpo0 = 0.0
+        resumed_from = None
+    else:
+        loop = resume_state["loop"]
+        comps.load_state(resume_state)
+        sampler.load_state(resume_state["sampler"])
+        before, evals, rows = dict(loop["before"]), list(loop["evals"]), [dict(r) for r in loop["rows"]]
+        eval_s, wall0, grpo0 = float(loop["eval_s"]), float(loop["wall_s"]), float(loop["grpo_s"])
+        resumed_from = int(loop["iteration"])
+        set_rng_state(resume_state["rng"])  # last: setting up consumed the global streams
     say(
         f"held-out accuracy after the warm start: {before['accuracy']:.3f} (well-formed {before['well_formed']:.3f})"
     )
-    evals = [{"iteration": 0, "accuracy": before["accuracy"]}]
 
-    rows: list[dict[str, Any]] = []
+    def wall() -> float:
+        return wall0 + time.perf_counter() - t_start
+
+    def grpo_seconds() -> float:
+        return grpo0 + time.perf_counter() - t_grpo
+
+    def checkpoint(it: int) -> Path:
+        state = {
+            "algorithm": alg.name,
+            **comps.state(),
+            "sampler": sampler.state(),
+            "loop": {
+                "iteration": it,
+                "rows": rows,
+                "evals": evals,
+                "before": before,
+                "sft_stats": sft_stats,
+                "eval_s": eval_s,
+                "wall_s": wall(),
+                "grpo_s": grpo_seconds(),
+            },
+            "rng": rng_state(),
+        }
+        return save_lm_checkpoint(run_dir, it, state)
+
+    # a resumed run rewrites the rows its checkpoint holds: each iteration's row exactly once
     jsonl = (run_dir / "metrics.jsonl").open("w", encoding="utf-8")
+    for row in rows:
+        jsonl.write(json.dumps(row) + "\n")
+    jsonl.flush()
     t_grpo = time.perf_counter()
     stopped_early = False
-    try:
-        for it in range(1, alg.iterations + 1):
-            if rcfg.time_limit_s is not None and time.perf_counter() - t_start > rcfg.time_limit_s:
-                stopped_early = True
-                say(f"runner.time_limit_s={rcfg.time_limit_s} reached; stopping after {it - 1} iterations")
-                break
-            problems = sampler.sample(alg.prompts_per_iter)
-            res = comps.iterate(problems, alg.group_size)
-            phase, st = res["phase"], res["stats"]
-            gen_tokens = res["generated_tokens"]
-            row: dict[str, Any] = {
-                "iteration": it,
-                "wall_s": round(time.perf_counter() - t_start, 3),
-                "reward_mean": float(np.mean(res["rewards"])),
-                "train_accuracy": float(np.mean(res["correct"])),
-                "well_formed": float(np.mean(res["well_formed"])),
-                "sequences": res["sequences"],
-                "generated_tokens": gen_tokens,
-                "response_length": gen_tokens / max(len(res["rewards"]), 1),
-                "tokens_per_s": gen_tokens / max(phase["generate"], 1e-9),
-                "publish_bytes": comps.publish_bytes(),
-                **{k: round(v, 6) for k, v in st.items()},
-                **{f"{k}_s": round(phase[k], 4) for k in PHASES},
-            }
-            if rcfg.eval_interval and it % rcfg.eval_interval == 0 and it != alg.iterations:
-                acc = evaluate_components(comps, heldout, rcfg.eval_temperature)["accuracy"]
-                row["heldout_accuracy"] = acc
-                evals.append({"iteration": it, "accuracy": acc})
-            rows.append(row)
-            jsonl.write(json.dumps(row) + "\n")
-            jsonl.flush()
-            if progress is not None:
-                progress({"step": it, **row})
-            if it % rcfg.log_interval == 0:
-                extra = f"  held-out {row['heldout_accuracy']:.3f}" if "heldout_accuracy" in row else ""
-                say(
-                    f"iter {it:4d}  reward {row['reward_mean']:.3f}  train acc {row['train_accuracy']:.3f}  "
-                    f"kl {st['kl']:.4f}  gen {phase['generate']:.2f}s ({row['tokens_per_s']:.0f} tok/s)  "
-                    f"update {phase['update']:.2f}s  [{row['wall_s']:.0f}s]{extra}"
-                )
-            if rcfg.checkpoint_interval and it % rcfg.checkpoint_interval == 0:
-                hf.save_model_folder(comps.policy(), tok_dir, run_dir / "checkpoints" / f"iter_{it}")
-    finally:
-        jsonl.close()
-    grpo_s = time.perf_counter() - t_grpo
-    if rows:
-        keys = list(dict.fromkeys(k for row in rows for k in row))
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=keys)
-        w.writeheader()
-        w.writerows(rows)
-        atomic_write_text(run_dir / "metrics.csv", buf.getvalue())
-
-    after = evaluate_components(comps, heldout, rcfg.eval_temperature)
-    _write_json(run_dir / "eval_after.json", after)
-    evals.append({"iteration": len(rows), "accuracy": after["accuracy"]})
-    hf.save_model_folder(comps.policy(), tok_dir, run_dir / "policy", run_dir / "adapter")
-    total_s = time.perf_counter() - t_start
+    last_ckpt: tuple[int, Path] | None = None
+    stop = DeferredStop()
+    with stop:
+        try:
+            for it in range(len(rows) + 1, alg.iterations + 1):
+                if stop.requested:
+                    break
+                if rcfg.time_limit_s is not None and time.perf_counter() - t_start > rcfg.time_limit_s:
+                    stopped_early = True
+                    say(
+                        f"runner.time_limit_s={rcfg.time_limit_s} reached; stopping after {it - 1} iterations"
+                    )
+                    break
+                problems = sampler.sample(alg.prompts_per_iter)
+                res = comps.iterate(problems, alg.group_size)
+                phase, st = res["phase"], res["stats"]
+                gen_tokens = res["generated_tokens"]
+                row: dict[str, Any] = {
+                    "iteration": it,
+                    "wall_s": round(wall(), 3),
+                    "reward_mean": float(np.mean(res["rewards"])),
+                    "train_accuracy": float(np.mean(res["correct"])),
+                    "well_formed": float(np.mean(res["well_formed"])),
+                    "sequences": res["sequences"],
+                    "generated_tokens": gen_tokens,
+                    "response_length": gen_tokens / max(len(res["rewards"]), 1),
+                    "tokens_per_s": gen_tokens / max(phase["generate"], 1e-9),
+                    "publish_bytes": comps.publish_bytes(),
+                    **({"reward_failures": res["reward_failures"]} if "reward_failures" in res else {}),
+                    **{k: round(v, 6) for k, v in st.items()},
+                    **{f"{k}_s": round(phase[k], 4) for k in PHASES},
+                }
+                if rcfg.eval_interval and it % rcfg.eval_interval == 0 and it != alg.iterations:
+                    acc = evaluate_components(comps, heldout, rcfg.eval_temperature)["accuracy"]
+                    row["heldout_accuracy"] = acc
+                    evals.append({"iteration": it, "accuracy": acc})
+                rows.append(row)
+                jsonl.write(json.dumps(row) + "\n")
+                jsonl.flush()
+                if progress is not None:
+                    progress({"step": it, **row})
+                if it % rcfg.log_interval == 0:
+                    extra = f"  held-out {row['heldout_accuracy']:.3f}" if "heldout_accuracy" in row else ""
+                    say(
+                        f"iter {it:4d}  reward {row['reward_mean']:.3f}  train acc {row['train_accuracy']:.3f}  "
+                        f"kl {st['kl']:.4f}  gen {phase['generate']:.2f}s ({row['tokens_per_s']:.0f} tok/s)  "
+                        f"update {phase['update']:.2f}s  [{row['wall_s']:.0f}s]{extra}"
+                    )
+                if (rcfg.checkpoint_interval and it % rcfg.checkpoint_interval == 0) or stop.requested:
+                    last_ckpt = (it, checkpoint(it))
+        finally:
+            jsonl.close()
+        grpo_s = grpo_seconds()
+        if rows and (last_ckpt is None or last_ckpt[0] != len(rows)) and len(rows) != resumed_from:
+            last_ckpt = (len(rows), checkpoint(len(rows)))
+        _write_rows(run_dir, rows)
+        interrupted = stop.requested
+        after = None
+        if not interrupted:
+            after = evaluate_components(comps, heldout, rcfg.eval_temperature)
+            _write_json(run_dir / "eval_after.json", after)
+            evals.append({"iteration": len(rows), "accuracy": after["accuracy"]})
+        hf.save_model_folder(comps.policy(), tok_dir, run_dir / "policy", run_dir / "adapter")
+    total_s = wall()
     n = max(len(rows), 1)
     summary = {
         "algorithm": alg.name,
@@ -433,18 +570,21 @@ def grpo_loop(
         "model_path": run.model.path,
         "publish_bytes": comps.publish_bytes(),
         "accuracy_before": before["accuracy"],
-        "accuracy_after": after["accuracy"],
-        "accuracy_gain_pp": 100.0 * (after["accuracy"] - before["accuracy"]),
+        "accuracy_after": after["accuracy"] if after else None,
+        "accuracy_gain_pp": 100.0 * (after["accuracy"] - before["accuracy"]) if after else None,
         "val_score_before": before["score"],
-        "val_score_after": after["score"],
+        "val_score_after": after["score"] if after else None,
         "well_formed_before": before["well_formed"],
-        "well_formed_after": after["well_formed"],
+        "well_formed_after": after["well_formed"] if after else None,
         "eval_size": len(heldout),
         "eval_temperature": rcfg.eval_temperature,
         **({"data": report} if report is not None else {}),
         "train_temperature": alg.temperature,
         "iterations": len(rows),
         "stopped_early": stopped_early,
+        "interrupted": interrupted,
+        "resumed_from_iteration": resumed_from,
+        "checkpoint": str(last_ckpt[1]) if last_ckpt else None,
         "sft_steps": sft_stats["steps"],
         "sft_loss": sft_stats["loss"],
         "sft_val_exact_match": sft_stats["exact_match"],
@@ -461,8 +601,17 @@ def grpo_loop(
         "placement": comps.placement,
         "learner_world_size": int(getattr(comps, "learner_world_size", 1)),
         "evals": evals,
+        **getattr(comps, "fault_counters", {}),
+        "reward_failures": max((int(r.get("reward_failures", 0)) for r in rows), default=0),
     }
     _write_json(run_dir / "summary.json", summary)
+    if interrupted:
+        from rlinf_algos.runtime.training import TrainingInterrupted
+
+        say(
+            f"{stop.reason}: stopped after iteration {len(rows)}; wrote a checkpoint, metrics.csv, policy/ and summary.json"
+        )
+        raise TrainingInterrupted(run_dir, last_ckpt[1] if last_ckpt else None)
     plot = plot_accuracy(run_dir, summary, rows)
     say("train accuracy per iteration:\n" + ascii_curve([r["train_accuracy"] for r in rows]))
     say(
@@ -484,10 +633,7 @@ def _write_config(run_dir: Path, run: LMRunConfig, cluster: Mapping[str, Any] | 
     """``config.yaml``: every section as validated (defaults filled in)."""
     import yaml
 
-    data: dict[str, Any] = {}
-    if cluster is not None:
-        data["cluster"] = json.loads(json.dumps(dict(cluster), default=str))
-    data.update(run.model_dump(mode="json"))
+    data = resolved_lm_config(run, cluster)
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(data, sort_keys=False))
 
 

@@ -1,0 +1,165 @@
+"""``rlinf eval RUN`` on a language-model run (``grpo_lm``, ``ppo_lm``): the policy ``RUN/policy/``
+scored on the run's held-out set (its ``data.val_files``, or the arithmetic task's generated
+held-out problems) or on a given prompt file.
+
+For every problem ``K`` responses are sampled (``--samples K``; one greedy response when ``K``
+is 1 and no temperature is given, else at the run's sampling temperature) and scored by the
+run's reward. The result: ``score`` (mean reward over every response), ``accuracy`` (the
+fraction of responses with reward 1: pass@1), ``pass_at_k`` (the fraction of problems with at
+least one of its ``K`` responses right), ``well_formed``, each overall and per ``data_source``
+(the column of verl-format rows; ``arith`` for the arithmetic task). The rollout engine's
+sampler and torch are seeded with ``--seed``: the same command gives the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from rlinf_core.errors import ConfigError, RlinfError
+
+__all__ = ["evaluate_lm_run", "is_lm_run", "lm_eval_lines"]
+
+
+def is_lm_run(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` is a language-model run's: its ``policy/`` is a model folder."""
+    return (Path(run_dir) / "policy" / "config.json").is_file()
+
+
+def _load_run(run_dir: Path) -> Any:
+    from rlinf_algos.lm.config import load_lm_sections
+    from rlinf_core.config import load_yaml
+
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise RlinfError(f"no config.yaml in {run_dir}: is it a run directory written by `rlinf train`?")
+    try:
+        return load_lm_sections(load_yaml(path, what="config.yaml of the run"))
+    except ConfigError as err:
+        raise RlinfError(f"{path} is not a language-model run's configuration: {err}") from None
+
+
+def evaluate_lm_run(
+    run_dir: str | Path,
+    *,
+    data: str | Path | None = None,
+    samples: int = 1,
+    seed: int = 10_000,
+    temperature: float | None = None,
+    chunk: int = 64,
+) -> dict[str, Any]:
+    """Evaluate ``run_dir/policy`` (see the module docstring); ``data``: a prompt file in the
+    run's ``data`` format instead of its held-out set (a data set run only)."""
+    import numpy as np
+    import torch
+
+    from rlinf_algos.lm.agents import make_agent
+    from rlinf_algos.lm.engines import make_rollout
+    from rlinf_algos.lm.folder import context_length
+    from rlinf_algos.lm.reward import RewardWorker
+    from rlinf_algos.lm.tasks import is_arith, make_task, task_tokenizer
+
+    if samples < 1:
+        raise RlinfError("--samples must be at least 1")
+    run_dir = Path(run_dir)
+    if not is_lm_run(run_dir):
+        raise RlinfError(
+            f"no saved policy at {run_dir / 'policy'} (a finished or stopped language-model run writes RUN_DIR/policy/)"
+        )
+    run = _load_run(run_dir)
+    model = run.model.model_copy(update={"path": str(run_dir / "policy"), "init": None, "lora": None})
+    run = run.model_copy(update={"model": model})
+    if data is not None:
+        if is_arith(run):
+            raise RlinfError(
+                f"--data {data}: {run_dir} trained on the arithmetic task, which is scored on its own "
+                "held-out problems; --data takes a run with a data section"
+            )
+        if not Path(data).is_file():
+            raise RlinfError(f"--data {data}: no such file")
+        files = [str(data)]
+        run = run.model_copy(
+            update={"data": run.data.model_copy(update={"train_files": files, "val_files": files})}
+        )
+    temp = (0.0 if samples == 1 else run.algorithm.temperature) if temperature is None else temperature
+    torch.manual_seed(seed)
+    tok = task_tokenizer(run)
+    task = make_task(run, tok)
+    problems = task.heldout()
+    if not problems:
+        raise RlinfError(
+            f"{run_dir}: the run has no held-out set (no data.val_files); give a prompt file with --data FILE"
+        )
+    rollout = make_rollout(run, seed=seed, pad_id=tok.pad_id)
+    agent = make_agent(task, tok, task.max_new_tokens(), run.task.max_calls, context_length(run.model))
+    reward = RewardWorker(task)
+
+    def gen(prompts: list[list[int]], n: int, stop: Any) -> list[list[int]]:
+        return rollout.generate(prompts, n, stop, temperature=temp)
+
+    rewards: list[float] = []
+    correct: list[bool] = []
+    formed: list[bool] = []
+    for i in range(0, len(problems), chunk):
+        eps = agent.run(problems[i : i + chunk], samples, gen)
+        r = reward.compute({"response_ids": eps.final_responses, "answers": eps.answers})
+        rewards += [float(x) for x in r["rewards"]]
+        correct += [bool(c) for c in r["correct"]]
+        formed += [bool(w) for w in r["well_formed"]]
+    by_source: dict[str, list[int]] = defaultdict(list)
+    for i, p in enumerate(problems):
+        by_source[_source_of(task, p)].append(i)
+
+    def figures(idx: list[int]) -> dict[str, Any]:
+        resp = [i * samples + j for i in idx for j in range(samples)]
+        return {
+            "problems": len(idx),
+            "score": float(np.mean([rewards[k] for k in resp])),
+            "accuracy": float(np.mean([correct[k] for k in resp])),
+            "pass_at_k": float(np.mean([any(correct[i * samples + j] for j in range(samples)) for i in idx])),
+            "well_formed": float(np.mean([formed[k] for k in resp])),
+        }
+
+    out = {
+        "run_dir": str(run_dir),
+        "policy": str(run_dir / "policy"),
+        "data": str(data) if data is not None else "the run's held-out set",
+        "samples": samples,
+        "k": samples,
+        "temperature": temp,
+        "seed": seed,
+        **figures(list(range(len(problems)))),
+        "per_data_source": {src: figures(idx) for src, idx in sorted(by_source.items())},
+    }
+    return out
+
+
+def _source_of(task: Any, problem: Any) -> str:
+    """A problem's ``data_source`` column (``arith`` for the arithmetic task, ``unknown`` when a
+    row has none)."""
+    sample = getattr(task, "sample", None)
+    if sample is None:
+        return "arith"
+    value = sample(problem).columns.get("data_source")
+    return str(value) if value is not None else "unknown"
+
+
+def lm_eval_lines(run_dir: Path, data: Path | None, samples: int, seed: int, as_json: bool) -> list[str]:
+    """What ``rlinf eval RUN_DIR`` prints for a language-model run: one JSON line with
+    ``--json``, else the overall figures and one line per ``data_source``."""
+    import json
+
+    res = evaluate_lm_run(run_dir, data=data, samples=samples, seed=seed)
+    if as_json:
+        return [json.dumps(res)]
+
+    def figures(r: dict[str, Any]) -> str:
+        return f"score {r['score']:.3f}, accuracy {r['accuracy']:.3f}, pass@{samples} {r['pass_at_k']:.3f}"
+
+    lines = [
+        f"{res['problems']} prompts of {res['data']}, {samples} response(s) each (temperature "
+        f"{res['temperature']:g}, seed {seed}): {figures(res)}"
+    ]
+    lines += [f"  {src} ({r['problems']}): {figures(r)}" for src, r in res["per_data_source"].items()]
+    return lines

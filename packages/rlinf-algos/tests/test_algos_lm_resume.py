@@ -1,0 +1,231 @@
+"""Language-model runs (``grpo_lm``, ``ppo_lm``) stop, checkpoint and resume like embodied runs:
+
+- in process (``runner.scheduler: local``): a run stopped by SIGTERM after iteration k (sent from
+  its metrics callback, a point the loop reports) and resumed with ``resume=True`` ends at the
+  same iteration with each metrics row once and the same values as an uninterrupted run;
+- a damaged newest checkpoint is skipped with a warning;
+- through the ``rlinf`` console script: SIGTERM mid-run writes a checkpoint, ``metrics.csv``,
+  ``summary.json`` and ``policy/`` and exits 143 within 20 s; ``rlinf plot`` and ``rlinf eval``
+  work on the run directory and ``--resume`` finishes it (``slow``);
+- ``--dry-run`` prints a configuration that runs as it is, and ``kl_coef: 0`` needs no reference.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rlinf_algos.lm.checkpoint import find_checkpoints, load_lm_checkpoint, save_lm_checkpoint
+from rlinf_algos.runtime.training import TrainingInterrupted, dry_run, run_training, validate_run_config
+from rlinf_core.config import apply_overrides, load_yaml
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+TINY = [
+    "model.init.hidden_size=16",
+    "model.init.num_layers=1",
+    "model.init.num_heads=2",
+    "sft.steps=2",
+    "sft.batch_size=4",
+    "algorithm.iterations=3",
+    "algorithm.prompts_per_iter=2",
+    "algorithm.group_size=2",
+    "algorithm.kl_coef=0.05",
+    "task.eval_size=4",
+    "runner.eval_interval=2",
+    "runner.scheduler=local",
+]
+
+TIMING = {"wall_s", "tokens_per_s", "generate_s", "reward_s", "reference_s", "update_s", "sync_s"}
+"""Columns that measure time: they differ between any two runs."""
+
+
+def _config(extra: list[str] = ()) -> dict[str, Any]:
+    return apply_overrides(load_yaml(EXAMPLES / "grpo_arith.yaml"), [*TINY, *extra])
+
+
+def _rows(run_dir: Path) -> list[dict[str, str]]:
+    with (run_dir / "metrics.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def _values(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+
+
+def _stop_after(k: int) -> Any:
+    """A metrics callback sending SIGTERM to this process once iteration ``k``'s row is out."""
+
+    def progress(row: dict[str, Any]) -> None:
+        if int(row["step"]) == k:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return progress
+
+
+@pytest.mark.slow  # three short runs: about 40 s of CPU
+@pytest.mark.parametrize("extra", [[], ["model.lora.rank=4", "algorithm.lr=1e-3"]], ids=["full", "lora"])
+def test_stopped_and_resumed_run_equals_an_uninterrupted_one(extra: list[str], tmp_path: Path) -> None:
+    data = _config(extra)
+    whole = run_training(data, run_dir=tmp_path / "whole")
+    with pytest.raises(TrainingInterrupted) as stop:
+        run_training(data, run_dir=tmp_path / "split", progress=_stop_after(1))
+    split = tmp_path / "split"
+    assert stop.value.checkpoint == split / "checkpoints" / "step_1"
+    # what a stop writes: the checkpoint, the metrics so far, the policy and the summary
+    assert [int(r["step"]) for r in _rows(split)] == [1]
+    assert (split / "policy" / "config.json").is_file()
+    stopped = json.loads((split / "summary.json").read_text())
+    assert stopped["interrupted"] is True and stopped["iterations"] == 1
+
+    resumed = run_training(data, run_dir=split, resume=True)
+    assert resumed["iterations"] == whole["iterations"] == 3 and resumed["resumed_from_iteration"] == 1
+    rows = _rows(split)
+    assert [int(r["step"]) for r in rows] == [1, 2, 3]  # each iteration's row exactly once
+    assert _values(rows) == _values(_rows(tmp_path / "whole"))
+    jsonl = [json.loads(x)["iteration"] for x in (split / "metrics.jsonl").read_text().splitlines()]
+    assert jsonl == [1, 2, 3]
+    for key in ("accuracy_before", "accuracy_after", "val_score_after", "evals"):
+        assert resumed[key] == whole[key], key
+    assert [p.name for p in find_checkpoints(split)] == ["step_3", "step_1"]
+
+
+@pytest.mark.slow
+def test_ppo_lm_resumes_with_its_critic(tmp_path: Path) -> None:
+    data = _config(["algorithm.name=ppo_lm", "algorithm.iterations=2", "runner.eval_interval=0"])
+    whole = run_training(data, run_dir=tmp_path / "whole")
+    with pytest.raises(TrainingInterrupted):
+        run_training(data, run_dir=tmp_path / "split", progress=_stop_after(1))
+    resumed = run_training(data, run_dir=tmp_path / "split", resume=True)
+    assert resumed["iterations"] == 2
+    assert _values(_rows(tmp_path / "split")) == _values(_rows(tmp_path / "whole"))
+    assert resumed["accuracy_after"] == whole["accuracy_after"]
+
+
+def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import torch
+
+    for step in (1, 2):
+        save_lm_checkpoint(
+            tmp_path,
+            step,
+            {
+                "algorithm": "grpo_lm",
+                "actor": {"w": torch.full((3,), float(step))},
+                "loop": {"iteration": step},
+            },
+        )
+    newest = tmp_path / "checkpoints" / "step_2" / "state.safetensors"
+    newest.write_bytes(newest.read_bytes()[:40])  # cut short, as by a crash mid-copy
+    (tmp_path / "checkpoints" / "step_3").mkdir()  # a folder whose state was never written
+    with caplog.at_level(logging.WARNING, logger="rlinf.train"):
+        folder, state = load_lm_checkpoint(tmp_path, "grpo_lm")
+    assert folder.name == "step_1" and state["loop"]["iteration"] == 1
+    assert torch.equal(state["actor"]["w"], torch.full((3,), 1.0))
+    assert [s.split(" ")[0] for s in state["skipped_checkpoints"]] == ["step_3", "step_2"]
+    assert "step_2" in caplog.text and "step_3" in caplog.text
+    with pytest.raises(Exception, match="'grpo_lm' checkpoint, not 'ppo_lm'"):
+        load_lm_checkpoint(tmp_path, "ppo_lm")
+
+
+def test_dry_run_config_runs_as_it_is_and_kl_zero_needs_no_reference(host: Any, tmp_path: Path) -> None:
+    out = dry_run(load_yaml(EXAMPLES / "grpo_arith.yaml"), host=host)
+    text = yaml.safe_dump(out["config"], sort_keys=False)
+    again = yaml.safe_load(text)
+    assert "rollout" in again and set(again["rollout"]) == {"engine", "options"}  # no embodied keys
+    validate_run_config(again, host)  # accepted as it is
+    assert dry_run(again, host=host)["config"] == out["config"]  # a fixed point
+
+    data = load_yaml(EXAMPLES / "grpo_arith.yaml")
+    data["cluster"]["component_placement"].pop("reference")
+    data["algorithm"]["kl_coef"] = 0.0
+    validate_run_config(data, host)  # no KL term: no reference needed
+    data["algorithm"]["kl_coef"] = 0.05
+    with pytest.raises(Exception, match="reference"):
+        validate_run_config(data, host)
+
+
+# -- through the console script --------------------------------------------------------------------
+
+
+def _rlinf(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).parent / "rlinf"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    return subprocess.run(
+        [str(exe), *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("scheduler", ["local", "ray"])
+def test_sigterm_writes_everything_then_plot_eval_and_resume_work(scheduler: str, tmp_path: Path) -> None:
+    """SIGTERM once iteration 2's log line is out (a point the run reports): exit 143 within 20 s
+    with a checkpoint, metrics.csv, summary.json and policy/; then plot, eval and --resume."""
+    run_dir = tmp_path / "run"
+    config = EXAMPLES / "grpo_arith.yaml"
+    extra = [*TINY[:-1], "runner.log_interval=1", "algorithm.iterations=40", f"runner.scheduler={scheduler}"]
+    exe = Path(sys.executable).parent / "rlinf"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.Popen(
+        [str(exe), "train", str(config), "--run-dir", str(run_dir), "--quiet", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    lines: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("iter    2"):
+            break
+    else:
+        pytest.fail("the run ended before iteration 2:\n" + "".join(lines))
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=60)
+    took = time.monotonic() - t0
+    output = "".join(lines) + rest
+    assert proc.returncode == 143, output
+    assert took < 20.0, f"took {took:.1f} s to stop"
+    assert "terminated (SIGTERM): wrote" in output and "before training started" not in output
+    assert f"--resume {run_dir}" in output
+    summary = json.loads((run_dir / "summary.json").read_text())
+    done = summary["iterations"]
+    assert summary["interrupted"] is True and 2 <= done < 40
+    assert (run_dir / "checkpoints" / f"step_{done}" / "state.safetensors").is_file()
+    assert [int(r["step"]) for r in _rows(run_dir)] == list(range(1, done + 1))
+    assert (run_dir / "policy" / "config.json").is_file()
+
+    plot = _rlinf("plot", str(run_dir), cwd=tmp_path)
+    assert plot.returncode == 0, plot.stderr
+    assert (run_dir / "plots" / "reward.png").read_bytes()[:4] == b"\x89PNG"
+
+    ev = _rlinf("eval", str(run_dir), "--json", "--samples", "2", "--seed", "3", cwd=tmp_path)
+    assert ev.returncode == 0, ev.stderr
+    res = json.loads(ev.stdout)
+    assert res["problems"] == 4 and res["samples"] == 2 and 0.0 <= res["pass_at_k"] <= 1.0
+    assert res["accuracy"] <= res["pass_at_k"] and set(res["per_data_source"]) == {"arith"}
+    again = _rlinf("eval", str(run_dir), "--json", "--samples", "2", "--seed", "3", cwd=tmp_path)
+    assert json.loads(again.stdout) == res  # reproducible with --seed
+
+    short = [*extra[:-1], "algorithm.iterations=" + str(done + 1), f"runner.scheduler={scheduler}"]
+    resumed = _rlinf("train", str(config), *short, "--resume", str(run_dir), "--quiet", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert [int(r["step"]) for r in _rows(run_dir)] == list(range(1, done + 2))
+    assert json.loads((run_dir / "summary.json").read_text())["interrupted"] is False
