@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rlinf_core.errors import ConfigError, RlinfError
 
-__all__ = ["DataConfig", "PromptDataset", "Sample", "load_dataset", "lookup"]
+__all__ = ["DataConfig", "PromptDataset", "Sample", "check_data_files", "load_dataset", "lookup"]
 
 _STRICT = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
@@ -305,6 +305,31 @@ def load_dataset(
         samples = kept
     out.samples = samples
     return out
+
+
+def check_data_files(cfg: DataConfig, split: Literal["train", "val"], sample_rows: int = 64) -> None:
+    """What ``rlinf train --dry-run`` checks of one split, with the readers :func:`load_dataset`
+    uses: every file opens and parses (a corrupt parquet, a JSON line that is not an object:
+    the file and row), and the first ``sample_rows`` rows have the prompt and answer keys.
+    Chat templates and prompt lengths (which need the model's tokenizer) are left to the run.
+
+    Raises:
+        ConfigError: as :func:`load_dataset`, at the YAML key with the file and row.
+    """
+    key = f"data.{split}_files"
+    files = [_resolve(Path.cwd(), f) for f in (cfg.train_files if split == "train" else cfg.val_files)]
+    plain = cfg.model_copy(update={"apply_chat_template": False})
+    seen = 0
+    for i, path in enumerate(files):
+        where = f"{key}[{i}]" if len(files) > 1 else key
+        for row, source in _read_rows(path, where):
+            if seen < sample_rows:
+                _sample(plain, row, source, None)
+            seen += 1
+            if cfg.max_samples is not None and seen >= cfg.max_samples:
+                return
+    if files and not seen:
+        raise ConfigError(f"no rows in {', '.join(map(str, files))}; the {split} split needs prompts", key)
 
 
 # -- reading files ------------------------------------------------------------------------------

@@ -504,9 +504,26 @@ class ScoreFn:
             raise err
         detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise RewardError(
-            f"reward {self.label} raised {type(err).__name__}{': ' + detail if detail else ''} "
-            f"on {self._where(completion, sample, batch)}"
+            f"reward {self.label} raised {type(err).__name__}{': ' + detail if detail else ''}"
+            f"{user_frame(err, self.cfg.path)} on {self._where(completion, sample, batch)}"
         ) from err
+
+
+def user_frame(err: BaseException, path: str | Path | None = None) -> str:
+    """`` at FILE:LINE``: where in the user's code ``err`` was raised: the deepest frame in the
+    reward file ``path``, else the deepest frame outside rlinf (``""`` when there is none)."""
+    here = Path(__file__).resolve().parents[1]  # the rlinf_algos package
+    frames = []
+    tb = err.__traceback__
+    while tb is not None:
+        frames.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno))
+        tb = tb.tb_next
+    if path is not None:
+        mine = [f for f in frames if Path(f[0]) == Path(path)]
+        if mine:
+            return f" at {mine[-1][0]}:{mine[-1][1]}"
+    other = [f for f in frames if not f[0].startswith(str(here)) and not f[0].startswith("<")]
+    return f" at {other[-1][0]}:{other[-1][1]}" if other else ""
 
 
 def _short(text: str, limit: int = 120) -> str:
@@ -517,8 +534,13 @@ def _short(text: str, limit: int = 120) -> str:
     return f"{text[:head]}...{text[-(limit - head - 3) :]}"
 
 
-def _reload(cfg: dict[str, Any], root: str | None) -> ScoreFn:
+def reload_reward(cfg: dict[str, Any], root: str | None) -> ScoreFn:
+    """:func:`load_reward` of a ``reward`` section given as plain data (what travels between
+    processes)."""
     return load_reward(RewardConfig.model_validate(cfg), root=root)
+
+
+_reload = reload_reward
 
 
 # -- loading ------------------------------------------------------------------------------------

@@ -179,24 +179,42 @@ class LMTokenizer:
         except Exception as err:
             raise TokenizerError(f"tokenizer {self.source} cannot encode {text[:60]!r}: {err}") from None
         if self._fast:
-            self._check_covered(text, enc.offsets)
+            self._check_covered(text, ids)
         if bos and self.bos_id is not None:
             ids.insert(0, self.bos_id)
         return ids
 
-    def _check_covered(self, text: str, offsets: Sequence[tuple[int, int]]) -> None:
-        """Refuse text a token never covered (other than whitespace, which some tokenizers drop
-        by design): a vocabulary without an unknown token silently skips what it lacks, as the
-        arithmetic folders' character vocabulary does for a letter."""
-        covered = bytearray(len(text))
-        for a, b in offsets:
-            covered[a:b] = b"\x01" * (b - a)
-        missing = sorted({c for c, hit in zip(text, covered, strict=True) if not hit and not c.isspace()})
+    def _check_covered(self, text: str, ids: Sequence[int]) -> None:
+        """Refuse text the vocabulary cannot represent: a vocabulary without an unknown token
+        silently drops what it lacks (as the arithmetic folders' character vocabulary does for a
+        letter). Checked by round-tripping the ids (decode and compare with the text as the
+        tokenizer's normaliser sees it, whitespace aside), not by the backend's offsets, which some
+        tokenizers report oddly; a character that comes back as the unknown token is accepted, as
+        transformers accepts it."""
+        decoded = self.backend.decode(list(ids), skip_special_tokens=False)
+        seen = text
+        normalizer = getattr(self.backend, "normalizer", None)
+        if normalizer is not None:
+            try:
+                seen = normalizer.normalize_str(text)
+            except Exception:
+                seen = text
+        if seen == decoded:
+            return
+        kept = set(decoded) | set(decoded.casefold())
+        missing = sorted({c for c in seen if not c.isspace() and c not in kept})
+        if missing and self._unk_id() is not None and self._unk_id() in ids:
+            return
         if missing:
             raise TokenizerError(
                 f"tokenizer {self.source} cannot encode {''.join(missing)!r} (in {text[:60]!r}): not in its "
                 "vocabulary, and it has no unknown token"
             )
+
+    def _unk_id(self) -> int | None:
+        model = getattr(self.backend, "model", None)
+        unk = getattr(model, "unk_token", None)
+        return self._id_of(unk) if isinstance(unk, str) else None
 
     def decode(self, ids: Iterable[int], skip_pad: bool = True) -> str:
         """Text of ``ids`` (special tokens kept as text, the pad token dropped if ``skip_pad``)."""
