@@ -168,6 +168,6 @@ def policy_loss(
         stats = {
             "clip_fraction": masked_mean(clipped, mask),
             "ratio_mean": masked_mean(ratio, mask),
-            "kl": masked_mean(kl, mask) if kl is not None else torch.zeros(()),
+            "kl": masked_mean(kl, mask) if kl is not None else torch.zeros((), device=log_prob.device),
         }
     return loss, stats

@@ -26,7 +26,7 @@ __all__ = ["RolloutWorker", "check_options", "engine_class", "make_rollout", "ro
 class RolloutWorker(Worker, RolloutEngine):
     """The ``hf`` engine: holds a versioned copy of the policy and samples from it with the
     Hugging Face ``generate`` (:func:`~rlinf_algos.lm.hf.generate`: KV cache, left padding,
-    temperature, top-p, a stop on the stop tokens), on the CPU or a GPU.
+    temperature, top-p, a stop on the stop tokens), on the CPU or the GPU its placement gives.
 
     With LoRA on a float32 model it samples from merged weights (``W0 + scale * B @ A``, rebuilt
     at every sync from a copy of the base weights ``W0`` kept on the CPU, so syncs do not
@@ -45,6 +45,8 @@ class RolloutWorker(Worker, RolloutEngine):
         max_len: longest sequence (``model.max_seq_len``; ``None``: the model's context).
         merge_lora: sample from merged weights when the model has LoRA adapters (the one option,
             ``rollout.options.merge_lora``; ``None``: when the model is in float32).
+        device: where the model lives and samples (``None``: the CPU); :func:`make_rollout`
+            gives the process's device from its placement (:func:`rlinf_algos.parallel.role_device`).
     """
 
     PLUGIN_NAME: ClassVar[str] = "hf"
@@ -59,6 +61,7 @@ class RolloutWorker(Worker, RolloutEngine):
         pad_id: int = 0,
         max_len: int | None = None,
         merge_lora: bool | None = None,
+        device: str | None = None,
     ) -> None:
         import torch
 
@@ -78,9 +81,11 @@ class RolloutWorker(Worker, RolloutEngine):
             pad_id=pad_id,
             max_len=max_len if max_len is not None else spec.max_seq_len,
         )
-        self.model = hf.load_causal_lm(spec, trainable=False)
+        self.model = hf.load_causal_lm(spec, trainable=False, device=device)
         self.model.eval()
-        self.generator = torch.Generator().manual_seed(seed)
+        self.device = torch.device(device or "cpu")
+        # the sampler draws where the logits are (they never leave the device)
+        self.generator = torch.Generator(self.device).manual_seed(seed)
         if merge_lora is None:
             merge_lora = next(self.model.parameters()).dtype == torch.float32
         self.base_weights = lora.lora_base_weights(self.model) if merge_lora else None
@@ -150,13 +155,15 @@ def engine_class(name: str, plugins: Any = None) -> type[RolloutEngine]:
 
 _RUN_KEYWORDS = ("model_config", "temperature", "top_p", "seed", "pad_id", "max_len")
 """The constructor arguments that come from the run, not from ``rollout.options``."""
+_PLACEMENT_KEYWORDS = ("device",)
+"""Arguments that come from the placement when the engine takes them, never from the options."""
 
 
 def check_options(cls: type[RolloutEngine], options: Mapping[str, Any]) -> None:
     """Refuse ``rollout.options`` that ``cls``'s constructor does not take (or that name an
     argument the run gives) with a :class:`ConfigError` at ``rollout.options`` listing the ones
     it takes; inspects the signature only, so nothing is imported or built."""
-    clash = sorted(set(options) & set(_RUN_KEYWORDS))
+    clash = sorted(set(options) & {*_RUN_KEYWORDS, *_PLACEMENT_KEYWORDS})
     try:
         if clash:
             raise TypeError(f"{', '.join(clash)} come from the run, not from rollout.options")
@@ -192,6 +199,12 @@ def make_rollout(run: Any, *, seed: int, pad_id: int, plugins: Any = None) -> Ro
     cls = engine_class(run.rollout.engine, plugins)
     check_options(cls, run.rollout.options)
     alg = run.algorithm
+    placed: dict[str, Any] = {}
+    params = inspect.signature(cls).parameters
+    if "device" in params or any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        from rlinf_algos.parallel import role_device
+
+        placed["device"] = str(role_device(str(run.runner.device)))
     return cls(
         run.model,
         temperature=alg.temperature,
@@ -199,5 +212,6 @@ def make_rollout(run: Any, *, seed: int, pad_id: int, plugins: Any = None) -> Ro
         seed=seed,
         pad_id=pad_id,
         max_len=run.model.max_seq_len,
+        **placed,
         **run.rollout.options,
     )

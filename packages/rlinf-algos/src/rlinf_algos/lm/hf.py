@@ -47,6 +47,7 @@ from rlinf_core.errors import ConfigError, RlinfError
 __all__ = [
     "GenerationOutput",
     "add_tokens_folder",
+    "compute_autocast",
     "generate",
     "is_lora",
     "last_logits_kwargs",
@@ -59,6 +60,7 @@ __all__ = [
     "sequence_log_probs",
     "state_bytes",
     "sync_state",
+    "token_log_probs",
 ]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -152,7 +154,7 @@ def add_tokens_folder(
     with torch.no_grad():
         for w in tables:
             old = w[:known].float()
-            noise = torch.randn(len(new_ids), w.shape[1], generator=gen)
+            noise = torch.randn(len(new_ids), w.shape[1], generator=gen, device="cpu")  # a folder on the host
             w[new_ids] = (old.mean(0) + 0.1 * old.std(0) * noise).to(w.dtype)
     _write_folder(Path(path), lambda tmp: (model.save_pretrained(tmp), tok.save_pretrained(tmp)))
     return missing
@@ -187,17 +189,32 @@ def _write_folder(path: Path, write: Any) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def load_causal_lm(spec: LMModelConfig, path: str | Path | None = None, *, trainable: bool = True) -> Any:
+def load_causal_lm(
+    spec: LMModelConfig,
+    path: str | Path | None = None,
+    *,
+    trainable: bool = True,
+    device: torch.device | str | None = None,
+) -> Any:
     """The model of the ``model`` section (from ``path`` when given, e.g. a built ``init``
     folder, else ``model.path``), in ``model.dtype``, with LoRA adapters when ``model.lora`` is
-    set (then only they require gradients). ``trainable=False`` freezes every parameter."""
+    set (then only they require gradients). ``trainable=False`` freezes every parameter.
+    ``device``: where it then lives (``None``: the CPU, where it loads).
+
+    A trainable model without LoRA in ``bfloat16`` or ``float16`` keeps float32 master weights
+    and computes its forward passes under autocast to ``model.dtype``
+    (:func:`compute_autocast`): AdamW's small updates are not rounded away in the weights. With
+    LoRA the frozen base stays in ``model.dtype`` (peft keeps the adapters in float32)."""
     from transformers import AutoModelForCausalLM
 
     _quiet()
     folder = check_model_folder(path if path is not None else spec.path or "", "model.path")
+    master = trainable and spec.lora is None and spec.dtype != "float32"
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            str(folder), dtype=DTYPES[spec.dtype], trust_remote_code=spec.trust_remote_code
+            str(folder),
+            dtype=torch.float32 if master else DTYPES[spec.dtype],
+            trust_remote_code=spec.trust_remote_code,
         )
     except ValueError as err:
         if "trust_remote_code" in str(err):
@@ -209,11 +226,15 @@ def load_causal_lm(spec: LMModelConfig, path: str | Path | None = None, *, train
     except (OSError, RuntimeError) as err:
         raise ConfigError(f"{folder}: cannot load the model ({err})", path="model.path") from None
     model.config.use_cache = True
+    if master:
+        model.rlinf_compute_dtype = DTYPES[spec.dtype]
     if spec.lora is not None:
         model = apply_lora(model, spec.lora)
     if not trainable:
         for p in model.parameters():
             p.requires_grad_(False)
+    if device is not None:
+        model = model.to(device)
     return model
 
 
@@ -296,22 +317,84 @@ def reference_mode(model: Any) -> Iterator[Any]:
         yield model
 
 
+LOGIT_CHUNK_ELEMENTS = 1 << 26
+"""Logits (rows times vocabulary) turned to float32 at once by :func:`token_log_probs`: 256 MB."""
+
+
+def _chunk_log_probs(logits: Tensor, targets: Tensor, temperature: float) -> Tensor:
+    x = logits.float()
+    if temperature != 1.0:
+        x = x / temperature
+    return x.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(x, dim=-1)
+
+
+def token_log_probs(
+    logits: Tensor, targets: Tensor, temperature: float = 1.0, chunk_elements: int = LOGIT_CHUNK_ELEMENTS
+) -> Tensor:
+    """``log softmax(logits / temperature)[targets]`` for logits ``[..., V]`` and ``targets``
+    ``[...]``, as the chosen logit minus the log-sum-exp, in float32 a chunk of rows at a time
+    (``chunk_elements`` logits at most): never a float32 ``[..., V]`` log-softmax of the whole
+    batch. With gradients each chunk is recomputed in the backward
+    (``torch.utils.checkpoint``), so its float32 copy is not kept either."""
+    shape = targets.shape
+    v = logits.shape[-1]
+    flat, tgt = logits.reshape(-1, v), targets.reshape(-1)
+    rows = max(1, chunk_elements // max(v, 1))
+    if flat.shape[0] <= rows:
+        return _chunk_log_probs(flat, tgt, temperature).view(shape)
+    grad = torch.is_grad_enabled() and flat.requires_grad
+    parts = []
+    for i in range(0, flat.shape[0], rows):
+        a, b = flat[i : i + rows], tgt[i : i + rows]
+        if grad:
+            from torch.utils.checkpoint import checkpoint
+
+            parts.append(checkpoint(_chunk_log_probs, a, b, temperature, use_reentrant=False))
+        else:
+            parts.append(_chunk_log_probs(a, b, temperature))
+    return torch.cat(parts).view(shape)
+
+
+def compute_autocast(model: Any) -> contextlib.AbstractContextManager[Any]:
+    """Autocast to the model's compute dtype when it holds float32 master weights for a
+    ``bfloat16``/``float16`` ``model.dtype`` (:func:`load_causal_lm`), on its device; nothing
+    otherwise."""
+    dtype = getattr(model, "rlinf_compute_dtype", None)
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(next(model.parameters()).device.type, dtype=dtype)
+
+
 def sequence_log_probs(
-    model: Any, input_ids: Tensor, temperature: float = 1.0, attention_mask: Tensor | None = None
+    model: Any,
+    input_ids: Tensor,
+    temperature: float = 1.0,
+    attention_mask: Tensor | None = None,
+    mask: Tensor | None = None,
 ) -> Tensor:
     """Per-token log-probs of right-padded ``input_ids`` ``[B, T]``: ``out[:, t] = log p(x_t |
     x_<t)`` for ``t >= 1`` and ``out[:, 0] = 0``, so it lines up with a ``[B, T]`` mask. Logits
     are divided by ``temperature`` (the rollout's), as the sampler did. Differentiable unless
     called under ``torch.no_grad``. Right padding needs no mask for a causal model (a pad only
-    follows the tokens it could affect)."""
+    follows the tokens it could affect).
+
+    With the loss ``mask`` (``[B, T]``), only the positions from the earliest trained token on
+    are projected onto the vocabulary (``logits_to_keep``) and the earlier ones hold 0. The
+    log-probs come from :func:`token_log_probs` (chunked; no full float32 log-softmax)."""
     kwargs: dict[str, Any] = {"use_cache": False}
     if attention_mask is not None:
         kwargs["attention_mask"] = attention_mask[:, :-1]
-    logits = model(input_ids=input_ids[:, :-1], **kwargs).logits
-    if temperature != 1.0:
-        logits = logits / temperature
-    lp = torch.log_softmax(logits.float(), dim=-1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    return F.pad(lp, (1, 0))
+    t = input_ids.shape[1]
+    first = 1
+    if mask is not None and last_logits_kwargs(model):
+        trained = mask[:, 1:] > 0
+        if bool(trained.any()):
+            first = 1 + int(trained.any(0).to(torch.int8).argmax())
+            kwargs["logits_to_keep"] = t - first
+    with compute_autocast(model):
+        logits = model(input_ids=input_ids[:, :-1], **kwargs).logits
+    lp = token_log_probs(logits[:, -(t - first) :], input_ids[:, first:], temperature)
+    return F.pad(lp, (first, 0))
 
 
 @dataclass
@@ -334,17 +417,22 @@ class GenerationOutput:
 
 
 def _sample(logits: Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> Tensor:
-    """Next tokens ``[B]`` from logits ``[B, V]``: argmax at temperature 0, else softmax sampling
-    restricted to the smallest set of tokens whose probability reaches ``top_p``."""
+    """Next tokens ``[B]`` (on the logits' device) from logits ``[B, V]``: argmax at temperature
+    0, else softmax sampling restricted to the smallest set of tokens whose probability reaches
+    ``top_p``. A ``generator`` on another device than the logits (a CPU one for GPU logits)
+    draws there: the probabilities travel to it, the tokens come back."""
     if temperature <= 0.0:
         return logits.argmax(dim=-1)
     probs = torch.softmax(logits.float() / temperature, dim=-1)
+    home = probs.device
+    if generator is not None and generator.device != home:
+        probs = probs.to(generator.device)
     if top_p < 1.0:
         sp, si = probs.sort(dim=-1, descending=True)
         keep = sp.cumsum(dim=-1) - sp < top_p  # the top token always stays
         choice = torch.multinomial(sp * keep, 1, generator=generator)
-        return si.gather(-1, choice).squeeze(-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        return si.gather(-1, choice).squeeze(-1).to(home)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1).to(home)
 
 
 def max_context(model: Any) -> int:
@@ -392,22 +480,24 @@ def generate(
     if not prompts:
         return GenerationOutput([], [], 0, 0.0)
     n = len(prompts)
-    lens = torch.tensor([len(p) for p in prompts])
-    if int(lens.min()) < 1:
+    plens = [len(p) for p in prompts]
+    if min(plens) < 1:
         raise RlinfError("generate: every prompt needs at least one token")
-    lp = int(lens.max())
+    lp = max(plens)
     limit = max_len or max_context(model)
     if lp >= limit:
         raise RlinfError(f"generate: a prompt of {lp} tokens leaves no room under the context of {limit}")
     steps = min(max_new_tokens, limit - lp)
+    # everything the loop touches lives on the model's device; the host sees one [B] row of
+    # token ids per step (the logits never leave the device)
     device = next(model.parameters()).device
-    ids = torch.full((n, lp), pad_id, dtype=torch.long)
-    mask = torch.zeros(n, lp, dtype=torch.long)
+    host = torch.full((n, lp), pad_id, dtype=torch.long, device="cpu")  # built row by row, then moved once
     for i, p in enumerate(prompts):
-        ids[i, lp - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
-        mask[i, lp - len(p) :] = 1
+        host[i, lp - len(p) :] = torch.as_tensor(list(p), dtype=torch.long, device="cpu")
+    ids = host.to(device)
+    mask = (torch.arange(lp, device=device)[None] >= lp - torch.tensor(plens, device=device)[:, None]).long()
     positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
-    stop = torch.tensor(sorted(set(stop_ids)), dtype=torch.long)
+    stop = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
     out: list[list[int]] = [[] for _ in range(n)]
     finished = [False] * n
     total = 0
@@ -418,57 +508,61 @@ def generate(
             # each distinct prompt is prefilled once; its cache row is then repeated for every
             # sample of it (a GRPO batch holds group_size copies of each prompt)
             first: dict[tuple[int, ...], int] = {}
-            inverse = torch.tensor([first.setdefault(tuple(p), i) for i, p in enumerate(prompts)])
-            distinct = torch.tensor(sorted(first.values()))
+            inverse = [first.setdefault(tuple(p), i) for i, p in enumerate(prompts)]
+            distinct = sorted(first.values())
+            d_idx = torch.tensor(distinct, dtype=torch.long, device=device)
             cache = preallocated_cache(model, lp + steps)
             res = model(
-                input_ids=ids[distinct].to(device),
-                attention_mask=mask[distinct].to(device),
-                position_ids=positions[distinct].to(device),
+                input_ids=ids[d_idx],
+                attention_mask=mask[d_idx],
+                position_ids=positions[d_idx],
                 past_key_values=cache,
                 use_cache=True,
                 **last_logits_kwargs(model),
             )
             cache = res.past_key_values
-            logits = res.logits[:, -1].float().cpu()
+            logits = res.logits[:, -1]
             if len(distinct) < n:
-                row_of = torch.empty(n, dtype=torch.long)  # prompt index -> its row in `distinct`
-                row_of[distinct] = torch.arange(len(distinct))
-                cache.batch_select_indices(row_of[inverse].to(device))
-                logits = logits[row_of[inverse]]
-            rows = torch.arange(n)  # original index of each cache row
-            next_pos = lens.clone()
-            active = torch.ones(n, dtype=torch.bool)
+                row_of = {d: j for j, d in enumerate(distinct)}  # prompt index -> its row in `distinct`
+                sel = torch.tensor([row_of[k] for k in inverse], dtype=torch.long, device=device)
+                cache.batch_select_indices(sel)
+                logits = logits[sel]
+            rows = list(range(n))  # original index of each cache row
+            next_pos = torch.tensor(plens, dtype=torch.long, device=device)
+            active = torch.ones(n, dtype=torch.bool, device=device)
             for _ in range(steps):
                 tok = _sample(logits, temperature, top_p, generator)
-                tok_list, act_list = tok.tolist(), active.tolist()
-                for j, r in enumerate(rows.tolist()):
+                hit = torch.isin(tok, stop) & active
+                # the one transfer per step: the tokens, the rows still running, the rows that stopped
+                tok_list, act_list, hit_list = torch.stack([tok, active.long(), hit.long()]).tolist()
+                for j, r in enumerate(rows):
                     if act_list[j]:
                         out[r].append(tok_list[j])
-                total += int(active.sum())
-                hit = torch.isin(tok, stop) & active
-                for j in hit.nonzero().flatten().tolist():
-                    finished[int(rows[j])] = True
+                    if hit_list[j]:
+                        finished[r] = True
+                total += sum(act_list)
                 active &= ~hit
-                n_active = int(active.sum())
+                n_active = sum(act_list) - sum(hit_list)
                 if n_active == 0:
                     break
                 if n_active < compact_below * len(rows) and len(rows) > 4:
-                    keep = active.nonzero().flatten()
-                    cache.batch_select_indices(keep.to(device))
-                    rows, tok, next_pos, mask = rows[keep], tok[keep], next_pos[keep], mask[keep]
-                    active = torch.ones(len(keep), dtype=torch.bool)
+                    keep_list = [j for j in range(len(rows)) if act_list[j] and not hit_list[j]]
+                    keep = torch.tensor(keep_list, dtype=torch.long, device=device)
+                    cache.batch_select_indices(keep)
+                    rows = [rows[j] for j in keep_list]
+                    tok, next_pos, mask = tok[keep], next_pos[keep], mask[keep]
+                    active = torch.ones(len(keep_list), dtype=torch.bool, device=device)
                 tok = torch.where(active, tok, torch.full_like(tok, pad_id))
-                mask = torch.cat([mask, torch.ones(len(rows), 1, dtype=torch.long)], dim=1)
+                mask = torch.cat([mask, torch.ones(len(rows), 1, dtype=torch.long, device=device)], dim=1)
                 res = model(
-                    input_ids=tok.unsqueeze(1).to(device),
-                    attention_mask=mask.to(device),
-                    position_ids=next_pos.unsqueeze(1).to(device),
+                    input_ids=tok.unsqueeze(1),
+                    attention_mask=mask,
+                    position_ids=next_pos.unsqueeze(1),
                     past_key_values=cache,
                     use_cache=True,
                 )
                 cache = res.past_key_values
-                logits = res.logits[:, -1].float().cpu()
+                logits = res.logits[:, -1]
                 next_pos = next_pos + 1
     finally:
         model.train(was_training)

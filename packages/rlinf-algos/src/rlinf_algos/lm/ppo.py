@@ -37,13 +37,16 @@ class ValueModel(nn.Module):
         super().__init__()
         self.backbone = causal_lm.base_model
         hidden = int(causal_lm.config.hidden_size)
-        self.head = nn.Linear(hidden, 1)
+        # the head lives with the backbone (and in float32 whatever the backbone's dtype)
+        self.head = nn.Linear(hidden, 1, device=next(causal_lm.parameters()).device)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
+        self.compute = getattr(causal_lm, "rlinf_compute_dtype", None)  # bf16 autocast over fp32 weights
 
     def forward(self, input_ids: Tensor) -> Tensor:
         """``[N, T]`` values aligned with :func:`~rlinf_algos.lm.hf.sequence_log_probs`."""
-        h = self.backbone(input_ids=input_ids, use_cache=False).last_hidden_state
+        with torch.autocast(input_ids.device.type, dtype=self.compute, enabled=self.compute is not None):
+            h = self.backbone(input_ids=input_ids, use_cache=False).last_hidden_state
         v = self.head(h.float()).squeeze(-1)
         return F.pad(v[:, :-1], (1, 0))
 
@@ -55,8 +58,8 @@ def token_gae(
     as consecutive steps; the value after the last one is 0). Zero where ``mask`` is 0."""
     n, t = rewards.shape
     adv = torch.zeros_like(values)
-    last = torch.zeros(n, dtype=values.dtype)
-    next_value = torch.zeros(n, dtype=values.dtype)
+    last = torch.zeros(n, dtype=values.dtype, device=values.device)
+    next_value = torch.zeros(n, dtype=values.dtype, device=values.device)
     m = mask > 0
     for i in range(t - 1, -1, -1):
         delta = rewards[:, i] + gamma * next_value - values[:, i]
@@ -106,15 +109,30 @@ class PPOActorWorker(ActorWorker):
             backbone.requires_grad_(True)
         super().__init__(model, cfg, seed, dp=dp)
         self.critic_cfg = critic
-        self.critic = ValueModel(backbone)
+        # the critic computes where the actor does (a loaded backbone arrives on the CPU)
+        self.critic = ValueModel(backbone.to(self.dp.device))
         self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=critic.lr, betas=(0.9, 0.99))
 
     @classmethod
     def build(cls, model: Any, run: Any, dp: Any = None) -> PPOActorWorker:
         return cls(model, run.algorithm, seed=run.runner.seed, critic=run.critic, model_spec=run.model, dp=dp)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The actor's checkpoint state (:meth:`ActorWorker.state_dict`) with the critic and its
+        optimiser."""
+        return {
+            **super().state_dict(),
+            "critic": {k: v.detach().cpu().clone() for k, v in self.critic.state_dict().items()},
+            "critic_optimizer": self.critic_opt.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.critic.load_state_dict(state["critic"])  # copies into the critic's device
+        self.critic_opt.load_state_dict(state["critic_optimizer"])
+
     def _values(self, ids: Tensor) -> Tensor:
-        out = torch.zeros(ids.shape, dtype=torch.float32)
+        out = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
         with torch.no_grad():
             for i in range(0, ids.shape[0], self.cfg.minibatch_size):
                 out[i : i + self.cfg.minibatch_size] = self.critic(ids[i : i + self.cfg.minibatch_size])
@@ -126,13 +144,14 @@ class PPOActorWorker(ActorWorker):
         Returns the mean policy loss, value loss, KL, clip fraction, gradient norm, the explained
         variance of the values and how many sequences were trained on."""
         cfg: LMPPOConfig = self.cfg  # type: ignore[assignment]
-        ids, mask = batch["input_ids"], batch["loss_mask"]
-        seq_reward = batch["rewards"].float()[batch["episode_index"]]
+        dev = self.dp.device
+        ids, mask = batch["input_ids"].to(dev), batch["loss_mask"].to(dev)
+        seq_reward = batch["rewards"].float()[batch["episode_index"]].to(dev)
         if cfg.skip_uniform_groups and cfg.group_size > 1:
             _, uniform = self.advantages(batch)
-            keep = (~uniform).nonzero().flatten()
+            keep = (~uniform).nonzero().flatten().to(dev)
         else:
-            keep = torch.arange(ids.shape[0])
+            keep = torch.arange(ids.shape[0], device=dev)
         stats = {
             k: 0.0 for k in ("loss", "value_loss", "kl", "clip_fraction", "grad_norm", "explained_variance")
         }
@@ -142,10 +161,10 @@ class PPOActorWorker(ActorWorker):
             return stats
         ids, mask, seq_reward = ids[keep], mask[keep], seq_reward[keep]
         ref = batch.get("ref_log_probs")
-        ref = ref[keep] if ref is not None else None
+        ref = ref.to(dev)[keep] if ref is not None else None
         lengths = (mask > 0).long().cumsum(1).argmax(1) + 1  # last generated token + 1
         rewards = torch.zeros_like(mask)
-        rewards[torch.arange(len(keep)), lengths - 1] = seq_reward
+        rewards[torch.arange(len(keep), device=dev), lengths - 1] = seq_reward
         values = self._values(ids)
         adv, returns = token_gae(rewards, values, mask, cfg.gamma, cfg.lam)
         if cfg.whiten_advantages:
@@ -160,7 +179,7 @@ class PPOActorWorker(ActorWorker):
         n_steps = 0
         self.model.train()
         for _ in range(cfg.update_epochs):
-            perm = torch.randperm(len(keep), generator=self.generator)
+            perm = torch.randperm(len(keep), generator=self.generator, device="cpu")  # host order
             for i in range(0, len(keep), cfg.minibatch_size):
                 mb = perm[i : i + cfg.minibatch_size]
                 t = int(lengths[mb].max())

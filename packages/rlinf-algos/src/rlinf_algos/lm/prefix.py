@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rlinf_algos.lm.hf import last_logits_kwargs, sequence_log_probs
+from rlinf_algos.lm.hf import compute_autocast, last_logits_kwargs, sequence_log_probs, token_log_probs
 
 __all__ = ["log_probs_of", "prefix_groups", "shared_prefix_log_probs"]
 
@@ -52,7 +52,7 @@ def prefix_groups(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, list[int]]
             g = seen[key] = len(firsts)
             firsts.append(i)
         group.append(g)
-    return start, torch.tensor(group), firsts
+    return start, torch.tensor(group, device="cpu"), firsts  # from host lists; moved at use
 
 
 def shared_prefix_log_probs(
@@ -63,11 +63,18 @@ def shared_prefix_log_probs(
     prefix positions), each distinct prefix (before the row's first token with ``mask > 0``)
     computed once. Falls back to the plain forward when rows share too little (see the module
     docstring). Differentiable unless called under ``torch.no_grad``."""
-    from transformers import DynamicCache
-
     groups = prefix_groups(ids, mask)
     if groups is None or ids.shape[0] < min_share * len(groups[2]):
         return sequence_log_probs(model, ids, temperature)
+    with compute_autocast(model):  # bf16 compute over float32 master weights, when the model has them
+        return _shared_prefix_log_probs(model, ids, mask, temperature, groups)
+
+
+def _shared_prefix_log_probs(
+    model: Any, ids: Tensor, mask: Tensor, temperature: float, groups: Any
+) -> Tensor:
+    from transformers import DynamicCache
+
     start, group, firsts = groups
     b, t = ids.shape
     device = ids.device
@@ -108,9 +115,7 @@ def shared_prefix_log_probs(
             use_cache=True,
         ).logits
         logits = torch.cat([logits, rest], 1)
-    if temperature != 1.0:
-        logits = logits / temperature
-    lp = torch.log_softmax(logits.float(), dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    lp = token_log_probs(logits, tokens, temperature)  # chunked: no full float32 log-softmax
     # back to the packed layout: row i's tail starts at column start[i]
     full = torch.zeros(b, t + tail, dtype=lp.dtype, device=device).scatter(1, cols, lp * valid)
     return full[:, :t]

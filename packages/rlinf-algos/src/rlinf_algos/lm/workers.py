@@ -41,6 +41,7 @@ from rlinf_algos.lm.config import LMGRPOConfig, LMModelConfig
 from rlinf_algos.lm.engines import RolloutWorker
 from rlinf_algos.lm.prefix import log_probs_of
 from rlinf_algos.parallel import DataParallel
+from rlinf_core.errors import RlinfError
 from rlinf_core.worker import Worker
 
 __all__ = [
@@ -59,11 +60,12 @@ def pack_batch(
 ) -> dict[str, Tensor]:
     """Right-pad ``N`` sequences into ``input_ids`` ``[N, T]`` and ``loss_mask`` ``[N, T]``."""
     t = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), t), pad_id, dtype=torch.long)
-    mask = torch.zeros(len(sequences), t)
+    # built on the host from token lists (the channels carry it); the learner moves it
+    ids = torch.full((len(sequences), t), pad_id, dtype=torch.long, device="cpu")
+    mask = torch.zeros(len(sequences), t, device="cpu")
     for i, (s, m) in enumerate(zip(sequences, loss_masks, strict=True)):
-        ids[i, : len(s)] = torch.as_tensor(list(s), dtype=torch.long)
-        mask[i, : len(m)] = torch.as_tensor(list(m), dtype=torch.float32)
+        ids[i, : len(s)] = torch.as_tensor(list(s), dtype=torch.long, device="cpu")
+        mask[i, : len(m)] = torch.as_tensor(list(m), dtype=torch.float32, device="cpu")
     return {"input_ids": ids, "loss_mask": mask}
 
 
@@ -101,8 +103,9 @@ def log_probs_chunked(
 ) -> Tensor:
     """:func:`~rlinf_algos.lm.hf.sequence_log_probs` of ``ids`` in chunks of ``chunk`` rows, no
     gradient; with the loss ``mask``, each chunk's shared prompts run once
-    (:func:`~rlinf_algos.lm.prefix.shared_prefix_log_probs`)."""
-    out = torch.zeros(ids.shape, dtype=torch.float32)
+    (:func:`~rlinf_algos.lm.prefix.shared_prefix_log_probs`). The result lives where ``ids``
+    does (the model's device)."""
+    out = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
     with torch.no_grad():
         for i in range(0, ids.shape[0], chunk):
             m = None if mask is None else mask[i : i + chunk]
@@ -123,6 +126,8 @@ class ReferenceWorker(Worker):
         model: an already built model to use (the actor's, with LoRA).
         temperature: the rollout's (log-probs are taken at the sampling temperature).
         chunk: sequences per forward.
+        device: where a model it loads lives (``None``: the CPU); the batches it is given
+            move there and the log-probs come back on the batch's device.
     """
 
     def __init__(
@@ -132,6 +137,7 @@ class ReferenceWorker(Worker):
         model: Any = None,
         temperature: float = 1.0,
         chunk: int = 256,
+        device: torch.device | str | None = None,
     ) -> None:
         if model is None:
             if model_config is None:
@@ -139,6 +145,8 @@ class ReferenceWorker(Worker):
             model = hf.load_causal_lm(_spec(model_config), trainable=False)
             if state_dict is not None:
                 hf.load_sync_state(model, state_dict)
+            if device is not None:
+                model = model.to(device)
         self.model = model
         self.temperature = temperature
         self.chunk = chunk
@@ -149,14 +157,17 @@ class ReferenceWorker(Worker):
         reads the masked tokens only)."""
         was_training = self.model.training
         self.model.eval()
+        ids = batch["input_ids"]
+        dev = next(self.model.parameters()).device
+        mask = batch.get("loss_mask")
         try:
             with hf.reference_mode(self.model) as ref:
                 lp = log_probs_chunked(
-                    ref, batch["input_ids"], self.temperature, self.chunk, batch.get("loss_mask")
+                    ref, ids.to(dev), self.temperature, self.chunk, None if mask is None else mask.to(dev)
                 )
         finally:
             self.model.train(was_training)
-        return {"ref_log_probs": lp}
+        return {"ref_log_probs": lp.to(ids.device)}
 
 
 class ActorWorker(Worker):
@@ -170,13 +181,14 @@ class ActorWorker(Worker):
     """
 
     def __init__(self, model: Any, cfg: LMGRPOConfig, seed: int = 0, dp: DataParallel | None = None) -> None:
-        self.dp = dp if dp is not None else DataParallel()
+        # without a learner group the actor computes where the model lives
+        self.dp = dp if dp is not None else DataParallel(device=next(model.parameters()).device)
         self.model = model
         self.cfg = cfg
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99))
         self.publish_bytes = 0
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = torch.Generator().manual_seed(seed)  # the minibatch order: drawn on the host
         self.version = 0
 
     @classmethod
@@ -195,6 +207,40 @@ class ActorWorker(Worker):
         self.publish_bytes = hf.state_bytes(state)
         return state, self.version
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the actor (:mod:`rlinf_algos.lm.checkpoint`): ``weights``
+        (as :meth:`get_weights` publishes them: the adapter alone with LoRA), ``optimizer``,
+        ``version`` (the update count, which the learning-rate warm-up reads) and the minibatch
+        order's ``generator``. On a learner group every rank calls; rank 0's is complete."""
+        weights, _ = self.get_weights()
+        return {
+            "weights": weights,
+            "optimizer": self.dp.optim_state_dict(self.model, self.opt),
+            "version": int(self.version),
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a :meth:`state_dict` (every rank of a learner group calls with it)."""
+        weights = dict(state["weights"])
+        if self.dp.world > 1 and self.dp.strategy == "fsdp":
+            if hf.is_lora(self.model):
+                raise RlinfError(
+                    "resuming a LoRA actor on an fsdp learner group is not supported yet: "
+                    "use actor.strategy: ddp, or one actor process"
+                )
+            embed = next((v for k, v in weights.items() if k.endswith("embed_tokens.weight")), None)
+            for k in self.model.state_dict():  # a tied head is stored once
+                if k not in weights and k.endswith("lm_head.weight") and embed is not None:
+                    weights[k] = embed
+            self.dp.load_state_dict(self.model, weights)
+        else:
+            with torch.no_grad():
+                hf.load_sync_state(self.model, {k: v.to(self.dp.device) for k, v in weights.items()})
+        self.dp.load_optim_state_dict(self.model, self.opt, state["optimizer"])
+        self.version = int(state["version"])
+        self.generator.set_state(state["generator"])
+
     @property
     def share_prefix(self) -> bool:
         """Whether the forwards run shared prompts once (``algorithm.share_prefix``; never under
@@ -204,12 +250,13 @@ class ActorWorker(Worker):
         )
 
     def compute_log_probs(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        """``{"log_probs": [N, T]}`` of every token under the current policy, no gradient."""
-        return {
-            "log_probs": log_probs_chunked(
-                self.model, batch["input_ids"], self.cfg.temperature, self.cfg.minibatch_size
-            )
-        }
+        """``{"log_probs": [N, T]}`` of every token under the current policy, no gradient (on
+        the batch's device)."""
+        ids = batch["input_ids"]
+        lp = log_probs_chunked(
+            self.model, ids.to(self.dp.device), self.cfg.temperature, self.cfg.minibatch_size
+        )
+        return {"log_probs": lp.to(ids.device)}
 
     def advantages(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """Per-sequence advantages and uniform-group flags of ``batch`` (see
@@ -316,7 +363,7 @@ class ActorWorker(Worker):
         n_steps = 0
         self.model.train()
         for _ in range(cfg.update_epochs):
-            perm = torch.randperm(len(idx), generator=self.generator)
+            perm = torch.randperm(len(idx), generator=self.generator, device="cpu")
             for i in range(0, len(idx), cfg.minibatch_size):
                 mb = perm[i : i + cfg.minibatch_size]
                 t = int(lengths[mb].max())
@@ -331,7 +378,8 @@ class ActorWorker(Worker):
                 n_steps += 1
         if self.dp.world > 1:  # each rank summed its parts' shares
             keys = ("loss", "kl", "clip_fraction")
-            total = self.dp.mean(torch.tensor([stats[k] for k in keys], dtype=torch.float64)) * self.dp.world
+            total = self.dp.mean(torch.tensor([stats[k] for k in keys], dtype=torch.float64, device="cpu"))
+            total = total * self.dp.world
             stats.update(zip(keys, total.tolist(), strict=True))
         for k in ("loss", "kl", "clip_fraction", "grad_norm"):
             stats[k] /= max(n_steps, 1)

@@ -33,6 +33,7 @@ from rlinf_core.io import atomic_write_text
 __all__ = [
     "LOCAL",
     "TrainingInterrupted",
+    "compose_run_config",
     "default_run_dir",
     "dry_run",
     "expand_config",
@@ -173,7 +174,7 @@ def _logger_problems(data: Mapping[str, Any]) -> list[ConfigProblem]:
 
 
 def dry_run(
-    config: Mapping[str, Any],
+    config: Mapping[str, Any] | str | Path,
     *,
     overrides: Iterable[str] = (),
     host: Any = None,
@@ -185,12 +186,11 @@ def dry_run(
     ``inventory``: accelerators per node for the plan (an
     :class:`~rlinf_scheduler.placement.Inventory` or its YAML data; ``None``: none, or for a
     worker-pool config the GPUs its pools imply, with ``inventory_implied`` true)."""
-    from rlinf_core.config import apply_overrides
     from rlinf_core.plugins import load_plugins
 
     host = host or load_plugins()
-    data, expansion = expand_config(apply_overrides(dict(config), list(overrides)), host)
-    _, algo_cfg, scheduler_name = _validate(data, host, expansion)
+    data, expansion = expand_config(compose_run_config(config, overrides), host)
+    algo_cls, algo_cfg, scheduler_name = _validate(data, host, expansion)
     plan = None
     implied = False
     if scheduler_name != LOCAL:
@@ -202,13 +202,36 @@ def dry_run(
             plan = plan_placement(data["cluster"], inventory, hardware=host)
         except ConfigError as err:
             raise (expansion.translate_error(err) if expansion is not None else err) from None
+    from rlinf_algos.parallel import plan_devices, shared_gpu_problems
+
+    device = str((data.get("runner") or {}).get("device", "cpu"))
+    shared = shared_gpu_problems(plan, device)
+    if shared:
+        raise ConfigError(shared[0], "cluster.component_placement")
     return {
-        "config": _resolved(data, algo_cfg),
+        "config": _resolved(data, algo_cfg, algo_cls),
         "scheduler": scheduler_name,
         "plan": plan,
+        "devices": plan_devices(plan, device),
         "expansion": expansion,
         "inventory_implied": implied,
     }
+
+
+def compose_run_config(
+    config: Mapping[str, Any] | str | Path,
+    overrides: Iterable[str] = (),
+    config_path: str | Path | None = None,
+) -> dict[str, Any]:
+    """The first step of every run: the config file (or mapping) composed, overridden and
+    resolved (:func:`rlinf_core.compose.compose`: defaults lists, ``key=value``, ``+key``,
+    ``~key``, ``${...}``). A mapping's defaults are relative to ``config_path``'s folder."""
+    from rlinf_core.compose import compose
+
+    base = (
+        Path(config_path).parent if config_path is not None and not isinstance(config, str | Path) else None
+    )
+    return compose(config, list(overrides), base_dir=base)
 
 
 def expand_config(data: Mapping[str, Any], host: Any) -> tuple[dict[str, Any], Any]:
@@ -318,7 +341,10 @@ def _placement_path(key: Any) -> str:
     return join_path("cluster.component_placement", text if len(text) <= 60 else text[:57] + "...")
 
 
-def _resolved(data: Mapping[str, Any], algo_cfg: Any) -> dict[str, Any]:
+def _resolved(data: Mapping[str, Any], algo_cfg: Any, algo_cls: Any = None) -> dict[str, Any]:
+    own = algo_cls.resolved_config(data) if algo_cls is not None else None
+    if own is not None:  # the algorithm knows its sections (a language-model run's)
+        return own
     out = dict(data)
     if algo_cfg is not None and hasattr(algo_cfg, "model_dump"):
         out["algorithm"] = algo_cfg.model_dump(mode="json")
@@ -344,7 +370,7 @@ def _section_models() -> dict[str, Any]:
 
 
 def run_training(
-    config: Mapping[str, Any],
+    config: Mapping[str, Any] | str | Path,
     *,
     run_dir: str | Path | None = None,
     overrides: Iterable[str] = (),
@@ -363,10 +389,12 @@ def run_training(
 
     Args:
         config: the run configuration (``cluster``, ``algorithm``, ``env``, ``model``,
-            ``runner``, ``rollout`` sections).
+            ``runner``, ``rollout`` sections), or the path of its YAML file; composed first
+            (:func:`compose_run_config`: defaults lists, interpolation).
         run_dir: where the run writes; default ``runs/<config stem>-<time>``. With ``resume`` it
             must hold a checkpoint.
-        overrides: ``key.path=value`` strings (values parsed as YAML).
+        overrides: ``key.path=value``, ``+key=value``, ``++key=value``, ``~key`` strings
+            (values parsed as YAML), or ``group=name`` defaults choices.
         resume: continue from the newest checkpoint of ``run_dir``.
         progress: called with every metrics row (a dict with ``step``, ``wall_s``,
             ``episode_return_mean``... and ``total_steps``).
@@ -389,11 +417,12 @@ def run_training(
     """
     import yaml
 
-    from rlinf_core.config import apply_overrides
     from rlinf_core.plugins import load_plugins
 
     host = host or load_plugins()
-    data, expansion = expand_config(apply_overrides(dict(config), list(overrides)), host)
+    if config_path is None and isinstance(config, str | Path):
+        config_path = config
+    data, expansion = expand_config(compose_run_config(config, overrides, config_path), host)
     algo_cls, algo_cfg, scheduler_name = _validate(data, host, expansion)
     if expansion is not None:
         from rlinf_algos.seed_form import log_notes
@@ -406,8 +435,8 @@ def run_training(
         run_dir = default_run_dir(config_path)
     run_dir = Path(run_dir)
     log = logging.getLogger("rlinf.train")
-    if resume and latest_checkpoint(run_dir) is None:
-        raise RlinfError(f"nothing to resume in {run_dir}: no checkpoints/step_*.pt there")
+    if resume and (algo_cls.latest_checkpoint(run_dir) or latest_checkpoint(run_dir)) is None:
+        raise RlinfError(f"nothing to resume in {run_dir}: no checkpoints/step_*.safetensors there")
     if not resume and existing_run(run_dir):
         if not overwrite:
             raise RlinfError(
@@ -422,7 +451,7 @@ def run_training(
         raise RlinfError(f"cannot create the run directory {run_dir}: {err.strerror or err}") from None
     for stale in remove_stale_temp_files(run_dir):
         log.warning("removed %s, left by a run killed while it wrote a file", stale)
-    resolved = _resolved(data, algo_cfg)
+    resolved = _resolved(data, algo_cfg, algo_cls)
     config_text = yaml.safe_dump(resolved, sort_keys=False)
     if resume:  # config.yaml changes only once the resumed run has started (a failed resume keeps it)
         check_resume_config(run_dir / "config.yaml", resolved)
@@ -474,7 +503,32 @@ def run_training(
         if own is not None:
             own.shutdown()
     write_config()
+    summary = _record_devices(run_dir, summary, getattr(scheduler, "plan", None), data)
     return {**summary, "run_dir": str(run_dir), "summary_text": algo.summary_text(summary)}
+
+
+def _record_devices(
+    run_dir: Path, summary: dict[str, Any], plan: Any, data: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``summary`` (and ``summary.json``) with ``devices``: each placed role's device per rank
+    (:func:`rlinf_algos.parallel.plan_devices`; none under ``runner.scheduler: local``), torch's
+    CUDA version and, where this machine sees a GPU, the driver's."""
+    import json
+
+    from rlinf_algos.parallel import device_report, plan_devices
+
+    device = str((data.get("runner") or {}).get("device", "cpu"))
+    devices = {"runner_device": device, "roles": plan_devices(plan, device), **device_report()}
+    summary = {**summary, "devices": devices}
+    path = Path(run_dir) / "summary.json"
+    if path.is_file():
+        try:
+            stored = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:
+            return summary
+        if isinstance(stored, dict):
+            atomic_write_text(path, json.dumps({**stored, "devices": devices}, indent=2) + "\n")
+    return summary
 
 
 def _interrupt_checkpoint(run_dir: Path, since: float) -> Path | None:
@@ -487,4 +541,7 @@ def _total_steps(data: Mapping[str, Any]) -> int | None:
     runner = data.get("runner")
     if isinstance(runner, Mapping) and isinstance(runner.get("total_steps"), int):
         return int(runner["total_steps"])
+    algorithm = data.get("algorithm")  # a language-model run: one metrics row per iteration
+    if isinstance(algorithm, Mapping) and isinstance(algorithm.get("iterations"), int):
+        return int(algorithm["iterations"])
     return None

@@ -68,7 +68,7 @@ class SACLearner:
         self.pipelined = cfg.update_order == "pipelined"
         if self.simultaneous or self.pipelined:  # the actor step's thread draws its own noise
             self.side_generator = torch.Generator(self.device)
-            self.side_generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
+            self.side_generator.manual_seed(int(torch.randint(0, 2**62, (1,), device="cpu").item()))
         if self.simultaneous:
             # snapshots: the actor for the critic target, the critic for the actor loss
             self._actor_view = copy.deepcopy(self.actor).requires_grad_(False)
@@ -78,7 +78,9 @@ class SACLearner:
             self._side: ThreadPoolExecutor | None = None  # the actor step's thread, started on first use
         if self.pipelined:
             self._pipe = _SACPipeline(self)
-        self.aug_generator = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
+        self.aug_generator = torch.Generator().manual_seed(
+            int(torch.randint(0, 2**62, (1,), device="cpu").item())
+        )
         self.updates = 0
         self._version = 0
 
