@@ -45,6 +45,14 @@ def rlinf_register_rewards() -> list[type]:
 
 
 @hookimpl
+def rlinf_register_tools() -> list[Any]:
+    from rlinf_algos.tools.sandbox import Python
+    from rlinf_algos.tools.search import Search
+
+    return [Search, Python]
+
+
+@hookimpl
 def rlinf_register_commands(cli: Any) -> None:
     from rlinf_algos.cli import register
 

@@ -18,11 +18,13 @@ and import them lazily.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import click
 
     from rlinf_core.algorithm import Algorithm
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from rlinf_core.reward import RewardFunction
     from rlinf_core.rollout import RolloutEngine
     from rlinf_core.scheduler import Scheduler
+    from rlinf_core.tools import ToolSet
 
 PROJECT_NAME = "rlinf"
 
@@ -137,6 +140,22 @@ def rlinf_register_rewards() -> list[type[RewardFunction]] | None:
     Called in the driver (config validation) and in every process that scores completions (the
     reward component, which may run on a CPU-only node), so keep the hook and the reward
     torch-free.
+    """
+
+
+@hookspec
+def rlinf_register_tools() -> list[Callable[..., Any] | type[ToolSet]] | None:
+    """Register tools that agents can call, selected by ``tools[].name`` in the run YAML
+    (``search`` and ``python`` are shipped by rlinf-algos).
+
+    :returns: tool functions (type hints on every parameter, a Google-style docstring; named by
+        their ``__name__``; sync or ``async``) and :class:`~rlinf_core.tools.ToolSet`
+        subclasses (named by ``PLUGIN_NAME``; their public methods are the tools). Two plugins
+        claiming one name is an error naming both. ``None`` or an empty list registers nothing.
+
+    Called in the driver (config validation), in agent processes (the tools' JSON schemas go
+    into the chat template) and in the processes that execute tool calls, which may run on
+    CPU-only nodes: keep the hook and the tools' modules torch-free at import.
     """
 
 

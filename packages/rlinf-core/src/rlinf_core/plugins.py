@@ -53,6 +53,7 @@ KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
     "models": {"mlp": "rlinf-algos"},
     "rewards": {"exact_match": "rlinf-algos", "math": "rlinf-algos", "arith": "rlinf-algos"},
     "rollout_engines": {"hf": "rlinf-algos"},
+    "tools": {"search": "rlinf-algos", "python": "rlinf-algos"},
 }
 
 # registry attribute -> (hook name, human kind, base class path)
@@ -214,6 +215,34 @@ class PluginHost:
         return self._build("rollout_engines")
 
     @cached_property
+    def tools(self) -> Registry[Any]:
+        """Tools agents call, by ``tools[].name``: functions (named by ``__name__``) and
+        :class:`~rlinf_core.tools.ToolSet` subclasses (named by ``PLUGIN_NAME``)."""
+        from rlinf_core.tools import ToolSet
+
+        registry: Registry[Any] = Registry("tool", "tools")
+        for owner, result in self._results("rlinf_register_tools"):
+            for obj in result:
+                if isinstance(obj, type):
+                    if not issubclass(obj, ToolSet):
+                        raise PluginError(
+                            f"plugin {owner.label} returned the class {_qualname(obj)} from rlinf_register_tools(); "
+                            "expected a function or a subclass of rlinf_core.tools.ToolSet"
+                        )
+                    name = getattr(obj, "PLUGIN_NAME", None)
+                    if not isinstance(name, str) or not name.strip():
+                        raise PluginError(f"plugin {owner.label}: {_qualname(obj)} has no PLUGIN_NAME string")
+                elif callable(obj) and isinstance(getattr(obj, "__name__", None), str):
+                    name = obj.__name__
+                else:
+                    raise PluginError(
+                        f"plugin {owner.label} returned {obj!r} from rlinf_register_tools(); "
+                        "expected a function or a subclass of rlinf_core.tools.ToolSet"
+                    )
+                registry._add(name, obj, owner)
+        return registry
+
+    @cached_property
     def envs(self) -> dict[str, Any]:
         """Environment specs by gymnasium id (:class:`~rlinf_core.envs.EnvSpec`)."""
         from rlinf_core.envs import EnvSpec
@@ -301,6 +330,7 @@ class PluginHost:
             registers["envs"] = _names_from(
                 plugin, "rlinf_register_envs", errors, lambda s: getattr(s, "id", repr(s))
             )
+            registers["tools"] = _names_from(plugin, "rlinf_register_tools", errors, _plugin_name)
             group = click.Group("rlinf")
             fn = getattr(plugin, "rlinf_register_commands", None)
             if fn is not None:

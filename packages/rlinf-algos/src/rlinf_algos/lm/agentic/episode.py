@@ -1,0 +1,319 @@
+"""Multi-turn tool-using episodes, token in and token out (*light*: no torch).
+
+An episode starts from chat messages and the tools' schemas rendered by the tokenizer's own chat
+template (``apply_chat_template(messages, tools=schemas, add_generation_prompt=True)``). Each turn
+the policy samples ids (``generate``, passed in: the rollout engine in a run, a scripted policy in
+a test); the sampled text is parsed for ``<tool_call>`` blocks; the calls run (concurrently, with
+the episode's :class:`~rlinf_algos.tools.EpisodeTools`); the results go back as ``tool`` messages.
+
+**Token in, token out.** The sampled ids are kept as they are, never decoded and re-encoded. What
+goes between two turns is computed by :meth:`ChatFormat.insertion_ids` as the *difference* of two
+renderings of the conversation by the template, with and without the new ``tool`` messages (and
+the next generation prompt), preceded by what the template writes after an assistant turn's stop
+token (ChatML's ``\\n`` after ``<|im_end|>``): only those inserted characters are encoded. So the
+trained sequence is ``prompt + sampled_1 + inserted_1 + sampled_2 + ...`` exactly, the context of
+turn ``k`` is that sequence's prefix, and the loss mask is 1 on sampled ids only.
+
+An episode stops on a turn without a tool call (``answer``), after ``max_turns`` turns (``max_turns``:
+the last turn's calls are not run), when the response (sampled plus inserted ids) would pass
+``max_response_tokens`` (``budget``), or on a turn cut by ``max_new_tokens`` without a call
+(``length``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlinf_algos.lm.agentic.calls import ToolCall, parse_tool_calls
+from rlinf_algos.tools.registry import EpisodeTools, ToolBox, ToolResult, ToolStats
+from rlinf_core.errors import RlinfError
+
+__all__ = ["ChatFormat", "Episode", "EpisodeConfig", "GenerateFn", "play_episodes", "run_episodes"]
+
+GenerateFn = Callable[[list[list[int]], int, Sequence[int]], "list[list[int]] | Awaitable[list[list[int]]]"]
+"""``generate(contexts, max_new_tokens, stop_ids) -> sampled``: ids in, sampled ids out (the
+same contract as :data:`rlinf_algos.lm.agents.GenerateFn`; may be ``async``)."""
+
+_MARK = "\u2063RLINF_ASSISTANT_CONTENT\u2063"
+
+
+class ChatFormat:
+    """What a tokenizer's chat template writes around turns, for one set of tool schemas.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer with a chat template.
+        tools: the tool schemas (``ToolBox.schemas``) given to every rendering.
+
+    Raises:
+        RlinfError: the tokenizer has no chat template, or its template does not render an
+            assistant turn after its generation prompt (so turns cannot be joined as ids).
+    """
+
+    def __init__(self, tokenizer: Any, tools: Sequence[Mapping[str, Any]] | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.tools = [dict(t) for t in tools] if tools else None
+        if not getattr(tokenizer, "chat_template", None):
+            raise RlinfError(
+                "the tokenizer has no chat_template; tool-using episodes need one that renders 'tool' "
+                "messages (set chat_template in the model folder's tokenizer_config.json)"
+            )
+        user = [{"role": "user", "content": "U"}]
+        opened = self.render(user, add_generation_prompt=True)
+        full = self.render([*user, {"role": "assistant", "content": _MARK}], add_generation_prompt=False)
+        if not full.startswith(opened) or _MARK not in full[len(opened) :]:
+            raise RlinfError(
+                "the chat template does not render an assistant message right after its generation prompt "
+                f"(generation prompt ends {opened[-40:]!r}; the assistant turn renders {full[len(opened) - 40 :][:120]!r}); "
+                "tool-using episodes need a template where it does"
+            )
+        self.closing = full[full.rindex(_MARK) + len(_MARK) :]
+        """What the template writes after an assistant message's content (``<|im_end|>\\n``)."""
+        stop = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+        closing_ids = self.encode(self.closing)
+        special = set(getattr(tokenizer, "all_special_ids", []) or []) | set(
+            getattr(tokenizer, "added_tokens_decoder", {}) or {}
+        )
+        if closing_ids and closing_ids[0] in special:
+            stop.add(closing_ids[0])
+        self.stop_ids: list[int] = sorted(stop)
+
+    def render(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool) -> str:
+        try:
+            return str(
+                self.tokenizer.apply_chat_template(
+                    list(messages),
+                    tools=self.tools,
+                    tokenize=False,
+                    add_generation_prompt=add_generation_prompt,
+                )
+            )
+        except Exception as err:
+            detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise RlinfError(f"the chat template failed on {len(messages)} messages: {detail}") from None
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
+
+    def prompt_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
+        """The first context: the messages and tools rendered with the generation prompt."""
+        return self.encode(self.render(messages, add_generation_prompt=True))
+
+    def insertion_ids(
+        self,
+        history: Sequence[Mapping[str, Any]],
+        assistant: Mapping[str, Any],
+        new_messages: Sequence[Mapping[str, Any]],
+        *,
+        stopped_with: int | None,
+    ) -> list[int]:
+        """The ids between a sampled turn and the next one.
+
+        Args:
+            history: the messages before the assistant turn just sampled.
+            assistant: that turn as a message (its content is the decoded sampled text; it only
+                has to render the same in both renderings).
+            new_messages: the ``tool`` messages to insert.
+            stopped_with: the stop id the sampled turn ended with, ``None`` if it was cut.
+
+        Returns:
+            ``encode(rest_of_closing + with[len(without):])`` where ``without`` renders
+            ``history + [assistant]`` and ``with`` also the new messages and the generation
+            prompt; ``rest_of_closing`` is what the template writes after the stop token (all of
+            the closing when the turn was cut or stopped on a token the template does not write).
+        """
+        before = [*history, dict(assistant)]
+        without = self.render(before, add_generation_prompt=False)
+        with_new = self.render([*before, *new_messages], add_generation_prompt=True)
+        if not with_new.startswith(without):
+            at = next(
+                (i for i, (a, b) in enumerate(zip(without, with_new, strict=False)) if a != b), len(without)
+            )
+            raise RlinfError(
+                "the chat template re-renders earlier turns when tool messages are added (first difference at "
+                f"character {at}: {without[at : at + 40]!r} became {with_new[at : at + 40]!r}); token-in/token-out "
+                "episodes need a template whose rendering of a conversation is a prefix of its rendering with more messages"
+            )
+        trailer = self.closing
+        if stopped_with is not None:
+            stop_text = self.decode([stopped_with])
+            if stop_text and self.closing.startswith(stop_text):
+                trailer = self.closing[len(stop_text) :]
+        return self.encode(trailer + with_new[len(without) :])
+
+
+@dataclass
+class EpisodeConfig:
+    """Limits of an episode."""
+
+    max_turns: int = 4
+    """Assistant turns at most; the calls of the last allowed turn are not run."""
+    max_new_tokens: int = 256
+    """Sampled ids per turn at most."""
+    max_response_tokens: int = 1024
+    """Token budget: sampled plus inserted ids after the prompt, all turns together."""
+    stop_ids: Sequence[int] | None = None
+    """Ids that end a turn; default the tokenizer's eos and the template's end-of-turn token."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_turns", "max_new_tokens", "max_response_tokens"):
+            if int(getattr(self, name)) < 1:
+                raise RlinfError(f"{name} must be at least 1, got {getattr(self, name)!r}")
+
+
+@dataclass
+class Episode:
+    """One played episode.
+
+    Attributes:
+        prompt_ids: the first context.
+        response_ids: every id after the prompt: sampled and inserted, in order.
+        loss_mask: per response id, 1 if the policy sampled it, 0 if it was inserted.
+        segments: ``(kind, start, end)`` spans of ``response_ids``, ``kind`` ``sampled`` or ``inserted``.
+        messages: the conversation (assistant contents decoded, for logs and rewards only).
+        turns: assistant turns played.
+        stop: ``answer``, ``max_turns``, ``budget`` or ``length``.
+        results: every tool result, in order.
+        stats: this episode's tool counters.
+    """
+
+    prompt_ids: list[int]
+    response_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    segments: list[tuple[str, int, int]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    turns: int = 0
+    stop: str = ""
+    results: list[ToolResult] = field(default_factory=list)
+    stats: ToolStats = field(default_factory=ToolStats)
+
+    @property
+    def sequence(self) -> list[int]:
+        return self.prompt_ids + self.response_ids
+
+    @property
+    def final_text(self) -> str:
+        """The last assistant message's content."""
+        last = next((m for m in reversed(self.messages) if m.get("role") == "assistant"), None)
+        return str(last["content"]) if last else ""
+
+    def _add(self, kind: str, ids: Sequence[int]) -> None:
+        start = len(self.response_ids)
+        self.response_ids.extend(int(i) for i in ids)
+        self.loss_mask.extend([1 if kind == "sampled" else 0] * len(ids))
+        self.segments.append((kind, start, len(self.response_ids)))
+
+
+@dataclass
+class _State:
+    episode: Episode
+    history: list[dict[str, Any]]
+    tools: EpisodeTools
+    done: bool = False
+
+
+async def _run_calls(tools: EpisodeTools, calls: Sequence[ToolCall]) -> list[ToolResult]:
+    async def one(call: ToolCall) -> ToolResult:
+        if call.error is not None:
+            return tools.malformed(call.error, call.name or "(unparsed)")
+        return await tools.call(call.name, call.arguments)
+
+    return list(await asyncio.gather(*(one(c) for c in calls)))
+
+
+async def run_episodes(
+    conversations: Sequence[Sequence[Mapping[str, Any]]],
+    *,
+    generate: GenerateFn,
+    toolbox: ToolBox,
+    chat: ChatFormat,
+    config: EpisodeConfig | None = None,
+) -> list[Episode]:
+    """Play one episode per conversation, in lock step: one ``generate`` call per turn for all
+    episodes still running, their tool calls run concurrently.
+
+    Raises:
+        RlinfError: ``generate`` returned something else than one list of ids per context, or
+            the chat template cannot join turns (see :class:`ChatFormat`). Tool failures never
+            raise: they are answered and counted.
+    """
+    cfg = config or EpisodeConfig()
+    stop_ids = list(cfg.stop_ids) if cfg.stop_ids is not None else list(chat.stop_ids)
+    stops = set(stop_ids)
+    states = []
+    for conv in conversations:
+        history = [dict(m) for m in conv]
+        ep = Episode(prompt_ids=chat.prompt_ids(history), messages=list(history))
+        states.append(_State(ep, history, toolbox.episode()))
+    while True:
+        active = [s for s in states if not s.done]
+        if not active:
+            break
+        caps = [
+            min(cfg.max_new_tokens, cfg.max_response_tokens - len(s.episode.response_ids)) for s in active
+        ]
+        out = generate([s.episode.sequence for s in active], max(caps), stop_ids)
+        if inspect.isawaitable(out):
+            out = await out
+        if not isinstance(out, list | tuple) or len(out) != len(active):
+            raise RlinfError(
+                f"generate returned {type(out).__name__} of length {len(out) if hasattr(out, '__len__') else '?'} "
+                f"for {len(active)} contexts; it must return one list of token ids per context"
+            )
+        pending: list[tuple[_State, dict[str, Any], list[ToolCall], int | None]] = []
+        for s, sampled, cap in zip(active, out, caps, strict=True):
+            ids = [int(i) for i in list(sampled)[:cap]]
+            cut = next((k for k, i in enumerate(ids) if i in stops), None)
+            if cut is not None:
+                ids = ids[: cut + 1]
+            stopped_with = ids[-1] if ids and ids[-1] in stops else None
+            ep = s.episode
+            ep._add("sampled", ids)
+            ep.turns += 1
+            text = chat.decode(ids[:-1] if stopped_with is not None else ids)
+            assistant = {"role": "assistant", "content": text}
+            ep.messages.append(assistant)
+            calls = parse_tool_calls(text)
+            if not calls:
+                s.done, ep.stop = True, ("answer" if stopped_with is not None else "length")
+            elif ep.turns >= cfg.max_turns:
+                s.done, ep.stop = True, "max_turns"
+            elif len(ep.response_ids) >= cfg.max_response_tokens:
+                s.done, ep.stop = True, "budget"
+            else:
+                pending.append((s, assistant, calls, stopped_with))
+        results = await asyncio.gather(*(_run_calls(s.tools, calls) for s, _, calls, _ in pending))
+        for (s, assistant, _, stopped_with), res in zip(pending, results, strict=True):
+            ep = s.episode
+            ep.results.extend(res)
+            tool_msgs = [{"role": "tool", "name": r.name, "content": r.text} for r in res]
+            ins = chat.insertion_ids(s.history, assistant, tool_msgs, stopped_with=stopped_with)
+            s.history.extend([assistant, *tool_msgs])
+            ep.messages.extend(tool_msgs)
+            if len(ep.response_ids) + len(ins) >= cfg.max_response_tokens:
+                s.done, ep.stop = True, "budget"
+                continue
+            ep._add("inserted", ins)
+    for s in states:
+        s.episode.stats = s.tools.stats
+    return [s.episode for s in states]
+
+
+def play_episodes(
+    conversations: Sequence[Sequence[Mapping[str, Any]]],
+    *,
+    generate: GenerateFn,
+    toolbox: ToolBox,
+    chat: ChatFormat,
+    config: EpisodeConfig | None = None,
+) -> list[Episode]:
+    """:func:`run_episodes` from code without a running event loop."""
+    return asyncio.run(
+        run_episodes(conversations, generate=generate, toolbox=toolbox, chat=chat, config=config)
+    )
