@@ -37,6 +37,7 @@ def train(run_dir: Path, *overrides: str, timeout: float) -> subprocess.Complete
     )
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_quickstart_small_budget_writes_the_run_directory(tmp_path: Path) -> None:
     run_dir = tmp_path / "qs"

@@ -33,6 +33,7 @@ def test_example_trains_on_images_and_words() -> None:
     assert cfg["algorithm"]["name"] == "ppo"
 
 
+@pytest.mark.slow
 def test_vla_example_smoke_then_eval_with_videos(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     proc = rlinf(

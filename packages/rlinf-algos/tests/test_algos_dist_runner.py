@@ -20,7 +20,7 @@ from rlinf_algos.runtime.actor import digest as _digest
 from rlinf_algos.runtime.training import run_training
 from rlinf_algos.safe_state import load_state
 
-pytestmark = pytest.mark.network
+pytestmark = [pytest.mark.slow, pytest.mark.network]
 
 ENV = "InvertedPendulum-v5"
 SUMMARY_KEYS = {"total_env_steps", "wall_s", "env_steps_per_s", "final_return_mean", "best_return_mean"}

@@ -188,6 +188,7 @@ FUZZ = settings(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(mutated(), st.sampled_from([None, "0", "8"]))
 def test_fuzz_train_dry_run(case: tuple[Path, bytes, list[str]], gpus: str | None) -> None:
@@ -201,6 +202,7 @@ def test_fuzz_train_dry_run(case: tuple[Path, bytes, list[str]], gpus: str | Non
     _check(result, "train")
 
 
+@pytest.mark.slow
 @FUZZ
 @given(mutated(), st.sampled_from([None, "0", "8"]))
 def test_fuzz_cluster_plan(case: tuple[Path, bytes, list[str]], gpus: str | None) -> None:

@@ -149,6 +149,7 @@ def ray_cluster() -> Any:
     ],
     ids=["single-2-rollout", "multiagent-3-agents"],
 )
+@pytest.mark.slow
 def test_distributed_run_places_every_component(
     ray_cluster: Any, name: str, mode: str, extra: list[str], tmp_path: Path
 ) -> None:

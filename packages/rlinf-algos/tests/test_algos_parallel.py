@@ -73,11 +73,13 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return _run_group(tmp_path_factory.mktemp("ref"), 1)
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_micro_batches_on_one_rank_equal_the_whole_minibatch(tmp_path: Path, reference: dict) -> None:
     _assert_close(_run_group(tmp_path, 1, micro=5)["model"], reference["model"])
 
 
+@pytest.mark.slow
 @pytest.mark.network
 @pytest.mark.parametrize(("strategy", "micro"), [("ddp", 0), ("ddp", 6), ("fsdp", 0), ("fsdp", 6)])
 def test_two_ranks_update_like_one(tmp_path: Path, reference: dict, strategy: str, micro: int) -> None:
@@ -91,6 +93,7 @@ def test_two_ranks_update_like_one(tmp_path: Path, reference: dict, strategy: st
             torch.testing.assert_close(opt["state"][i][key], ref_opt["state"][i][key], atol=1e-6, rtol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.network
 def test_checkpoints_move_between_group_sizes(tmp_path: Path, reference: dict) -> None:
     """A 1-rank state resumed on 2 FSDP ranks, and a 2-rank FSDP state resumed on 1 rank, both
@@ -125,6 +128,7 @@ def grpo_reference(tmp_path_factory: pytest.TempPathFactory) -> Any:
     ("strategy", "micro", "aggregation"),
     [("ddp", 0, "token-mean"), ("fsdp", 7, "token-mean"), ("ddp", 3, "seq-mean-token-mean")],
 )
+@pytest.mark.slow
 def test_embodied_grpo_updates_on_two_ranks_like_on_one(
     tmp_path: Path, grpo_reference: Any, strategy: str, micro: int, aggregation: str
 ) -> None:
@@ -190,6 +194,7 @@ def lm_reference(tmp_path_factory: pytest.TempPathFactory) -> Any:
     ("strategy", "micro", "lora"),
     [("fsdp", 3, "0"), ("ddp", 0, "1"), ("fsdp", 0, "1")],
 )
+@pytest.mark.slow
 def test_the_language_model_actor_updates_on_two_ranks_like_on_one(
     tmp_path: Path, lm_reference: Any, strategy: str, micro: int, lora: str
 ) -> None:

@@ -231,6 +231,7 @@ def test_held_random_actions_take_the_arm_further() -> None:
     assert reach(8) > 1.3 * reach(1)
 
 
+@pytest.mark.slow
 def test_expert_actions_show_the_arm_at_the_named_cube() -> None:
     def offsets(**o: Any) -> np.ndarray:
         opts = WarmStartConfig(frames=160, episode_steps=20, **o)
@@ -322,6 +323,7 @@ def test_shuffled_actions_move_each_arm_as_another_scenes_demonstrator() -> None
     assert err.value.problems[0].path == "model.warm_start.actions"
 
 
+@pytest.mark.slow
 def test_decoy_actions_hover_over_a_random_cube_of_the_scene() -> None:
     # 4 sub-envs, episodes of 20 steps, 8 episodes each: at an episode's last step every hand
     # hovers over one of its scene's cubes at the reach height, the named one only by chance

@@ -19,7 +19,7 @@ from rlinf_scheduler.channel import ChannelPeerDied, RayChannel, pack_payload, u
 
 ray = pytest.importorskip("ray")
 
-pytestmark = pytest.mark.network
+pytestmark = [pytest.mark.slow, pytest.mark.network]
 
 
 def _no_uv_worker_hook(monkeypatch: pytest.MonkeyPatch) -> None:

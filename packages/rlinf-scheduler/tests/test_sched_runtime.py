@@ -35,7 +35,7 @@ from rlinf_scheduler.runtime.worker_group import WorkerError  # noqa: E402
 # The workers below are defined in this test module, which Ray's workers cannot import.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-pytestmark = [pytest.mark.network, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.network, pytest.mark.timeout(900)]
 
 MB = 1024 * 1024
 

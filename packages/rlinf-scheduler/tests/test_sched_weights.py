@@ -145,6 +145,7 @@ def test_small_language_model_broadcast_gives_identical_logits(ray_session) -> N
         wb.destroy()
 
 
+@pytest.mark.slow
 def test_dead_publisher_is_named(ray_session) -> None:
     wb = WeightBroadcast.create(f"dead-{uuid.uuid4().hex[:6]}")
     try:
