@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -488,9 +489,14 @@ def test_quickstart_on_cartpole_runs_on_ray_workers(tmp_path: Path) -> None:
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cartpole.yaml"
 
 
+# CI checks seed 0 (a few minutes); RLINF_CARTPOLE_SEEDS=0,1,2 checks the three seeds the
+# results record (benchmarks/results/cartpole_ppo_vs_sb3_3seeds.json).
+CARTPOLE_SEEDS = [int(s) for s in os.environ.get("RLINF_CARTPOLE_SEEDS", "0").split(",") if s.strip()]
+
+
 @pytest.mark.slow
 @pytest.mark.learning
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", CARTPOLE_SEEDS)
 def test_cartpole_example_reaches_475_within_100k_steps(seed: int, tmp_path: Path) -> None:
     """``examples/cartpole.yaml`` (PPO, 100k env steps, in one process): mean return of 20
     deterministic evaluation episodes at least 475 on every seed (a few minutes each; the figures
