@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
-from rlinf_core.io import atomic_open, atomic_write_text
+from rlinf_core.io import atomic_open, atomic_path, atomic_write_text
 
 
 def test_write_replace_and_perms(tmp_path):
@@ -33,3 +34,17 @@ def test_failure_keeps_old_content_and_removes_temp(tmp_path):
 def test_bad_mode():
     with pytest.raises(ValueError, match="mode"), atomic_open("x", "a"):
         pass
+
+
+def test_atomic_path_replaces_on_success_and_keeps_the_old_file_on_error(tmp_path: Path) -> None:
+
+    target = tmp_path / "sub" / "state.bin"
+    with atomic_path(target) as tmp:
+        Path(tmp).write_bytes(b"first")
+    assert target.read_bytes() == b"first"
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        Path(tmp).write_bytes(b"half")
+        raise RuntimeError("the writer failed")
+    assert target.read_bytes() == b"first" and sorted(p.name for p in target.parent.iterdir()) == [
+        "state.bin"
+    ]

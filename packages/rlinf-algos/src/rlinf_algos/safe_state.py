@@ -25,15 +25,14 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rlinf_core.errors import RlinfError
+from rlinf_core.io import atomic_path
 
 __all__ = ["FORMAT", "StateFileError", "is_state_file", "load_state", "save_state"]
 
@@ -140,18 +139,8 @@ def save_state(
     tree = _encode(dict(state), "state", tensors)
     metadata = {"format": FORMAT, _TREE_KEY: json.dumps(tree, allow_nan=True), **dict(meta or {})}
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    try:
+    with atomic_path(target) as tmp:
         save_file(_dedupe_storage(tensors), tmp, metadata=metadata)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
     return target
 
 

@@ -23,7 +23,7 @@ from typing import IO, Any
 
 from rlinf_core.errors import RlinfError
 
-__all__ = ["MAX_USER_FILE_BYTES", "atomic_open", "atomic_write_text", "read_user_text"]
+__all__ = ["MAX_USER_FILE_BYTES", "atomic_open", "atomic_path", "atomic_write_text", "read_user_text"]
 
 MAX_USER_FILE_BYTES = 16 * 2**20
 """The largest config or inventory file rlinf reads (16 MiB; real ones are a few KiB)."""
@@ -60,6 +60,32 @@ def atomic_open(
             f.flush()
             if fsync:
                 os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
+    """A temp file's path beside ``path``, for writers that take a path rather than a file
+    (``safetensors.torch.save_file``); on a clean exit the temp file is fsynced and replaces
+    ``path``, on an error it is removed and ``path`` is left as it was.
+
+    Example::
+
+        with atomic_path(run_dir / "policy.safetensors") as tmp:
+            save_file(tensors, tmp)
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        yield tmp
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
