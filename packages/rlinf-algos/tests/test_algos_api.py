@@ -134,7 +134,8 @@ def test_multirun_names_the_failed_run_and_checks_every_combination_first(
 
     taken = sweep / "0_seed=0"
     taken.mkdir(parents=True)
-    (taken / "config.yaml").write_text("{}\n")  # a run is there already: run 0 fails at its start
+    (taken / "config.yaml").write_text("{}\n")
+    (taken / "summary.json").write_text("{}\n")  # a run is there already: run 0 fails at its start
     res = invoke(
         host, "train", str(config), "--multirun", "runner.seed=0,1", TOTAL, "--run-dir", str(sweep), "--quiet"
     )

@@ -312,6 +312,7 @@ def test_an_existing_run_dir_is_refused_unless_overwrite(files: dict[str, Path],
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "config.yaml").write_text("old: run\n")
+    (run_dir / "metrics.csv").write_text("step,loss\n1,0.5\n")  # the old run saved a row
     res = invoke(str(cfg), "--run-dir", str(run_dir), "--quiet")
     assert isinstance(res.exception, RlinfError) and "--overwrite" in str(res.exception)
     assert (run_dir / "config.yaml").read_text() == "old: run\n"

@@ -101,3 +101,17 @@ def test_summary_of_a_resumed_run_counts_from_the_checkpoint(tmp_path: Path) -> 
         == 512
         == summary["total_env_steps"]
     )
+
+
+def test_a_run_that_saved_nothing_leaves_its_directory_reusable(tmp_path: Path) -> None:
+    # what a run that failed before its first row or checkpoint leaves behind
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "config.yaml").write_text("algorithm: {name: ppo}\n")
+    (run_dir / "metrics.csv").write_text("step,wall_s\n")
+    summary = run_training(config(256), run_dir=run_dir)
+    assert summary["total_env_steps"] == 256 and steps(run_dir) == [128, 256]
+    assert not list(tmp_path.glob("run.replaced-*"))
+    # once it saved something, the same directory is a run again
+    with pytest.raises(RlinfError, match="holds a run"):
+        run_training(config(256), run_dir=run_dir)

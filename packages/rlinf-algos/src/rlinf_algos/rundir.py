@@ -130,8 +130,32 @@ RUN_FILES = ("config.yaml", "metrics.csv", "summary.json", POLICY, "policy.pt", 
 
 
 def existing_run(run_dir: Path) -> list[str]:
-    """The run files :data:`RUN_FILES` that ``run_dir`` holds (empty: no run there)."""
-    return [name for name in RUN_FILES if (Path(run_dir) / name).exists()]
+    """The run files :data:`RUN_FILES` of ``run_dir`` when it holds something a run saved (a
+    metrics row, a checkpoint, a policy, a summary); empty when there is no run there, or only
+    one that failed before it saved anything: its ``config.yaml`` (written before training
+    starts) alone does not make the directory a run, so the same ``--run-dir`` can be used
+    again once the mistake is fixed, where ``--resume`` would have nothing to continue."""
+    run_dir = Path(run_dir)
+    found = [name for name in RUN_FILES if (run_dir / name).exists()]
+    saved = [name for name in found if name != "config.yaml" and _holds_something(run_dir / name)]
+    saved += [n for n in ("policy", "metrics.jsonl") if _holds_something(run_dir / n)]
+    return found if saved else []
+
+
+def _holds_something(path: Path) -> bool:
+    """A file with content beyond a header line, or a folder with an entry."""
+    try:
+        if path.is_dir():
+            return any(path.iterdir())
+        if not path.is_file():
+            return False
+        if path.suffix in (".csv", ".jsonl"):
+            with path.open("rb") as f:
+                lines = sum(1 for line in f if line.strip())
+            return lines > (1 if path.suffix == ".csv" else 0)
+        return path.stat().st_size > 0
+    except OSError:
+        return True  # unreadable: treat as a run rather than reuse it
 
 
 def move_aside(run_dir: Path) -> Path:
