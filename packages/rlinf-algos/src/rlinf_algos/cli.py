@@ -6,7 +6,6 @@ Light at import: click and rlinf_core only; each command imports what it needs w
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import sys
@@ -18,61 +17,10 @@ from typing import Any
 import click
 
 from rlinf_algos.cli_options import overwrite_option, run_dir_option
+from rlinf_algos.progress_bar import ProgressBar
 from rlinf_core.cli import get_host
 
 __all__ = ["register"]
-
-
-class _ProgressBar:
-    """A rich progress bar: env steps, steps/s, the recent return and the ETA. On a terminal it
-    redraws in place; otherwise (a log file, CI) every metrics row is printed as one line."""
-
-    def __init__(self, stream: Any = None) -> None:
-        from rich.console import Console
-
-        self.console = Console(file=stream or sys.stderr)
-        self.live = self.console.is_terminal
-        self.progress: Any = None
-        self.task: Any = None
-        self.t0 = time.perf_counter()
-
-    def __call__(self, row: dict[str, Any]) -> None:
-        if "env_steps_per_s" not in row and "episode_return_mean" not in row:
-            return  # an algorithm without env steps (grpo_lm) prints its own progress lines
-        total = row.get("total_steps")
-        step = int(row["step"])
-        ret = row.get("episode_return_mean", math.nan)
-        sps = row.get("env_steps_per_s", math.nan)
-        ret_text = "-" if ret is None or (isinstance(ret, float) and math.isnan(ret)) else f"{ret:.1f}"
-        if not self.live:
-            eta = ""
-            if total and sps and sps > 0 and not math.isnan(sps):
-                eta = f"  eta {max(total - step, 0) / sps:.0f}s"
-            self.console.print(
-                f"step {step}/{total or '?'}  {sps:,.0f} steps/s  return {ret_text}  wall {row.get('wall_s', 0):.0f}s{eta}",
-                highlight=False,
-            )
-            return
-        if self.progress is None:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self.progress = Progress(
-                TextColumn("[bold]train"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[sps]} steps/s"),
-                TextColumn("return {task.fields[ret]}"),
-                TextColumn("eta"),
-                TimeRemainingColumn(),
-                console=self.console,
-            )
-            self.progress.start()
-            self.task = self.progress.add_task("train", total=total, sps="-", ret="-")
-        self.progress.update(self.task, completed=step, sps=f"{sps:,.0f}", ret=ret_text)
-
-    def close(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
 
 
 def register(cli: click.Group) -> None:
@@ -221,7 +169,7 @@ def train_cmd(
     if dry_run:
         _print_dry_run(ctx, config, overrides, inventory_path, gpus_per_node)
         return
-    bar = None if quiet else _ProgressBar()
+    bar = None if quiet else ProgressBar()
     target = resume_dir or run_dir
     stop_signal = _StopOnTerm()
     try:
@@ -297,7 +245,7 @@ def _multirun(
         return
 
     def run(item: Any) -> dict[str, Any]:
-        bar = None if quiet else _ProgressBar()
+        bar = None if quiet else ProgressBar()
         try:
             return run_training(
                 config,

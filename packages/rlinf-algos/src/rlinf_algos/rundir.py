@@ -340,12 +340,18 @@ class _Wandb:
             import wandb
 
             (self.run_dir / "wandb").mkdir(parents=True, exist_ok=True)
+            # a resumed run (--resume RUN_DIR) logs to the same wandb run as the run it continues
+            id_file = self.run_dir / "wandb" / "rlinf-run-id"
+            run_id = id_file.read_text(encoding="utf-8").strip() if id_file.is_file() else ""
             self.run = wandb.init(
                 dir=str(self.run_dir),
                 name=self.run_dir.name,
                 config=self.config,
                 reinit="create_new",
+                **({"id": run_id, "resume": "allow"} if run_id else {}),
             )
+            if not run_id:
+                atomic_write_text(id_file, str(self.run.id))
         self.run.log({tensorboard_tag(k): v for k, v in _scalars(row).items()}, step=int(row["step"]))
 
     def close(self) -> None:

@@ -24,7 +24,7 @@ __all__ = ["sft_cmd"]
 @click.argument("overrides", nargs=-1)
 @run_dir_option
 @overwrite_option
-@click.option("--quiet", is_flag=True, help="Print the summary line only.")
+@click.option("--quiet", is_flag=True, help="Print the summary line only (no progress bar).")
 def sft_cmd(
     config: Path, overrides: tuple[str, ...], run_dir: Path | None, overwrite: bool, quiet: bool
 ) -> None:
@@ -50,6 +50,15 @@ def sft_cmd(
     def log(msg: str) -> None:
         click.echo(msg, err=True)
 
-    result = train_sft(run, target, None if quiet else log, overwrite=overwrite, command=command)
+    from rlinf_algos.progress_bar import ProgressBar
+
+    bar = None if quiet else ProgressBar()
+    try:
+        result = train_sft(
+            run, target, None if quiet else log, overwrite=overwrite, command=command, progress=bar
+        )
+    finally:
+        if bar is not None:
+            bar.close()
     click.echo(result.summary["summary_text"])
     click.echo(f"run directory: {target}")

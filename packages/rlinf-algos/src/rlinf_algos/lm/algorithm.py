@@ -136,7 +136,13 @@ class GRPOLM(Algorithm):
         except ImportError as err:  # pragma: no cover - a broken install
             raise RlinfError(f"grpo_lm: the distributed runner cannot load ({err})") from err
         return train_lm_distributed(
-            run, scheduler, run_dir, progress=progress, cluster=_cluster_of(run_config), resume=resume
+            run,
+            scheduler,
+            run_dir,
+            progress=progress,
+            cluster=_cluster_of(run_config),
+            resume=resume,
+            callbacks=callbacks,
         )
 
     @classmethod

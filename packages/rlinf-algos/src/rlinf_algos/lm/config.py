@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlinf_algos.config import ActorConfig, LoraConfig
 from rlinf_algos.lm.data import DataConfig
@@ -307,6 +307,28 @@ class SFTConfig(ConfigSection):
     )
 
 
+def _unique_loggers(loggers: list[str]) -> list[str]:
+    if len(set(loggers)) != len(loggers):
+        raise ValueError(f"lists a backend twice: {loggers}")
+    return loggers
+
+
+Loggers = Annotated[list[Literal["csv", "tensorboard", "wandb"]], AfterValidator(_unique_loggers)]
+"""``runner.loggers`` of a language-model run and of ``rlinf sft``."""
+
+
+def require_wandb(loggers: list[str]) -> None:
+    """A :class:`ConfigError` at ``runner.loggers`` when it lists wandb and wandb is not installed."""
+    import importlib.util
+
+    if "wandb" in loggers and importlib.util.find_spec("wandb") is None:
+        raise ConfigError(
+            "wandb is not installed: pip install wandb (WANDB_MODE=offline logs without a network), "
+            "or drop it from the list",
+            "runner.loggers",
+        )
+
+
 class LMRunnerConfig(ConfigSection):
     """``runner`` section of the in-process GRPO loop."""
 
@@ -339,6 +361,18 @@ class LMRunnerConfig(ConfigSection):
         600.0,
         gt=0.0,
         description="seconds the distributed runner waits on a worker or channel before saying which",
+    )
+    max_restarts: int = Field(
+        10,
+        ge=0,
+        description="worker restarts allowed in one distributed run before giving up: a dead rollout, "
+        "reward or agent worker is restarted and its iteration's partial batch dropped and run again",
+    )
+    loggers: Loggers = Field(
+        default_factory=lambda: ["csv", "tensorboard"],
+        description="metrics backends: csv (metrics.csv), tensorboard (RUN_DIR/tensorboard), wandb "
+        "(needs the wandb package; WANDB_MODE=offline works without a network; --resume continues the "
+        "same wandb run); the same scalars go to each",
     )
     device: str = Field(
         "auto",

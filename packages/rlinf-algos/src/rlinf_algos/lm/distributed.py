@@ -18,26 +18,38 @@ the actor, which publishes version 0; the reference takes version 0 as its froze
 and the reward worker import no torch: they are light processes (the multi-agent example places
 16 agent processes with ``agent: {node_group: node, placement: "0:0-15"}``).
 
-Every wait has ``runner.worker_timeout`` and names what it waited for. A worker failure ends the
-run with the scheduler's :class:`~rlinf_scheduler.runtime.worker_group.WorkerError` (component,
-rank, node, remote traceback); the run continues from its newest checkpoint with ``--resume``
-(:mod:`rlinf_algos.lm.checkpoint`, written every ``runner.checkpoint_interval`` iterations, at the
-end and on SIGTERM or Ctrl-C).
+Every wait has ``runner.worker_timeout`` and names what it waited for; the driver polls its calls,
+so a worker whose process dies is named at once. A dead rollout, reward or agent worker is
+restarted and its iteration's partial batch dropped (:mod:`rlinf_algos.lm.faults`); the death of
+the actor or the reference ends the run naming it, and ``--resume`` continues it from the newest
+checkpoint (:mod:`rlinf_algos.lm.checkpoint`). Fault tests hook ``on_generating`` (a rollout rank
+took a request of iteration ``k``) and ``on_scoring`` (a reward rank took its episodes).
 
 This module imports no torch at import time (agent and reward processes load it).
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlinf_algos.lm.agents import EpisodeBatch, make_agent
+from rlinf_algos.lm.agents import make_agent
 from rlinf_algos.lm.config import LMRunConfig
+from rlinf_algos.lm.faults import (
+    RESTARTABLE,
+    FaultBook,
+    RecoveryMixin,
+    WorkerLost,
+    WorkerPid,
+    is_abort,
+    settle,
+)
 from rlinf_algos.lm.folder import context_length
+from rlinf_algos.lm.remote_generate import ChannelGenerate, LMAgentWorker, play, run_config
 from rlinf_algos.lm.tasks import make_task, task_tokenizer
 from rlinf_core.errors import RlinfError
 from rlinf_core.worker import Worker
@@ -57,96 +69,15 @@ STOP = "__rlinf_lm_stop__"
 """Put on the ``gen`` channel's ``req`` key once per rollout rank to end its serve loop."""
 
 
-def _run_config(data: Mapping[str, Any] | LMRunConfig) -> LMRunConfig:
-    return data if isinstance(data, LMRunConfig) else LMRunConfig.model_validate(data)
-
-
-class ChannelGenerate:
-    """``generate(prompts, max_new_tokens, stop_ids) -> responses`` over the ``gen`` channel:
-    the prompts are split into at most ``n_rollout`` parts, each put on key ``req`` (any rollout
-    rank takes it), and the replies are read from key ``reply`` in part order.
-
-    Args:
-        channel: the ``gen`` channel.
-        n_rollout: rollout ranks (the prompts are split so that each can take a part).
-        reply: this caller's reply key (unique per agent).
-        temperature: ``None`` is the rollout's sampling temperature, 0 greedy.
-        min_version: the oldest policy version the rollout ranks may answer with.
-        timeout: seconds to wait for the replies.
-    """
-
-    def __init__(
-        self,
-        channel: Any,
-        n_rollout: int,
-        reply: str,
-        temperature: float | None,
-        min_version: int,
-        timeout: float,
-    ) -> None:
-        self.channel, self.n_rollout, self.reply = channel, max(1, n_rollout), reply
-        self.temperature, self.min_version, self.timeout = temperature, min_version, timeout
-        self.tokens = 0
-        self.seconds = 0.0
-
-    def __call__(
-        self, prompts: list[list[int]], max_new_tokens: int, stop_ids: Sequence[int]
-    ) -> list[list[int]]:
-        if not prompts:
-            return []
-        t0 = time.perf_counter()
-        n = min(self.n_rollout, len(prompts))
-        size = -(-len(prompts) // n)
-        parts = [prompts[i : i + size] for i in range(0, len(prompts), size)]
-        for i, part in enumerate(parts):
-            self.channel.put(
-                {
-                    "reply": self.reply,
-                    "part": i,
-                    "prompts": part,
-                    "max_new_tokens": int(max_new_tokens),
-                    "stop_ids": list(stop_ids),
-                    "temperature": self.temperature,
-                    "min_version": self.min_version,
-                },
-                "req",
-                timeout=self.timeout,
-            )
-        got: dict[int, list[list[int]]] = {}
-        for _ in parts:
-            item = self.channel.get(self.reply, timeout=self.timeout)
-            got[int(item["part"])] = item["responses"]
-            self.tokens += int(item["tokens"])
-        self.seconds += time.perf_counter() - t0
-        return [r for i in range(len(parts)) for r in got[i]]
-
-
-def play(
-    agent: Any,
-    problems: Sequence[Any],
-    group_size: int,
-    generate: ChannelGenerate,
-) -> tuple[EpisodeBatch, dict[str, Any]]:
-    """Play ``group_size`` episodes of each problem through ``generate``; returns the episodes and
-    ``{"episodes", "generated_tokens", "generate_s"}``."""
-    t0 = time.perf_counter()
-    eps = agent.run(list(problems), group_size, generate)
-    return eps, {
-        "episodes": eps.num_episodes,
-        "generated_tokens": eps.generated_tokens,
-        "generate_s": time.perf_counter() - t0,
-    }
-
-
 # -- workers -------------------------------------------------------------------------------------
 
 
-class LMRolloutWorker(Worker):
+class LMRolloutWorker(WorkerPid, Worker):
     """Serves generation requests from the ``gen`` channel with the newest policy of the
     broadcast (at least a request's ``min_version``)."""
 
     def __init__(self, run: dict[str, Any], weights_name: str, gen: Any, timeout: float) -> None:
-        self.run_cfg = _run_config(run)
+        self.run_cfg = run_config(run)
         self.weights_name, self.gen, self.timeout = weights_name, gen, timeout
 
     def setup(self) -> None:
@@ -189,6 +120,8 @@ class LMRolloutWorker(Worker):
             if isinstance(req, str) and req == STOP:
                 break
             t0 = time.perf_counter()
+            if req.get("report"):
+                self.gen.put({"rank": self.rank, "pid": os.getpid()}, req["report"], timeout=self.timeout)
             self._sync(int(req["min_version"]))
             tokens0 = self.worker.tokens
             responses = self.worker.generate(
@@ -209,49 +142,14 @@ class LMRolloutWorker(Worker):
         return {"requests": served, "tokens": self.worker.tokens, "busy_s": busy}
 
 
-class LMAgentWorker(Worker):
-    """A light agent process (no model, no torch): plays single or hierarchical episodes by
-    asking the rollout ranks for generations over the ``gen`` channel, and puts the episodes on
-    the ``episodes`` channel for the reward component."""
-
-    def __init__(self, run: dict[str, Any], gen: Any, episodes: Any, n_rollout: int, timeout: float) -> None:
-        self.run_cfg = _run_config(run)
-        self.gen, self.episodes, self.n_rollout, self.timeout = gen, episodes, n_rollout, timeout
-
-    def setup(self) -> None:
-        tok = task_tokenizer(self.run_cfg)
-        t = self.run_cfg.task
-        task = make_task(self.run_cfg, tok)
-        self.agent = make_agent(
-            task, tok, task.max_new_tokens(), t.max_calls, context_length(self.run_cfg.model)
-        )
-
-    def play(
-        self,
-        key: str,
-        problems: list[Any],
-        group_size: int,
-        temperature: float | None,
-        min_version: int,
-    ) -> dict[str, Any]:
-        """Play ``group_size`` episodes of each of ``problems``; put them on the ``episodes``
-        channel at ``key``; return counts and seconds."""
-        gen = ChannelGenerate(
-            self.gen, self.n_rollout, f"agent{self.rank}", temperature, min_version, self.timeout
-        )
-        eps, stats = play(self.agent, problems, group_size, gen)
-        self.episodes.put(eps.to_dict(), key, timeout=self.timeout)
-        return stats
-
-
-class LMRewardWorker(Worker):
+class LMRewardWorker(WorkerPid, Worker):
     """The verifier on a CPU-only process (no torch): scores the episodes of given keys of the
     ``episodes`` channel and forwards them, with their rewards, to the actor."""
 
     def __init__(
         self, run: dict[str, Any], episodes: Any, scored: Any, timeout: float, log_dir: str | None = None
     ) -> None:
-        self.run_cfg = _run_config(run)
+        self.run_cfg = run_config(run)
         self.episodes, self.scored, self.timeout = episodes, scored, timeout
         self.log_dir = log_dir
 
@@ -262,13 +160,20 @@ class LMRewardWorker(Worker):
         self.task = make_task(self.run_cfg, task_tokenizer(self.run_cfg), reward_log=log)
         self.worker = RewardWorker(self.task)
 
-    def score(self, keys: list[str], dest: str | None) -> dict[str, Any]:
+    def score(self, keys: list[str], dest: str | None, report: str | None = None) -> dict[str, Any]:
         """Score the episodes at each of ``keys`` (in order); put them with their ``rewards`` on
         the ``scored`` channel at ``dest`` (one item per key) unless ``dest`` is ``None`` (an
-        evaluation). Returns per key ``correct`` and ``well_formed`` lists, and ``busy_s``."""
+        evaluation). Returns per key ``correct`` and ``well_formed`` lists, and ``busy_s``
+        (``aborted`` when the driver ended the iteration). ``report``: a key to put this rank
+        and pid on once it has its first episodes."""
         out: dict[str, Any] = {"parts": {}, "busy_s": 0.0}
         for key in keys:
             eps = self.episodes.get(key, timeout=self.timeout)
+            if is_abort(eps):
+                return {"aborted": True, "parts": {}, "busy_s": out["busy_s"]}
+            if report is not None:
+                self.episodes.put({"rank": self.rank, "pid": os.getpid()}, report, timeout=self.timeout)
+                report = None
             t0 = time.perf_counter()
             r = self.worker.compute({"response_ids": eps["final_responses"], "answers": eps["answers"]})
             out["parts"][key] = {
@@ -280,17 +185,21 @@ class LMRewardWorker(Worker):
             out["failures"] = int(r.get("failures", 0))
             if dest is not None:
                 eps["rewards"] = r["rewards"]
+                eps["correct"], eps["well_formed"] = (
+                    out["parts"][key]["correct"],
+                    out["parts"][key]["well_formed"],
+                )
                 self.scored.put(eps, dest, timeout=self.timeout)
         return out
 
 
-class LMReferenceWorker(Worker):
+class LMReferenceWorker(WorkerPid, Worker):
     """The frozen reference: the warm-started policy (version 0 of the broadcast; with LoRA, the
     base model with the adapter disabled); answers log-prob requests of the actor on the
     ``refq`` channel."""
 
     def __init__(self, run: dict[str, Any], weights_name: str, refq: Any, timeout: float) -> None:
-        self.run_cfg = _run_config(run)
+        self.run_cfg = run_config(run)
         self.weights_name, self.refq, self.timeout = weights_name, refq, timeout
         self.worker: Any = None
 
@@ -304,6 +213,8 @@ class LMReferenceWorker(Worker):
         if self.worker is None:
             raise RlinfError("reference worker: load() the frozen weights before log_probs()")
         batch = self.refq.get(key, timeout=self.timeout)
+        if is_abort(batch):
+            return {"aborted": True, "busy_s": 0.0}
         t0 = time.perf_counter()
         out = self.worker.compute_log_probs(batch)
         self.refq.put(out, key + "/lp", timeout=self.timeout)
@@ -326,7 +237,7 @@ class LMReferenceWorker(Worker):
         return int(version)
 
 
-class LMActorWorker(Worker):
+class LMActorWorker(WorkerPid, Worker):
     """Runs the warm start, holds the policy and its optimiser, runs the GRPO update on the
     scored episodes of the ``scored`` channel and publishes the weights.
 
@@ -338,7 +249,7 @@ class LMActorWorker(Worker):
     def __init__(
         self, run: dict[str, Any], weights_name: str, scored: Any, refq: Any, timeout: float
     ) -> None:
-        self.run_cfg = _run_config(run)
+        self.run_cfg = run_config(run)
         self.weights_name, self.scored, self.refq, self.timeout = weights_name, scored, refq, timeout
 
     def setup(self) -> None:
@@ -380,19 +291,24 @@ class LMActorWorker(Worker):
         if self.wb is not None:
             self.wb.publish(weights, version=0)
 
-    def _batch(self, keys: list[str], ref_key: str | None) -> tuple[dict[str, Any], int, float]:
+    def _batch(self, keys: list[str], ref_key: str | None) -> tuple[dict[str, Any], int, float, dict] | None:
         """Rank 0: the packed batch of the scored parts at ``keys`` with the reference log-probs
-        (``(batch, sequences, seconds waiting for the reference)``); the other ranks get it from
-        rank 0."""
+        (``(batch, sequences, seconds waiting for the reference, outcomes)``; ``None`` when the
+        driver ended the iteration); the other ranks get it from rank 0."""
         self.dp.arrive(f"the batch at {keys[0] if keys else '-'}")
         return self.dp.from_main(lambda: self._pack(keys, ref_key))
 
-    def _pack(self, keys: list[str], ref_key: str | None) -> tuple[dict[str, Any], int, float]:
+    def _pack(self, keys: list[str], ref_key: str | None) -> tuple[dict[str, Any], int, float, dict] | None:
         import torch
 
         from rlinf_algos.lm.workers import pack_batch
 
-        parts = [self.scored.get(k, timeout=self.timeout) for k in keys]
+        parts = []
+        for k in keys:
+            parts.append(self.scored.get(k, timeout=self.timeout))
+            if is_abort(parts[-1]):
+                return None
+        outcomes: dict[str, Any] = {"correct": [], "well_formed": [], "generated_tokens": 0}
         seqs: list[list[int]] = []
         masks: list[list[int]] = []
         index: list[int] = []
@@ -403,6 +319,10 @@ class LMActorWorker(Worker):
             masks += p["loss_masks"]
             index += [off + e for e in p["episode_index"]]
             rewards += [float(x) for x in p["rewards"]]
+            outcomes["correct"] += list(p.get("correct", []))
+            outcomes["well_formed"] += list(p.get("well_formed", []))
+            outcomes["generated_tokens"] += int(p.get("generated_tokens", 0))
+        outcomes["rewards"] = rewards
         batch = pack_batch(seqs, masks, self.tok.pad_id)
         batch["episode_index"] = torch.tensor(index, dtype=torch.long)
         batch["rewards"] = torch.tensor(rewards, dtype=torch.float32)
@@ -410,16 +330,23 @@ class LMActorWorker(Worker):
         if ref_key is not None:
             t = time.perf_counter()
             self.refq.put({"input_ids": batch["input_ids"]}, ref_key, timeout=self.timeout)
-            batch.update(self.refq.get(ref_key + "/lp", timeout=self.timeout))
+            lp = self.refq.get(ref_key + "/lp", timeout=self.timeout)
+            if is_abort(lp):
+                return None
+            batch.update(lp)
             ref_s = time.perf_counter() - t
-        return batch, len(seqs), ref_s
+        return batch, len(seqs), ref_s, outcomes
 
     def update(self, keys: list[str], ref_key: str | None) -> dict[str, Any]:
         """Gather the scored parts at ``keys`` (whole groups each, in order), pack them, get the
         reference log-probs over ``refq`` at ``ref_key`` (when not ``None``), run the GRPO
-        update and publish the new version. Returns the update stats, ``version`` and seconds."""
+        update and publish the new version. Returns the update stats, ``version``, the parts'
+        ``outcomes`` and seconds; ``aborted`` when the driver ended the iteration (no update)."""
         t0 = time.perf_counter()
-        batch, sequences, ref_s = self._batch(keys, ref_key)
+        packed = self._batch(keys, ref_key)
+        if packed is None:
+            return {"aborted": True}
+        batch, sequences, ref_s, outcomes = packed
         t = time.perf_counter()
         stats = self.actor.update(batch)
         update_s = time.perf_counter() - t
@@ -439,6 +366,7 @@ class LMActorWorker(Worker):
             "learner_world_size": self.dp.world,
             "publish_bytes": self.actor.publish_bytes,
             "pack_s": time.perf_counter() - t0 - ref_s - update_s - sync_s,
+            "outcomes": outcomes,
         }
 
     def version(self) -> int:
@@ -468,16 +396,27 @@ class LMActorWorker(Worker):
 # -- the driver ----------------------------------------------------------------------------------
 
 
-class RemoteComponents:
+class RemoteComponents(RecoveryMixin):
     """:class:`~rlinf_algos.lm.trainer.LocalComponents`' interface (``iterate``, ``evaluate``,
-    ``policy``) over placed workers. Build with a started scheduler, then :meth:`start`."""
+    ``policy``) over placed workers. Build with a started scheduler, then :meth:`start`.
+    ``pids`` (``{component: [process id by rank]}``) is renewed after every restart."""
 
-    def __init__(self, run: LMRunConfig, scheduler: Any, say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        run: LMRunConfig,
+        scheduler: Any,
+        say: Callable[[str], None],
+        callbacks: Mapping[str, Callable[..., Any]] | None = None,
+    ) -> None:
         self.run, self.scheduler, self.say = run, scheduler, say
+        self.callbacks = dict(callbacks or {})
         self.run_dir: Path | None = None  # where the reward workers write their logs
         self.timeout = run.runner.worker_timeout
         self.groups: dict[str, Any] = {}
-        self.serving: Any = None
+        self.serving: dict[int, Any] = {}
+        self.pids: dict[str, list[int]] = {}
+        self.faults = FaultBook(run.runner.max_restarts, say)
+        self.attempt = 0  # the generation of channel keys: a new one for each try of an iteration
         self.version = 0
         self.tok = task_tokenizer(run)
         self.task = make_task(run, self.tok)
@@ -559,56 +498,97 @@ class RemoteComponents:
         self.n_rollout = n_rollout
         self.n_reward = self.groups["reward"].world_size
         self.n_agent = self.groups["agent"].world_size if use_agents else 0
+        for name in self.groups:
+            if name in RESTARTABLE:  # a dead rank is restarted alone; the others keep running
+                self.groups[name].stop_on_failure = False
+            self._note_pids(name)
         self.groups["actor"].load_policy().wait(self.timeout)
         if "reference" in self.groups:
             self.groups["reference"].load().wait(self.timeout)
-        self.serving = self.groups["rollout"].serve()
+        self.serving = {
+            r: self.groups["rollout"].on(r).serve() for r in range(self.groups["rollout"].world_size)
+        }
         self.policy_model: Any = None
 
     def _play_all(
-        self, key: str, problems: Sequence[Any], group_size: int, temperature: float | None
-    ) -> tuple[list[str], list[Any], list[dict[str, Any]]]:
+        self,
+        key: str,
+        problems: Sequence[Any],
+        group_size: int,
+        temperature: float | None,
+        report: str | None,
+    ) -> tuple[list[str], dict[tuple[str, int], Any], list[dict[str, Any]]]:
         """Start the agents (or play in the driver); returns the episode keys (in problem
-        order), the pending agent calls, and the driver's own play stats."""
+        order), the pending agent calls, and the driver's own play jobs."""
         if self.n_agent:
             n = min(self.n_agent, len(problems))
             size = -(-len(problems) // n)
             chunks = [list(problems[i : i + size]) for i in range(0, len(problems), size)]
             keys = [f"{key}/a{r}" for r in range(len(chunks))]
-            calls = [
-                self.groups["agent"].on(r).play(k, c, group_size, temperature, self.version)
+            calls = {
+                ("agent", r): self.groups["agent"]
+                .on(r)
+                .play(k, c, group_size, temperature, self.version, report)
                 for r, (k, c) in enumerate(zip(keys, chunks, strict=True))
-            ]
+            }
             return keys, calls, []
-        gen = ChannelGenerate(self.gen, self.n_rollout, "driver", temperature, self.version, self.timeout)
-        return [f"{key}/a0"], [], [{"problems": list(problems), "gen": gen}]
+        gen = ChannelGenerate(
+            self.gen, self.n_rollout, f"driver/{key}", temperature, self.version, self.timeout,
+            check=self._check_rollouts, report=report,
+        )  # fmt: skip
+        return [f"{key}/a0"], {}, [{"problems": list(problems), "gen": gen}]
 
     def _drive(
-        self, key: str, problems: Sequence[Any], group_size: int, temperature: float | None, train: bool
+        self,
+        key: str,
+        problems: Sequence[Any],
+        group_size: int,
+        temperature: float | None,
+        train: bool,
+        it: int,
     ) -> dict[str, Any]:
-        keys, agent_calls, local = self._play_all(key, problems, group_size, temperature)
+        generating = f"{key}/generating" if "on_generating" in self.callbacks else None
+        scoring = f"{key}/scoring" if "on_scoring" in self.callbacks else None
+        if generating is not None:
+            self._watch(self.gen, generating, "on_generating", it)
+        if scoring is not None:
+            self._watch(self.episodes_ch, scoring, "on_scoring", it)
+        keys, agent_calls, local = self._play_all(key, problems, group_size, temperature, generating)
         by_reward: dict[int, list[str]] = {}
         for i, k in enumerate(keys):
             by_reward.setdefault(i % self.n_reward, []).append(k)
-        reward_calls = {
-            r: self.groups["reward"].on(r).score(ks, f"{key}/r{r}" if train else None)
+        calls = {
+            ("reward", r): self.groups["reward"].on(r).score(ks, f"{key}/r{r}" if train else None, scoring)
             for r, ks in by_reward.items()
         }
-        actor_call = ref_call = None
-        if train:
-            ref_key = f"{key}/ref" if "reference" in self.groups else None
-            if ref_key is not None:
-                ref_call = self.groups["reference"].log_probs(ref_key)
-            actor_call = self.groups["actor"].update([f"{key}/r{r}" for r in sorted(by_reward)], ref_key)
+        ref_key = f"{key}/ref" if train and "reference" in self.groups else None
+        if ref_key is not None:
+            calls[("reference", 0)] = self.groups["reference"].log_probs(ref_key)
+        if train:  # one scored item per episodes key, from the reward rank that scores it
+            dests = [f"{key}/r{r}" for r in sorted(by_reward) for _ in by_reward[r]]
+            calls[("actor", 0)] = self.groups["actor"].update(dests, ref_key)
         t0 = time.perf_counter()
-        agent_stats: list[dict[str, Any]] = []
-        for job in local:  # the driver plays the (single) agent itself
-            eps, st = play(self.local_agent, job["problems"], group_size, job["gen"])
-            self.episodes_ch.put(eps.to_dict(), keys[0], timeout=self.timeout)
-            agent_stats.append(st)
-        agent_stats += [c.wait(self.timeout)[0] for c in agent_calls]
-        generate_s = time.perf_counter() - t0
-        rewards = {r: c.wait(self.timeout)[0] for r, c in reward_calls.items()}
+        try:
+            agent_stats: list[dict[str, Any]] = []
+            for job in local:  # the driver plays the (single) agent itself
+                eps, st = play(self.local_agent, job["problems"], group_size, job["gen"])
+                self.episodes_ch.put(eps.to_dict(), keys[0], timeout=self.timeout)
+                agent_stats.append(st)
+            if agent_calls:
+                done = settle(agent_calls, self.timeout, f"{key}: the agents", self._check_rollouts)
+                agent_stats += list(done.values())
+            generate_s = time.perf_counter() - t0
+            done = settle(calls, self.timeout, f"{key}: the reward, reference and actor workers")
+        except WorkerLost as lost:
+            targets = [(self.gen, f"agent{r}/{key}") for r in range(self.n_agent)]
+            targets += [(self.episodes_ch, k) for k in keys] + [
+                (self.scored, f"{key}/r{r}") for r in by_reward
+            ]
+            if ref_key is not None:
+                targets += [(self.refq, ref_key), (self.refq, ref_key + "/lp")]
+            lost.settled = self._abort(targets, {**agent_calls, **calls}, lost)
+            raise
+        rewards = {r: done[("reward", r)] for r in by_reward}
         out: dict[str, Any] = {"rewards": [], "correct": [], "well_formed": []}
         for i, k in enumerate(keys):
             part = rewards[i % self.n_reward]["parts"][k]
@@ -619,13 +599,43 @@ class RemoteComponents:
         out["reward_s"] = max((r["busy_s"] for r in rewards.values()), default=0.0)
         out["reward_failures"] = sum(int(r.get("failures", 0)) for r in rewards.values())
         if train:
-            out["actor"] = actor_call.wait(self.timeout)[0]
-            out["reference_s"] = ref_call.wait(self.timeout)[0]["busy_s"] if ref_call is not None else 0.0
+            out["actor"] = done[("actor", 0)]
+            out["reference_s"] = done[("reference", 0)]["busy_s"] if ref_key is not None else 0.0
         return out
 
+    def _attempts(self, what: str, it: int, run: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+        """``run(key)`` under a new generation of keys until no worker is lost in it: a dead
+        rollout, reward or agent rank is restarted and the partial batch dropped. With ``what``
+        ``"iteration"``, a lost call after which the actor still trained on the whole batch (the
+        dead rank had delivered its part) keeps that update."""
+        while True:
+            self.attempt += 1
+            try:
+                return run(f"g{self.attempt}-{what[:4]}{it}")
+            except WorkerLost as lost:
+                self._recover(lost, f"in {what} {it}", self._resume_hint())
+                actor = lost.settled.get(("actor", 0))
+                if what == "iteration" and actor and not actor.get("aborted"):
+                    self.faults.log(f"iteration {it}: the actor had the whole batch; its update is kept")
+                    o = actor["outcomes"]
+                    return {
+                        **{f: o[f] for f in ("rewards", "correct", "well_formed")},
+                        "agent_stats": [{"generated_tokens": o["generated_tokens"]}],
+                        "generate_s": 0.0,
+                        "reward_s": 0.0,
+                        "reward_failures": 0,
+                        "actor": actor,
+                        "reference_s": 0.0,
+                    }
+                if what == "iteration":
+                    self.faults.dropped_batches += 1
+                    self.faults.log(f"iteration {it}: dropped its partial batch; running it again")
+
     def iterate(self, problems: Sequence[Any], group_size: int) -> dict[str, Any]:
-        key = f"it{self.version + 1}"
-        res = self._drive(key, problems, group_size, None, train=True)
+        it = self.version + 1
+        res = self._attempts(
+            "iteration", it, lambda key: self._drive(key, problems, group_size, None, True, it)
+        )
         actor = res["actor"]
         self.version = int(actor["version"])
         self.last_publish_bytes = int(actor.get("publish_bytes", 0))
@@ -650,7 +660,11 @@ class RemoteComponents:
 
     def evaluate(self, problems: Sequence[Any], temperature: float = 0.0) -> dict[str, list[bool]]:
         self.evals += 1
-        res = self._drive(f"eval{self.evals}-v{self.version}", problems, 1, temperature, train=False)
+        res = self._attempts(
+            "evaluation",
+            self.evals,
+            lambda key: self._drive(key, problems, 1, temperature, False, -self.evals),
+        )
         return {"correct": res["correct"], "well_formed": res["well_formed"], "rewards": res["rewards"]}
 
     def policy(self) -> Any:
@@ -668,7 +682,10 @@ class RemoteComponents:
 
     def state(self) -> dict[str, Any]:
         """The components' part of a checkpoint: the actor's state (rank 0's)."""
-        return {"actor": self.groups["actor"].checkpoint_state().wait(self.timeout)[0]}
+        return {
+            "actor": self.groups["actor"].checkpoint_state().wait(self.timeout)[0],
+            "faults": self.faults.state(),
+        }
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Continue from :meth:`state`: every actor rank loads it and the weights are published
@@ -676,17 +693,19 @@ class RemoteComponents:
         self.version = int(
             self.groups["actor"].load_checkpoint_state(dict(state["actor"])).wait(self.timeout)[0]
         )
+        self.faults.load(state.get("faults"))
 
     def close(self) -> None:
         """End the serve loops (a :data:`STOP` per rollout rank) and stop every worker group,
         all at once (a preempted job has about 30 s before SIGKILL)."""
         from concurrent.futures import ThreadPoolExecutor
 
-        if self.serving is not None:
+        if self.serving:
             try:
-                for _ in range(self.n_rollout):
+                for _ in self.serving:
                     self.gen.put(STOP, "req", timeout=5.0)
-                self.serving.wait(10.0)
+                for call in self.serving.values():
+                    call.wait(10.0)
             except Exception:  # a worker already failed: its error was reported
                 pass
 
@@ -709,9 +728,12 @@ def train_lm_distributed(
     progress: Callable[[dict[str, Any]], None] | None = None,
     cluster: Mapping[str, Any] | None = None,
     resume: bool = False,
+    callbacks: Mapping[str, Callable[..., Any]] | None = None,
 ) -> dict[str, Any]:
     """:func:`~rlinf_algos.lm.trainer.train_lm` with the components on placed workers
-    (``scheduler``: a started :class:`rlinf_core.scheduler.Scheduler`)."""
+    (``scheduler``: a started :class:`rlinf_core.scheduler.Scheduler`). ``callbacks``:
+    ``on_generating(comps, iteration, {"rank", "pid"})`` when a rollout rank takes a request,
+    ``on_scoring(...)`` when a reward rank takes its episodes (evaluations: negative iterations)."""
     import torch
 
     from rlinf_algos.lm.checkpoint import load_lm_checkpoint
@@ -734,7 +756,7 @@ def train_lm_distributed(
         say(f"resuming from {folder} (iteration {state['loop']['iteration']})")
     config_run = run
     run, policy_run, sft = prepare_models(run, Path(run_dir), say, state)
-    comps = RemoteComponents(policy_run, scheduler, say)
+    comps = RemoteComponents(policy_run, scheduler, say, callbacks)
     comps.run_dir = Path(run_dir)
     try:
         comps.start()

@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from rlinf_algos.lm.config import LMModelConfig
+from rlinf_algos.lm.config import LMModelConfig, Loggers, require_wandb
 from rlinf_algos.lm.data import DataConfig, Sample, load_dataset, lookup
 from rlinf_core.config import ConfigSection, validate_model
 from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
@@ -177,6 +177,11 @@ class SFTRunnerConfig(ConfigSection):
     log_interval: int = Field(10, ge=1, description="steps between metrics rows and log lines")
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="where the model trains; auto: cuda when available, else cpu"
+    )
+    loggers: Loggers = Field(
+        default_factory=lambda: ["csv", "tensorboard"],
+        description="metrics backends: csv (metrics.csv), tensorboard (RUN_DIR/tensorboard), wandb "
+        "(needs the wandb package; WANDB_MODE=offline works without a network); the same scalars go to each",
     )
 
 
@@ -524,14 +529,16 @@ def train_sft(
     *,
     overwrite: bool = False,
     command: str | None = None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> SFTResult:
     """Fine-tune ``run.model`` on ``run.data`` and write ``run_dir`` (see the module docstring).
 
     The data files, keys and the model folder are checked before the run directory is touched,
     and ``config.yaml`` (what makes it a run's) is written once the tokenized examples are
     ready, so a configuration mistake never leaves a run behind that ``--overwrite`` would have
-    to move. ``command`` (the command line) is recorded in ``summary.json``. Returns the summary
-    and the trained model.
+    to move. ``command`` (the command line) is recorded in ``summary.json``; ``progress`` is
+    called with every metrics row (and its ``total_steps``). Returns the summary and the trained
+    model.
 
     Raises:
         ConfigError: a problem with the configuration, a model folder, a data file or row (each
@@ -544,7 +551,7 @@ def train_sft(
     from rlinf_algos.lm import hf
     from rlinf_algos.lm.folder import check_model_folder, folder_context_length
     from rlinf_algos.lm.tokens import LMTokenizer
-    from rlinf_algos.rundir import MetricsLog
+    from rlinf_algos.rundir import MetricsLog, make_sinks
     from rlinf_core.io import atomic_write_text
 
     say = log or (lambda _msg: None)
@@ -558,6 +565,7 @@ def train_sft(
         check_model_folder(run.model.path, "model.path")
     device = _device(rcfg.device)
     torch.set_num_threads(rcfg.torch_threads)
+    require_wandb(rcfg.loggers)
 
     run_dir = prepare_run_dir(run_dir, overwrite, say)
     folder = Path(run.model.path) if run.model.path is not None else run_dir / "base_model"
@@ -623,7 +631,9 @@ def train_sft(
         lr=tcfg.lr,
         betas=tcfg.adam_betas,
     )
-    metrics = MetricsLog(run_dir / "metrics.csv", METRIC_COLUMNS, append=False)
+    loggers = rcfg.loggers
+    metrics = MetricsLog(run_dir / "metrics.csv", METRIC_COLUMNS, append=False) if "csv" in loggers else None
+    sinks = make_sinks([n for n in loggers if n != "csv"], run_dir, run.model_dump(mode="json"))
     micro = tcfg.micro_batch_size or tcfg.batch_size
     t_train = time.perf_counter()
     tokens_seen = 0
@@ -682,18 +692,21 @@ def train_sft(
             if done % rcfg.log_interval == 0 or done == steps or val_now is not None:
                 last_loss = window_loss / max(window_tokens, 1)
                 wall = time.perf_counter() - t_start
-                metrics.write(
-                    {
-                        "step": done,
-                        "loss": last_loss,
-                        "lr": lr,
-                        "tokens": tokens_seen,
-                        "grad_norm": float(norm),
-                        "wall_s": wall,
-                        "val_loss": "" if val_now is None else val_now,
-                        "val_exact_match": "" if em_now is None else em_now,
-                    }
-                )
+                row = {
+                    "step": done,
+                    "loss": last_loss,
+                    "lr": lr,
+                    "tokens": tokens_seen,
+                    "grad_norm": float(norm),
+                    "wall_s": wall,
+                    "val_loss": "" if val_now is None else val_now,
+                    "val_exact_match": "" if em_now is None else em_now,
+                }
+                if metrics is not None:
+                    metrics.write(row)
+                sinks.add(row)
+                if progress is not None:
+                    progress({**row, "total_steps": steps})
                 say(
                     f"sft step {done}/{steps}  loss {last_loss:.4f}  lr {lr:.2e}  "
                     + (f"val {val_now:.4f}  " if val_now is not None else "")
@@ -708,7 +721,9 @@ def train_sft(
                 )
                 break
     finally:
-        metrics.close()
+        if metrics is not None:
+            metrics.close()
+        sinks.close()
     train_s = time.perf_counter() - t_train
     model.eval()
 

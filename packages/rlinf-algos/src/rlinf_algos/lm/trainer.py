@@ -550,7 +550,8 @@ def grpo_loop(
         grpo_s = grpo_seconds()
         if rows and (last_ckpt is None or last_ckpt[0] != len(rows)) and len(rows) != resumed_from:
             last_ckpt = (len(rows), checkpoint(len(rows)))
-        _write_rows(run_dir, rows)
+        if "csv" in rcfg.loggers:
+            _write_rows(run_dir, rows)
         interrupted = stop.requested
         after = None
         if not interrupted:

@@ -1,0 +1,164 @@
+"""Generation over the ``gen`` channel of a distributed language-model run: an agent (in the
+driver or an agent worker) asks the rollout ranks for responses (:class:`ChannelGenerate`) and
+plays its episodes with them (:func:`play`); :class:`LMAgentWorker` is the agent process.
+Imports no torch."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from rlinf_algos.lm.agents import EpisodeBatch, make_agent
+from rlinf_algos.lm.config import LMRunConfig
+from rlinf_algos.lm.faults import Aborted, WorkerPid, is_abort
+from rlinf_algos.lm.folder import context_length
+from rlinf_algos.lm.tasks import make_task, task_tokenizer
+from rlinf_core.errors import ChannelTimeout, RlinfError
+from rlinf_core.worker import Worker
+
+__all__ = ["ChannelGenerate", "LMAgentWorker", "play", "run_config"]
+
+
+def run_config(data: Mapping[str, Any] | LMRunConfig) -> LMRunConfig:
+    """The run's sections, as a worker receives them (a dict) or as they are."""
+    return data if isinstance(data, LMRunConfig) else LMRunConfig.model_validate(data)
+
+
+class ChannelGenerate:
+    """``generate(prompts, max_new_tokens, stop_ids) -> responses`` over the ``gen`` channel:
+    the prompts are split into at most ``n_rollout`` parts, each put on key ``req`` (any rollout
+    rank takes it), and the replies are read from key ``reply`` in part order.
+
+    Args:
+        channel: the ``gen`` channel.
+        n_rollout: rollout ranks (the prompts are split so that each can take a part).
+        reply: this caller's reply key (unique per agent).
+        temperature: ``None`` is the rollout's sampling temperature, 0 greedy.
+        min_version: the oldest policy version the rollout ranks may answer with.
+        timeout: seconds to wait for the replies.
+        check: called every ``poll_s`` while waiting (raises for a rollout rank found dead).
+        report: a key each rollout rank that takes a request reports its rank and pid on.
+    """
+
+    poll_s = 0.5
+
+    def __init__(
+        self,
+        channel: Any,
+        n_rollout: int,
+        reply: str,
+        temperature: float | None,
+        min_version: int,
+        timeout: float,
+        check: Callable[[], None] | None = None,
+        report: str | None = None,
+    ) -> None:
+        self.channel, self.n_rollout, self.reply = channel, max(1, n_rollout), reply
+        self.temperature, self.min_version, self.timeout = temperature, min_version, timeout
+        self.check, self.report = check, report
+        self.tokens = 0
+        self.seconds = 0.0
+
+    def __call__(
+        self, prompts: list[list[int]], max_new_tokens: int, stop_ids: Sequence[int]
+    ) -> list[list[int]]:
+        if not prompts:
+            return []
+        t0 = time.perf_counter()
+        n = min(self.n_rollout, len(prompts))
+        size = -(-len(prompts) // n)
+        parts = [prompts[i : i + size] for i in range(0, len(prompts), size)]
+        for i, part in enumerate(parts):
+            self.channel.put(
+                {
+                    "reply": self.reply,
+                    "part": i,
+                    "prompts": part,
+                    "max_new_tokens": int(max_new_tokens),
+                    "stop_ids": list(stop_ids),
+                    "temperature": self.temperature,
+                    "min_version": self.min_version,
+                    "report": self.report,
+                },
+                "req",
+                timeout=self.timeout,
+            )
+        got: dict[int, list[list[int]]] = {}
+        deadline = time.monotonic() + self.timeout
+        while len(got) < len(parts):
+            wait = self.timeout if self.check is None else self.poll_s
+            try:
+                item = self.channel.get(self.reply, timeout=max(0.01, min(wait, deadline - time.monotonic())))
+            except ChannelTimeout:
+                if self.check is not None:
+                    self.check()
+                if time.monotonic() >= deadline:
+                    raise RlinfError(
+                        f"no reply from the rollout ranks for {len(parts) - len(got)} of {len(parts)} "
+                        f"generation requests ({self.reply}) within {self.timeout:g} s (runner.worker_timeout)"
+                    ) from None
+                continue
+            if is_abort(item):
+                raise Aborted(self.reply)
+            got[int(item["part"])] = item["responses"]
+            self.tokens += int(item["tokens"])
+        self.seconds += time.perf_counter() - t0
+        return [r for i in range(len(parts)) for r in got[i]]
+
+
+def play(
+    agent: Any,
+    problems: Sequence[Any],
+    group_size: int,
+    generate: ChannelGenerate,
+) -> tuple[EpisodeBatch, dict[str, Any]]:
+    """Play ``group_size`` episodes of each problem through ``generate``; returns the episodes and
+    ``{"episodes", "generated_tokens", "generate_s"}``."""
+    t0 = time.perf_counter()
+    eps = agent.run(list(problems), group_size, generate)
+    return eps, {
+        "episodes": eps.num_episodes,
+        "generated_tokens": eps.generated_tokens,
+        "generate_s": time.perf_counter() - t0,
+    }
+
+
+class LMAgentWorker(WorkerPid, Worker):
+    """A light agent process (no model, no torch): plays single or hierarchical episodes by
+    asking the rollout ranks for generations over the ``gen`` channel, and puts the episodes on
+    the ``episodes`` channel for the reward component."""
+
+    def __init__(self, run: dict[str, Any], gen: Any, episodes: Any, n_rollout: int, timeout: float) -> None:
+        self.run_cfg = run_config(run)
+        self.gen, self.episodes, self.n_rollout, self.timeout = gen, episodes, n_rollout, timeout
+
+    def setup(self) -> None:
+        tok = task_tokenizer(self.run_cfg)
+        t = self.run_cfg.task
+        task = make_task(self.run_cfg, tok)
+        self.agent = make_agent(
+            task, tok, task.max_new_tokens(), t.max_calls, context_length(self.run_cfg.model)
+        )
+
+    def play(
+        self,
+        key: str,
+        problems: list[Any],
+        group_size: int,
+        temperature: float | None,
+        min_version: int,
+        report: str | None = None,
+    ) -> dict[str, Any]:
+        """Play ``group_size`` episodes of each of ``problems``; put them on the ``episodes``
+        channel at ``key``; return counts and seconds (``aborted`` when the driver ended it)."""
+        gen = ChannelGenerate(
+            self.gen, self.n_rollout, f"agent{self.rank}/{key}", temperature, min_version, self.timeout,
+            report=report,
+        )  # fmt: skip
+        try:
+            eps, stats = play(self.agent, problems, group_size, gen)
+        except Aborted:
+            return {"aborted": True}
+        self.episodes.put(eps.to_dict(), key, timeout=self.timeout)
+        return stats

@@ -1,0 +1,113 @@
+"""Killed workers of the distributed language-model runner on a real embedded Ray: a killed
+rollout worker and a killed reward worker are restarted and their partial batches dropped (the
+counters in summary.json, each iteration's metrics row once); a killed reference worker ends the
+run at once with an error naming it (not after ``runner.worker_timeout``, not blaming the actor).
+
+Faults are injected where the runner reports (``on_generating``: a rollout rank took a request
+of iteration k, with its pid), never after a sleep: at that point the reward and reference ranks
+wait for their inputs of iteration k, so a kill of either lands inside the iteration."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlinf_algos.runtime.training import run_training
+from rlinf_core.config import apply_overrides, load_yaml
+from rlinf_core.errors import RlinfError
+
+pytestmark = [pytest.mark.slow, pytest.mark.network]
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+TINY = [
+    "model.init.hidden_size=16",
+    "model.init.num_layers=1",
+    "model.init.num_heads=2",
+    "sft.steps=2",
+    "sft.batch_size=4",
+    "algorithm.prompts_per_iter=2",
+    "algorithm.group_size=2",
+    "algorithm.kl_coef=0.05",
+    "task.eval_size=4",
+    "runner.eval_interval=0",
+    "runner.checkpoint_interval=0",
+    "runner.scheduler=ray",
+]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Any:
+    """One embedded Ray for the module (runs attach to it)."""
+    from rlinf_scheduler.runtime.cluster import Cluster
+
+    cluster = Cluster(1, ray_init={"num_cpus": 2})
+    yield cluster
+    cluster.shutdown()
+
+
+def config(*extra: str) -> dict[str, Any]:
+    return apply_overrides(load_yaml(EXAMPLES / "grpo_arith.yaml"), [*TINY, *extra])
+
+
+def test_killed_rollout_and_reward_workers_are_restarted_and_their_batches_dropped(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    victims = {2: "rollout", 3: "reward"}  # iteration -> the component killed in it
+    killed: list[tuple[int, str, int]] = []
+    seen: dict[str, Any] = {}
+
+    def on_generating(comps: Any, it: int, report: dict[str, Any]) -> None:
+        seen["comps"] = comps
+        component = victims.get(it)
+        if component is None or any(k == it for k, _, _ in killed):
+            return
+        pid = int(report["pid"]) if component == "rollout" else comps.pids["reward"][0]
+        killed.append((it, component, pid))
+        os.kill(pid, signal.SIGKILL)
+
+    summary = run_training(
+        config("algorithm.iterations=4", "runner.worker_timeout=300"),
+        run_dir=tmp_path,
+        callbacks={"on_generating": on_generating},
+    )
+    assert [(k, c) for k, c, _ in killed] == [(2, "rollout"), (3, "reward")]
+    assert summary["restarts"] == 2 and summary["dropped_batches"] == 2, summary["events"]
+    assert summary["learner_restarts"] == [] and summary["iterations"] == 4
+    events = "\n".join(summary["events"])
+    assert "restarted rollout rank(s) [0]" in events and "restarted reward rank(s) [0]" in events
+    assert events.count("dropped its partial batch") == 2
+    for _, component, pid in killed:  # the new processes replaced the killed ones
+        assert f"{component} rank 0, pid {pid} failed" in events
+        assert seen["comps"].pids[component][0] not in (0, pid)
+    with (tmp_path / "metrics.csv").open() as f:
+        assert [int(r["step"]) for r in csv.DictReader(f)] == [1, 2, 3, 4]  # each row once
+
+
+def test_killed_reference_worker_is_named_at_once(ray_cluster: Any, tmp_path: Path) -> None:
+    timeout = 600.0
+    killed: list[int] = []
+
+    def on_generating(comps: Any, it: int, report: dict[str, Any]) -> None:
+        if it == 2 and not killed:
+            killed.append(comps.pids["reference"][0])
+            os.kill(killed[0], signal.SIGKILL)
+
+    t0 = time.monotonic()
+    with pytest.raises(RlinfError) as err:
+        run_training(
+            config("algorithm.iterations=3", f"runner.worker_timeout={timeout}"),
+            run_dir=tmp_path,
+            callbacks={"on_generating": on_generating},
+        )
+    elapsed = time.monotonic() - t0
+    message = str(err.value)
+    assert killed and message.startswith(f"reference rank 0, pid {killed[0]} failed in log_probs()"), message
+    assert "its process died" in message and "not restarted" in message and "start it again" in message
+    assert elapsed < timeout  # named when it died, not after runner.worker_timeout
