@@ -99,3 +99,19 @@ def test_grpo_needs_matching_env_count(tmp_path) -> None:
             {"env": {"id": "InvertedPendulum-v5", "num_envs": 3}, "runner": {"total_steps": 10}},
             tmp_path,
         )
+
+
+def test_env_kwargs_of_the_wrong_type_are_found_before_anything_starts(tmp_path) -> None:
+    # InvertedPendulum takes reset_noise_scale as a float and only uses it on reset: a string
+    # used to pass --dry-run and fail inside the env worker with a remote traceback.
+    from pathlib import Path
+
+    from rlinf_algos.runtime.training import dry_run
+
+    example = Path(__file__).resolve().parents[3] / "examples" / "quickstart.yaml"
+    with pytest.raises(ConfigError) as info:
+        dry_run(str(example), overrides=["env.kwargs={reset_noise_scale: abc}"])
+    (problem,) = info.value.problems
+    assert problem.path == "env.kwargs" and "reset_noise_scale" in problem.message
+    assert "TypeError" in problem.message
+    dry_run(str(example), overrides=["env.kwargs={reset_noise_scale: 0.02}"])  # a float is fine

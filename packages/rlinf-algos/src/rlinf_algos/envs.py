@@ -266,14 +266,40 @@ def _probe_spaces(env_id: str, kwargs: Any, wrappers: Any) -> tuple[Any, Any] | 
         return None
     try:
         env = gymnasium.make(bare_env_id(env_id), **dict(kwargs or {}))
-    except Exception:  # the kwargs' problems are reported by env_kwargs_problems
+    except (TypeError, ValueError) as err:
+        _raise_kwargs_error(env_id, kwargs, err)
         return None
-    try:  # a wrapper that fails here is reported at its YAML path
-        for wrap in resolve_wrappers(wrappers):
+    except Exception:  # unknown keys are reported by env_kwargs_problems
+        return None
+    try:
+        try:  # a value of the wrong type often fails only when the env first uses it
+            env.reset(seed=0)
+        except (TypeError, ValueError) as err:
+            _raise_kwargs_error(env_id, kwargs, err)
+        except Exception:
+            pass  # not the kwargs' fault as far as can be told here: the env worker reports it
+        for wrap in resolve_wrappers(wrappers):  # a wrapper that fails is reported at its YAML path
             env = wrap(env)
         return env.observation_space, env.action_space
     finally:
         env.close()
+
+
+def _raise_kwargs_error(env_id: str, kwargs: Any, err: BaseException) -> None:
+    """A ``ConfigError`` at ``env.kwargs`` when the env, built with them, refused a value
+    (a ``TypeError``/``ValueError`` from building or resetting it); nothing without kwargs."""
+    if not kwargs:
+        return
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+    raise ConfigError(
+        [
+            ConfigProblem(
+                "env.kwargs",
+                f"{env_id!r} built with {dict(kwargs)!r} fails when built and reset: {type(err).__name__}: {first} "
+                "(check each value's type against the env's constructor)",
+            )
+        ]
+    )
 
 
 def env_kwargs_problems(env_id: str, kwargs: Any, path: str = "env.kwargs") -> list[ConfigProblem]:
