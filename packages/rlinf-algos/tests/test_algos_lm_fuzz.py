@@ -1,8 +1,8 @@
 """Fuzzing the language-model side: a ``grpo_lm`` / ``ppo_lm`` run on a data set with a reward
-file, mutated (a key deleted, renamed or added, a value replaced by another type, a huge or
+file, and an ``rlinf sft`` run on prompt-response rows, mutated (a key deleted, renamed or added, a value replaced by another type, a huge or
 non-finite number, a nested structure, a dotted override), and hostile data files (empty, a
 huge row, wrong types per row, non-UTF-8, binary, a broken parquet), through
-``rlinf train --dry-run`` in process. Whatever the input, the CLI ends with success or one of
+``rlinf train --dry-run`` / ``rlinf sft --dry-run`` in process. Whatever the input, the CLI ends with success or one of
 rlinf's own errors, never a traceback.
 
 Fixed seed (derandomized), bounded (``RLINF_LM_FUZZ_EXAMPLES``, default 60); ``-s`` prints the
@@ -51,7 +51,7 @@ VALUES = st.recursive(
 )
 KEYS = st.text(max_size=8) | st.sampled_from(["path", "timeout_s", "on_error", "lora", "init", "foo"])
 OPS = ["replace"] * 4 + ["delete"] * 2 + ["override"] * 2 + ["rename", "add"]
-SECTIONS = ("algorithm", "model", "data", "reward", "runner", "rollout", "critic")
+SECTIONS = ("algorithm", "model", "data", "reward", "runner", "rollout", "critic", "train")
 
 
 def _model_folder() -> Path:
@@ -176,6 +176,65 @@ def test_fuzz_lm_train_dry_run(c: tuple[Path, list[str]]) -> None:
         f"{type(exc).__name__}: {exc}\n{path.read_text()[:2000]}\n{overrides}"
     )
     assert "Traceback" not in result.output, result.output
+
+
+def _sft_base() -> dict[str, Any]:
+    cfg = _base("grpo_lm")  # builds the model folder once
+    rows = [{"prompt": f"What is {i} + 1?", "response": str(i + 1)} for i in range(6)]
+    (_DIR / "sft.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return {
+        "model": cfg["model"],
+        "data": {"train_files": str(_DIR / "sft.jsonl"), "prompt_key": "prompt", "response_key": "response"},
+        "train": {"steps": 2, "batch_size": 2},
+        "runner": {"seed": 0},
+    }
+
+
+@st.composite
+def sft_case(draw: Any) -> tuple[Path, list[str]]:
+    cfg = _sft_base()
+    overrides: list[str] = []
+    if draw(st.booleans()):
+        cfg["data"]["train_files"] = str(_hostile_file(draw))
+    if draw(st.integers(0, 3)):
+        overrides = _mutate(cfg, draw)
+    path = _DIR / "sft.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path, overrides
+
+
+@settings(
+    max_examples=MAX_EXAMPLES // 2,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(sft_case())
+def test_fuzz_sft_dry_run(c: tuple[Path, list[str]]) -> None:
+    path, overrides = c
+    result = CliRunner().invoke(_CLI, ["sft", str(path), *overrides, "--dry-run"], obj=_HOST)
+    exc = result.exception
+    COUNTS[f"sft:{'ok' if result.exit_code == 0 else 'refused'}"] += 1
+    assert exc is None or isinstance(exc, RlinfError | SystemExit), (
+        f"{type(exc).__name__}: {exc}\n{path.read_text()[:2000]}\n{overrides}"
+    )
+    assert "Traceback" not in result.output, result.output
+
+
+def test_sft_dry_run_checks_what_a_run_would_and_writes_nothing(tmp_path: Path) -> None:
+    cfg = _sft_base()
+    path = tmp_path / "sft.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    ok = CliRunner().invoke(
+        _CLI, ["sft", str(path), "--dry-run", "--run-dir", str(tmp_path / "run")], obj=_HOST
+    )
+    assert ok.exit_code == 0, ok.output
+    assert "6 training examples; dry run" in ok.output and not (tmp_path / "run").exists()
+    assert yaml.safe_load(ok.output.split("# 6 training")[0])["data"]["response_key"] == "response"
+    bad = CliRunner().invoke(_CLI, ["sft", str(path), "--dry-run", "data.response_key=nope"], obj=_HOST)
+    assert bad.exit_code != 0 and isinstance(bad.exception, RlinfError)
+    assert "data.response_key" in str(bad.exception) and "sft.jsonl:1" in str(bad.exception)
 
 
 @pytest.fixture(scope="module", autouse=True)

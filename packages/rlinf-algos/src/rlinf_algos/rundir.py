@@ -49,6 +49,7 @@ __all__ = [
     "load_checkpoint",
     "make_sinks",
     "move_aside",
+    "prepare_run_dir",
     "remove_stale_temp_files",
     "tensorboard_tag",
     "write_summary",
@@ -167,6 +168,30 @@ def move_aside(run_dir: Path) -> Path:
         target = Path(f"{base}-{i}")
     Path(run_dir).rename(target)
     return target
+
+
+def prepare_run_dir(
+    run_dir: str | Path, overwrite: bool = False, log: Callable[[str], None] | None = None
+) -> Path:
+    """Create ``run_dir`` for a new run (``rlinf sft``'s); one that holds a run (see
+    :func:`existing_run`; ``policy/`` and ``adapter/`` folders too) is refused unless
+    ``overwrite``, which moves it aside to ``RUN_DIR.replaced-<time>`` (never deletes it)."""
+    run_dir = Path(run_dir)
+    found = existing_run(run_dir) + [n for n in ("policy", "adapter") if (run_dir / n).exists()]
+    if found:
+        if not overwrite:
+            raise RlinfError(
+                f"{run_dir} holds a run ({', '.join(found)}); write elsewhere with another --run-dir, "
+                "or replace it with --overwrite (the old run is moved aside, not deleted)"
+            )
+        moved = move_aside(run_dir)
+        if log is not None:
+            log(f"moved the run that was in {run_dir} to {moved} (--overwrite)")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RlinfError(f"cannot create the run directory {run_dir}: {err.strerror or err}") from None
+    return run_dir
 
 
 def remove_stale_temp_files(run_dir: Path) -> list[Path]:

@@ -25,8 +25,19 @@ __all__ = ["sft_cmd"]
 @run_dir_option
 @overwrite_option
 @click.option("--quiet", is_flag=True, help="Print the summary line only (no progress bar).")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Check the config, the data files (read through), the model folder and the device, print "
+    "the resolved config, and exit without training or writing anything.",
+)
 def sft_cmd(
-    config: Path, overrides: tuple[str, ...], run_dir: Path | None, overwrite: bool, quiet: bool
+    config: Path,
+    overrides: tuple[str, ...],
+    run_dir: Path | None,
+    overwrite: bool,
+    quiet: bool,
+    dry_run: bool,
 ) -> None:
     """Fine-tune a model folder on the prompt-response pairs of CONFIG.yaml.
 
@@ -38,12 +49,19 @@ def sft_cmd(
     The run directory gets config.yaml, metrics.csv, summary.json (validation loss before and
     after), policy/ (a model folder transformers loads; merged when LoRA) and adapter/ with LoRA.
     """
-    from rlinf_algos.lm.finetune import load_sft_config, train_sft
+    from rlinf_algos.lm.finetune import check_sft_sources, load_sft_config, train_sft
     from rlinf_algos.rundir import default_run_dir
     from rlinf_core.compose import load_config
 
     data = load_config(config, overrides)
     run = load_sft_config(data)
+    if dry_run:
+        import yaml
+
+        texts = check_sft_sources(run)
+        click.echo(yaml.safe_dump(run.model_dump(mode="json"), sort_keys=False), nl=False)
+        click.echo(f"# {len(texts)} training examples; dry run: nothing was trained or written")
+        return
     target = run_dir or default_run_dir(config)
     command = shlex.join(["rlinf", "sft", str(config), *overrides, "--run-dir", str(target)])
 

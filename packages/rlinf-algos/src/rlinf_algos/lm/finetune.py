@@ -47,7 +47,7 @@ from pydantic import BaseModel, Field, model_validator
 from rlinf_algos.lm.config import LMModelConfig, Loggers, require_wandb
 from rlinf_algos.lm.data import DataConfig, Sample, load_dataset, lookup
 from rlinf_core.config import ConfigSection, validate_model
-from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
+from rlinf_core.errors import ConfigError, ConfigProblem
 
 __all__ = [
     "METRIC_COLUMNS",
@@ -62,7 +62,6 @@ __all__ = [
     "load_examples",
     "load_sft_config",
     "lr_at",
-    "prepare_run_dir",
     "token_nll",
     "train_sft",
 ]
@@ -480,30 +479,21 @@ class SFTResult:
     tokenizer: Any
 
 
-def prepare_run_dir(
-    run_dir: str | Path, overwrite: bool = False, log: Callable[[str], None] | None = None
-) -> Path:
-    """Create ``run_dir``; one that holds a run (``config.yaml``, ``metrics.csv``,
-    ``summary.json``, ``policy/``...) is refused unless ``overwrite``, which moves it aside to
-    ``RUN_DIR.replaced-<time>`` (never deletes it)."""
-    from rlinf_algos.rundir import existing_run, move_aside
+def check_sft_sources(run: SFTRunConfig) -> list[tuple[str, str]]:
+    """What ``rlinf sft`` (and its ``--dry-run``) checks before it touches the run directory: the
+    data files and keys of both splits (read through), the model folder's weights and tokenizer,
+    the device and the loggers. Returns the training split's ``(prompt, response)`` texts."""
+    from rlinf_algos.lm.folder import check_model_files, check_model_folder
 
-    run_dir = Path(run_dir)
-    found = existing_run(run_dir) + [n for n in ("policy", "adapter") if (run_dir / n).exists()]
-    if found:
-        if not overwrite:
-            raise RlinfError(
-                f"{run_dir} holds a run ({', '.join(found)}); write elsewhere with another --run-dir, "
-                "or replace it with --overwrite (the old run is moved aside, not deleted)"
-            )
-        moved = move_aside(run_dir)
-        if log is not None:
-            log(f"moved the run that was in {run_dir} to {moved} (--overwrite)")
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise RlinfError(f"cannot create the run directory {run_dir}: {err.strerror or err}") from None
-    return run_dir
+    texts = read_texts(run.data, "train")
+    if run.data.val_files:
+        read_texts(run.data, "val")
+    if run.model.path is not None:
+        check_model_folder(run.model.path, "model.path")
+        check_model_files(run.model.path, "model.path", run.model.trust_remote_code)
+    _device(run.runner.device)
+    require_wandb(run.runner.loggers)
+    return texts
 
 
 def _device(name: str) -> Any:
@@ -549,23 +539,17 @@ def train_sft(
     import yaml
 
     from rlinf_algos.lm import hf
-    from rlinf_algos.lm.folder import check_model_folder, folder_context_length
+    from rlinf_algos.lm.folder import folder_context_length
     from rlinf_algos.lm.tokens import LMTokenizer
-    from rlinf_algos.rundir import MetricsLog, make_sinks
+    from rlinf_algos.rundir import MetricsLog, make_sinks, prepare_run_dir
     from rlinf_core.io import atomic_write_text
 
     say = log or (lambda _msg: None)
     t_start = time.perf_counter()
     tcfg, rcfg, dcfg = run.train, run.runner, run.data
-    # everything that can be checked without the run directory, first
-    texts = read_texts(dcfg, "train")
-    if dcfg.val_files:
-        read_texts(dcfg, "val")
-    if run.model.path is not None:
-        check_model_folder(run.model.path, "model.path")
+    texts = check_sft_sources(run)  # everything that can be checked without the run directory
     device = _device(rcfg.device)
     torch.set_num_threads(rcfg.torch_threads)
-    require_wandb(rcfg.loggers)
 
     run_dir = prepare_run_dir(run_dir, overwrite, say)
     folder = Path(run.model.path) if run.model.path is not None else run_dir / "base_model"
