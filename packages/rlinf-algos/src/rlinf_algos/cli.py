@@ -108,6 +108,12 @@ class _StopOnTerm:
     help="With --dry-run: give every node this many GPUs (instead of --inventory).",
 )
 @click.option(
+    "--gpu-memory",
+    type=click.FloatRange(min=0, min_open=True),
+    help="With --dry-run: GiB of memory per GPU, to check each role's estimated memory against "
+    "(default: this machine's GPU, when it has one).",
+)
+@click.option(
     "--print-config",
     is_flag=True,
     help="Print the composed configuration (defaults lists merged, overrides applied, ${...} "
@@ -132,6 +138,7 @@ def train_cmd(
     dry_run: bool,
     inventory_path: Path | None,
     gpus_per_node: int | None,
+    gpu_memory: float | None,
     print_config: bool,
     multirun: bool,
 ) -> None:
@@ -153,7 +160,18 @@ def train_cmd(
             raise click.UsageError(
                 "--multirun starts new runs: it does not go with --resume or --print-config"
             )
-        _multirun(ctx, config, overrides, run_dir, overwrite, quiet, dry_run, inventory_path, gpus_per_node)
+        _multirun(
+            ctx,
+            config,
+            overrides,
+            run_dir,
+            overwrite,
+            quiet,
+            dry_run,
+            inventory_path,
+            gpus_per_node,
+            gpu_memory,
+        )
         return
     if print_config:
         _print_config(config, overrides)
@@ -162,12 +180,12 @@ def train_cmd(
         raise click.UsageError("give --resume RUN_DIR or --run-dir DIR, not both")
     if overwrite and resume_dir is not None:
         raise click.UsageError("--overwrite starts a new run; --resume continues one: give one of them")
-    if (inventory_path is not None or gpus_per_node is not None) and not dry_run:
-        raise click.UsageError("--inventory and --gpus-per-node go with --dry-run")
+    if (inventory_path is not None or gpus_per_node is not None or gpu_memory is not None) and not dry_run:
+        raise click.UsageError("--inventory, --gpus-per-node and --gpu-memory go with --dry-run")
     if inventory_path is not None and gpus_per_node is not None:
         raise click.UsageError("give --inventory or --gpus-per-node, not both")
     if dry_run:
-        _print_dry_run(ctx, config, overrides, inventory_path, gpus_per_node)
+        _print_dry_run(ctx, config, overrides, inventory_path, gpus_per_node, gpu_memory)
         return
     bar = None if quiet else ProgressBar()
     target = resume_dir or run_dir
@@ -228,6 +246,7 @@ def _multirun(
     dry_run: bool,
     inventory_path: Path | None,
     gpus_per_node: int | None,
+    gpu_memory: float | None = None,
 ) -> None:
     """``rlinf train --multirun``: every combination checked, then run one after another; the
     table of final metrics; exit 1 naming the runs that failed."""
@@ -241,7 +260,7 @@ def _multirun(
     if dry_run:
         for item in multirun_plan(overrides, sweep_dir):
             click.echo(f"# run {item.index}: {' '.join(item.swept) or '(no swept keys)'} -> {item.run_dir}")
-            _print_dry_run(ctx, config, tuple(item.overrides), inventory_path, gpus_per_node)
+            _print_dry_run(ctx, config, tuple(item.overrides), inventory_path, gpus_per_node, gpu_memory)
         return
 
     def run(item: Any) -> dict[str, Any]:
@@ -280,8 +299,10 @@ def _print_dry_run(
     overrides: tuple[str, ...],
     inventory_path: Path | None,
     gpus_per_node: int | None,
+    gpu_memory: float | None = None,
 ) -> None:
-    """``rlinf train --dry-run``: the resolved config, then the plan (or why there is none)."""
+    """``rlinf train --dry-run``: the resolved config, then the plan (or why there is none), and
+    each role's estimated memory (:mod:`rlinf_algos.memory`)."""
     import yaml
 
     from rlinf_algos.runtime.training import dry_run
@@ -294,7 +315,9 @@ def _print_dry_run(
         from rlinf_scheduler.placement import Inventory
 
         inventory = Inventory.uniform(gpus_per_node)
-    out = dry_run(data, overrides=overrides, host=get_host(ctx), inventory=inventory)
+    out = dry_run(
+        data, overrides=overrides, host=get_host(ctx), inventory=inventory, gpu_memory_gib=gpu_memory
+    )
     expansion = out.get("expansion")
     if expansion is not None:
         click.echo("# worker-pool form (seed 003) expanded:")
@@ -308,6 +331,7 @@ def _print_dry_run(
     click.echo(f"\n# scheduler: {out['scheduler']}")
     if out["plan"] is None:
         click.echo("# placement: none (runner.scheduler: local trains in this process)")
+        _echo_memory(out.get("memory"))
         return
     from rlinf_scheduler.placement import render_table
 
@@ -319,7 +343,17 @@ def _print_dry_run(
     click.echo("# placement plan")
     click.echo(render_table(out["plan"]), nl=False)
     _echo_devices(out.get("devices") or {})
+    _echo_memory(out.get("memory"))
     click.echo("# dry run: nothing was started")
+
+
+def _echo_memory(memory: Any) -> None:
+    """The ``# memory`` block of ``--dry-run`` (a language-model run's roles)."""
+    from rlinf_algos.memory import format_memory
+
+    if memory:
+        for line in format_memory(memory):
+            click.echo(line)
 
 
 def _echo_devices(devices: dict[str, Any]) -> None:

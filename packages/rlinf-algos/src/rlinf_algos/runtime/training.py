@@ -179,10 +179,13 @@ def dry_run(
     overrides: Iterable[str] = (),
     host: Any = None,
     inventory: Any = None,
+    gpu_memory_gib: float | None = None,
 ) -> dict[str, Any]:
     """Validate ``config`` (with ``overrides``) as :func:`run_training` would and return
     ``{"config": resolved config, "scheduler": name, "plan": placement plan or None,
-    "expansion": SeedExpansion or None, "inventory_implied": bool}`` without starting anything.
+    "expansion": SeedExpansion or None, "inventory_implied": bool, "memory": per-role estimates
+    or None}`` without starting anything; a plan whose estimated memory cannot fit
+    (:mod:`rlinf_algos.memory`, against ``gpu_memory_gib`` per GPU) is a :class:`ConfigError`.
     ``inventory``: accelerators per node for the plan (an
     :class:`~rlinf_scheduler.placement.Inventory` or its YAML data; ``None``: none, or for a
     worker-pool config the GPUs its pools imply, with ``inventory_implied`` true)."""
@@ -208,11 +211,17 @@ def dry_run(
     shared = shared_gpu_problems(plan, device)
     if shared:
         raise ConfigError(shared[0], "cluster.component_placement")
+    from rlinf_algos.memory import check_fits, plan_memory
+
+    resolved, devices = _resolved(data, algo_cfg, algo_cls), plan_devices(plan, device)
+    memory = plan_memory(resolved, devices, gpu_memory_gib)
+    check_fits(memory or [])
     return {
-        "config": _resolved(data, algo_cfg, algo_cls),
+        "config": resolved,
         "scheduler": scheduler_name,
         "plan": plan,
-        "devices": plan_devices(plan, device),
+        "devices": devices,
+        "memory": memory,
         "expansion": expansion,
         "inventory_implied": implied,
     }
