@@ -229,3 +229,22 @@ def test_sigterm_writes_everything_then_plot_eval_and_resume_work(scheduler: str
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert [int(r["step"]) for r in _rows(run_dir)] == list(range(1, done + 2))
     assert json.loads((run_dir / "summary.json").read_text())["interrupted"] is False
+
+
+def test_a_deferred_stop_ignores_a_handler_ray_left_behind() -> None:
+    """ray.init installs a SIGTERM handler that exits at once and leaves it after ray.shutdown; a
+    run in the same process (a notebook, a test session) must still stop cleanly on SIGTERM."""
+    from rlinf_algos.lm.checkpoint import DeferredStop
+
+    def rays_handler(signum: int, frame: Any) -> None:
+        raise SystemExit(1)
+
+    before = signal.signal(signal.SIGTERM, rays_handler)
+    try:
+        with DeferredStop() as stop:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)  # let the interpreter run the handler
+            assert stop.requested and stop.reason == "SIGTERM"
+        assert signal.getsignal(signal.SIGTERM) is rays_handler
+    finally:
+        signal.signal(signal.SIGTERM, before)

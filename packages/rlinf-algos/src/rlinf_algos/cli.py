@@ -72,6 +72,8 @@ class _StopOnTerm:
         self._first = time.monotonic()
         raise KeyboardInterrupt
 
+    _handle.rlinf_chain = True  # type: ignore[attr-defined]  # a deferred stop tells it (lm.checkpoint)
+
     def restore(self) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)

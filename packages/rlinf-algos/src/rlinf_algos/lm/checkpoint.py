@@ -159,9 +159,11 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
 
 class DeferredStop:
     """While entered (in the main thread), SIGTERM and SIGINT set :attr:`requested` instead of
-    interrupting: the loop ends the iteration in flight and stops cleanly. The handler that was
-    installed before is still told (``rlinf train``'s SIGTERM handler records that SIGTERM, not
-    Ctrl-C, stopped the run, and kills at once when asked again later). A second Ctrl-C 2 s or
+    interrupting: the loop ends the iteration in flight and stops cleanly. A handler installed
+    before that asks for it (a ``rlinf_chain`` attribute: ``rlinf train``'s SIGTERM handler,
+    which records that SIGTERM, not Ctrl-C, stopped the run, and kills at once when asked again
+    later) is still told; any other (one that ``ray.init`` left behind, which exits at once) is
+    not called, and is back in place on exit. A second Ctrl-C 2 s or
     more after the first raises :class:`KeyboardInterrupt` at once. Elsewhere than the main thread
     nothing changes."""
 
@@ -200,7 +202,7 @@ class DeferredStop:
         if again and signum == signal.SIGINT:
             self.__exit__()
             raise KeyboardInterrupt
-        if callable(prev) and prev is not signal.default_int_handler:
+        if callable(prev) and getattr(prev, "rlinf_chain", False):
             try:
                 prev(signum, frame)  # e.g. rlinf train's handler: records SIGTERM, kills on a late repeat
             except KeyboardInterrupt:
