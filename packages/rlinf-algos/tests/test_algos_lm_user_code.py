@@ -400,3 +400,25 @@ def test_on_the_ray_runner_a_hung_and_loud_reward_is_contained(
         assert proc.returncode == 0, output
         summary = json.loads((tmp_path / "run" / "summary.json").read_text())
         assert summary["reward_failures"] >= 1 and summary["scheduler"] == "ray"
+
+
+def test_a_folder_transformers_cannot_load_is_one_line_naming_it(model_folder: Path, tmp_path: Path) -> None:
+    from rlinf_algos.lm import hf
+    from rlinf_algos.lm.config import LMModelConfig
+    from rlinf_core.errors import ConfigError
+
+    bad = tmp_path / "model"
+    shutil.copytree(model_folder, bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["num_attention_heads"] = 5  # hidden 16: the projections no longer match the weights
+    (bad / "config.json").write_text(json.dumps(cfg))
+    spec = LMModelConfig(path=str(bad))
+    for load in (
+        lambda: hf.load_causal_lm(spec),
+        lambda: hf.add_tokens_folder(spec, tmp_path / "out", ["<x>"]),
+    ):
+        with pytest.raises(ConfigError) as info:
+            load()
+        (problem,) = info.value.problems
+        assert problem.path == "model.path" and str(bad) in problem.message
+        assert "do not match config.json" in problem.message and "\n" not in str(info.value)

@@ -129,7 +129,7 @@ def add_tokens_folder(
     mean initialisation does, while they stay distinguishable as inputs. A vocabulary padded
     beyond the tokenizer (Qwen's is) keeps its size and the new tokens take padding rows.
     With LoRA the added rows stay at that initialisation (only the adapters train)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     _quiet()
     src = check_model_folder(spec.path or "", "model.path")
@@ -140,9 +140,7 @@ def add_tokens_folder(
         return []
     tok.add_tokens(missing, special_tokens=True)
     new_ids = tok.convert_tokens_to_ids(missing)
-    model = AutoModelForCausalLM.from_pretrained(
-        str(src), dtype=DTYPES[spec.dtype], trust_remote_code=spec.trust_remote_code
-    )
+    model = _from_pretrained(src, dtype=DTYPES[spec.dtype], trust_remote_code=spec.trust_remote_code)
     known = min(new_ids)  # rows below the first new id belong to real tokens
     if max(new_ids) >= model.get_input_embeddings().weight.shape[0]:
         model.resize_token_embeddings(len(tok), mean_resizing=False)
@@ -158,6 +156,39 @@ def add_tokens_folder(
             w[new_ids] = (old.mean(0) + 0.1 * old.std(0) * noise).to(w.dtype)
     _write_folder(Path(path), lambda tmp: (model.save_pretrained(tmp), tok.save_pretrained(tmp)))
     return missing
+
+
+def _from_pretrained(folder: Path, **kwargs: Any) -> Any:
+    """``AutoModelForCausalLM.from_pretrained(folder)``; a folder transformers cannot load (a
+    config.json that does not match the weights, a damaged file, code it would have to run) is a
+    one-line :class:`ConfigError` at ``model.path`` naming the folder and transformers' reason."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(str(folder), **kwargs)
+    except ValueError as err:
+        if "trust_remote_code" in str(err):
+            raise ConfigError(
+                f"{folder} needs code shipped in the folder; set model.trust_remote_code=true if you trust it",
+                path="model.trust_remote_code",
+            ) from None
+        raise ConfigError(
+            f"{folder}: transformers cannot load the model ({_reason(err)})", "model.path"
+        ) from None
+    except (OSError, RuntimeError, TypeError, KeyError, AttributeError) as err:
+        raise ConfigError(
+            f"{folder}: transformers cannot load the model ({_reason(err)})", "model.path"
+        ) from None
+
+
+def _reason(err: BaseException) -> str:
+    """The first line of ``err`` that says something (transformers' messages run to many lines:
+    a loading report, then 'see the report above')."""
+    if "mismatched_sizes" in str(err):
+        return "the weights' shapes do not match config.json: a config.json edited, or from another model?"
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    text = next((ln for ln in lines if "above" not in ln.lower()), lines[0] if lines else type(err).__name__)
+    return f"{type(err).__name__}: {text[:300]}"
 
 
 def _save_tokenizer(tok: Any, folder: Path) -> None:
@@ -205,26 +236,15 @@ def load_causal_lm(
     and computes its forward passes under autocast to ``model.dtype``
     (:func:`compute_autocast`): AdamW's small updates are not rounded away in the weights. With
     LoRA the frozen base stays in ``model.dtype`` (peft keeps the adapters in float32)."""
-    from transformers import AutoModelForCausalLM
 
     _quiet()
     folder = check_model_folder(path if path is not None else spec.path or "", "model.path")
     master = trainable and spec.lora is None and spec.dtype != "float32"
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            str(folder),
-            dtype=torch.float32 if master else DTYPES[spec.dtype],
-            trust_remote_code=spec.trust_remote_code,
-        )
-    except ValueError as err:
-        if "trust_remote_code" in str(err):
-            raise ConfigError(
-                f"{folder} needs code shipped in the folder; set model.trust_remote_code=true if you trust it",
-                path="model.trust_remote_code",
-            ) from None
-        raise ConfigError(f"{folder}: cannot load the model ({err})", path="model.path") from None
-    except (OSError, RuntimeError) as err:
-        raise ConfigError(f"{folder}: cannot load the model ({err})", path="model.path") from None
+    model = _from_pretrained(
+        folder,
+        dtype=torch.float32 if master else DTYPES[spec.dtype],
+        trust_remote_code=spec.trust_remote_code,
+    )
     model.config.use_cache = True
     if master:
         model.rlinf_compute_dtype = DTYPES[spec.dtype]
