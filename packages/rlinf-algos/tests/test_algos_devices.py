@@ -61,15 +61,12 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("rlinf-algos/src/rlinf_algos/lm/finetune.py", "_pack"): HOST_BATCH,
     ("rlinf-algos/src/rlinf_algos/lm/trainer.py", "LocalComponents.iterate"): HOST_BATCH,
     ("rlinf-algos/src/rlinf_algos/perception.py", "fit_perception"): HOST_ORDER + "; " + OPEN,
-    ("rlinf-algos/src/rlinf_algos/evaluate.py", "_sample"): OPEN,
     ("rlinf-algos/src/rlinf_algos/grpo/learner.py", "GRPOLearner.update"): OPEN,
-    ("rlinf-algos/src/rlinf_algos/grpo/rollout.py", "collect_grpo"): OPEN,
     ("rlinf-algos/src/rlinf_algos/models/mlp.py", "RunningNorm.update"): OPEN,
     ("rlinf-algos/src/rlinf_algos/models/mlp.py", "fold_moments"): OPEN,
     ("rlinf-algos/src/rlinf_algos/ppo/functional.py", "clip_grads_"): OPEN,
     ("rlinf-algos/src/rlinf_algos/ppo/learner.py", "PPOLearner.update"): OPEN,
     ("rlinf-algos/src/rlinf_algos/ppo/learner.py", "PPOLearnerSide.assemble"): OPEN,
-    ("rlinf-algos/src/rlinf_algos/ppo/rollout.py", "collect_ppo"): OPEN,
 }
 
 

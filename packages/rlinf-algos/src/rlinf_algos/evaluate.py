@@ -210,7 +210,7 @@ def _sample(module: Any, obs: Any, generator: torch.Generator) -> np.ndarray:
     if hasattr(module, "action_mean"):
         prepared = module.normalize(obs)
         mean = module.action_mean(prepared)
-        noise = torch.randn(mean.shape, generator=generator)
+        noise = torch.randn(mean.shape, generator=generator, device=generator.device)
         return (mean + noise * module.action_log_std().exp()).numpy()
     return module.predict(obs, deterministic=False).numpy()
 

@@ -132,7 +132,11 @@ def collect_grpo(worker: Any, gen: int, max_steps: int, batch: str = "", send: b
             obs = model.normalize(torch.from_numpy(raw))
             if dist is None:
                 mean = model.action_mean(obs)
-                action = mean + torch.randn(mean.shape, generator=worker.generator) * std
+                action = (
+                    mean
+                    + torch.randn(mean.shape, generator=worker.generator, device=worker.generator.device)
+                    * std
+                )
             else:
                 mean = model.action_params(obs)
                 action = dist.sample(mean, log_std, worker.generator)

@@ -84,7 +84,7 @@ def collect_ppo(port: Any, policy: Any, T: int, generator: torch.Generator) -> d
     trunc_buf = np.zeros((S, T, n), bool)
     final_t: list[np.ndarray] = []  # (stage, t, slot) of truncated steps, and their obs
     final_obs: list[Any] = []
-    mean_buf = torch.empty(S, T, n, P)
+    mean_buf = torch.empty(S, T, n, P, device="cpu")  # beside the host buffers above
     obs_t, act_t = obs_tree.to_torch(obs_buf), torch.from_numpy(act_buf)
     normalize = policy.normalizer()
 
@@ -113,7 +113,7 @@ def collect_ppo(port: Any, policy: Any, T: int, generator: torch.Generator) -> d
             normalize(raw, obs)
             if dist is None:
                 mean = policy.action_mean(obs)
-                noise = torch.randn(mean.shape, generator=generator)
+                noise = torch.randn(mean.shape, generator=generator, device=generator.device)
                 torch.add(mean, noise * std, out=act_t[s, t])
             else:
                 mean = policy.action_params(obs)
