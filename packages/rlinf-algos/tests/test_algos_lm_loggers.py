@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -185,5 +186,11 @@ def test_wandb_resume_continues_the_same_run(tmp_path: Path, monkeypatch: pytest
         sinks.close()
     runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
     run_id = (tmp_path / "wandb" / "rlinf-run-id").read_text()
-    # one offline folder per start (one, when both started in the same second), all of one run
-    assert runs and all(r.name.endswith(f"-{run_id}") for r in runs), (run_id, runs)
+    # one offline folder per start, all of one run: wandb names them offline-run-<time>-<id>, and
+    # a second start within the same second gets a "-1" suffix on the same name
+    assert runs and all(
+        re.fullmatch(rf"offline-run-\d{{8}}_\d{{6}}-{run_id}(-\d+)?", r.name) for r in runs
+    ), (
+        run_id,
+        runs,
+    )
