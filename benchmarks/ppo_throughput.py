@@ -415,7 +415,8 @@ def peer_rlinf_rollout_inprocess(warmup: int, iters: int, seed: int) -> dict[str
 
     from rlinf_algos.envs import VectorEnvStepper
     from rlinf_algos.models.mlp import GaussianActorCritic
-    from rlinf_algos.ppo.rollout import LocalPort, collect_ppo
+    from rlinf_algos.ports import LocalPort
+    from rlinf_algos.ppo.rollout import collect_ppo
 
     t_begin = time.perf_counter()
     stepper = VectorEnvStepper(ENV_ID, NUM_ENVS, seed)

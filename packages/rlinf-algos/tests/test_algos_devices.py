@@ -64,7 +64,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("rlinf-algos/src/rlinf_algos/grpo/learner.py", "GRPOLearner.update"): OPEN,
     ("rlinf-algos/src/rlinf_algos/models/mlp.py", "RunningNorm.update"): OPEN,
     ("rlinf-algos/src/rlinf_algos/models/mlp.py", "fold_moments"): OPEN,
-    ("rlinf-algos/src/rlinf_algos/ppo/functional.py", "clip_grads_"): OPEN,
+    ("rlinf-algos/src/rlinf_algos/optim.py", "clip_grads_"): OPEN,
     ("rlinf-algos/src/rlinf_algos/ppo/learner.py", "PPOLearner.update"): OPEN,
     ("rlinf-algos/src/rlinf_algos/ppo/learner.py", "PPOLearnerSide.assemble"): OPEN,
 }

@@ -17,7 +17,7 @@ from rlinf_algos.config import load_sections
 from rlinf_algos.evaluate import evaluate_policy, load_policy
 from rlinf_algos.grpo import GRPO, GRPOConfig
 from rlinf_algos.models.mlp import GaussianActorCritic, SquashedGaussianActor, TwinQ
-from rlinf_algos.optim import LeanAdam
+from rlinf_algos.optim import LeanAdam, clip_grad_norm
 from rlinf_algos.ppo import PPO, PPOConfig
 from rlinf_algos.ppo.learner import PPOLearner, PPORollout
 from rlinf_algos.replay import ReplayBuffer
@@ -422,7 +422,7 @@ def test_ppo_update_matches_plain_loop() -> None:
             loss = pg + cfg.vf_coef * vf + cfg.ent_coef * ppo_math.entropy_loss(entropy)
             opt.zero_grad()
             loss.backward()
-            ppo_math.clip_grad_norm(list(ref.parameters()), cfg.max_grad_norm)
+            clip_grad_norm(list(ref.parameters()), cfg.max_grad_norm)
             opt.step()
             clipfracs.append(float(ppo_math.clip_fraction(log_ratio.detach(), cfg.clip_low, cfg.clip_high)))
     for x, y in zip(model.parameters(), ref.parameters(), strict=True):

@@ -19,7 +19,7 @@ from rlinf_algos.channels import grpo_keys
 from rlinf_algos.grpo.learner import GRPOLearner, GRPOLearnerSide
 from rlinf_algos.grpo.rollout import GRPOCollector, collect_grpo
 from rlinf_algos.models import build_policy
-from rlinf_algos.ppo.recipe import gaussian_policy_spec
+from rlinf_algos.policy_specs import gaussian_policy_spec
 from rlinf_algos.recipe import IterationPlan, LearnerContext, LocalSession, Recipe, await_call
 from rlinf_core.errors import ConfigError
 
