@@ -259,8 +259,8 @@ def child_rlinf(spec: dict[str, Any], t_process: float) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
+    from rlinf_algos.lm import learner as lm_workers
     from rlinf_algos.lm import trainer as lm_trainer
-    from rlinf_algos.lm import workers as lm_workers
     from rlinf_algos.lm.config import load_lm_sections
 
     cfg, mode, seed = spec["settings"], spec["mode"], spec["seed"]

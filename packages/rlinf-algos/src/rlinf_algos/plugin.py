@@ -32,9 +32,9 @@ def rlinf_register_models() -> list[type]:
 
 @hookimpl
 def rlinf_register_rollout_engines() -> list[type]:
-    from rlinf_algos.lm.engines import RolloutWorker
+    from rlinf_algos.lm.engines import HFEngine
 
-    return [RolloutWorker]
+    return [HFEngine]
 
 
 @hookimpl

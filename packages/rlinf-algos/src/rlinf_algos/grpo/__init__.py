@@ -3,7 +3,7 @@
 Light on purpose (pydantic and rlinf_core only, for the plugin). The pieces:
 :mod:`~rlinf_algos.grpo.config`, :mod:`~rlinf_algos.grpo.functional` (the maths, shared with the
 language-model GRPO), :mod:`~rlinf_algos.grpo.learner`, :mod:`~rlinf_algos.grpo.rollout`,
-:mod:`~rlinf_algos.grpo.workers` (the reward and reference components) and
+:mod:`~rlinf_algos.grpo.roles` (the reward and reference bodies) and
 :mod:`~rlinf_algos.grpo.recipe`.
 """
 
@@ -16,8 +16,8 @@ from pydantic import BaseModel
 
 from rlinf_algos.algorithm import EmbodiedAlgorithm, rollout_item
 from rlinf_algos.config import EnvConfig
+from rlinf_algos.flow import Recipe
 from rlinf_algos.grpo.config import GRPOConfig
-from rlinf_algos.recipe import Recipe
 from rlinf_core.errors import ConfigProblem
 
 __all__ = ["GRPO", "GRPOConfig"]

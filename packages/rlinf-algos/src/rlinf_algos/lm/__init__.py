@@ -14,7 +14,7 @@ processes stay small):
 - :mod:`~rlinf_algos.lm.agents`: single and hierarchical (lead + subagents) episodes (*light*);
 - :mod:`~rlinf_algos.lm.folder`, :mod:`~rlinf_algos.lm.hf`, :mod:`~rlinf_algos.lm.kvcache`,
   :mod:`~rlinf_algos.lm.prefix`: model folders; load, LoRA, sample, score, sync, save;
-- :mod:`~rlinf_algos.lm.reward`, :mod:`~rlinf_algos.lm.workers`, :mod:`~rlinf_algos.lm.engines`:
+- :mod:`~rlinf_algos.lm.reward`, :mod:`~rlinf_algos.lm.learner`, :mod:`~rlinf_algos.lm.engines`:
   the reward, rollout, reference and actor components and the rollout engines;
 - :mod:`~rlinf_algos.lm.ppo`: the critic and token-level GAE of ``ppo_lm``;
 - :mod:`~rlinf_algos.lm.finetune`: ``rlinf sft``; :mod:`~rlinf_algos.lm.sft`: the arithmetic

@@ -2,7 +2,7 @@
 
 An agent turns problems into token sequences for training. It never touches the model: it calls
 ``generate(prompts, max_new_tokens, stop_ids) -> responses`` (lists of token ids), which in
-process is the rollout worker's :meth:`~rlinf_algos.lm.workers.RolloutWorker.generate` and, in a
+process is the rollout worker's :meth:`~rlinf_algos.lm.learner.HFEngine.generate` and, in a
 distributed run, a request over a Channel to the rollout workers. So agents are light and can
 run as many small processes.
 

@@ -61,7 +61,7 @@ class LMGRPOConfig(ConfigSection):
     """
 
     model_config = _STRICT
-    actor: ClassVar[str] = "rlinf_algos.lm.workers:ActorWorker"
+    actor: ClassVar[str] = "rlinf_algos.lm.learner:LMLearner"
     """The actor component's class (``module:Class``): what runs this algorithm's update."""
 
     name: Literal["grpo_lm"] = "grpo_lm"
@@ -112,7 +112,7 @@ class LMPPOConfig(LMGRPOConfig):
     loss. ``group_size`` responses per prompt (1 is plain PPO).
     """
 
-    actor: ClassVar[str] = "rlinf_algos.lm.ppo:PPOActorWorker"
+    actor: ClassVar[str] = "rlinf_algos.lm.ppo:PPOLMLearner"
 
     name: Literal["ppo_lm"] = "ppo_lm"  # type: ignore[assignment]
     group_size: int = Field(1, ge=1, description="responses sampled per prompt")

@@ -30,7 +30,6 @@ This module imports no torch at import time (agent and reward processes load it)
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -44,354 +43,17 @@ from rlinf_algos.lm.faults import (
     FaultBook,
     RecoveryMixin,
     WorkerLost,
-    WorkerPid,
-    is_abort,
     settle,
 )
+from rlinf_algos.lm.flow import LMFlow
 from rlinf_algos.lm.folder import context_length
-from rlinf_algos.lm.remote_generate import ChannelGenerate, LMAgentWorker, play, run_config
+from rlinf_algos.lm.remote_generate import ChannelGenerate, play
+from rlinf_algos.lm.roles import STOP
 from rlinf_algos.lm.tasks import make_task, task_tokenizer
+from rlinf_algos.runtime.workers import WORKERS
 from rlinf_core.errors import RlinfError
-from rlinf_core.worker import Worker
 
-__all__ = [
-    "ChannelGenerate",
-    "LMActorWorker",
-    "LMAgentWorker",
-    "LMReferenceWorker",
-    "LMRewardWorker",
-    "LMRolloutWorker",
-    "RemoteComponents",
-    "train_lm_distributed",
-]
-
-STOP = "__rlinf_lm_stop__"
-"""Put on the ``gen`` channel's ``req`` key once per rollout rank to end its serve loop."""
-
-
-# -- workers -------------------------------------------------------------------------------------
-
-
-class LMRolloutWorker(WorkerPid, Worker):
-    """Serves generation requests from the ``gen`` channel with the newest policy of the
-    broadcast (at least a request's ``min_version``)."""
-
-    def __init__(self, run: dict[str, Any], weights_name: str, gen: Any, timeout: float) -> None:
-        self.run_cfg = run_config(run)
-        self.weights_name, self.gen, self.timeout = weights_name, gen, timeout
-
-    def setup(self) -> None:
-        import torch
-
-        from rlinf_algos.lm.engines import make_rollout
-
-        torch.set_num_threads(self.run_cfg.runner.torch_threads)
-        tok = task_tokenizer(self.run_cfg)
-        seed = self.run_cfg.runner.seed + 7919 * (self.rank + 1)
-        self.worker = make_rollout(self.run_cfg, seed=seed, pad_id=tok.pad_id)
-        self.wb: Any = None
-
-    def _sync(self, min_version: int) -> None:
-        from rlinf_scheduler.weights import WeightBroadcast
-
-        if self.wb is None:
-            self.wb = WeightBroadcast.connect(
-                self.weights_name, timeout=self.timeout, default_timeout=self.timeout
-            )
-        if self.worker.version < min_version:
-            version, sd = self.wb.fetch(min_version=min_version, timeout=self.timeout)
-            self.worker.set_weights(sd, version)
-
-    def serve(self) -> dict[str, Any]:
-        """Answer requests until a :data:`STOP`; returns the tokens generated and the seconds
-        spent generating (not waiting)."""
-        from rlinf_core.errors import ChannelTimeout
-
-        served = 0
-        busy = 0.0
-        while True:
-            try:
-                req = self.gen.get("req", timeout=self.timeout)
-            except ChannelTimeout as err:
-                raise RlinfError(
-                    f"rollout rank {self.rank}: no generation request for {self.timeout:g} s "
-                    "(runner.worker_timeout); is the driver alive?"
-                ) from err
-            if isinstance(req, str) and req == STOP:
-                break
-            t0 = time.perf_counter()
-            if req.get("report"):
-                self.gen.put({"rank": self.rank, "pid": os.getpid()}, req["report"], timeout=self.timeout)
-            self._sync(int(req["min_version"]))
-            tokens0 = self.worker.tokens
-            responses = self.worker.generate(
-                req["prompts"], req["max_new_tokens"], req["stop_ids"], req.get("temperature")
-            )
-            self.gen.put(
-                {
-                    "part": req["part"],
-                    "responses": responses,
-                    "version": self.worker.version,
-                    "tokens": self.worker.tokens - tokens0,
-                },
-                req["reply"],
-                timeout=self.timeout,
-            )
-            served += 1
-            busy += time.perf_counter() - t0
-        return {"requests": served, "tokens": self.worker.tokens, "busy_s": busy}
-
-
-class LMRewardWorker(WorkerPid, Worker):
-    """The verifier on a CPU-only process (no torch): scores the episodes of given keys of the
-    ``episodes`` channel and forwards them, with their rewards, to the actor."""
-
-    def __init__(
-        self, run: dict[str, Any], episodes: Any, scored: Any, timeout: float, log_dir: str | None = None
-    ) -> None:
-        self.run_cfg = run_config(run)
-        self.episodes, self.scored, self.timeout = episodes, scored, timeout
-        self.log_dir = log_dir
-
-    def setup(self) -> None:
-        from rlinf_algos.lm.reward import RewardWorker
-
-        log = Path(self.log_dir) / f"reward-r{self.rank}.log" if self.log_dir else None
-        self.task = make_task(self.run_cfg, task_tokenizer(self.run_cfg), reward_log=log)
-        self.worker = RewardWorker(self.task)
-
-    def score(self, keys: list[str], dest: str | None, report: str | None = None) -> dict[str, Any]:
-        """Score the episodes at each of ``keys`` (in order); put them with their ``rewards`` on
-        the ``scored`` channel at ``dest`` (one item per key) unless ``dest`` is ``None`` (an
-        evaluation). Returns per key ``correct`` and ``well_formed`` lists, and ``busy_s``
-        (``aborted`` when the driver ended the iteration). ``report``: a key to put this rank
-        and pid on once it has its first episodes."""
-        out: dict[str, Any] = {"parts": {}, "busy_s": 0.0}
-        for key in keys:
-            eps = self.episodes.get(key, timeout=self.timeout)
-            if is_abort(eps):
-                return {"aborted": True, "parts": {}, "busy_s": out["busy_s"]}
-            if report is not None:
-                self.episodes.put({"rank": self.rank, "pid": os.getpid()}, report, timeout=self.timeout)
-                report = None
-            t0 = time.perf_counter()
-            r = self.worker.compute({"response_ids": eps["final_responses"], "answers": eps["answers"]})
-            out["parts"][key] = {
-                "rewards": [float(x) for x in r["rewards"]],
-                "correct": [bool(x) for x in r["correct"]],
-                "well_formed": [bool(x) for x in r["well_formed"]],
-            }
-            out["busy_s"] += time.perf_counter() - t0
-            out["failures"] = int(r.get("failures", 0))
-            if dest is not None:
-                eps["rewards"] = r["rewards"]
-                eps["correct"], eps["well_formed"] = (
-                    out["parts"][key]["correct"],
-                    out["parts"][key]["well_formed"],
-                )
-                self.scored.put(eps, dest, timeout=self.timeout)
-        return out
-
-
-class LMReferenceWorker(WorkerPid, Worker):
-    """The frozen reference: the warm-started policy (version 0 of the broadcast; with LoRA, the
-    base model with the adapter disabled); answers log-prob requests of the actor on the
-    ``refq`` channel."""
-
-    def __init__(self, run: dict[str, Any], weights_name: str, refq: Any, timeout: float) -> None:
-        self.run_cfg = run_config(run)
-        self.weights_name, self.refq, self.timeout = weights_name, refq, timeout
-        self.worker: Any = None
-
-    def setup(self) -> None:
-        import torch
-
-        torch.set_num_threads(self.run_cfg.runner.torch_threads)
-
-    def log_probs(self, key: str) -> dict[str, Any]:
-        """Take the batch at ``key``, put its ``ref_log_probs`` at ``key + "/lp"``."""
-        if self.worker is None:
-            raise RlinfError("reference worker: load() the frozen weights before log_probs()")
-        batch = self.refq.get(key, timeout=self.timeout)
-        if is_abort(batch):
-            return {"aborted": True, "busy_s": 0.0}
-        t0 = time.perf_counter()
-        out = self.worker.compute_log_probs(batch)
-        self.refq.put(out, key + "/lp", timeout=self.timeout)
-        return {"busy_s": time.perf_counter() - t0}
-
-    def load(self) -> int:
-        """Take the broadcast's current weights (version 0: the warm start) as the frozen copy."""
-        from rlinf_algos.lm.workers import ReferenceWorker
-        from rlinf_algos.parallel import role_device
-        from rlinf_scheduler.weights import WeightBroadcast
-
-        wb = WeightBroadcast.connect(self.weights_name, timeout=self.timeout, default_timeout=self.timeout)
-        version, sd = wb.fetch(min_version=0, timeout=self.timeout)
-        self.worker = ReferenceWorker(
-            self.run_cfg.model,
-            {k: v.clone() for k, v in sd.items()},
-            temperature=self.run_cfg.algorithm.temperature,
-            device=role_device(str(self.run_cfg.runner.device)),  # the GPU its placement gives, if any
-        )
-        return int(version)
-
-
-class LMActorWorker(WorkerPid, Worker):
-    """Runs the warm start, holds the policy and its optimiser, runs the GRPO update on the
-    scored episodes of the ``scored`` channel and publishes the weights.
-
-    Placed on several processes, the actor is one data-parallel learner group
-    (:mod:`rlinf_algos.parallel`, the ``actor`` section): rank 0 runs the warm start, takes the
-    scored parts and the reference log-probs, and hands the packed batch to the other ranks;
-    each rank trains on its share of every minibatch; rank 0 publishes."""
-
-    def __init__(
-        self, run: dict[str, Any], weights_name: str, scored: Any, refq: Any, timeout: float
-    ) -> None:
-        self.run_cfg = run_config(run)
-        self.weights_name, self.scored, self.refq, self.timeout = weights_name, scored, refq, timeout
-
-    def setup(self) -> None:
-        import torch
-
-        from rlinf_algos.parallel import DataParallel, resolve_device
-
-        torch.set_num_threads(self.run_cfg.runner.torch_threads)
-        actor = self.run_cfg.actor
-        self.dp = DataParallel.start(
-            self.rank,
-            self.world_size,
-            strategy=actor.strategy,
-            device=resolve_device(self.run_cfg.runner.device),
-            micro_batch_size=actor.micro_batch_size,
-            timeout=2 * self.timeout + 30.0,
-            what="actor",
-        )
-
-    def teardown(self) -> None:
-        self.dp.close()
-
-    def load_policy(self) -> None:
-        """Load the policy (the warm-started folder when the run had a warm start: the driver ran
-        it before launching the workers) on every rank, then publish version 0."""
-        from rlinf_algos.lm.trainer import policy_to_train
-        from rlinf_algos.lm.workers import make_actor
-        from rlinf_scheduler.weights import WeightBroadcast
-
-        model, self.tok = policy_to_train(self.run_cfg)
-        model = self.dp.wrap(model)
-        self.actor = make_actor(model, self.run_cfg, dp=self.dp)
-        self.wb = (
-            WeightBroadcast.create(self.weights_name, default_timeout=self.timeout)
-            if self.dp.is_main
-            else None
-        )
-        weights, _ = self.actor.get_weights()
-        if self.wb is not None:
-            self.wb.publish(weights, version=0)
-
-    def _batch(self, keys: list[str], ref_key: str | None) -> tuple[dict[str, Any], int, float, dict] | None:
-        """Rank 0: the packed batch of the scored parts at ``keys`` with the reference log-probs
-        (``(batch, sequences, seconds waiting for the reference, outcomes)``; ``None`` when the
-        driver ended the iteration); the other ranks get it from rank 0."""
-        self.dp.arrive(f"the batch at {keys[0] if keys else '-'}")
-        return self.dp.from_main(lambda: self._pack(keys, ref_key))
-
-    def _pack(self, keys: list[str], ref_key: str | None) -> tuple[dict[str, Any], int, float, dict] | None:
-        import torch
-
-        from rlinf_algos.lm.workers import pack_batch
-
-        parts = []
-        for k in keys:
-            parts.append(self.scored.get(k, timeout=self.timeout))
-            if is_abort(parts[-1]):
-                return None
-        outcomes: dict[str, Any] = {"correct": [], "well_formed": [], "generated_tokens": 0}
-        seqs: list[list[int]] = []
-        masks: list[list[int]] = []
-        index: list[int] = []
-        rewards: list[float] = []
-        for p in parts:
-            off = len(rewards)
-            seqs += p["sequences"]
-            masks += p["loss_masks"]
-            index += [off + e for e in p["episode_index"]]
-            rewards += [float(x) for x in p["rewards"]]
-            outcomes["correct"] += list(p.get("correct", []))
-            outcomes["well_formed"] += list(p.get("well_formed", []))
-            outcomes["generated_tokens"] += int(p.get("generated_tokens", 0))
-        outcomes["rewards"] = rewards
-        batch = pack_batch(seqs, masks, self.tok.pad_id)
-        batch["episode_index"] = torch.tensor(index, dtype=torch.long)
-        batch["rewards"] = torch.tensor(rewards, dtype=torch.float32)
-        ref_s = 0.0
-        if ref_key is not None:
-            t = time.perf_counter()
-            self.refq.put({"input_ids": batch["input_ids"]}, ref_key, timeout=self.timeout)
-            lp = self.refq.get(ref_key + "/lp", timeout=self.timeout)
-            if is_abort(lp):
-                return None
-            batch.update(lp)
-            ref_s = time.perf_counter() - t
-        return batch, len(seqs), ref_s, outcomes
-
-    def update(self, keys: list[str], ref_key: str | None) -> dict[str, Any]:
-        """Gather the scored parts at ``keys`` (whole groups each, in order), pack them, get the
-        reference log-probs over ``refq`` at ``ref_key`` (when not ``None``), run the GRPO
-        update and publish the new version. Returns the update stats, ``version``, the parts'
-        ``outcomes`` and seconds; ``aborted`` when the driver ended the iteration (no update)."""
-        t0 = time.perf_counter()
-        packed = self._batch(keys, ref_key)
-        if packed is None:
-            return {"aborted": True}
-        batch, sequences, ref_s, outcomes = packed
-        t = time.perf_counter()
-        stats = self.actor.update(batch)
-        update_s = time.perf_counter() - t
-        t = time.perf_counter()
-        weights, version = self.actor.get_weights()
-        if self.wb is not None:
-            self.wb.publish(weights, version=version)
-        sync_s = time.perf_counter() - t
-        return {
-            "stats": stats,
-            "version": self.actor.version,
-            "sequences": sequences,
-            "reference_wait_s": ref_s,
-            "update_s": update_s,
-            "sync_s": sync_s,
-            "allreduce_s": self.dp.take_comm_s(),
-            "learner_world_size": self.dp.world,
-            "publish_bytes": self.actor.publish_bytes,
-            "pack_s": time.perf_counter() - t0 - ref_s - update_s - sync_s,
-            "outcomes": outcomes,
-        }
-
-    def version(self) -> int:
-        return int(self.actor.version)
-
-    def checkpoint_state(self) -> dict[str, Any]:
-        """The actor's checkpoint state (:meth:`~rlinf_algos.lm.workers.ActorWorker.state_dict`);
-        on a learner group every rank calls, rank 0 answers."""
-        state = self.actor.state_dict()
-        return state if self.dp.is_main else {}
-
-    def load_checkpoint_state(self, state: dict[str, Any]) -> int:
-        """Continue from a checkpoint's actor state (every rank), then publish its weights as
-        its version: the rollout ranks sample from them from the next request on."""
-        self.actor.load_state_dict(state)
-        weights, version = self.actor.get_weights()
-        if self.wb is not None:
-            self.wb.publish(weights, version=version)
-        return int(version)
-
-    def policy_state(self) -> dict[str, Any]:
-        """The current weights as a publish carries them (the adapter alone with LoRA); on a
-        learner group every rank calls (FSDP gathers), rank 0 answers."""
-        return {"state_dict": self.actor.get_weights()[0]}
-
+__all__ = ["RemoteComponents", "train_lm_distributed"]
 
 # -- the driver ----------------------------------------------------------------------------------
 
@@ -457,28 +119,38 @@ class RemoteComponents(RecoveryMixin):
                 )
             ]
             self.gen, self.episodes_ch, self.scored, self.refq = (f.result() for f in futs)
-        data = run.model_dump(mode="json")
+        flow = LMFlow(run)
         use_agents = self._plan("agent") is not None and self.task.mode == "multiagent"
         n_rollout = int(self._plan("rollout").world_size) if self._plan("rollout") is not None else 1
-        launches: dict[str, tuple[Any, ...]] = {
-            "actor": (LMActorWorker, data, self.weights_name, self.scored, self.refq, self.timeout),
-            "rollout": (LMRolloutWorker, data, self.weights_name, self.gen, self.timeout),
-            "reward": (
-                LMRewardWorker,
-                data,
-                self.episodes_ch,
-                self.scored,
-                self.timeout,
-                str(self.run_dir / "logs") if self.run_dir is not None else None,
-            ),
-        }
+        common = {"timeout": self.timeout, "seed": run.runner.seed}
+        torch_threads = run.runner.torch_threads
+        launches: dict[str, dict[str, Any]] = {
+            "actor": {
+                **common, "weights": self.weights_name, "threads": torch_threads,
+                "channels": {"scored": self.scored, "refq": self.refq}, "device": run.runner.device,
+                "strategy": run.actor.strategy, "micro_batch_size": run.actor.micro_batch_size,
+            },
+            "rollout": {**common, "weights": self.weights_name, "threads": torch_threads, "channels": {"gen": self.gen}},
+            "reward": {
+                **common, "threads": 0, "channels": {"episodes": self.episodes_ch, "scored": self.scored},
+                "log_dir": str(self.run_dir / "logs") if self.run_dir is not None else None,
+            },
+        }  # fmt: skip
         if run.algorithm.kl_coef > 0:
-            launches["reference"] = (LMReferenceWorker, data, self.weights_name, self.refq, self.timeout)
+            launches["reference"] = {
+                **common, "weights": self.weights_name, "threads": torch_threads, "channels": {"refq": self.refq},
+            }  # fmt: skip
         if use_agents:
-            launches["agent"] = (LMAgentWorker, data, self.gen, self.episodes_ch, n_rollout, self.timeout)
+            launches["agent"] = {
+                **common, "threads": 0, "channels": {"gen": self.gen, "episodes": self.episodes_ch},
+                "n_rollout": n_rollout,
+            }  # fmt: skip
         t0 = time.perf_counter()
         with ThreadPoolExecutor(len(launches)) as pool:
-            futs2 = {name: pool.submit(self.scheduler.launch, name, *args) for name, args in launches.items()}
+            futs2 = {
+                name: pool.submit(self.scheduler.launch, name, WORKERS[name], flow, **kw)
+                for name, kw in launches.items()
+            }
             for name, fut in futs2.items():
                 self.groups[name] = fut.result()
         for name, group in self.groups.items():
@@ -502,9 +174,9 @@ class RemoteComponents(RecoveryMixin):
             if name in RESTARTABLE:  # a dead rank is restarted alone; the others keep running
                 self.groups[name].stop_on_failure = False
             self._note_pids(name)
-        self.groups["actor"].load_policy().wait(self.timeout)
+        self.groups["actor"].configure().wait(self.timeout)
         if "reference" in self.groups:
-            self.groups["reference"].load().wait(self.timeout)
+            self.groups["reference"].configure().wait(self.timeout)
         self.serving = {
             r: self.groups["rollout"].on(r).serve() for r in range(self.groups["rollout"].world_size)
         }
@@ -566,7 +238,7 @@ class RemoteComponents(RecoveryMixin):
             calls[("reference", 0)] = self.groups["reference"].log_probs(ref_key)
         if train:  # one scored item per episodes key, from the reward rank that scores it
             dests = [f"{key}/r{r}" for r in sorted(by_reward) for _ in by_reward[r]]
-            calls[("actor", 0)] = self.groups["actor"].update(dests, ref_key)
+            calls[("actor", 0)] = self.groups["actor"].train(key, keys=dests, ref_key=ref_key)
         t0 = time.perf_counter()
         try:
             agent_stats: list[dict[str, Any]] = []
@@ -654,7 +326,7 @@ class RemoteComponents(RecoveryMixin):
                 "reward": res["reward_s"],
                 "reference": res["reference_s"],
                 "update": actor["update_s"],
-                "sync": actor["sync_s"],
+                "sync": actor.get("publish_s", 0.0),
             },
         }
 
@@ -671,7 +343,7 @@ class RemoteComponents(RecoveryMixin):
         """The actor's current policy, as a model in this process."""
         from rlinf_algos.lm import hf
 
-        state = self.groups["actor"].policy_state().wait(self.timeout)[0]
+        state = self.groups["actor"].policy().wait(self.timeout)[0]
         if self.policy_model is None:
             self.policy_model = hf.load_causal_lm(self.run.model)  # requires_grad as trained: the counts
         hf.load_sync_state(self.policy_model, state["state_dict"])
@@ -683,16 +355,14 @@ class RemoteComponents(RecoveryMixin):
     def state(self) -> dict[str, Any]:
         """The components' part of a checkpoint: the actor's state (rank 0's)."""
         return {
-            "actor": self.groups["actor"].checkpoint_state().wait(self.timeout)[0],
+            "actor": self.groups["actor"].state().wait(self.timeout)[0],
             "faults": self.faults.state(),
         }
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Continue from :meth:`state`: every actor rank loads it and the weights are published
         as the checkpoint's version (the reference has taken version 0 already)."""
-        self.version = int(
-            self.groups["actor"].load_checkpoint_state(dict(state["actor"])).wait(self.timeout)[0]
-        )
+        self.version = int(self.groups["actor"].load(dict(state["actor"])).wait(self.timeout)[0])
         self.faults.load(state.get("faults"))
 
     def close(self) -> None:

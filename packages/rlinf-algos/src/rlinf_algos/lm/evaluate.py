@@ -57,7 +57,7 @@ def evaluate_lm_run(
     from rlinf_algos.lm.agents import make_agent
     from rlinf_algos.lm.engines import make_rollout
     from rlinf_algos.lm.folder import context_length
-    from rlinf_algos.lm.reward import RewardWorker
+    from rlinf_algos.lm.reward import Verifier
     from rlinf_algos.lm.tasks import is_arith, make_task, task_tokenizer
 
     if samples < 1:
@@ -93,7 +93,7 @@ def evaluate_lm_run(
         )
     rollout = make_rollout(run, seed=seed, pad_id=tok.pad_id)
     agent = make_agent(task, tok, task.max_new_tokens(), run.task.max_calls, context_length(run.model))
-    reward = RewardWorker(task)
+    reward = Verifier(task)
 
     def gen(prompts: list[list[int]], n: int, stop: Any) -> list[list[int]]:
         return rollout.generate(prompts, n, stop, temperature=temp)

@@ -4,10 +4,10 @@
 the warm-started policy on the held-out set, ``algorithm.iterations`` GRPO iterations, and a
 final evaluation. One iteration is the macro flow a distributed runner spreads over workers::
 
-    problems --agent + RolloutWorker.generate--> episodes (token sequences)     "generate"
-    final responses --RewardWorker.compute--> rewards                          "reward"
-    sequences --ReferenceWorker.compute_log_probs--> ref log-probs             "reference"
-    batch --ActorWorker.update--> new weights --RolloutWorker.set_weights      "update", "sync"
+    problems --agent + HFEngine.generate--> episodes (token sequences)     "generate"
+    final responses --Verifier.compute--> rewards                          "reward"
+    sequences --ReferenceModel.compute_log_probs--> ref log-probs             "reference"
+    batch --LMLearner.update--> new weights --HFEngine.set_weights      "update", "sync"
 
 The run directory gets ``metrics.jsonl`` and ``metrics.csv`` (one row per iteration: reward,
 response length, KL, clip fraction, bytes per weight publish, the seconds of each phase),
@@ -47,12 +47,12 @@ from rlinf_algos.lm.checkpoint import (
 from rlinf_algos.lm.config import LMRunConfig, resolved_lm_config
 from rlinf_algos.lm.engines import make_rollout
 from rlinf_algos.lm.folder import context_length
-from rlinf_algos.lm.reward import RewardWorker
+from rlinf_algos.lm.learner import ReferenceModel, make_learner, pack_batch
+from rlinf_algos.lm.reward import Verifier
 from rlinf_algos.lm.sft import warm_start
 from rlinf_algos.lm.task import max_response_tokens
 from rlinf_algos.lm.tasks import is_arith, make_task, task_tokenizer
 from rlinf_algos.lm.tokens import ARITH_MARKERS, LMTokenizer
-from rlinf_algos.lm.workers import ReferenceWorker, make_actor, pack_batch
 from rlinf_core.io import atomic_write_text
 from rlinf_core.rollout import RolloutEngine
 
@@ -75,7 +75,7 @@ PHASES = ("generate", "reward", "reference", "update", "sync")
 def evaluate(
     agent: SingleAgent | HierarchicalAgent,
     rollout: RolloutEngine,
-    reward: RewardWorker,
+    reward: Verifier,
     problems: Sequence[Any],
     temperature: float = 0.0,
     chunk: int = 256,
@@ -157,17 +157,17 @@ class LocalComponents:
             task, tok, task.max_new_tokens(), run.task.max_calls, context_length(run.model)
         )
         self.rollout = make_rollout(run, seed=rcfg.seed, pad_id=tok.pad_id)
-        self.reward = RewardWorker(task)
-        self.actor = make_actor(model, run)
+        self.reward = Verifier(task)
+        self.actor = make_learner(model, run)
         weights, version = self.actor.get_weights()
         self.rollout.set_weights(weights, version)
         self.reference = None
         if alg.kl_coef > 0:
             # with LoRA the reference is the actor's own base weights (adapter disabled)
             self.reference = (
-                ReferenceWorker(model=model, temperature=alg.temperature)
+                ReferenceModel(model=model, temperature=alg.temperature)
                 if hf.is_lora(model)
-                else ReferenceWorker(run.model, weights, temperature=alg.temperature)
+                else ReferenceModel(run.model, weights, temperature=alg.temperature)
             )
         self.placement = {"everything": "in the rlinf process (runner.scheduler: local)"}
 

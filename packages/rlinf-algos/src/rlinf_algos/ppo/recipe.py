@@ -14,12 +14,12 @@ from typing import Any, ClassVar
 import torch
 
 from rlinf_algos.channels import traj_key
+from rlinf_algos.flow import IterationPlan, LearnerContext, LocalSession, Recipe, await_call
 from rlinf_algos.models import build_policy
 from rlinf_algos.policy_specs import gaussian_policy_spec
 from rlinf_algos.ports import LocalPort
 from rlinf_algos.ppo.learner import PPOLearnerSide
 from rlinf_algos.ppo.rollout import collect_ppo
-from rlinf_algos.recipe import IterationPlan, LearnerContext, LocalSession, Recipe, await_call
 
 __all__ = ["PPORecipe"]
 

@@ -1,7 +1,7 @@
 """The workers' runtime: any recipe's macro flow (DESIGN.md section 5) on placed workers.
 
 How an iteration flows (:class:`DistributedRun`): the driver asks the recipe for the iteration's
-:class:`~rlinf_algos.recipe.IterationPlan`, calls the env workers' method and every
+:class:`~rlinf_algos.flow.IterationPlan`, calls the env workers' method and every
 ``RolloutWorker.collect`` for iteration ``k`` and, at the same time, starts the learning side
 (the actor waits for the batch, or learns from data as it streams in, or the recipe's extra
 components score it first). Iteration ``k + 1`` starts once ``k`` is collected and the weights it
@@ -50,9 +50,9 @@ from pathlib import Path
 from typing import Any
 
 from rlinf_algos.channels import ABORT
+from rlinf_algos.flow import IterationPlan, Recipe
 from rlinf_algos.models import check_policy_spec
 from rlinf_algos.perception import warm_start_policy
-from rlinf_algos.recipe import IterationPlan, Recipe
 from rlinf_algos.run_files import POLICY, checkpoint_name, write_state
 from rlinf_algos.rundir import (
     BASE_COLUMNS,
@@ -201,8 +201,8 @@ class DistributedRun(RecoveryMixin):
         return self.scheduler.channel(name, maxsize=maxsize, **opts)
 
     def setup(self) -> None:
-        from rlinf_algos.runtime.actor import ActorWorker
-        from rlinf_algos.runtime.workers import EnvWorker, RolloutWorker
+        from rlinf_algos.embodied.flow import EmbodiedFlow
+        from rlinf_algos.runtime.workers import WORKERS
 
         M, N = self._world("env"), self._world("rollout")
         if M is not None and N is not None:
@@ -214,32 +214,38 @@ class DistributedRun(RecoveryMixin):
         self.traj_ch = self.channel(
             f"rlinf-{uid}-traj", "actor", maxsize=self.recipe.channel_maxsize(self.rollout_cfg)
         )
-        env_args = (EnvWorker, self.env_cfg.model_dump(), seed, S)
+        flow = EmbodiedFlow(self.recipe)
+        env_args = (self.env_cfg.model_dump(), seed, S)
         if M is None or N is None:  # a scheduler without a plan: learn the sizes from the env group
-            env = self.scheduler.launch("env", *env_args[1:], N or 1, self.link_token, self.timeout)
+            env = self.scheduler.launch(
+                "env", WORKERS["env"], *env_args, N or 1, self.link_token, self.timeout
+            )
             self.groups["env"] = env
             M, N = env.world_size, N or 1
             self._check_sizes(M, N)
         self.M, self.N, self.S = M, N, S
         self.per_stage = self.env_cfg.num_envs // (M * S)
-        launches = {
-            "env": (*env_args, N, self.link_token, self.timeout),
-            "actor": (
-                ActorWorker, self.recipe, self.model_cfg.model_dump(), self.runner_cfg.model_dump(),
-                self.traj_ch, self.weights, N,
-                self.actor_cfg.model_dump() if self.actor_cfg is not None else None,
-            ),
-            "rollout": (
-                RolloutWorker, self.recipe, M, self.per_stage, S, self.traj_ch, self.weights, seed,
-                self.link_token, self.timeout,
-            ),
-            **self.recipe.launch_extra(self),
+        actor_cfg = self.actor_cfg.model_dump() if self.actor_cfg is not None else {}
+        launches: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
+            "env": ((*env_args, N, self.link_token, self.timeout), {}),
+            "actor": ((flow,), {
+                "timeout": self.timeout, "channels": {"traj": self.traj_ch}, "weights": self.weights,
+                "seed": seed, "threads": self.runner_cfg.torch_threads, "device": self.runner_cfg.device,
+                "strategy": actor_cfg.get("strategy"), "micro_batch_size": actor_cfg.get("micro_batch_size"),
+                "model": self.model_cfg.model_dump(), "rollout_world": N,
+            }),
+            "rollout": ((flow,), {
+                "timeout": self.timeout, "channels": {"traj": self.traj_ch}, "weights": self.weights,
+                "seed": seed, "threads": 1, "env_world": M, "per_stage": self.per_stage, "stages": S,
+                "link_token": self.link_token,
+            }),
+            **{name: ((flow,), kw) for name, kw in self.recipe.launch_extra(self).items()},
         }  # fmt: skip
         # the groups start at once: their imports (torch, mujoco) overlap
         with ThreadPoolExecutor(len(launches)) as pool:
             futs = {
-                name: pool.submit(self.scheduler.launch, name, *args)
-                for name, args in launches.items()
+                name: pool.submit(self.scheduler.launch, name, WORKERS[name], *args, **kw)
+                for name, (args, kw) in launches.items()
                 if name not in self.groups
             }
             for name, fut in futs.items():
@@ -357,7 +363,8 @@ class DistributedRun(RecoveryMixin):
                 "settings of that run (its config.yaml), only runner.total_steps may grow"
             )
         run = state["run"]
-        self.resume_digest = self.groups["actor"].load(state["actor"]).wait(self.timeout)[0]
+        self.groups["actor"].load(state["actor"]).wait(self.timeout)
+        self.resume_digest = self.groups["actor"].digest().wait(self.timeout)[0]
         for name in self.recipe.stateful_components:
             if state.get(name) is not None:
                 self.groups[name].load(state[name]).wait(self.timeout)

@@ -1,7 +1,7 @@
 """The in-process runtime (``runner.scheduler: local``): any algorithm's recipe in one process.
 
 The env is a :class:`~rlinf_algos.envs.VectorEnvStepper` in this process; the recipe's
-:class:`~rlinf_algos.recipe.LocalSession` collects and learns; this module keeps the books:
+:class:`~rlinf_algos.flow.LocalSession` collects and learns; this module keeps the books:
 ``metrics.csv`` rows every ``runner.log_interval`` env steps, ``checkpoints/step_<n>.safetensors`` every
 ``runner.checkpoint_interval`` (weights, optimiser, RNG, statistics, replay buffer: whatever the
 session's ``state()`` holds), ``policy.safetensors`` and ``summary.json`` at the end. Ctrl-C writes a
@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 from rlinf_algos.envs import VectorEnvStepper
+from rlinf_algos.flow import Recipe
 from rlinf_algos.models import check_policy_spec, parameter_counts
 from rlinf_algos.perception import warm_start_policy
-from rlinf_algos.recipe import Recipe
 from rlinf_algos.run_files import POLICY, checkpoint_name, write_state
 from rlinf_algos.rundir import (
     BASE_COLUMNS,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlinf_algos.recipe import await_call
+from rlinf_algos.flow import await_call
 from rlinf_algos.run_files import UnsafeStateFile
 from rlinf_algos.rundir import latest_checkpoint, load_checkpoint
 from rlinf_core.errors import RlinfError

@@ -1,25 +1,19 @@
-"""The rollout, reference and actor components of LLM GRPO (the reward one is
-:class:`rlinf_algos.lm.reward.RewardWorker`, torch-free).
+"""The language-model learner and the frozen reference model, the objects the actor and
+reference roles hold (the rollout engine is :mod:`rlinf_algos.lm.engines`, the verifier
+:mod:`rlinf_algos.lm.reward`). They are plain objects with narrow inputs and outputs (token
+lists, dicts of tensors, state dicts), so the in-process flow calls them directly and the role
+bodies of :mod:`rlinf_algos.lm.roles` hold the same objects in placed workers:
 
-Each is a :class:`rlinf_core.worker.Worker` with narrow inputs and outputs (token lists, dicts of
-tensors, state dicts), so the in-process loop of :mod:`rlinf_algos.lm.trainer` calls them
-directly and a distributed runner can place each one from the cluster YAML and move the same
-dicts over Channels, the actor's weights over the broadcast:
-
-==========  =======================================  =====================================
-component   call                                     in -> out
-==========  =======================================  =====================================
-rollout     :meth:`RolloutWorker.generate`           prompt ids -> response ids
-            :meth:`RolloutWorker.set_weights`        ``(state_dict, version)``
-reward      ``RewardWorker.compute``                 response ids, answers -> rewards
-reference   :meth:`ReferenceWorker.compute_log_probs` ``input_ids [N, T]`` -> ``ref_log_probs``
-actor       :meth:`ActorWorker.update`               the packed batch -> stats
-            :meth:`ActorWorker.get_weights`          -> ``(state_dict, version)``
-==========  =======================================  =====================================
-
-The rollout component is the run's ``rollout.engine`` (a :class:`rlinf_core.RolloutEngine`, built
-by :func:`rlinf_algos.lm.engines.make_rollout`); :class:`RolloutWorker` is the ``hf`` one, defined
-torch-free in :mod:`rlinf_algos.lm.engines` and re-exported here.
+==========  ===========================================  =====================================
+object      call                                         in -> out
+==========  ===========================================  =====================================
+rollout     :meth:`~rlinf_algos.lm.engines.HFEngine.generate`  prompt ids -> response ids
+            ``HFEngine.set_weights``                     ``(state_dict, version)``
+reward      ``Verifier.compute``                         response ids, answers -> rewards
+reference   :meth:`ReferenceModel.compute_log_probs`     ``input_ids [N, T]`` -> ``ref_log_probs``
+actor       :meth:`LMLearner.update`                     the packed batch -> stats
+            :meth:`LMLearner.get_weights`                -> ``(state_dict, version)``
+==========  ===========================================  =====================================
 
 The packed batch (:func:`pack_batch`): ``input_ids`` ``[N, T]`` long, right-padded;
 ``loss_mask`` ``[N, T]`` float (1 on generated tokens); ``episode_index`` ``[N]`` long;
@@ -38,18 +32,15 @@ from torch import Tensor
 from rlinf_algos.grpo import functional as grpo
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.config import LMGRPOConfig, LMModelConfig
-from rlinf_algos.lm.engines import RolloutWorker
 from rlinf_algos.lm.prefix import log_probs_of
 from rlinf_algos.parallel import DataParallel
 from rlinf_core.errors import RlinfError
-from rlinf_core.worker import Worker
 
 __all__ = [
-    "ActorWorker",
-    "ReferenceWorker",
-    "RolloutWorker",
+    "LMLearner",
+    "ReferenceModel",
     "log_probs_chunked",
-    "make_actor",
+    "make_learner",
     "pack_batch",
     "sequence_advantages",
 ]
@@ -113,7 +104,7 @@ def log_probs_chunked(
     return out
 
 
-class ReferenceWorker(Worker):
+class ReferenceModel:
     """The frozen reference policy: log-probs for the KL term.
 
     Without LoRA it is a frozen copy of the warm-started weights; with LoRA it is the base model
@@ -141,7 +132,7 @@ class ReferenceWorker(Worker):
     ) -> None:
         if model is None:
             if model_config is None:
-                raise ValueError("ReferenceWorker needs model_config or model")
+                raise ValueError("ReferenceModel needs model_config or model")
             model = hf.load_causal_lm(_spec(model_config), trainable=False)
             if state_dict is not None:
                 hf.load_sync_state(model, state_dict)
@@ -170,7 +161,7 @@ class ReferenceWorker(Worker):
         return {"ref_log_probs": lp.to(ids.device)}
 
 
-class ActorWorker(Worker):
+class LMLearner:
     """Holds the trained policy and its optimiser; runs the GRPO update.
 
     Args:
@@ -192,7 +183,7 @@ class ActorWorker(Worker):
         self.version = 0
 
     @classmethod
-    def build(cls, model: Any, run: Any, dp: DataParallel | None = None) -> ActorWorker:
+    def build(cls, model: Any, run: Any, dp: DataParallel | None = None) -> LMLearner:
         """The actor of a validated run (``run.algorithm``, ``run.runner.seed``...); ``dp``: its
         learner group, with ``model`` already wrapped by it."""
         return cls(model, run.algorithm, seed=run.runner.seed, dp=dp)
@@ -386,9 +377,9 @@ class ActorWorker(Worker):
         return stats
 
 
-def make_actor(model: Any, run: Any, dp: DataParallel | None = None) -> ActorWorker:
+def make_learner(model: Any, run: Any, dp: DataParallel | None = None) -> LMLearner:
     """The actor component the ``algorithm`` section names (its ``actor`` class path: GRPO's
-    :class:`ActorWorker`, PPO's :class:`~rlinf_algos.lm.ppo.PPOActorWorker`), built for ``run``
+    :class:`LMLearner`, PPO's :class:`~rlinf_algos.lm.ppo.PPOLMLearner`), built for ``run``
     (``dp``: its learner group, ``model`` wrapped by it)."""
     import importlib
 

@@ -1,5 +1,6 @@
-"""GRPO's own components on embodied tasks: the reward worker (group advantages from episode
-outcomes; CPU only) and the reference worker (the frozen initial policy's log-probabilities)."""
+"""GRPO's own roles on embodied tasks, as bodies of the generic reward and reference workers
+(:mod:`rlinf_algos.runtime.workers`): the episode scorer (group advantages from episode outcomes;
+CPU only) and the frozen reference policy (its log-probabilities)."""
 
 from __future__ import annotations
 
@@ -9,32 +10,28 @@ from typing import Any
 import numpy as np
 
 from rlinf_algos.channels import advantage_key, get_all, get_item, reward_key, scored_key, traj_key
-from rlinf_algos.runtime.workers import set_threads
 from rlinf_core.errors import ChannelError
-from rlinf_core.worker import Worker
 
-__all__ = ["ReferenceWorker", "RewardWorker"]
+__all__ = ["EpisodeScorer", "FrozenPolicy"]
 
 
-class RewardWorker(Worker):
-    """GRPO's reward component on embodied tasks: the outcome of each episode (its return, as
-    the env worker's reward function gives it) turned into group-normalised advantages. Takes
-    every rollout rank's outcomes (:func:`reward_key`), groups the episodes by their group id
-    (a group may span workers), and sends the advantages to the actor (:func:`advantage_key`).
-    Needs no torch model and no accelerator: place it on any CPU node.
+class EpisodeScorer:
+    """GRPO's reward body on embodied tasks: the outcome of each episode (its return, as the env
+    worker's reward function gives it) turned into group-normalised advantages. Takes every
+    rollout rank's outcomes (:func:`reward_key`), groups the episodes by their group id (a group
+    may span workers), and sends the advantages to the actor (:func:`advantage_key`). Needs no
+    torch model and no accelerator: place it on any CPU node.
 
-    Args:
-        algo_cfg: the validated ``algorithm`` section (dict): ``group_size``,
-            ``scale_advantages``.
-        traj_ch: the run's channel; ``rollout_world``: the number of rollout workers.
+    Reads ``algorithm`` (the section as a dict: ``group_size``, ``scale_advantages``) and
+    ``rollout_world`` from the host's options, and the host's ``traj`` channel.
     """
 
-    def __init__(
-        self, algo_cfg: dict[str, Any], traj_ch: Any, rollout_world: int, timeout: float = 300.0
-    ) -> None:
-        self.group_size = int(algo_cfg["group_size"])
-        self.scale = bool(algo_cfg.get("scale_advantages", True))
-        self.traj_ch, self.rollout_world, self.timeout = traj_ch, rollout_world, timeout
+    def __init__(self, host: Any) -> None:
+        algo = host.options["algorithm"]
+        self.group_size = int(algo["group_size"])
+        self.scale = bool(algo.get("scale_advantages", True))
+        self.traj_ch, self.timeout = host.channel("traj"), host.timeout
+        self.rollout_world = int(host.options["rollout_world"])
 
     def score(self, gen: int | str) -> dict[str, Any]:
         """Score generation ``gen``'s episodes; returns statistics, or ``aborted``."""
@@ -68,39 +65,25 @@ class RewardWorker(Worker):
         }
 
 
-class ReferenceWorker(Worker):
-    """GRPO's reference component: a frozen copy of the initial policy (version 0 of the weight
+class FrozenPolicy:
+    """GRPO's reference body: a frozen copy of the initial policy (version 0 of the weight
     broadcast, or the checkpoint's on resume). Takes each rollout rank's sequences
     (:func:`traj_key`), adds ``ref_log_probs`` ``[n, L]`` under the frozen policy (when
-    ``algorithm.kl_coef > 0``), and passes them to the actor (:func:`scored_key`).
+    ``algorithm.kl_coef > 0``), and passes them to the actor (:func:`scored_key`)."""
 
-    Args:
-        algo_cfg: the ``algorithm`` section (dict); ``traj_ch``, ``weights``: the run's channel
-            and weight broadcast; ``rollout_world``: the number of rollout workers.
-    """
+    def __init__(self, host: Any) -> None:
+        self.kl_coef = float(host.options["algorithm"].get("kl_coef", 0.0))
+        self.traj_ch, self.timeout = host.channel("traj"), host.timeout
+        self.rollout_world = int(host.options["rollout_world"])
+        self.model: Any = None
 
-    def __init__(
-        self, algo_cfg: dict[str, Any], traj_ch: Any, weights: str, rollout_world: int, timeout: float = 300.0
-    ) -> None:
-        self.kl_coef = float(algo_cfg.get("kl_coef", 0.0))
-        self.traj_ch, self.weights_name = traj_ch, weights
-        self.rollout_world, self.timeout = rollout_world, timeout
-
-    def setup(self) -> None:
-        set_threads(1)
-
-    def configure(self, spec: dict[str, Any]) -> int:
-        """Build the policy and freeze version 0 of the weights; returns the version held."""
+    def freeze(self, spec: dict[str, Any], state_dict: dict[str, Any]) -> None:
         from rlinf_algos.models import build_policy
-        from rlinf_scheduler.weights import WeightBroadcast
 
         self.model = build_policy(spec).requires_grad_(False)
-        wb = WeightBroadcast.connect(self.weights_name, timeout=self.timeout, default_timeout=self.timeout)
-        version, sd = wb.fetch(min_version=0, timeout=self.timeout)
-        self.model.load_state_dict(sd)
-        return int(version)
+        self.model.load_state_dict(state_dict)
 
-    def compute(self, gen: int | str) -> dict[str, Any]:
+    def log_probs(self, gen: int | str) -> dict[str, Any]:
         """Pass generation ``gen``'s sequences on with reference log-probabilities."""
         import torch
 

@@ -26,6 +26,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from rlinf_core.errors import RlinfError
+
 __all__ = [
     "IterationPlan",
     "LearnerContext",
@@ -237,9 +239,17 @@ class Recipe(ABC):
         """Collection of iteration ``k`` waits for weights ``k - staleness``."""
         return True
 
-    def launch_extra(self, run: Any) -> dict[str, tuple[Any, ...]]:
-        """``{component: (worker class, *args)}`` of :attr:`extra_components`."""
+    def launch_extra(self, run: Any) -> dict[str, dict[str, Any]]:
+        """The launch settings of each of :attr:`extra_components` (keyword arguments of its role
+        worker, :class:`~rlinf_algos.runtime.workers.base.RoleWorker`: ``channels``, ``weights``,
+        ``threads``, options)."""
         return {}
+
+    def body(self, role: str, host: Any) -> Any:
+        """The body of one of :attr:`extra_components` in its worker's process (``host``: the
+        role worker); the rollout and actor bodies are the embodied flow's own
+        (:mod:`rlinf_algos.embodied.roles`)."""
+        raise RlinfError(f"{self.name} has no {role!r} component")
 
     @abstractmethod
     def plan(self, run: Any, k: int) -> IterationPlan:
