@@ -58,7 +58,6 @@ OPEN = "OPEN (issue 39): should take the device of the data it meets; not fixed 
 ALLOWED: dict[tuple[str, str], str] = {
     # file (from packages/), enclosing function -> why it needs no device
     ("rlinf-algos/src/rlinf_algos/lm/finetune.py", "_pack"): HOST_BATCH,
-    ("rlinf-algos/src/rlinf_algos/lm/trainer.py", "LocalComponents.iterate"): HOST_BATCH,
     ("rlinf-algos/src/rlinf_algos/perception.py", "fit_perception"): HOST_ORDER + "; " + OPEN,
     ("rlinf-algos/src/rlinf_algos/grpo/learner.py", "GRPOLearner.update"): OPEN,
     ("rlinf-algos/src/rlinf_algos/models/mlp.py", "RunningNorm.update"): OPEN,

@@ -12,10 +12,10 @@ import torch
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.algorithm import GRPOLM, PPOLM
 from rlinf_algos.lm.config import CriticConfig, LMModelConfig, LMPPOConfig, ModelInitConfig, load_lm_sections
+from rlinf_algos.lm.flow import train_lm
 from rlinf_algos.lm.learner import pack_batch
 from rlinf_algos.lm.ppo import PPOLMLearner, ValueModel, token_gae
 from rlinf_algos.lm.tokens import LMTokenizer
-from rlinf_algos.lm.trainer import train_lm
 from rlinf_core.errors import ConfigError
 
 TOK = LMTokenizer.arith()

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from rlinf_algos.lm.checkpoint import find_checkpoints, load_lm_checkpoint, save_lm_checkpoint
+from rlinf_algos.rundir import find_checkpoints, load_checkpoint, write_checkpoint
 from rlinf_algos.runtime.training import TrainingInterrupted, dry_run, run_training, validate_run_config
 from rlinf_core.config import apply_overrides, load_yaml
 
@@ -119,7 +119,7 @@ def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(
     import torch
 
     for step in (1, 2):
-        save_lm_checkpoint(
+        write_checkpoint(
             tmp_path,
             step,
             {
@@ -127,18 +127,20 @@ def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(
                 "actor": {"w": torch.full((3,), float(step))},
                 "loop": {"iteration": step},
             },
+            layout="folder",
+            keep=2,
         )
     newest = tmp_path / "checkpoints" / "step_2" / "state.safetensors"
     newest.write_bytes(newest.read_bytes()[:40])  # cut short, as by a crash mid-copy
     (tmp_path / "checkpoints" / "step_3").mkdir()  # a folder whose state was never written
     with caplog.at_level(logging.WARNING, logger="rlinf.train"):
-        folder, state = load_lm_checkpoint(tmp_path, "grpo_lm")
+        folder, state = load_checkpoint(tmp_path, "grpo_lm")
     assert folder.name == "step_1" and state["loop"]["iteration"] == 1
     assert torch.equal(state["actor"]["w"], torch.full((3,), 1.0))
     assert [s.split(" ")[0] for s in state["skipped_checkpoints"]] == ["step_3", "step_2"]
     assert "step_2" in caplog.text and "step_3" in caplog.text
     with pytest.raises(Exception, match="'grpo_lm' checkpoint, not 'ppo_lm'"):
-        load_lm_checkpoint(tmp_path, "ppo_lm")
+        load_checkpoint(tmp_path, "ppo_lm")
 
 
 def test_dry_run_config_runs_as_it_is_and_kl_zero_needs_no_reference(host: Any, tmp_path: Path) -> None:
@@ -234,7 +236,7 @@ def test_sigterm_writes_everything_then_plot_eval_and_resume_work(scheduler: str
 def test_a_deferred_stop_ignores_a_handler_ray_left_behind() -> None:
     """ray.init installs a SIGTERM handler that exits at once and leaves it after ray.shutdown; a
     run in the same process (a notebook, a test session) must still stop cleanly on SIGTERM."""
-    from rlinf_algos.lm.checkpoint import DeferredStop
+    from rlinf_algos.runtime.stop import DeferredStop
 
     def rays_handler(signum: int, frame: Any) -> None:
         raise SystemExit(1)

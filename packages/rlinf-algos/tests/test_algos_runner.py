@@ -21,9 +21,8 @@ from rlinf_algos.optim import LeanAdam, clip_grad_norm
 from rlinf_algos.ppo import PPO, PPOConfig
 from rlinf_algos.ppo.learner import PPOLearner, PPORollout
 from rlinf_algos.replay import ReplayBuffer
-from rlinf_algos.rundir import best_of as _best_of
 from rlinf_algos.rundir import latest_checkpoint
-from rlinf_algos.runtime.local import train_local
+from rlinf_algos.runtime.books import best_of as _best_of
 from rlinf_algos.sac import SAC, SACConfig
 from rlinf_algos.sac.functional import polyak_update as sac_polyak
 from rlinf_algos.sac.learner import SACLearner
@@ -37,7 +36,10 @@ def train(algo, env, model, runner, run_dir, *, progress=None, resume=False):  #
 
     recipe = load_plugins().algorithms.get(algo.name)(algo).recipe()
     sections = RunSections(env=env, model=model, runner=runner, rollout=RolloutConfig())
-    return train_local(recipe, sections, run_dir, progress=progress, resume=resume)
+    from rlinf_algos.embodied.flow import EmbodiedFlow
+    from rlinf_algos.runtime.driver import Driver
+
+    return Driver(EmbodiedFlow(recipe, sections), None, run_dir, progress=progress, resume=resume).run()
 
 
 ENV = "InvertedPendulum-v5"

@@ -228,33 +228,28 @@ class EmbodiedAlgorithm(Algorithm):
         rollout_only: bool = False,
     ) -> dict[str, Any]:
         """Train over the run's sections; write metrics, checkpoints, the final policy and
-        ``summary.json`` under ``run_dir``; return the summary. ``scheduler=None`` runs in this
-        process (:mod:`rlinf_algos.runtime.local`), a started scheduler on workers
-        (:mod:`rlinf_algos.runtime.distributed`)."""
+        ``summary.json`` under ``run_dir``; return the summary. The one driver
+        (:mod:`rlinf_algos.runtime.driver`) runs the recipe's flow
+        (:mod:`rlinf_algos.embodied`): in this process with ``scheduler=None``, on workers with a
+        started scheduler."""
         from rlinf_algos.config import load_run_sections
 
         sections = load_run_sections(run_config)
         problems = self.fit_problems(sections)
         if problems:
             raise ConfigError(problems)
-        if scheduler is None:
-            if rollout_only:
-                raise RlinfError("rollout_only needs a scheduler (the workers' runtime)")
-            from rlinf_algos.runtime.local import train_local
+        from rlinf_algos.embodied.flow import EmbodiedFlow
+        from rlinf_algos.runtime.driver import Driver
 
-            return train_local(self.recipe(), sections, Path(run_dir), progress=progress, resume=resume)
-        from rlinf_algos.runtime.distributed import run_distributed
-
-        return run_distributed(
-            self.recipe(),
-            sections,
+        return Driver(
+            EmbodiedFlow(self.recipe(), sections),
             scheduler,
             Path(run_dir),
             resume=resume,
             progress=progress,
             callbacks=callbacks,
             rollout_only=rollout_only,
-        )
+        ).run()
 
     def summary_text(self, summary: Mapping[str, Any]) -> str:
         ret = summary.get("final_return_mean")

@@ -72,7 +72,7 @@ class _StopOnTerm:
         self._first = time.monotonic()
         raise KeyboardInterrupt
 
-    _handle.rlinf_chain = True  # type: ignore[attr-defined]  # a deferred stop tells it (lm.checkpoint)
+    _handle.rlinf_chain = True  # type: ignore[attr-defined]  # a deferred stop tells it (runtime.stop)
 
     def restore(self) -> None:
         if self._previous is not None:

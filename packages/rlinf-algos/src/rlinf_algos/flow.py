@@ -1,22 +1,22 @@
-"""What an embodied algorithm gives the runtime: its :class:`Recipe`, and the algorithm base class.
+"""The whole algorithm contract: what an algorithm gives the one driver
+(:mod:`rlinf_algos.runtime.driver`), and what its parts in the worker processes get.
 
-An algorithm is one folder (``ppo/``, ``sac/``, ``grpo/``): its ``algorithm`` section, its maths
-(free functions), its learner, and its recipe. The runtime (:mod:`rlinf_algos.runtime`) runs any
-recipe and never names an algorithm:
+- :class:`Flow`: an algorithm's flow: its name, its checkpoint layout, its role bodies
+  (``body(role, host)``, built in the worker processes), and a :class:`FlowRun` for where the run
+  happens: ``local(driver)`` (``runner.scheduler: local``: everything in the driver's process) or
+  ``placed(driver)`` (the roles on workers a scheduler placed);
+- :class:`FlowRun`: what the driver calls in a run: ``start``, ``load``, ``step`` until ``done``,
+  ``drain``, ``state`` for checkpoints, ``final_policy``, ``finish`` for the summary; and what
+  each role's death costs (``roles``);
+- the embodied family's pieces (``ppo/``, ``sac/``, ``grpo/``): a :class:`Recipe` (the
+  algorithm's part of the embodied flow, :mod:`rlinf_algos.embodied`), its :class:`LocalSession`
+  (the loop body in one process), its :class:`LearnerSide` (on the actor worker, with a
+  :class:`LearnerContext`) and, per iteration on workers, an :class:`IterationPlan`: which
+  env-worker method serves it, what the rollout workers are told, how the learning side starts.
 
-- in one process (``runner.scheduler: local``), :mod:`rlinf_algos.runtime.local` builds the
-  env, asks the recipe for a :class:`LocalSession` and calls its :meth:`~LocalSession.step` until
-  the budget is spent, writing metrics, checkpoints, the policy and the summary;
-- on workers (``runner.scheduler: ray``), :mod:`rlinf_algos.runtime.distributed` launches the env,
-  rollout and actor workers (and the recipe's :attr:`Recipe.extra_components`), and for each
-  iteration asks the recipe for an :class:`IterationPlan`: which env-worker method serves it,
-  what the rollout workers are told, and how the learning side starts. The generic workers call
-  back into the recipe: :meth:`Recipe.collect` on a rollout worker, :meth:`Recipe.learner` on the
-  actor worker.
-
-Adding an algorithm is one folder with these pieces (its class derives from
-:class:`~rlinf_algos.algorithm.EmbodiedAlgorithm`) and one registration line in
-:mod:`rlinf_algos.plugin`.
+The language-model family's flow is :mod:`rlinf_algos.lm.flow`. Adding an embodied algorithm is
+one folder with a recipe (its class derives from :class:`~rlinf_algos.algorithm.EmbodiedAlgorithm`)
+and one registration line in :mod:`rlinf_algos.plugin`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from typing import Any, ClassVar
 from rlinf_core.errors import RlinfError
 
 __all__ = [
+    "Flow",
+    "FlowRun",
     "IterationPlan",
     "LearnerContext",
     "LearnerSide",
@@ -42,6 +44,173 @@ async def await_call(call: Any) -> Any:
     """Await a :class:`~rlinf_core.worker.GroupCall` (its ``__await__``): what an
     :attr:`IterationPlan.learn` returns for a plain call on the actor."""
     return await call
+
+
+class Flow(ABC):
+    """An algorithm's flow (see the module docstring). It travels to the worker processes, where
+    :meth:`body` builds each role's domain object.
+
+    Class attributes:
+        checkpoint_layout: ``"file"`` (``checkpoints/step_<n>.safetensors``) or ``"folder"``
+            (``checkpoints/step_<n>/state.safetensors``).
+        keep_checkpoints: how many checkpoints are kept (``None``: all).
+        final_checkpoint: a checkpoint at the end even with ``runner.checkpoint_interval: 0``.
+    """
+
+    checkpoint_layout: ClassVar[str] = "file"
+    keep_checkpoints: ClassVar[int | None] = None
+    final_checkpoint: ClassVar[bool] = False
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """The algorithm's name (checkpoints and summaries record it)."""
+
+    @property
+    @abstractmethod
+    def runner(self) -> Any:
+        """The ``runner`` section (``worker_timeout``, ``max_restarts``, ``checkpoint_interval``,
+        ``loggers``, ``seed``...)."""
+
+    @abstractmethod
+    def local(self, driver: Any) -> FlowRun:
+        """The run in the driver's process."""
+
+    @abstractmethod
+    def placed(self, driver: Any) -> FlowRun:
+        """The run on workers the driver's scheduler places."""
+
+    @abstractmethod
+    def body(self, role: str, host: Any) -> Any:
+        """The domain object of ``role`` in its worker process (``host``: the role worker)."""
+
+
+class FlowRun(ABC):
+    """One run of a flow, in one process or on workers; the driver calls it (see
+    :mod:`rlinf_algos.runtime.driver`). ``step``, ``drain``, ``final_policy``, ``abort`` and
+    ``close`` may return a coroutine: the driver runs it on its event loop.
+
+    Attributes:
+        roles: what the death of each placed role's process costs
+            (:data:`~rlinf_algos.runtime.recovery.RESTART`: ``in_place``, ``learner``, ``never``).
+        holds: for ``never`` roles, what they hold (the message that ends the run names it).
+        unit: what a step of progress is (``"env step"``, ``"iteration"``).
+        lookahead: how many units one iteration adds at most, when a learner restart can go back
+            to a checkpoint (checkpoints are written before an iteration would pass the
+            interval); 0: after (in one process).
+        log_interval: units between metrics rows.
+        episodes: the episode statistics of the rows (``None``: rows without them).
+        jsonl: rows also to ``metrics.jsonl``.
+        failure_files: what a failed run still writes (named in its message).
+        checkpoint_on_hard_stop: a stop that could not wait for the iteration in flight still
+            writes a checkpoint (its state is consistent between any two calls).
+    """
+
+    roles: dict[str, str] = {}
+    holds: dict[str, str] = {}
+    unit = "step"
+    lookahead = 0
+    log_interval = 1
+    episodes: Any = None
+    jsonl = False
+    failure_files = "the policy"
+    checkpoint_on_hard_stop = True
+
+    def __init__(self, driver: Any) -> None:
+        self.driver = driver
+
+    # what tests and callbacks read through the run
+    @property
+    def groups(self) -> dict[str, Any]:
+        return self.driver.groups
+
+    @property
+    def pids(self) -> dict[str, list[int]]:
+        return self.driver.pids
+
+    @property
+    def iteration(self) -> int:
+        return self.driver.iteration
+
+    @property
+    def restarts(self) -> int:
+        return self.driver.restarts
+
+    @property
+    def dropped_batches(self) -> int:
+        return self.driver.dropped_batches
+
+    @property
+    def learner_restarts(self) -> list[dict[str, Any]]:
+        return self.driver.learner_restarts
+
+    @property
+    def events(self) -> list[str]:
+        return self.driver.events
+
+    @abstractmethod
+    def columns(self) -> tuple[str, ...]:
+        """The header of ``metrics.csv``."""
+
+    @abstractmethod
+    def start(self, state: dict[str, Any] | None) -> None:
+        """Build or launch everything (``state``: the checkpoint a resumed run continues from,
+        loaded next by :meth:`load`)."""
+
+    def load(self, state: dict[str, Any]) -> None:  # noqa: B027 - a run without state of its own
+        """Continue from a checkpoint's flow part (the driver restores its books after)."""
+
+    def legacy_books(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The driver's books of a checkpoint written before they were kept (``run``)."""
+        raise RlinfError("the checkpoint has no run record")
+
+    @abstractmethod
+    def done(self) -> bool:
+        """Whether the budget is spent."""
+
+    @abstractmethod
+    def step(self) -> Any:
+        """One iteration (metrics rows through ``driver.row``)."""
+
+    def drain(self) -> Any:  # noqa: B027 - optional
+        """Finish what is in flight (updates started by earlier steps)."""
+
+    def last_row(self) -> None:  # noqa: B027 - rows written by every step
+        """The last metrics row, when the budget is spent."""
+
+    @abstractmethod
+    def state(self) -> dict[str, Any]:
+        """The flow run's part of a checkpoint (a ``run`` key adds to the driver's books)."""
+
+    def final_policy(self) -> Any:  # noqa: B027 - optional
+        """Fetch the final policy (written by :meth:`finish`)."""
+
+    @abstractmethod
+    def finish(self, interrupted: bool, error: str | None) -> dict[str, Any]:
+        """Write the policy; return the summary's fields (the driver adds its counters)."""
+
+    def abort(self) -> Any:  # noqa: B027 - optional
+        """End the iteration in flight at once (best effort)."""
+
+    def close(self) -> Any:  # noqa: B027 - optional
+        """Stop what the run started beside the worker groups."""
+
+    def after_restart(self, role: str, ranks: list[int], configure: bool) -> str | None:
+        """Bring restarted ranks of ``role`` up to date; returns a note for the event."""
+        return None
+
+    async def settle_inflight(self) -> None:  # noqa: B027 - optional
+        """End every update in flight (the learner died)."""
+
+    def restart_learner(self, state: dict[str, Any] | None) -> None:
+        """Replace the learner's processes from a checkpoint's ``state`` (``None``: the run's
+        start) and point the other roles at it; :class:`~rlinf_algos.runtime.recovery.LearnerDied`
+        if it dies again."""
+        raise RlinfError(f"{type(self).__name__} cannot restart its learner")
+
+    def user_error(self, err: RlinfError) -> RlinfError:
+        """``err`` as the user should see it."""
+        return err
 
 
 @dataclass
@@ -253,7 +422,7 @@ class Recipe(ABC):
 
     @abstractmethod
     def plan(self, run: Any, k: int) -> IterationPlan:
-        """Iteration ``k`` of ``run`` (a :class:`~rlinf_algos.runtime.distributed.DistributedRun`)."""
+        """Iteration ``k`` of ``run`` (an :class:`~rlinf_algos.embodied.placed.EmbodiedPlacedRun`)."""
 
     @abstractmethod
     def collect(self, worker: Any, gen: int, steps: int, **kwargs: Any) -> dict[str, Any]:

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         data = apply_overrides(load_yaml(args.config), args.overrides)
         run = load_lm_sections(data)
         run_dir = Path(args.run_dir or f"runs/{Path(args.config).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
-        from rlinf_algos.lm.trainer import train_lm
+        from rlinf_algos.lm.flow import train_lm
 
         train_lm(run, run_dir)
         print(f"run directory: {run_dir} (summary.json, metrics.csv, policy/)")

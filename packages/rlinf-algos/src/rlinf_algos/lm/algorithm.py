@@ -4,9 +4,9 @@ rlinf_core only; the training code loads inside :meth:`GRPOLM.run`.
 
 ``rlinf train`` (:func:`rlinf_algos.runtime.training.run_training`) validates the whole YAML through
 :meth:`GRPOLM.run_config_problems` before anything starts, writes ``config.yaml``, starts the
-scheduler ``runner.scheduler`` names (none for ``local``) and calls :meth:`GRPOLM.run`, which owns
-the training loop: in this process (:func:`rlinf_algos.lm.trainer.train_lm`) or on workers
-placed by the ``cluster`` section (:mod:`rlinf_algos.lm.distributed`).
+scheduler ``runner.scheduler`` names (none for ``local``) and calls :meth:`GRPOLM.run`, which runs
+the language-model flow (:mod:`rlinf_algos.lm.flow`) with the one driver: in this process or on
+workers placed by the ``cluster`` section.
 """
 
 from __future__ import annotations
@@ -125,23 +125,15 @@ class GRPOLM(Algorithm):
         """
         if rollout_only:
             raise RlinfError("grpo_lm has no rollout-only mode (it measures accuracy, not env steps)")
-        run = load_lm_sections(run_config)
-        run_dir = Path(run_dir)
-        if scheduler is None:
-            from rlinf_algos.lm.trainer import train_lm
+        from rlinf_algos.lm.flow import train_lm
 
-            return train_lm(run, run_dir, progress=progress, cluster=_cluster_of(run_config), resume=resume)
-        try:
-            from rlinf_algos.lm.distributed import train_lm_distributed
-        except ImportError as err:  # pragma: no cover - a broken install
-            raise RlinfError(f"grpo_lm: the distributed runner cannot load ({err})") from err
-        return train_lm_distributed(
-            run,
-            scheduler,
-            run_dir,
+        return train_lm(
+            load_lm_sections(run_config),
+            Path(run_dir),
             progress=progress,
             cluster=_cluster_of(run_config),
             resume=resume,
+            scheduler=scheduler,
             callbacks=callbacks,
         )
 
@@ -150,13 +142,6 @@ class GRPOLM(Algorithm):
         """Every section with its defaults (:func:`~rlinf_algos.lm.config.resolved_lm_config`):
         what ``config.yaml`` holds and ``--dry-run`` prints; it runs as it is when fed back."""
         return resolved_lm_config(load_lm_sections(run_config), _cluster_of(run_config))
-
-    @classmethod
-    def latest_checkpoint(cls, run_dir: Path) -> Path | None:
-        """The newest ``checkpoints/step_<n>/`` folder of ``run_dir`` (:mod:`rlinf_algos.lm.checkpoint`)."""
-        from rlinf_algos.lm.checkpoint import latest_lm_checkpoint
-
-        return latest_lm_checkpoint(run_dir)
 
     def summary_text(self, summary: Mapping[str, Any]) -> str:
         """Held-out accuracy (reward 1) and mean reward before and after, not env steps."""

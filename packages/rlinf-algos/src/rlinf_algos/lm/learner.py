@@ -24,7 +24,7 @@ The packed batch (:func:`pack_batch`): ``input_ids`` ``[N, T]`` long, right-padd
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -171,6 +171,15 @@ class LMLearner:
         seed: of its minibatch shuffling.
     """
 
+    stat_columns: ClassVar[tuple[str, ...]] = (
+        "loss",
+        "kl",
+        "clip_fraction",
+        "grad_norm",
+        "trained_sequences",
+    )
+    """What :meth:`update` returns (the learner's columns of ``metrics.csv``)."""
+
     def __init__(self, model: Any, cfg: LMGRPOConfig, seed: int = 0, dp: DataParallel | None = None) -> None:
         # without a learner group the actor computes where the model lives
         self.dp = dp if dp is not None else DataParallel(device=next(model.parameters()).device)
@@ -199,7 +208,7 @@ class LMLearner:
         return state, self.version
 
     def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint keeps of the actor (:mod:`rlinf_algos.lm.checkpoint`): ``weights``
+        """What a checkpoint keeps of the actor (:mod:`rlinf_algos.lm.flow`): ``weights``
         (as :meth:`get_weights` publishes them: the adapter alone with LoRA), ``optimizer``,
         ``version`` (the update count, which the learning-rate warm-up reads) and the minibatch
         order's ``generator``. On a learner group every rank calls; rank 0's is complete."""

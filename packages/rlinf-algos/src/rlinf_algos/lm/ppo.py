@@ -15,7 +15,7 @@ sequence sits on its last generated token, and GAE runs backwards over the gener
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -86,6 +86,10 @@ class PPOLMLearner(LMLearner):
     reads the features the policy's own training shaped (PPO's usual critic initialisation;
     ``model.path`` may be a random ``model.init`` folder).
     """
+
+    stat_columns: ClassVar[tuple[str, ...]] = (
+        "loss", "value_loss", "kl", "clip_fraction", "grad_norm", "explained_variance", "trained_sequences",
+    )  # fmt: skip
 
     def __init__(
         self,

@@ -9,9 +9,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from rlinf_algos.channels import Aborted, is_abort
 from rlinf_algos.lm.agents import EpisodeBatch
 from rlinf_algos.lm.config import LMRunConfig
-from rlinf_algos.lm.faults import Aborted, is_abort
 from rlinf_core.errors import ChannelTimeout, RlinfError
 
 __all__ = ["ChannelGenerate", "play", "run_config"]

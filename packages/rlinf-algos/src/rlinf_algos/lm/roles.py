@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rlinf_algos.channels import Aborted, is_abort
 from rlinf_algos.lm.agents import make_agent
-from rlinf_algos.lm.faults import Aborted, is_abort
 from rlinf_algos.lm.folder import context_length
 from rlinf_algos.lm.remote_generate import ChannelGenerate, play
 from rlinf_algos.lm.tasks import make_task, task_tokenizer

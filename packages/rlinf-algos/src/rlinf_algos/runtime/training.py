@@ -408,7 +408,7 @@ def run_training(
         progress: called with every metrics row (a dict with ``step``, ``wall_s``,
             ``episode_return_mean``... and ``total_steps``).
         callbacks: ``{"on_iteration": fn(run, k), "on_collecting": fn(run, k)}`` hooks of the
-            workers' runtime (tests, tools; see :class:`~rlinf_algos.runtime.distributed.DistributedRun`).
+            workers' runtime (tests, tools; see :mod:`~rlinf_algos.embodied.placed`).
         rollout_only: run env and rollout workers only, no learning (throughput measurement).
         host: a :class:`~rlinf_core.plugins.PluginHost` (default: the installed plugins).
         scheduler: an already started scheduler to use (it is not shut down); default: the one
