@@ -26,8 +26,10 @@ from typing import Any
 import pytest
 import yaml
 
+from rlinf_algos.config.prepare import dry_run
+from rlinf_algos.config.validate import validate_run_config
 from rlinf_algos.lm.checkpoint import find_checkpoints, load_lm_checkpoint, save_lm_checkpoint
-from rlinf_algos.runtime.training import TrainingInterrupted, dry_run, run_training, validate_run_config
+from rlinf_algos.runtime.training import TrainingInterrupted, run_training
 from rlinf_core.config import apply_overrides, load_yaml
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
