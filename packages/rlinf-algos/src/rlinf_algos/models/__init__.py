@@ -281,7 +281,7 @@ def validate_model_section(
     """The ``model`` section validated by the model of the type it names
     (:func:`model_config_class`; no ``type``: ``base``'s default). Every problem is one
     :class:`ConfigError` line with its YAML path; a key that is another model type's option says
-    which (``model.vision: an option of model.type vla; model.type mlp takes ...``).
+    which (``model.vision: an option of model.type vla, not of model.type mlp (which takes ...)``).
     ``host``: the plugin host whose model types count (default: the installed plugins)."""
     if data is None:
         data = {}
