@@ -89,19 +89,25 @@ class Learner:
 
 @ray.remote(num_cpus=0)
 class Consumer:
-    def __init__(self, sync, die_in_receive: bool = False) -> None:
+    def __init__(self, sync, fault: str | None = None) -> None:
         self.sync = sync
-        if die_in_receive:  # the fault: this process dies once it started receiving a broadcast
-            from rlinf_scheduler.weights import collective
+        if fault is None:
+            return
+        from rlinf_scheduler.weights import collective
 
-            real = collective.recv_buckets
+        real = collective.recv_buckets
 
-            def dying(layout, flats, broadcast):
-                works = real(layout, flats, broadcast)
-                works[0].wait()
-                os.kill(os.getpid(), signal.SIGKILL)
+        def faulty(layout, flats, broadcast):
+            if (
+                fault == "fail_receive"
+            ):  # the fault: this receive fails (an allocation, say), the process lives
+                collective.recv_buckets = real  # once
+                raise RuntimeError("injected receive failure")
+            works = real(layout, flats, broadcast)
+            works[0].wait()  # the fault: this process dies once it started receiving a broadcast
+            os.kill(os.getpid(), signal.SIGKILL)
 
-            collective.recv_buckets = dying
+        collective.recv_buckets = faulty
 
     def fetch(self, min_version=None, timeout=60.0) -> tuple[int, dict]:
         v, sd = self.sync.fetch(min_version=min_version, timeout=timeout)
@@ -205,7 +211,7 @@ def test_collective_consumer_killed_in_a_broadcast_is_dropped_and_the_others_get
     try:
         learner = Learner.remote(sync)
         a = Consumer.remote(sync)
-        victim = Consumer.remote(sync, die_in_receive=True)
+        victim = Consumer.remote(sync, fault="die_in_receive")
         ray.get(learner.publish.remote(1))
         ray.get([c.fetch.remote(min_version=0) for c in (a, victim)])  # via the object store
         v, took = ray.get(learner.publish.remote(2))  # the victim dies once its receive started
@@ -219,6 +225,29 @@ def test_collective_consumer_killed_in_a_broadcast_is_dropped_and_the_others_get
         assert all(
             same(r[1], state(3)) for r in ray.get([c.fetch.remote(min_version=v) for c in (a, restarted)])
         )
+    finally:
+        sync.destroy()
+
+
+def test_collective_consumer_whose_receive_fails_gets_the_version_from_the_object_store(ray_session) -> None:
+    sync = make("collective")
+    try:
+        learner = Learner.remote(sync)
+        a = Consumer.remote(sync)
+        b = Consumer.remote(sync, fault="fail_receive")
+        ray.get(learner.publish.remote(1))
+        ray.get([c.fetch.remote(min_version=0) for c in (a, b)])  # via the object store
+        v, took = ray.get(learner.publish.remote(2))  # b's receive fails: the broadcast is abandoned
+        assert took < 60.0
+        # once publish returned, both hold it already (the publish waited for the object-store copy)
+        assert ray.get([c.fetch_if_newer.remote(v - 1) for c in (a, b)]) == [v, v]
+        for c in (a, b):  # both hold version v all the same, through the object store
+            got_v, got = ray.get(c.fetch.remote(min_version=v, timeout=5.0))
+            assert got_v == v and same(got, state(2))
+        assert ray.get(b.stats.remote())["fallbacks"] == 2
+        v, _ = ray.get(learner.publish.remote(3))  # a new group, and b receives this time
+        assert all(same(r[1], state(3)) for r in ray.get([c.fetch.remote(min_version=v) for c in (a, b)]))
+        assert ray.get(b.stats.remote())["groups_formed"] == 2
     finally:
         sync.destroy()
 

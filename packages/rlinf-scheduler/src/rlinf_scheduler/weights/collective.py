@@ -41,9 +41,11 @@ from rlinf_scheduler.weights.buckets import DEFAULT_BUCKET_BYTES, alloc_flats, r
 from rlinf_scheduler.weights.group import (
     GroupBroken,
     broadcaster,
+    bury,
     join_store,
     make_group,
     missing_ranks,
+    retire,
     wait_work,
 )
 from rlinf_scheduler.weights.object_store import load_entry
@@ -82,7 +84,6 @@ class Consumer:
         self.stats = WeightSyncStats("collective")
         self.closed = False
         self.group: tuple[int, Any, Any] | None = None  # (epoch, pg, store)
-        self.graveyard: list[Any] = []
         self.inbox: queue.Queue[Any] = queue.Queue()
         self.deferred: collections.deque[Any] = collections.deque()
         self.link = self._connect(timeout)
@@ -198,15 +199,20 @@ class Consumer:
             self.error = err
             self.cond.notify_all()
 
-    def _drop_group(self, epoch: int | None) -> None:
+    def _drop_group(self, epoch: int | None, in_flight: bool = True) -> None:
+        """Leave the group (of ``epoch``, or any): buried when a broadcast may be in flight."""
         if self.group is not None and (epoch is None or self.group[0] == epoch):
-            self.graveyard.append(self.group)
+            _, pg, store = self.group
+            if in_flight:
+                bury(pg, store)
+            else:
+                retire(pg)
             self.group = None
 
     def _form(self, epoch: int, rank: int, world: int, store_addr: tuple[str, int]) -> None:
         import torch
 
-        self._drop_group(None)
+        self._drop_group(None, in_flight=False)  # the publisher forms a new one after a complete broadcast
         deadline = time.monotonic() + self.sync.default_timeout
         store = join_store(store_addr[0], store_addr[1], self.sync.default_timeout)
         store.set(f"arrived/{rank}", b"1")
@@ -217,7 +223,7 @@ class Consumer:
                     raise ChannelTimeout(f"group {epoch} of weights {self.name!r}: ranks did not arrive")
                 time.sleep(0.002)
         except _Aborted:
-            self.graveyard.append(store)
+            bury(store)
             return
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
@@ -238,7 +244,7 @@ class Consumer:
             for w in works:
                 wait_work(w, deadline, what, lambda: self._check_abort(epoch))
         except _Aborted:
-            self.graveyard.append(flats)  # an abandoned broadcast may still write into them
+            bury(flats)  # an abandoned broadcast may still write into them
             self._drop_group(epoch)
             self._reply(("ack", version, False, "aborted by the publisher"))
             return
@@ -307,8 +313,7 @@ class Consumer:
         self._reply(("bye",))
         self.link.close()
         self.inbox.put(("bye",))
-        self.group = None
-        self.graveyard.clear()
+        self._drop_group(None, in_flight=False)
 
 
 class CollectiveWeightSync(WeightSync):

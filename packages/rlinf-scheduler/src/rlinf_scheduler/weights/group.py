@@ -12,7 +12,10 @@ early when the caller learns that the group broke (a member died, the publisher 
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import datetime
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,12 +25,19 @@ from rlinf_core.errors import ChannelError, ChannelTimeout
 __all__ = [
     "GroupBroken",
     "broadcaster",
+    "bury",
     "host_store",
     "join_store",
     "make_group",
     "missing_ranks",
+    "retire",
     "wait_work",
 ]
+
+KEEP_BURIED = 12
+"""Abandoned objects (Gloo groups, stores, receive buffers) kept before the oldest is released."""
+_BURIED: collections.deque[Any] = collections.deque()
+_BURIED_LOCK = threading.Lock()
 
 
 class GroupBroken(ChannelError):
@@ -110,3 +120,37 @@ def wait_work(work: Any, deadline: float, what: str, check: Callable[[], None] |
         work.wait()
     except RuntimeError as err:
         raise GroupBroken(f"{what} failed: {str(err).splitlines()[0][:300]}") from None
+
+
+def _is_nccl(obj: Any) -> bool:
+    return type(obj).__name__ == "ProcessGroupNCCL"
+
+
+def retire(pg: Any) -> None:
+    """Drop a group with no collective in flight (its last broadcast completed)."""
+    if _is_nccl(pg):
+        with contextlib.suppress(Exception):
+            pg.shutdown()
+
+
+def _release(objs: list[Any]) -> None:
+    objs.clear()  # the destructors run here, off the caller's thread
+
+
+def bury(*objs: Any) -> None:
+    """Let go of a group, its store or the buffers of a broadcast that may still be in flight.
+
+    An NCCL group is aborted at once (its watchdog would end the process when the abandoned
+    collective times out). Anything else is kept until :data:`KEEP_BURIED` newer ones were
+    buried, then released in a background thread: a Gloo group's destructor waits for its
+    pending work (at most its timeout), and a buffer must outlive the receive writing into it."""
+    for obj in objs:
+        if _is_nccl(obj):
+            with contextlib.suppress(Exception):
+                obj.abort()
+            continue
+        with _BURIED_LOCK:
+            _BURIED.append(obj)
+            old = [_BURIED.popleft() for _ in range(max(0, len(_BURIED) - KEEP_BURIED))]
+        if old:
+            threading.Thread(target=_release, args=(old,), name="rlinf-weights-release", daemon=True).start()

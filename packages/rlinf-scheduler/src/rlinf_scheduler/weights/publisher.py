@@ -39,9 +39,11 @@ from rlinf_scheduler.weights.buckets import layout_of, send_buckets
 from rlinf_scheduler.weights.group import (
     GroupBroken,
     broadcaster,
+    bury,
     host_store,
     make_group,
     missing_ranks,
+    retire,
     wait_work,
 )
 from rlinf_scheduler.weights.object_store import put_state
@@ -60,6 +62,7 @@ class Member:
     dead: str | None = None
     held: int | None = None
     waiting: bool = False  # told to wait for the next publish (the newest could not be served)
+    refused: tuple[int, str] | None = None  # (version, why) of the newest receive it could not do
     send_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def send(self, msg: Any) -> bool:
@@ -108,7 +111,6 @@ class Publisher:
         self.epoch = 0
         self.last: tuple[int, Mapping[str, Any], dict[str, int] | None] | None = None
         self.fallback: tuple[int, list[Any]] | None = None
-        self.graveyard: list[Any] = []  # groups given up on, kept until close (their work may be pending)
         self.stats = WeightSyncStats("collective")
         self.closed = False
         ray_get(
@@ -176,6 +178,8 @@ class Publisher:
                 break
             if msg[0] in ("ack", "got") and msg[2]:
                 member.held = max(member.held or -1, int(msg[1]))
+            elif msg[0] == "ack":
+                member.refused = (int(msg[1]), str(msg[3]))
             member.inbox.put(msg)
             with self.cond:
                 self.cond.notify_all()
@@ -259,8 +263,8 @@ class Publisher:
     def _form(self, members: list[Member], deadline: float) -> None:
         """Form a group of this process (rank 0) and ``members``; members that do not arrive are
         dropped and the group is formed without them."""
-        if self.group is not None:
-            self.graveyard.append(self.group)
+        if self.group is not None:  # its last broadcast completed
+            retire(self.group.pg)
             self.group = None
         while members:
             self.epoch += 1
@@ -279,7 +283,7 @@ class Publisher:
                 self._drop(missing, f"it did not join group {self.epoch} of weights {self.name!r}")
                 for m in members:
                     m.send(("abort", self.epoch))
-                self.graveyard.append(store)
+                bury(store)
                 members = [m for m in members if m not in missing and m.dead is None]
                 continue
             try:
@@ -287,12 +291,12 @@ class Publisher:
             except RuntimeError:  # a member died while the group was built
                 for m in members:
                     m.send(("abort", self.epoch))
-                self.graveyard.append(store)
+                bury(store)
                 return
             failed = self._await(members, "formed", self.epoch, deadline)
             if failed:
                 self._drop(failed, f"it could not form group {self.epoch}")
-                self.graveyard.append(pg)
+                bury(pg, store)
                 members = [m for m in members if m not in failed and m.dead is None]
                 continue
             self.group = Group(self.epoch, pg, store, members)
@@ -309,9 +313,11 @@ class Publisher:
             m.send(("recv", group.epoch, version, layout))
 
         def check() -> None:
-            dead = [m for m in group.members if m.dead is not None]
-            if dead:
-                raise GroupBroken(f"{dead[0].label} left group {group.epoch} ({dead[0].dead})")
+            for m in group.members:
+                if m.dead is not None:
+                    raise GroupBroken(f"{m.label} left group {group.epoch} ({m.dead})")
+                if m.refused is not None and m.refused[0] == version:
+                    raise GroupBroken(f"{m.label} could not receive version {version}: {m.refused[1]}")
 
         what = f"the broadcast of weights {self.name!r} version {version} to group {group.epoch}"
         device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else "cpu"
@@ -319,7 +325,7 @@ class Publisher:
         try:
             send_buckets(layout, state_dict, device, bcast, lambda w: wait_work(w, deadline, what, check))
         except (GroupBroken, ChannelTimeout) as err:
-            self.graveyard.append(group)
+            bury(group.pg, group.store)
             self.group = None
             live = [m for m in group.members if m.dead is None]
             for m in live:
@@ -331,7 +337,7 @@ class Publisher:
             return [m for m in failed if m.dead is None]  # those that got it all acknowledged it
         failed = self._await(group.members, "ack", version, deadline)
         if failed:
-            self.graveyard.append(group)
+            bury(group.pg, group.store)
             self.group = None
         return [m for m in failed if m.dead is None]
 
@@ -395,5 +401,6 @@ class Publisher:
             m.link.close()
         with contextlib.suppress(Exception):
             ray_get(self.registry.clear_control.remote(PEER_ID), 10.0, f"weight registry {self.name!r}")
-        self.group = None
-        self.graveyard.clear()
+        if self.group is not None:
+            retire(self.group.pg)
+            self.group = None
