@@ -28,11 +28,13 @@ from rlinf_algos.action_spaces import (
     to_flat,
     to_native,
 )
+from rlinf_algos.config.prepare import dry_run
+from rlinf_algos.config.validate import validate_run_config
 from rlinf_algos.distributions import ActionDist
 from rlinf_algos.envs import VectorEnvStepper, make_vector_env
 from rlinf_algos.evaluate import evaluate_policy, load_policy
 from rlinf_algos.models import build_policy
-from rlinf_algos.runtime.training import dry_run, run_training, validate_run_config
+from rlinf_algos.runtime.training import run_training
 from rlinf_core.errors import ConfigError
 
 HYBRID = spaces.Dict(

@@ -299,6 +299,10 @@ def check_resume_config(path: Path, now: Mapping[str, Any]) -> None:
     problems = []
     for section in ("env", "model"):
         a, b = then.get(section) or {}, now.get(section) or {}
+        if section == "model" and isinstance(a, Mapping):  # a run written when every type listed every option
+            from rlinf_algos.models import holds_a_default_option
+
+            a = {k: v for k, v in a.items() if k in b or not holds_a_default_option(str(k), v)}
         for key in sorted(set(a) | set(b)):
             if a.get(key) != b.get(key):
                 problems.append(

@@ -193,7 +193,7 @@ def expand_seed_form(data: Mapping[str, Any], host: Any) -> tuple[dict[str, Any]
         )
     env = _env_section(data, ro, problems, notes, paths)
     out["env"] = env
-    out["model"] = _model_section(data, problems, notes)
+    out["model"] = _model_section(data, problems, notes, host)
     reward_fn = data.get("reward_fn")
     if reward_fn is not None and reward_fn not in ("env", "environment"):
         problems.append(
@@ -242,7 +242,7 @@ def expand_seed_form(data: Mapping[str, Any], host: Any) -> tuple[dict[str, Any]
 def _env_section(
     data: Mapping[str, Any], ro: Any, problems: list[ConfigProblem], notes: list[str], paths: dict[str, str]
 ) -> dict[str, Any]:
-    from rlinf_algos.config import EnvConfig
+    from rlinf_algos.config.sections import EnvConfig
 
     env_keys = list(EnvConfig.model_fields)
     raw = _mapping(data, "env", problems)
@@ -327,8 +327,21 @@ def _env_section(
     return env
 
 
+def _takes_lora(model_type: Any, host: Any) -> bool:
+    """Whether ``model.type`` has LoRA adapters of its own (a ``lora`` option: ``vla``'s, on its
+    encoder folders); an unknown type is reported by the validation of the expanded config."""
+    from rlinf_algos.models import model_config_class
+
+    if not isinstance(model_type, str):
+        return False
+    try:
+        return "lora" in model_config_class(model_type, host=host).model_fields
+    except ConfigError:
+        return False
+
+
 def _model_section(
-    data: Mapping[str, Any], problems: list[ConfigProblem], notes: list[str]
+    data: Mapping[str, Any], problems: list[ConfigProblem], notes: list[str], host: Any = None
 ) -> dict[str, Any]:
     raw = _mapping(data, "model", problems)
     model = {k: v for k, v in raw.items() if k not in MODEL_SEED_KEYS}
@@ -342,9 +355,7 @@ def _model_section(
             )
         )
     lora = raw.get("lora")
-    from rlinf_algos.config import ModelConfig
-
-    takes_lora = "lora" in ModelConfig.model_fields and model.get("type", "mlp") != "mlp"
+    takes_lora = _takes_lora(model.get("type", "mlp"), host)
     if lora is not None:
         if not isinstance(lora, Mapping):
             problems.append(ConfigProblem("model.lora", f"must be a mapping, got {describe_value(lora)}"))
@@ -498,7 +509,7 @@ def _runner_section(
 def iteration_env_steps(config: Mapping[str, Any], algo_cls: Any) -> int:
     """Env steps of one training iteration (one update) of an ordinary ``config``: the recipe's
     vector steps per iteration x ``env.num_envs``; 0 when unknown. Imports the recipe (torch)."""
-    from rlinf_algos.config import RolloutConfig
+    from rlinf_algos.config.sections import RolloutConfig
     from rlinf_core.config import validate_model
 
     algo_cfg = validate_model(algo_cls.config_model, dict(config["algorithm"]), "algorithm")
