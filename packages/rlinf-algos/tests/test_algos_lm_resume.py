@@ -115,6 +115,39 @@ def test_ppo_lm_resumes_with_its_critic(tmp_path: Path) -> None:
     assert resumed["accuracy_after"] == whole["accuracy_after"]
 
 
+@pytest.mark.slow  # three short runs: about 40 s of CPU
+def test_a_checkpoint_of_the_earlier_lm_runtime_still_resumes(tmp_path: Path) -> None:
+    """A run stopped by the language-model runtime before the one driver kept its checkpoint in
+    that runtime's shape: no ``run`` record, every metrics row in ``loop.rows``, the counters in
+    ``faults``, and (killed before its end) no ``metrics.csv``. ``--resume`` continues it: each
+    iteration's row once, with the values of an uninterrupted run."""
+    data = _config()
+    whole = run_training(data, run_dir=tmp_path / "whole")
+    split = tmp_path / "split"
+    with pytest.raises(TrainingInterrupted):
+        run_training(data, run_dir=split, progress=_stop_after(1))
+    _, state = load_checkpoint(split, "grpo_lm")
+    run = state.pop("run")
+    state.pop("skipped_checkpoints")
+    rows = [json.loads(x) for x in (split / "metrics.jsonl").read_text().splitlines()]
+    loop = state["loop"]
+    loop.pop("totals")
+    loop["rows"] = [{k: v for k, v in r.items() if k != "step"} for r in rows]
+    loop["wall_s"] = run["wall_s"]
+    state["faults"] = {"restarts": 0, "dropped_batches": 0, "events": []}
+    write_checkpoint(split, 1, state, layout="folder", keep=2)
+    (split / "metrics.csv").unlink()
+    (split / "metrics.jsonl").unlink()
+
+    resumed = run_training(data, run_dir=split, resume=True)
+    assert resumed["iterations"] == 3 and resumed["resumed_from_iteration"] == 1
+    assert [int(r["step"]) for r in _rows(split)] == [1, 2, 3]
+    assert _values(_rows(split)) == _values(_rows(tmp_path / "whole"))
+    jsonl = [json.loads(x)["iteration"] for x in (split / "metrics.jsonl").read_text().splitlines()]
+    assert jsonl == [1, 2, 3]
+    assert resumed["accuracy_after"] == whole["accuracy_after"]
+
+
 def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
