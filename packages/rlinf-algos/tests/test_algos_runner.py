@@ -373,6 +373,35 @@ def test_lean_adam_matches_torch_adam() -> None:
             assert torch.equal(sa[k][name], sb[k][name])
 
 
+def test_lean_adam_keeps_its_direct_path_beside_an_empty_parameter() -> None:
+    """A parameter without elements (``ActorCritic``'s ``log_std`` over a discrete space) never
+    gets a gradient; LeanAdam still takes its direct kernel call (the optimiser's own ``step``
+    runs once, to create the state) and matches ``Adam(fused=True)``."""
+    torch.manual_seed(0)
+    nets = []
+    for _ in range(2):
+        net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+        net.register_parameter("empty", torch.nn.Parameter(torch.zeros(0)))
+        nets.append(net)
+    nets[1].load_state_dict(nets[0].state_dict())
+    opts = [torch.optim.Adam(n.parameters(), lr=1e-2, eps=1e-5, fused=True) for n in nets]
+    lean = LeanAdam(opts[1])
+    calls = []
+    step = opts[1].step
+    opts[1].step = lambda: calls.append(1) or step()  # type: ignore[method-assign]
+    x = torch.randn(16, 4)
+    for _ in range(5):
+        opts[0].zero_grad(set_to_none=True)
+        nets[0](x).pow(2).mean().backward()
+        opts[0].step()
+        lean.zero_grad()
+        nets[1](x).pow(2).mean().backward()
+        lean.step()
+    assert len(calls) == 1
+    for a, b in zip(nets[0].parameters(), nets[1].parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
 def test_ppo_update_matches_plain_loop() -> None:
     """The lean PPO update (one gather per epoch, row-wise advantage normalisation, LeanAdam,
     metrics kept as tensors) takes the same steps as the textbook loop: a minibatch indexed from

@@ -33,7 +33,9 @@ class LeanAdam:
     its fresh buffers over instead of adding them into zeroed ones). The optimiser stays the
     source of truth (``state_dict``, ``param_groups``' ``lr``): call :meth:`refresh` after loading
     its state. Whatever this cannot do directly (a non-fused optimiser, amsgrad, a parameter
-    without state or gradient yet) goes through the optimiser as usual.
+    without state or gradient yet) goes through the optimiser as usual. Parameters without
+    elements are left out (Adam has nothing to do on them; ``ActorCritic``'s ``log_std`` over a
+    discrete space is one, and never gets a gradient, which made every step take the slow path).
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer) -> None:
@@ -54,6 +56,9 @@ class LeanAdam:
                 return
             ps, m1, m2, st = [], [], [], []
             for p in g["params"]:
+                # nothing to update (a discrete policy's empty log_std, never given a gradient)
+                if p.numel() == 0:
+                    continue
                 state = self.opt.state.get(p)
                 if not state or not torch.is_tensor(state.get("step")):
                     return
