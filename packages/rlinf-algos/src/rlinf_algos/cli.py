@@ -309,9 +309,7 @@ def _print_dry_run(
     if inventory_path is not None:
         inventory = load_yaml(inventory_path)
     elif gpus_per_node is not None:
-        from rlinf_scheduler.placement import Inventory
-
-        inventory = Inventory.uniform(gpus_per_node)
+        inventory = gpus_per_node  # every node has that many (the scheduler's plan_placement)
     out = prepare_run(
         data, overrides, host=get_host(ctx), plan=True, inventory=inventory, gpu_memory_gib=gpu_memory
     ).report()
@@ -328,20 +326,34 @@ def _print_dry_run(
     click.echo(f"\n# scheduler: {out['scheduler']}")
     if out["plan"] is None:
         click.echo("# placement: none (runner.scheduler: local trains in this process)")
+        _echo_weight_sync(out.get("weight_sync"))
         _echo_memory(out.get("memory"))
         return
-    from rlinf_scheduler.placement import render_table
-
     if out.get("inventory_implied"):
         nodes = ", ".join(f"node {n['node_ranks']}: {n['gpus']} GPUs" for n in expansion.inventory["nodes"])
         click.echo(
             f"# inventory: implied by the worker pools ({nodes}); --inventory FILE plans against yours"
         )
     click.echo("# placement plan")
-    click.echo(render_table(out["plan"]), nl=False)
+    click.echo(out["plan"].render(), nl=False)
     _echo_devices(out.get("devices") or {})
+    _echo_weight_sync(out.get("weight_sync"))
     _echo_memory(out.get("memory"))
     click.echo("# dry run: nothing was started")
+
+
+def _echo_weight_sync(sync: dict[str, Any] | None) -> None:
+    """The ``# weight sync`` line of ``--dry-run``: the mode ``rollout.weight_sync`` resolves to
+    against the planned devices, and its members."""
+    if not sync:
+        return
+    if sync["mode"] == "local":
+        click.echo(
+            f"# weight sync: none needed in process (rollout.weight_sync: {sync['requested']} applies to placed runs)"
+        )
+        return
+    members = ", ".join(f"{who} on {dev}" for who, dev in sync["members"].items()) or "devices unknown"
+    click.echo(f"# weight sync: {sync['mode']} (rollout.weight_sync: {sync['requested']}; {members})")
 
 
 def _echo_memory(memory: Any) -> None:

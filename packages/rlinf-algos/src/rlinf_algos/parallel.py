@@ -179,7 +179,7 @@ def process_gpu(visible: Sequence[int], local_rank: int) -> int | None:
 
 def shared_gpu_problems(plan: Any, device: str, components: Sequence[str] = ("actor",)) -> list[str]:
     """One line per learner ``components`` of ``plan`` (a
-    :class:`rlinf_scheduler.placement.Plan`) whose ranks would share a GPU, or outnumber the
+    :class:`rlinf_core.scheduler.PlacementPlan`) whose ranks would share a GPU, or outnumber the
     GPUs they see, under ``device`` (nothing for ``cpu`` or a group of one): NCCL refuses two
     ranks of one group on one GPU at the first collective."""
     if (device or "cpu").strip() == "cpu":

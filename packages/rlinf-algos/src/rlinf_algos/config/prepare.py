@@ -53,9 +53,11 @@ class PreparedRun:
         resolved: every section with its defaults: what ``config.yaml`` records.
         config_path: the file it came from (names the default run directory), if any.
         host: the plugin host it was validated against.
-        plan, devices, memory, inventory_implied: with ``plan=True``: the placement plan
-            (``None`` for ``runner.scheduler: local``), each role's device per rank, each role's
-            memory estimate, and whether the inventory was the one the worker pools imply.
+        plan, devices, memory, inventory_implied, weight_sync: with ``plan=True``: the
+            placement plan (``None`` for ``runner.scheduler: local``), each role's device per
+            rank, each role's memory estimate, whether the inventory was the one the worker pools
+            imply, and the weight sync the run would use (``{"requested", "mode", "members"}``,
+            :mod:`rlinf_algos.weight_sync`).
     """
 
     composition: Any
@@ -68,6 +70,7 @@ class PreparedRun:
     devices: dict[str, Any] = field(default_factory=dict)
     memory: Any = None
     inventory_implied: bool = False
+    weight_sync: dict[str, Any] | None = None
 
     @property
     def composed(self) -> dict[str, Any]:
@@ -113,7 +116,7 @@ class PreparedRun:
 
     def report(self) -> dict[str, Any]:
         """What :func:`dry_run` returns: ``config`` (resolved), ``scheduler``, ``plan``,
-        ``devices``, ``memory``, ``expansion``, ``inventory_implied``."""
+        ``devices``, ``memory``, ``expansion``, ``inventory_implied``, ``weight_sync``."""
         return {
             "config": self.resolved,
             "scheduler": self.scheduler,
@@ -122,6 +125,7 @@ class PreparedRun:
             "memory": self.memory,
             "expansion": self.expansion,
             "inventory_implied": self.inventory_implied,
+            "weight_sync": self.weight_sync,
         }
 
 
@@ -176,9 +180,10 @@ def prepare_run(
             the default run directory). Default: ``config`` itself when it is a path.
         host: the :class:`~rlinf_core.plugins.PluginHost` (default: the installed plugins).
         plan: also plan the placement, the devices and the memory (``--dry-run``).
-        inventory: with ``plan``: accelerators per node (an
-            :class:`~rlinf_scheduler.placement.Inventory` or its YAML data; ``None``: none, or for
-            a worker-pool config the GPUs its pools imply).
+        inventory: with ``plan``: accelerators per node, as the scheduler's
+            :meth:`~rlinf_core.Scheduler.plan_placement` takes them (the inventory's YAML data, or
+            a whole number of GPUs on every node; ``None``: none, or for a worker-pool config the
+            GPUs its pools imply).
         gpu_memory_gib: with ``plan``: GiB per GPU to check each role's estimated memory against.
 
     Raises:
@@ -213,9 +218,10 @@ def prepare_run(
 
 
 def _planned(prepared: PreparedRun, inventory: Any, gpu_memory_gib: float | None) -> PreparedRun:
-    """Step 4: ``prepared`` with its placement plan, devices per role and memory estimates; a
-    plan whose roles share a GPU they cannot share, or whose estimated memory cannot fit, is a
-    :class:`ConfigError`."""
+    """Step 4: ``prepared`` with its placement plan (the scheduler's
+    :meth:`~rlinf_core.Scheduler.plan_placement`), devices per role, weight sync and memory
+    estimates; a plan whose roles share a GPU they cannot share, a ``rollout.weight_sync`` its
+    devices do not allow, or estimated memory that cannot fit, is a :class:`ConfigError`."""
     from dataclasses import replace
 
     from rlinf_algos.memory import check_fits, plan_memory
@@ -225,12 +231,13 @@ def _planned(prepared: PreparedRun, inventory: Any, gpu_memory_gib: float | None
     plan = None
     implied = False
     if prepared.scheduler != LOCAL:
-        from rlinf_scheduler.placement import plan_placement
-
+        scheduler_cls = prepared.host.schedulers.get(prepared.scheduler)
         if inventory is None and prepared.expansion is not None:
             inventory, implied = prepared.expansion.inventory, True
         try:
-            plan = plan_placement(data["cluster"], inventory, hardware=prepared.host)
+            plan = scheduler_cls.plan_placement(
+                {"cluster": data["cluster"]}, inventory, hardware=prepared.host
+            )
         except ConfigError as err:
             raise _sourced(prepared.translation.translate_error(err), prepared.composition) from None
     device = str((data.get("runner") or {}).get("device", "cpu"))
@@ -238,9 +245,38 @@ def _planned(prepared: PreparedRun, inventory: Any, gpu_memory_gib: float | None
     if shared:
         raise ConfigError(shared[0], "cluster.component_placement")
     devices = plan_devices(plan, device)
+    try:
+        weight_sync = _weight_sync(prepared, plan, devices)
+    except ConfigError as err:
+        raise _sourced(prepared.translation.translate_error(err), prepared.composition) from None
     memory = plan_memory(prepared.resolved, devices, gpu_memory_gib)
     check_fits(memory or [])
-    return replace(prepared, plan=plan, devices=devices, memory=memory, inventory_implied=implied)
+    return replace(
+        prepared,
+        plan=plan,
+        devices=devices,
+        memory=memory,
+        inventory_implied=implied,
+        weight_sync=weight_sync,
+    )
+
+
+def _weight_sync(prepared: PreparedRun, plan: Any, devices: Mapping[str, Any]) -> dict[str, Any]:
+    """The weight sync the run would use (``rollout.weight_sync`` against the planned devices of
+    the learner's rank 0 and the placed consumers); ``local`` in process."""
+    from rlinf_algos.weight_sync import WEIGHT_ROLES, choose_weight_sync, requested_mode
+
+    data = prepared.config
+    mode = requested_mode(data)
+    if plan is None:
+        return {"requested": mode, "mode": "local", "members": {}}
+    model = data.get("model") or {}
+    adapter_only = bool(getattr(prepared.algorithm_class, "lora_publishes_adapter", False)) and bool(
+        model.get("lora") if isinstance(model, Mapping) else None
+    )
+    roles = [r for r in WEIGHT_ROLES if r in devices]
+    chosen, members = choose_weight_sync(mode, devices, adapter_only=adapter_only, roles=roles)
+    return {"requested": mode, "mode": chosen, "members": members}
 
 
 def dry_run(

@@ -158,15 +158,16 @@ class EmbodiedPlacedRun(FlowRun):
         if M is not None and N is not None:
             self._check_sizes(M, N)
         uid = secrets.token_hex(4)
-        self.weights = self.weights_base = f"rlinf-{uid}-policy"
-        self.link_token = secrets.token_hex(16)  # travels only as a Ray call argument
+        self.weights_base = f"rlinf-{uid}-policy"
+        self.weights = self._weight_sync(self.weights_base)
+        self.links = d.links()  # carries the run's secret: travels only as a call argument
         S, seed = self.rollout_cfg.pipeline_stages, self.runner_cfg.seed
         self.traj_ch = d.channel(
             f"rlinf-{uid}-traj", "actor", maxsize=self.recipe.channel_maxsize(self.rollout_cfg)
         )
         env_args = (self.env_cfg.model_dump(), seed, S)
         if M is None or N is None:  # a scheduler without a plan: learn the sizes from the env group
-            d.launch({"env": (WORKERS["env"], (*env_args, N or 1, self.link_token, self.timeout), {})})
+            d.launch({"env": (WORKERS["env"], (*env_args, N or 1, self.links, self.timeout), {})})
             M, N = d.groups["env"].world_size, N or 1
             self._check_sizes(M, N)
         self.M, self.N, self.S = M, N, S
@@ -174,7 +175,7 @@ class EmbodiedPlacedRun(FlowRun):
         actor_cfg = self.actor_cfg.model_dump() if self.actor_cfg is not None else {}
         flow = self.flow
         launches: dict[str, tuple[type, tuple[Any, ...], dict[str, Any]]] = {
-            "env": (WORKERS["env"], (*env_args, N, self.link_token, self.timeout), {}),
+            "env": (WORKERS["env"], (*env_args, N, self.links, self.timeout), {}),
             "actor": (WORKERS["actor"], (flow,), {
                 "timeout": self.timeout, "channels": {"traj": self.traj_ch}, "weights": self.weights,
                 "seed": seed, "threads": self.runner_cfg.torch_threads, "device": self.runner_cfg.device,
@@ -184,7 +185,7 @@ class EmbodiedPlacedRun(FlowRun):
             "rollout": (WORKERS["rollout"], (flow,), {
                 "timeout": self.timeout, "channels": {"traj": self.traj_ch}, "weights": self.weights,
                 "seed": seed, "threads": 1, "env_world": M, "per_stage": self.per_stage, "stages": S,
-                "link_token": self.link_token,
+                "links": self.links,
             }),
             **{name: (WORKERS[name], (flow,), kw) for name, kw in self.recipe.launch_extra(self).items()},
         }  # fmt: skip
@@ -210,6 +211,11 @@ class EmbodiedPlacedRun(FlowRun):
         self.learner_group = groups["actor"].on(0).world().wait(self.timeout)[0]
         self.iterations = max(1, math.ceil(self.runner_cfg.total_steps / self.batch))
         self.staleness = self.recipe.staleness(self.rollout_cfg)
+
+    def _weight_sync(self, name: str) -> Any:
+        """A new weight sync of the learner's rank 0 and its consumers (``rollout.weight_sync``)."""
+        consumers = ("rollout", *self.recipe.policy_components)
+        return self.driver.weight_sync(name, self.rollout_cfg.weight_sync, consumers)
 
     def load(self, state: dict[str, Any]) -> None:
         path = self.driver.run_dir
@@ -433,7 +439,7 @@ class EmbodiedPlacedRun(FlowRun):
         already: if they cannot reach it, its learner may have died since (then
         :class:`LearnerDied`)."""
         try:
-            view.configure(self.spec, weights=self.weights, connect_timeout=min(self.timeout, 30.0)).wait(
+            view.configure(self.spec, weights=self.weights, timeout=min(self.timeout, 30.0)).wait(
                 self.timeout
             )
         except Exception as err:
@@ -481,7 +487,10 @@ class EmbodiedPlacedRun(FlowRun):
         sampling streams and reseed the envs (the driver takes its books back)."""
         d = self.driver
         group = self.groups["actor"]
-        self.weights = f"{self.weights_base}-r{len(d.learner_restarts) + 1}-{secrets.token_hex(2)}"
+        old = self.weights
+        self.weights = self._weight_sync(
+            f"{self.weights_base}-r{len(d.learner_restarts) + 1}-{secrets.token_hex(2)}"
+        )
         actor_state = state["actor"] if state is not None else None
         try:
             group.restart(timeout=self.timeout)  # every rank: the learner group meets anew
@@ -499,6 +508,10 @@ class EmbodiedPlacedRun(FlowRun):
         rollout = self.groups["rollout"]
         # the rollout workers follow the new broadcast from the checkpoint's version on
         d.with_restarts("rollout", lambda: self._configure_rollouts(rollout))
+        try:  # the rollout workers left it; nobody reads the old learner's weights any more
+            old.destroy()
+        except Exception as err:
+            d.log(f"could not remove the old learner's weight sync {old.name!r}: {err}")
         rngs = state.get("rollout_rng") or []
         if len(rngs) == self.N:
             for r, rng in enumerate(rngs):

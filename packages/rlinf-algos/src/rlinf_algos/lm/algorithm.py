@@ -61,6 +61,9 @@ class GRPOLM(Algorithm):
     section); ``runner.scheduler: local`` trains in the rlinf process."""
     multi_rank_learner: ClassVar[bool] = True
     """The actor may be placed on several processes (a data-parallel learner group)."""
+    lora_publishes_adapter: ClassVar[bool] = True
+    """With ``model.lora`` the learner publishes the adapter alone, through the object store
+    (``rollout.weight_sync``: :mod:`rlinf_algos.weight_sync`)."""
 
     @classmethod
     def run_config_problems(cls, run_config: Mapping[str, Any]) -> list[ConfigProblem]:

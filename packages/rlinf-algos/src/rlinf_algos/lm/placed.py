@@ -1,7 +1,9 @@
 """A language-model flow on placed workers: the rollout, reward, reference, actor (and agent)
 roles as worker processes placed by the ``cluster`` section, batches over the scheduler's
 channels (``rlinf-<run id>-gen``, ``-episodes``, ``-scored``, ``-refq``), weights through the
-actor's weight broadcast. The data flow of an iteration is :mod:`rlinf_algos.lm.roles`'.
+run's weight sync (``rollout.weight_sync``; a LoRA adapter through the object store), which the
+driver creates through the scheduler and hands to the actor, the rollout ranks and the
+reference. The data flow of an iteration is :mod:`rlinf_algos.lm.roles`'.
 
 The warm start runs in the driver before the workers start; the actor loads the warm-started
 folder and publishes version 0, which the reference freezes. Agents and the reward worker import
@@ -83,7 +85,10 @@ class LMPlacedRun(LMRun):
         self.tok = task_tokenizer(run)
         self.task = make_task(run, self.tok)
         uid = secrets.token_hex(4)
-        self.weights_name = f"rlinf-{uid}-policy"
+        consumers = ("rollout", "reference") if run.algorithm.kl_coef > 0 else ("rollout",)
+        self.weights = d.weight_sync(
+            f"rlinf-{uid}-policy", run.rollout.weight_sync, consumers, adapter_only=run.model.lora is not None
+        )
         with ThreadPoolExecutor(4) as pool:
             futs = [
                 pool.submit(d.channel, f"rlinf-{uid}-{what}", role, default_timeout=self.timeout)
@@ -102,11 +107,11 @@ class LMPlacedRun(LMRun):
         threads = run.runner.torch_threads
         launches: dict[str, dict[str, Any]] = {
             "actor": {
-                **common, "weights": self.weights_name, "threads": threads,
+                **common, "weights": self.weights, "threads": threads,
                 "channels": {"scored": self.scored, "refq": self.refq}, "device": run.runner.device,
                 "strategy": run.actor.strategy, "micro_batch_size": run.actor.micro_batch_size,
             },
-            "rollout": {**common, "weights": self.weights_name, "threads": threads, "channels": {"gen": self.gen}},
+            "rollout": {**common, "weights": self.weights, "threads": threads, "channels": {"gen": self.gen}},
             "reward": {
                 **common, "threads": 0, "channels": {"episodes": self.episodes_ch, "scored": self.scored},
                 "log_dir": str(Path(d.run_dir) / "logs"),
@@ -114,7 +119,7 @@ class LMPlacedRun(LMRun):
         }  # fmt: skip
         if run.algorithm.kl_coef > 0:
             launches["reference"] = {
-                **common, "weights": self.weights_name, "threads": threads, "channels": {"refq": self.refq},
+                **common, "weights": self.weights, "threads": threads, "channels": {"refq": self.refq},
             }  # fmt: skip
         if use_agents:
             launches["agent"] = {

@@ -10,6 +10,8 @@
 - :mod:`~rlinf_algos.runtime.stop`: SIGTERM / Ctrl-C between iterations, the process's RNG streams;
 - :mod:`~rlinf_algos.runtime.workers`: one worker class per role (env, rollout, actor, reward,
   reference, agent), thin process hosts of the flow's bodies;
-- :mod:`~rlinf_algos.runtime.transport`: every import of the scheduler's transport (weights,
-  links, routing).
+
+It imports no scheduler: weights, links, routing and placement come through
+:class:`rlinf_core.Scheduler`'s interface (:mod:`rlinf_core.weights`, :mod:`rlinf_core.links`,
+:mod:`rlinf_core.routing`), so any scheduler plugin runs every flow.
 """

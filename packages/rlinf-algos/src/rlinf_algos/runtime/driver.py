@@ -11,6 +11,9 @@ once for every family:
   ``metrics.csv`` / ``metrics.jsonl``, the progress callback that feeds the loggers and the
   progress bar);
 - the role -> worker-group map (:meth:`launch`), their process ids, their shutdown (all at once);
+- what the run needs of the cluster, through :class:`rlinf_core.Scheduler`'s interface only (so
+  any scheduler plugin runs any flow): channels (:meth:`channel`), the weight sync
+  (:meth:`weight_sync`, ``rollout.weight_sync``) and the direct links (:meth:`links`);
 - checkpoints: their cadence (``runner.checkpoint_interval``; on workers written *before* an
   iteration would take the run past the interval, so a learner restart loses at most that many
   units), atomic writes in the flow's layout (``checkpoints/step_<n>.safetensors`` for embodied
@@ -37,7 +40,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Callable, Mapping
+import secrets
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -47,6 +51,8 @@ from rlinf_algos.runtime.books import RunRecorder
 from rlinf_algos.runtime.recovery import LearnerDied, Recovery, RunFailed
 from rlinf_algos.runtime.stop import DeferredStop
 from rlinf_core.errors import RlinfError
+from rlinf_core.links import Links, LocalLinks
+from rlinf_core.weights import LocalWeightSync, WeightSync
 
 __all__ = ["Driver"]
 
@@ -107,6 +113,7 @@ class Driver(Recovery):
         self.learner_restarts: list[dict[str, Any]] = []
         self.events: list[str] = []
         self.resumed_from: str | None = None
+        self.weight_sync_info: dict[str, Any] | None = None
         self.last_ckpt_step = 0
         self.last_checkpoint: Path | None = None
         self.interrupted = False
@@ -164,6 +171,40 @@ class Driver(Recovery):
         except (AttributeError, IndexError, TypeError):
             pass
         return self.scheduler.channel(name, **options)
+
+    def weight_sync(
+        self, name: str, mode: str, roles: Iterable[str], *, adapter_only: bool = False
+    ) -> WeightSync:
+        """A new weight sync ``name`` for the learner's rank 0 and the consumers of ``roles``
+        (``rollout``, ``reference``...), in ``mode`` (``rollout.weight_sync``) decided against
+        their planned devices (:func:`~rlinf_algos.weight_sync.choose_weight_sync`;
+        ``adapter_only``: a LoRA adapter alone is published). Created by the scheduler
+        (:meth:`rlinf_core.Scheduler.weight_sync`), which destroys it at its shutdown; a learner
+        restarted from a checkpoint gets a new one. Without a scheduler: a
+        :class:`~rlinf_core.weights.LocalWeightSync` that hands the very tensors over."""
+        from rlinf_algos.parallel import plan_devices
+        from rlinf_algos.weight_sync import choose_weight_sync
+
+        if self.scheduler is None:
+            handle: WeightSync = LocalWeightSync(name, copy=False, default_timeout=self.timeout)
+            chosen = "local"
+        else:
+            plan = getattr(self.scheduler, "plan", None)
+            devices = plan_devices(plan, str(getattr(self.runner, "device", "cpu")))
+            chosen, members = choose_weight_sync(
+                mode, devices, adapter_only=adapter_only, roles=("actor", *roles)
+            )
+            handle = self.scheduler.weight_sync(
+                name, mode=chosen, devices=members or None, timeout=self.timeout
+            )
+        self.weight_sync_info = {"requested": mode, "mode": getattr(handle, "mode", chosen)}
+        return handle
+
+    def links(self) -> Links:
+        """The run's direct links (:meth:`rlinf_core.Scheduler.links`) with a fresh secret that
+        travels only as a call argument; without a scheduler, in-process ones."""
+        secret = secrets.token_hex(16)
+        return LocalLinks(secret) if self.scheduler is None else self.scheduler.links(secret)
 
     def launch(self, launches: Mapping[str, tuple[type, tuple[Any, ...], dict[str, Any]]]) -> None:
         """Start every role of ``launches`` (``{role: (worker class, args, kwargs)}``) at once
@@ -364,6 +405,8 @@ class Driver(Recovery):
                 "events": self.events[-20:],
             }
         )
+        if self.weight_sync_info is not None:
+            summary["weight_sync"] = dict(self.weight_sync_info)
         if error is not None:
             summary["error"] = error
         write_summary(self.run_dir, summary)

@@ -1,6 +1,7 @@
 """The actor role: the learner, on one process or as a data-parallel group of several
-(:mod:`rlinf_algos.parallel`). The host joins the learner group, creates the weight broadcast
-(rank 0) and publishes every new version, saves and restores the learner with this process's
+(:mod:`rlinf_algos.parallel`). The host joins the learner group, publishes every new version
+through the run's weight sync (rank 0; the :class:`~rlinf_core.weights.WeightSync` handle the
+driver passes), saves and restores the learner with this process's
 random stream, and turns a failed collective into the exit of the whole group. The body the flow
 gives it holds the model and its optimiser and runs the update: an embodied flow's learner side
 (:class:`~rlinf_algos.flow.LearnerSide`), the language-model learner.
@@ -21,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from rlinf_algos.runtime.transport import create_weights
 from rlinf_algos.runtime.workers.base import RoleWorker
 from rlinf_core.errors import ChannelError, RlinfError
+from rlinf_core.weights import WeightSync
 
 log = logging.getLogger(__name__)
 
@@ -124,24 +125,26 @@ class ActorWorker(RoleWorker):
     def configure(
         self,
         spec: dict[str, Any] | None = None,
-        weights: str | None = None,
+        weights: WeightSync | None = None,
         state: dict[str, Any] | None = None,
         init: dict[str, Any] | None = None,
     ) -> int:
-        """Build the learner (for ``spec``), create the weight broadcast and publish its first
-        version: 0, or with ``state`` (:meth:`state` output: a restarted learner) the
-        checkpoint's weights at their version. ``weights``: the broadcast's name (default the
-        constructor's). ``init``: weights to start from (a warm start's), loaded before version 0
-        is published. Returns the published version."""
+        """Build the learner (for ``spec``) and publish its first version through the weight
+        sync: 0, or with ``state`` (:meth:`state` output: a restarted learner) the checkpoint's
+        weights at their version. ``weights``: the weight sync to publish to (a restarted learner
+        gets a new one; default the constructor's). ``init``: weights to start from (a warm
+        start's), loaded before version 0 is published. Returns the published version."""
         import torch
 
         if weights is not None:
-            self.weights_name = weights
+            self.weights = weights
         self.spec = spec
         self._collective(self.body.build, spec, state, init)
         if state is not None and "torch_rng" in state:
             torch.set_rng_state(state["torch_rng"])
-        self.wb = create_weights(self.weights_name, self.timeout) if self.dp.is_main else None
+        if self.weights is None:
+            raise RlinfError(f"actor rank {self.rank}: no weight sync to publish to (the driver passes one)")
+        self.wb = self.weights if self.dp.is_main else None
         self.published = -1
         self.publish_s = 0.0
         self._collective(self.publish)
@@ -155,7 +158,7 @@ class ActorWorker(RoleWorker):
             t0 = time.perf_counter()
             weights = self.body.weights()
             if self.wb is not None:
-                self.wb.publish(weights, version=v)
+                self.wb.publish(weights, version=v, timeout=self.timeout)
             self.published = v
             self.publish_s += time.perf_counter() - t0
 

@@ -14,6 +14,7 @@ import os
 from typing import Any, ClassVar
 
 from rlinf_core.errors import RlinfError
+from rlinf_core.weights import WeightSync
 from rlinf_core.worker import Worker
 
 __all__ = ["RoleWorker", "close_links", "set_threads"]
@@ -45,7 +46,9 @@ class RoleWorker(Worker):
         timeout: seconds any wait of the role may take before it reports what it waited for
             (``runner.worker_timeout``).
         channels: the run's channels the role reads or writes, by name.
-        weights: the name of the weight broadcast the role publishes or follows.
+        weights: the run's weight sync the role publishes or follows (a
+            :class:`~rlinf_core.weights.WeightSync` handle the driver made through
+            :meth:`rlinf_core.Scheduler.weight_sync`; it travels as a call argument).
         seed: the base seed of the role's random streams (rank ``r`` uses ``seed + 7919 * r``).
         threads: intra-op torch threads (``0``: leave torch alone: a light role without torch).
         options: further settings the body reads (``host.options``).
@@ -59,7 +62,7 @@ class RoleWorker(Worker):
         *,
         timeout: float = 300.0,
         channels: dict[str, Any] | None = None,
-        weights: str | None = None,
+        weights: WeightSync | None = None,
         seed: int = 0,
         threads: int = 1,
         **options: Any,
@@ -67,7 +70,7 @@ class RoleWorker(Worker):
         self.flow = flow
         self.timeout = float(timeout)
         self.channels = dict(channels or {})
-        self.weights_name = weights
+        self.weights = weights
         self.seed = int(seed)
         self.threads = int(threads)
         self.options = options

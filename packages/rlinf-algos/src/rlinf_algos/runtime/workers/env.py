@@ -4,9 +4,9 @@ served to the rollout workers over direct links (the embodied flows' env side).
 - **Direct links.** Env and rollout workers exchange one small message per stage step each way,
   thousands a second: too many for a hop through a channel actor and its reply (which cost more
   CPU per step than the simulator). Each pair that routing connects talks over its own
-  authenticated TCP connection (:func:`~rlinf_algos.runtime.transport.open_link`; the rollout
-  worker listens on its node's address, the env worker connects at the start of a generation):
-  one pickled frame per message, no intermediary. A link that breaks (its peer died, or gave up
+  authenticated link (:class:`rlinf_core.links.Links` from :meth:`rlinf_core.Scheduler.links`;
+  the ``ray`` scheduler's are TCP connections on the node's address: the rollout worker listens,
+  the env worker connects at the start of a generation): one message per frame, no intermediary. A link that breaks (its peer died, or gave up
   on the generation and closed its links) fails the waiter at once with a
   :class:`~rlinf_core.errors.ChannelError`, which ends the iteration on that worker too, so an
   abort spreads over the links to every worker of the generation.
@@ -14,7 +14,7 @@ served to the rollout workers over direct links (the embodied flows' env side).
   stages, each its own vector env: while the rollout worker runs the policy on stage ``s``, the
   env worker steps stage ``s + 1``. One link message per stage step in each direction.
 - **Routing.** With ``M`` env ranks and ``N`` rollout ranks every stage's global batch of env
-  slots is routed with :func:`~rlinf_algos.runtime.transport.route_plan` (contiguous shards,
+  slots is routed with :func:`rlinf_core.routing.route_plan` (contiguous shards,
   stable keys), so the group sizes may differ.
 - **Generations.** Links carry a generation number: after a failure the driver starts the next
   generation, so a partial batch is never mixed into a later one.
@@ -22,15 +22,15 @@ served to the rollout workers over direct links (the embodied flows' env side).
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 import numpy as np
 
 from rlinf_algos import obs as obs_tree
-from rlinf_algos.runtime.transport import open_link, route_plan
 from rlinf_algos.runtime.workers.base import RoleWorker, close_links
 from rlinf_core.errors import ChannelError, RlinfError
+from rlinf_core.links import Links
+from rlinf_core.routing import route_plan
 
 __all__ = ["EnvWorker", "shards"]
 
@@ -48,7 +48,8 @@ class EnvWorker(RoleWorker):
         seed: the run seed; global env slot ``g`` is reset with ``seed + g``.
         stages: ``rollout.pipeline_stages``.
         rollout_world: the number of rollout workers.
-        link_token: the run's secret for the direct links to the rollout workers.
+        links: the run's :class:`~rlinf_core.links.Links` (it carries the run's secret) for the
+            direct links to the rollout workers.
         timeout: seconds to wait for actions before reporting it.
 
     The env is the same for every flow (a gymnasium vector env), so this role has no body: what
@@ -64,13 +65,13 @@ class EnvWorker(RoleWorker):
         seed: int,
         stages: int,
         rollout_world: int,
-        link_token: str,
+        links: Links,
         timeout: float = 300.0,
     ) -> None:
         super().__init__(None, timeout=timeout, seed=seed, threads=0)
         self.env_cfg, self.stages = env_cfg, stages
         self.rollout_world = rollout_world
-        self.link_token = link_token
+        self.link_factory = links
         self.links: dict[int, Any] = {}
         self.links_key: Any = None
 
@@ -113,21 +114,20 @@ class EnvWorker(RoleWorker):
     def _connect(self, gen: int, addrs: list[Any]) -> None:
         """Open the links of generation ``gen`` to the rollout ranks this worker's shards go to
         (kept for the following iterations of the generation)."""
-        key = (gen, tuple(tuple(a) for a in addrs))
+        key = (gen, tuple(tuple(a) if isinstance(a, list) else a for a in addrs))
         if self.links_key == key:
             return
         close_links(self.links)
         self.links_key = None
         for dst in sorted({sh.dst for sh in self.my_shards}):
-            host, port = addrs[dst]
-            peer = f"rollout rank {dst} at {host}:{port}"
-            try:
-                sock = socket.create_connection((host, port), timeout=self.timeout)
-            except OSError as err:
-                raise ChannelError(f"env rank {self.rank} could not connect to {peer}: {err}") from None
-            link = open_link(sock, self.timeout, peer)
-            self.links[dst] = link
-            link.send_hello(self.link_token, gen, self.rank)
+            self.links[dst] = self.link_factory.connect(
+                addrs[dst],
+                gen=gen,
+                rank=self.rank,
+                timeout=self.timeout,
+                peer=f"rollout rank {dst}",
+                name=f"env rank {self.rank}",
+            )
         self.links_key = key
 
     def _send(self, s: int, msg: dict[str, Any]) -> None:

@@ -1,6 +1,7 @@
 """The reference role: a frozen copy of the initial policy whose log-probabilities the KL term
-reads. The host takes version 0 of the learner's weight broadcast (the warm start; with LoRA a
-language-model body keeps the base weights and disables the adapter) and hands it to the body to
+reads. The host takes version 0 of the learner's weight sync (the warm start; with LoRA a
+language-model body keeps the base weights and disables the adapter), leaves the sync (a one-time
+reader: it must not hold up the publisher's later broadcasts) and hands the weights to the body to
 freeze; the body computes the log-probabilities of a batch and passes them on.
 
 The body: ``freeze(spec, state_dict)``, ``log_probs(*args, **kwargs)`` (``{"aborted": True}``
@@ -12,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlinf_algos.runtime.transport import connect_weights
 from rlinf_algos.runtime.workers.base import RoleWorker
+from rlinf_core.errors import RlinfError
 
 __all__ = ["ReferenceWorker"]
 
@@ -26,9 +27,13 @@ class ReferenceWorker(RoleWorker):
     def configure(self, spec: dict[str, Any] | None = None) -> int:
         """Freeze version 0 of the weights (the policy ``spec`` describes; ``None`` for a flow
         whose model is known up front); returns the version held."""
-        wb = connect_weights(self.weights_name, self.timeout)
-        version, sd = wb.fetch(min_version=0, timeout=self.timeout)
-        self.body.freeze(spec, sd)
+        if self.weights is None:
+            raise RlinfError(f"reference rank {self.rank}: no weight sync to read (the driver passes one)")
+        try:
+            version, sd = self.weights.fetch(min_version=0, timeout=self.timeout)
+            self.body.freeze(spec, sd)  # the body clones what it keeps
+        finally:
+            self.weights.close()  # a one-time reader leaves the sync's group
         return int(version)
 
     def log_probs(self, *args: Any, **kwargs: Any) -> dict[str, Any]:

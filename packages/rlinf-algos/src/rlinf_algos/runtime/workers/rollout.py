@@ -1,5 +1,5 @@
 """The rollout role: a versioned copy of the policy that samples. The host follows the learner's
-weight broadcast (:meth:`RolloutWorker.sync`, at least the version a call asks for), keeps the
+weight sync (:meth:`RolloutWorker.sync`, at least the version a call asks for), keeps the
 sampling random streams (checkpointed), and for embodied flows is a *port* over its direct links
 to the env workers (:mod:`rlinf_algos.ports`, :mod:`rlinf_algos.runtime.workers.env`). The body
 the flow gives it does the sampling: an embodied flow's policy network and collection loop
@@ -14,17 +14,17 @@ with), and the calls ``collect(gen, steps, **kw)`` / ``serve()``; optionally ``r
 
 from __future__ import annotations
 
-import socket
 import time
 from typing import Any
 
 import numpy as np
 
 from rlinf_algos import obs as obs_tree
-from rlinf_algos.runtime.transport import connect_weights, node_address, open_link
 from rlinf_algos.runtime.workers.base import RoleWorker, close_links
 from rlinf_algos.runtime.workers.env import shards
-from rlinf_core.errors import ChannelError, ChannelTimeout
+from rlinf_core.errors import ChannelError, RlinfError
+from rlinf_core.links import LinkListener, Links
+from rlinf_core.weights import WeightSync
 
 __all__ = ["RolloutWorker"]
 
@@ -34,8 +34,9 @@ class RolloutWorker(RoleWorker):
 
     Options (embodied flows, beside :class:`~rlinf_algos.runtime.workers.base.RoleWorker`'s):
     ``env_world`` (the number of env workers; 0: no env links), ``per_stage`` (envs per stage of
-    each), ``stages`` (``rollout.pipeline_stages``) and ``link_token`` (the run's secret env
-    workers present on the direct links). The channel ``traj`` carries what it collects.
+    each), ``stages`` (``rollout.pipeline_stages``) and ``links`` (the run's
+    :class:`~rlinf_core.links.Links`, from :meth:`rlinf_core.Scheduler.links`: this worker
+    listens, the env workers connect). The channel ``traj`` carries what it collects.
     """
 
     role = "rollout"
@@ -48,13 +49,13 @@ class RolloutWorker(RoleWorker):
         self.env_world = int(opts.get("env_world", 0))
         self.per_stage = int(opts.get("per_stage", 0))
         self.stages = int(opts.get("stages", 1))
-        self.link_token = opts.get("link_token")
+        self.link_factory: Links | None = opts.get("links")
         self.traj_ch = self.channels.get("traj")
         self.links: dict[int, Any] = {}
         self.links_gen: int | None = None
         self._report: str | None = None
-        self.wb: Any = None
-        self.listener: socket.socket | None = None
+        self.wb: WeightSync | None = None
+        self.listener: LinkListener | None = None
         # the sampling streams: seeded per rank, saved in checkpoints
         torch.manual_seed(self.rank_seed)
         self.generator = torch.Generator().manual_seed(self.rank_seed)
@@ -63,13 +64,24 @@ class RolloutWorker(RoleWorker):
             plan = shards(self.per_stage, self.env_world, self.world_size)
             self.my_shards = [sh for sh in plan if sh.dst == self.rank]
             self.slots = sum(sh.size for sh in self.my_shards)  # env slots of each stage
-            self.listener = socket.create_server((node_address(), 0), backlog=max(16, self.env_world))
+            if self.link_factory is None:
+                raise RlinfError(
+                    f"rollout rank {self.rank}: {self.env_world} env workers but no links to them"
+                )
+            self.listener = self.link_factory.listen(
+                name=f"rollout rank {self.rank}", backlog=max(16, self.env_world)
+            )
         super_setup()
 
     def teardown(self) -> None:
         close_links(getattr(self, "links", {}))
         if getattr(self, "listener", None) is not None:
             self.listener.close()
+        if getattr(self, "wb", None) is not None:
+            try:
+                self.wb.close()  # leave the weight sync's group (the weights stay)
+            except Exception:  # the publisher is gone already
+                pass
         super().teardown()
 
     # -- weights ---------------------------------------------------------------------------------
@@ -81,29 +93,37 @@ class RolloutWorker(RoleWorker):
     def configure(
         self,
         spec: dict[str, Any] | None = None,
-        weights: str | None = None,
-        connect_timeout: float | None = None,
+        weights: WeightSync | None = None,
+        timeout: float | None = None,
     ) -> int:
         """Build the body's policy for ``spec`` (the env's sizes are known once an env worker
         runs) and pull the newest weights (a restarted worker catches up here). ``weights``: the
-        broadcast to follow from now on (a restarted learner publishes under a new name, from
-        the version of its checkpoint). ``connect_timeout``: how long to wait for the broadcast
-        to exist (default ``timeout``; the driver passes less when it exists already, so that one
-        whose learner died since fails soon). Returns the version."""
-        if weights is not None:
-            self.weights_name = weights
+        weight sync to follow from now on (a restarted learner publishes through a new one, from
+        the version of its checkpoint; this worker leaves the old one). ``timeout``: how long to
+        wait for the first version (default ``timeout``; the driver passes less when one was
+        published already, so that a worker whose learner died since fails soon). Returns the
+        version."""
+        if weights is not None and weights is not self.weights:
+            old, self.weights = self.wb, weights
+            self.wb = None
+            if old is not None:
+                old.close()  # a consumer of the old publisher leaves its group
         self.spec = spec
         self.body.configure(spec)
-        self.wb = connect_weights(self.weights_name, self.timeout, connect_timeout)
-        self.sync(0)
+        self.sync(0, timeout)
         return self.version
 
-    def sync(self, min_version: int) -> None:
-        """Load the newest weights, waiting for version ``min_version`` at least."""
+    def sync(self, min_version: int, timeout: float | None = None) -> None:
+        """Load the newest weights, waiting for version ``min_version`` at least (up to
+        ``timeout``, default the worker's)."""
         if self.wb is None:
-            self.wb = connect_weights(self.weights_name, self.timeout)
+            if self.weights is None:
+                raise RlinfError(
+                    f"rollout rank {self.rank}: no weight sync to follow (the driver passes one)"
+                )
+            self.wb = self.weights
         if self.version < min_version:
-            version, sd = self.wb.fetch(min_version=min_version, timeout=self.timeout)
+            version, sd = self.wb.fetch(min_version=min_version, timeout=timeout or self.timeout)
         else:
             got = self.wb.fetch_if_newer(self.version)
             if got is None:
@@ -142,12 +162,12 @@ class RolloutWorker(RoleWorker):
             self.body.set_rng_state(state["body"])
 
     # -- the port over the env links (embodied flows) --------------------------------------------
-    def link_address(self) -> tuple[str, int]:
-        """Where env workers connect to this worker's direct links."""
+    def link_address(self) -> Any:
+        """Where env workers connect to this worker's direct links (what
+        :meth:`rlinf_core.links.Links.connect` takes)."""
         if self.listener is None:
             raise ChannelError(f"rollout rank {self.rank} has no env links (no env workers in this run)")
-        host, port = self.listener.getsockname()[:2]
-        return host, port
+        return self.listener.address
 
     def _accept(self, gen: int) -> None:
         """Take the links of generation ``gen`` from every env rank this worker's shards come
@@ -157,28 +177,7 @@ class RolloutWorker(RoleWorker):
         close_links(self.links)
         self.links_gen = None
         need = {sh.src for sh in self.my_shards}
-        deadline = time.monotonic() + self.timeout
-        while need - self.links.keys():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                missing = sorted(need - self.links.keys())
-                raise ChannelTimeout(
-                    f"rollout rank {self.rank} waited {self.timeout:.0f} s for env rank(s) {missing} to connect"
-                )
-            self.listener.settimeout(left)
-            try:
-                sock, addr = self.listener.accept()
-            except TimeoutError:
-                continue
-            link = open_link(sock, min(self.timeout, 5.0), f"env worker at {addr[0]}:{addr[1]}")
-            hello = link.recv_hello(self.link_token)
-            if hello is None or hello[0] != gen or hello[1] not in need:
-                link.close()  # a stranger's connection, or another generation's
-                continue
-            env_rank = hello[1]
-            link.sock.settimeout(self.timeout)
-            link.timeout, link.peer = self.timeout, f"env rank {env_rank}"
-            self.links[env_rank] = link
+        self.links = self.listener.accept(gen, need, timeout=self.timeout, peer="env")
         self.links_gen = gen
 
     def recv(self, s: int) -> dict[str, Any]:
