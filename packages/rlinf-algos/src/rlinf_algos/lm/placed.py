@@ -130,7 +130,8 @@ class LMPlacedRun(LMRun):
         d.launch({name: (WORKERS[name], (flow,), kw) for name, kw in launches.items()})
         groups = self.groups
         for name, group in groups.items():
-            nodes = sorted({p.node_rank for p in group.placements}) if hasattr(group, "placements") else []
+            plan = d.plan(name)  # the PlacementPlan protocol; a scheduler that places nothing has none
+            nodes = sorted({p.node_rank for p in plan.processes}) if plan is not None else []
             self.placement[name] = {"processes": group.world_size, "nodes": nodes}
         if not use_agents:
             self.placement["agent"] = {"processes": 0, "where": "the driver (single agent per episode)"}

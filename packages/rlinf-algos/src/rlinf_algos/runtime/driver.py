@@ -51,8 +51,8 @@ from rlinf_algos.runtime.books import RunRecorder
 from rlinf_algos.runtime.recovery import LearnerDied, Recovery, RunFailed
 from rlinf_algos.runtime.stop import DeferredStop
 from rlinf_core.errors import RlinfError
-from rlinf_core.links import Links, LocalLinks
-from rlinf_core.weights import LocalWeightSync, WeightSync
+from rlinf_core.links import Links
+from rlinf_core.weights import WeightSync
 
 __all__ = ["Driver"]
 
@@ -180,31 +180,24 @@ class Driver(Recovery):
         their planned devices (:func:`~rlinf_algos.weight_sync.choose_weight_sync`;
         ``adapter_only``: a LoRA adapter alone is published). Created by the scheduler
         (:meth:`rlinf_core.Scheduler.weight_sync`), which destroys it at its shutdown; a learner
-        restarted from a checkpoint gets a new one. Without a scheduler: a
-        :class:`~rlinf_core.weights.LocalWeightSync` that hands the very tensors over."""
+        restarted from a checkpoint gets a new one. (The in-process runtime needs none: its
+        flows hand the weights over directly.)"""
         from rlinf_algos.parallel import plan_devices
         from rlinf_algos.weight_sync import choose_weight_sync
 
-        if self.scheduler is None:
-            handle: WeightSync = LocalWeightSync(name, copy=False, default_timeout=self.timeout)
-            chosen = "local"
-        else:
-            plan = getattr(self.scheduler, "plan", None)
-            devices = plan_devices(plan, str(getattr(self.runner, "device", "cpu")))
-            chosen, members = choose_weight_sync(
-                mode, devices, adapter_only=adapter_only, roles=("actor", *roles)
-            )
-            handle = self.scheduler.weight_sync(
-                name, mode=chosen, devices=members or None, timeout=self.timeout
-            )
-        self.weight_sync_info = {"requested": mode, "mode": getattr(handle, "mode", chosen)}
+        plan = getattr(self.scheduler, "plan", None)  # a scheduler that places nothing has none
+        devices = plan_devices(plan, str(getattr(self.runner, "device", "cpu")))
+        chosen, members = choose_weight_sync(
+            mode, devices, adapter_only=adapter_only, roles=("actor", *roles)
+        )
+        handle = self.scheduler.weight_sync(name, mode=chosen, devices=members or None, timeout=self.timeout)
+        self.weight_sync_info = {"requested": mode, "mode": str(getattr(handle, "mode", chosen))}
         return handle
 
     def links(self) -> Links:
-        """The run's direct links (:meth:`rlinf_core.Scheduler.links`) with a fresh secret that
-        travels only as a call argument; without a scheduler, in-process ones."""
-        secret = secrets.token_hex(16)
-        return LocalLinks(secret) if self.scheduler is None else self.scheduler.links(secret)
+        """The run's direct links (:meth:`rlinf_core.Scheduler.links`), with a fresh secret that
+        travels only as a call argument."""
+        return self.scheduler.links(secrets.token_hex(16))
 
     def launch(self, launches: Mapping[str, tuple[type, tuple[Any, ...], dict[str, Any]]]) -> None:
         """Start every role of ``launches`` (``{role: (worker class, args, kwargs)}``) at once
