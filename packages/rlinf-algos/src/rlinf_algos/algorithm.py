@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rlinf_core.algorithm import Algorithm
-from rlinf_core.errors import ConfigError, ConfigProblem
+from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
 
 if TYPE_CHECKING:
     from rlinf_algos.flow import Recipe
@@ -171,7 +171,7 @@ class EmbodiedAlgorithm(Algorithm):
                 "env.id",
                 f"{env_id!r} has action space {shown}; {cls.PLUGIN_NAME} needs {takes}: {cls.action_space_hint}",
             )
-        if spec["kind"] != "box" and model_type != "mlp":
+        if spec["kind"] != "box" and not _builds_any_action_space(model_type):
             return ConfigProblem(
                 "model.type",
                 f"{env_id!r} has action space {shown}; model.type {model_type} takes a continuous (Box) "
@@ -334,3 +334,14 @@ def rollout_item(
         f"{what} of env.num_envs {n:,} x {steps_path} {steps:,} steps",
         n * steps * floats_per_step * 4,
     )
+
+
+def _builds_any_action_space(type_name: str) -> bool:
+    """Whether the model type ``type_name`` builds the ``ActorCritic`` over discrete, multi-discrete,
+    multi-binary and hybrid action spaces (its registered roles say so; ``mlp``'s do)."""
+    from rlinf_algos.models import model_type
+
+    try:
+        return "ActorCritic" in model_type(type_name).roles
+    except RlinfError:  # not registered: validation names it
+        return False

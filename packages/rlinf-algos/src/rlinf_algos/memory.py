@@ -312,6 +312,18 @@ def _this_gpu_memory() -> int | None:
     return None
 
 
+def _builds_causal_lm(type_name: str) -> bool:
+    """Whether the model type ``type_name`` builds a Hugging Face causal language model (its
+    registered roles say so), whose memory this module estimates."""
+    from rlinf_algos.models import model_type
+    from rlinf_core.errors import RlinfError
+
+    try:
+        return "AutoModelForCausalLM" in model_type(type_name).roles
+    except RlinfError:  # not registered: validation names it
+        return False
+
+
 def plan_memory(
     run: Mapping[str, Any],
     devices: Mapping[str, Sequence[str]],
@@ -322,7 +334,7 @@ def plan_memory(
     processes are on GPUs (``devices``: :func:`rlinf_algos.parallel.plan_devices`), unknown
     otherwise."""
     model = run.get("model") or {}
-    if not isinstance(model, Mapping) or model.get("type") != "hf":  # not a language model's section
+    if not isinstance(model, Mapping) or not _builds_causal_lm(str(model.get("type", "mlp"))):
         return None
     ranks = {name: len(r) for name, r in devices.items()}
     try:

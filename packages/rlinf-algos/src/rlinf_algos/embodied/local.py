@@ -78,7 +78,7 @@ class EmbodiedLocalRun(FlowRun):
         self.spec = recipe.policy_spec(self.sections.model, spaces)
         check_policy_spec(self.spec)
         self.session = recipe.local_session(self.stepper, self.spec, self.sections)
-        warm_cfg = self.sections.model.warm_start
+        warm_cfg = getattr(self.sections.model, "warm_start", None)  # a model type's option (vla's)
         if warm_cfg is not None and state is None:
             init, self.warm = warm_start_policy(
                 self.spec, env_cfg, warm_cfg, runner.seed, self.driver.run_dir

@@ -197,9 +197,10 @@ class EmbodiedPlacedRun(FlowRun):
         spec = self.recipe.policy_spec(self.model_cfg, spaces)
         check_policy_spec(spec)
         self.init_weights = None  # the warm start's weights: version 0, also after a learner restart
-        if self.model_cfg.warm_start is not None and state is None:
+        warm_cfg = getattr(self.model_cfg, "warm_start", None)  # a model type's option (vla's)
+        if warm_cfg is not None and state is None:
             self.init_weights, self.warm_start = warm_start_policy(
-                spec, self.env_cfg, self.model_cfg.warm_start, seed, d.run_dir
+                spec, self.env_cfg, warm_cfg, seed, d.run_dir
             )
         spec["num_slots"] = self.env_cfg.num_envs
         self.spec = spec

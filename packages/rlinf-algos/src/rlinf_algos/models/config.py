@@ -10,7 +10,7 @@ algorithms' base is :class:`rlinf_algos.lm.config.LMModelConfig` (``hf``).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -85,11 +85,6 @@ class ModelConfig(ConfigSection):
         "saturated actions)",
     )
 
-    RUNTIME_OPTIONS: ClassVar[dict[str, Any]] = {"warm_start": None}
-    """Options the training runtime reads of every model section, with what they are on a type
-    that does not declare them: ``warm_start`` (a supervised perception warm start before RL;
-    ``vla``'s). A subclass declares the option as a field to take it."""
-
     @model_validator(mode="after")
     def _positive(self) -> ModelConfig:
         if self.hidden_sizes is not None and any(h < 1 for h in self.hidden_sizes):
@@ -103,8 +98,3 @@ class ModelConfig(ConfigSection):
         were)."""
         own = [k for k in type(self).model_fields if k not in ModelConfig.model_fields]
         return self.model_dump(mode="json", include=set(own)) if own else {}
-
-    def __getattr__(self, name: str) -> Any:
-        if name in ModelConfig.RUNTIME_OPTIONS:  # not declared by this type: it has none
-            return ModelConfig.RUNTIME_OPTIONS[name]
-        return super().__getattr__(name)  # type: ignore[misc]
