@@ -240,7 +240,7 @@ def _planned(prepared: PreparedRun, inventory: Any, gpu_memory_gib: float | None
             )
         except ConfigError as err:
             raise _sourced(prepared.translation.translate_error(err), prepared.composition) from None
-    device = str((data.get("runner") or {}).get("device", "cpu"))
+    device = str((prepared.resolved.get("runner") or {}).get("device", "cpu"))  # with its default
     shared = shared_gpu_problems(plan, device)
     if shared:
         raise ConfigError(shared[0], "cluster.component_placement")
