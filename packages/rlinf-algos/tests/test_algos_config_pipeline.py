@@ -178,7 +178,12 @@ def test_every_entry_point_takes_the_pipeline(
     res = invoke(host, "bench", "throughput", str(config), "--iterations", "2", "--json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["runs"][0]["updates_measured"] >= 1
-    assert steps == ["compose", "compose", "validate", "compose", "validate"]  # read, probe, burst
+    assert steps == [
+        "compose",
+        "compose",
+        "compose",
+        "validate",
+    ]  # read, probe (sizes only), burst: validated once
     steps.clear()
     sft = write(tmp_path / "sft.yaml", {"model": {"type": "mlp"}, "data": {"train_files": ["x.jsonl"]}})
     res = invoke(host, "sft", str(sft), "--dry-run")

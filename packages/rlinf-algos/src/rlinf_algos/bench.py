@@ -64,17 +64,22 @@ def _parse_workers(text: str) -> list[int]:
 def _burst_config(
     data: Mapping[str, Any], workers: int | None, iterations: int, host: Any
 ) -> tuple[Any, list[str]]:
-    """The prepared run of one burst (:func:`~rlinf_algos.config.prepare.prepare_run`):
-    ``workers`` rollout workers, ``iterations`` updates, a metrics row per update, no
-    checkpoints, metrics.csv only; and the overrides that made it."""
-    from rlinf_algos.config.prepare import prepare_run
+    """The prepared run of one burst (:func:`~rlinf_algos.config.prepare.prepare_run`, which
+    validates it once): ``workers`` rollout workers, ``iterations`` updates, a metrics row per
+    update, no checkpoints, metrics.csv only; and the overrides that made it. The env steps of an
+    update are read from the composed and translated sections (no validation yet)."""
+    from rlinf_algos.config.prepare import compose_run_config, prepare_run
     from rlinf_algos.config.seed_form import iteration_env_steps
+    from rlinf_algos.config.translate import translate
 
     overrides = [] if workers is None else [f"rollout_worker.num_workers={workers}"]
     base = dict(data)
     base.pop("checkpoint_interval", None)  # seed 003's, in updates: a burst writes no checkpoints
-    first = prepare_run(base, overrides, host=host)
-    per_update = iteration_env_steps(first.config, first.algorithm_class)
+    sections = translate(compose_run_config(base, overrides), host).data
+    name = (sections.get("algorithm") or {}).get("name")
+    if not isinstance(name, str) or name not in host.algorithms:
+        prepare_run(base, overrides, host=host)  # says what is wrong, with every other problem
+    per_update = iteration_env_steps(sections, host.algorithms.get(name))
     if per_update <= 0:
         raise ConfigError(
             "an update of this algorithm has no fixed number of env steps; set env.max_episode_steps",
