@@ -167,11 +167,17 @@ def test_weight_sync_modes_and_schedulers_learn_the_same_numbers(
     base = ["runner.total_steps=4096", "runner.log_interval=2048", "rollout.max_staleness=0"]
     config = apply_overrides(load_yaml(EXAMPLES / "quickstart.yaml"), base)
     learned = {}
-    for mode in ("collective", "object_store"):  # the ray runs first: the plugin is not installed on workers
-        cfg = apply_overrides(config, [f"rollout.weight_sync={mode}"])
-        summary = rlinf_algos.train(cfg, tmp_path / mode)
-        assert summary["weight_sync"] == {"requested": mode, "mode": mode}
-        learned[mode] = _learning(tmp_path / mode)
+    ray_host = load_plugins()
+    ray = ray_host.schedulers.get("ray")(hardware=ray_host)
+    ray.start(config)  # one Ray for both runs
+    try:  # the ray runs first: the threads plugin is not installed on Ray's workers
+        for mode in ("collective", "object_store"):
+            cfg = apply_overrides(config, [f"rollout.weight_sync={mode}"])
+            summary = rlinf_algos.train(cfg, tmp_path / mode, host=ray_host, scheduler=ray)
+            assert summary["weight_sync"] == {"requested": mode, "mode": mode}
+            learned[mode] = _learning(tmp_path / mode)
+    finally:
+        ray.shutdown()
     try:
         host, _ = _install(tmp_path, monkeypatch)
         rlinf_algos.train(
