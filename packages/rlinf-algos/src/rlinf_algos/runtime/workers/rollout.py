@@ -103,11 +103,12 @@ class RolloutWorker(RoleWorker):
         wait for the first version (default ``timeout``; the driver passes less when one was
         published already, so that a worker whose learner died since fails soon). Returns the
         version."""
-        if weights is not None and weights is not self.weights:
+        if weights is not None and weights.name != getattr(self.weights, "name", None):
             old, self.weights = self.wb, weights
             self.wb = None
             if old is not None:
                 old.close()  # a consumer of the old publisher leaves its group
+        # (the same weights again, as a call retried after a restart passes them: kept as they are)
         self.spec = spec
         self.body.configure(spec)
         self.sync(0, timeout)
