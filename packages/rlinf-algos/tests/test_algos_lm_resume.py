@@ -182,7 +182,11 @@ def test_dry_run_config_runs_as_it_is_and_kl_zero_needs_no_reference(host: Any, 
     out = dry_run(load_yaml(EXAMPLES / "grpo_arith.yaml"), host=host)
     text = yaml.safe_dump(out["config"], sort_keys=False)
     again = yaml.safe_load(text)
-    assert "rollout" in again and set(again["rollout"]) == {"engine", "options", "weight_sync"}  # no embodied keys
+    assert "rollout" in again and set(again["rollout"]) == {
+        "engine",
+        "options",
+        "weight_sync",
+    }  # no embodied keys
     validate_run_config(again, host)  # accepted as it is
     assert dry_run(again, host=host)["config"] == out["config"]  # a fixed point
 

@@ -15,18 +15,44 @@ No torch, no Ray: this runs in ``--dry-run``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from rlinf_core.errors import ConfigError
 from rlinf_core.weights import resolve_weight_sync_mode
 
-__all__ = ["PATH", "WEIGHT_ROLES", "choose_weight_sync", "requested_mode", "sync_devices"]
+__all__ = [
+    "PATH",
+    "WEIGHT_ROLES",
+    "WeightSyncMode",
+    "choose_weight_sync",
+    "requested_mode",
+    "sync_devices",
+    "weight_sync_field",
+]
 
 PATH = "rollout.weight_sync"
 """The YAML path of the key."""
 
 WEIGHT_ROLES: tuple[str, ...] = ("actor", "rollout", "reference")
 """The roles a weight sync reaches: the publisher (the learner's rank 0) and its consumers."""
+
+WeightSyncMode = Literal["auto", "collective", "object_store"]
+"""What ``rollout.weight_sync`` may say (:data:`rlinf_core.weights.WEIGHT_SYNC_MODES`)."""
+
+
+def weight_sync_field() -> Any:
+    """The ``rollout.weight_sync`` field of the embodied and the language-model ``rollout``
+    sections."""
+    return Field(
+        "auto",
+        description="how the learner's weights reach the rollout workers (and the reference): "
+        "collective (a broadcast group of the learner's rank 0 and the consumers: NCCL on GPUs, Gloo on "
+        "CPUs), object_store (one copy in the cluster's object store that every consumer reads) or auto "
+        "(collective when the learner and every consumer are on CUDA devices, else object_store). "
+        "LoRA adapters always go through the object store. The in-process runtime hands the weights over directly",
+    )
 
 
 def sync_devices(devices: Mapping[str, Sequence[str]], roles: Iterable[str] = WEIGHT_ROLES) -> dict[str, str]:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validat
 from rlinf_algos.config.validated import carried_sections
 from rlinf_algos.models.config import LoraConfig, ModelConfig
 from rlinf_algos.models.vla_config import LanguageConfig, VisionConfig, VLAModelConfig, WarmStartConfig
+from rlinf_algos.weight_sync import WeightSyncMode, weight_sync_field
 from rlinf_core.config import ConfigSection, validate_model
 from rlinf_core.errors import ConfigError, ConfigProblem
 
@@ -181,14 +182,7 @@ class RolloutConfig(ConfigSection):
         description="split each env worker's envs into this many stages, so one stage steps while "
         "the rollout worker runs inference for another",
     )
-    weight_sync: Literal["auto", "collective", "object_store"] = Field(
-        "auto",
-        description="how the learner's weights reach the rollout workers (and the reference): "
-        "collective (a broadcast group of the learner's rank 0 and the consumers: NCCL on GPUs, Gloo on "
-        "CPUs), object_store (one copy in the cluster's object store that every consumer reads) or auto "
-        "(collective when the learner and every consumer are on CUDA devices, else object_store). "
-        "LoRA adapters always go through the object store. The in-process runtime hands the weights over directly",
-    )
+    weight_sync: WeightSyncMode = weight_sync_field()
     max_staleness: int = Field(
         1,
         ge=0,

@@ -40,6 +40,7 @@ from pydantic import (
 from rlinf_algos.config import ActorConfig, LoraConfig
 from rlinf_algos.config.validated import carried_sections
 from rlinf_algos.lm.data import DataConfig
+from rlinf_algos.weight_sync import WeightSyncMode, weight_sync_field
 from rlinf_core.config import ConfigSection, validate_model
 from rlinf_core.errors import ConfigError, ConfigProblem
 
@@ -412,14 +413,7 @@ class LMRolloutConfig(ConfigSection):
     options: dict[str, Any] = Field(
         default_factory=dict, description="keyword arguments of the engine's constructor (hf takes none)"
     )
-    weight_sync: Literal["auto", "collective", "object_store"] = Field(
-        "auto",
-        description="how the learner's weights reach the rollout workers (and the reference): "
-        "collective (a broadcast group of the learner's rank 0 and the consumers: NCCL on GPUs, Gloo on "
-        "CPUs), object_store (one copy in the cluster's object store that every consumer reads) or auto "
-        "(collective when the learner and every consumer are on CUDA devices, else object_store). "
-        "LoRA adapters always go through the object store. The in-process runtime hands the weights over directly",
-    )
+    weight_sync: WeightSyncMode = weight_sync_field()
 
 
 DEFAULT_REWARD = "math"
