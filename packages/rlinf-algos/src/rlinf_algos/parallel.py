@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "STRATEGIES",
     "DataParallel",
+    "LearnerOutOfMemory",
     "configure_precision",
     "device_report",
     "process_gpu",
@@ -75,6 +76,12 @@ STRATEGIES = ("ddp", "fsdp")
 def visible_gpus() -> int:
     """How many CUDA devices this process can use (0 without CUDA)."""
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+class LearnerOutOfMemory(RlinfError):
+    """A learner ran out of accelerator memory (``torch.OutOfMemoryError``); the message names the
+    rank, the device and the call. Not a crash to restart: the driver ends the run with the
+    knobs that lower the need (:func:`rlinf_algos.runtime.recovery.out_of_memory_message`)."""
 
 
 def _env_local_rank() -> int:

@@ -110,13 +110,32 @@ class ActorWorker(RoleWorker):
     def _collective(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """``fn(...)`` on a learner group: when it fails in a collective or an arrival (another
         rank died or is stuck), this rank exits too, so no rank is left waiting and the driver
-        sees the group die (and restarts it); on a group of one, errors propagate as usual."""
-        if self.dp.world == 1:
-            return fn(*args, **kwargs)
+        sees the group die (and restarts it); on a group of one, errors propagate as usual.
+        Running out of memory is neither: it is raised as
+        :class:`~rlinf_algos.parallel.LearnerOutOfMemory` (the process stays, its cached memory
+        freed), and the driver ends the run instead of restarting it into the same error."""
+        import torch
+
+        from rlinf_algos.parallel import LearnerOutOfMemory
+
+        try:
+            if self.dp.world == 1:
+                return fn(*args, **kwargs)
+            return self._group_call(fn, *args, **kwargs)
+        except torch.OutOfMemoryError as err:
+            if self.dp.device.type == "cuda":
+                torch.cuda.empty_cache()
+            first = (str(err).strip().splitlines() or ["out of memory"])[0]
+            raise LearnerOutOfMemory(
+                f"actor rank {self.rank} ran out of memory on {self.dp.device} in "
+                f"{getattr(fn, '__name__', 'a call')}(): {first}"
+            ) from None
+
+    def _group_call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except (RuntimeError, RlinfError) as err:
-            if isinstance(err, ChannelError) or type(err).__name__ == "ConfigError":
+            if isinstance(err, ChannelError) or type(err).__name__ in ("ConfigError", "OutOfMemoryError"):
                 raise
             log.exception("actor rank %d: the learner group failed (%s); this rank exits", self.rank, err)
             os._exit(70)
