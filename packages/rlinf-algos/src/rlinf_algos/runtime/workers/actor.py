@@ -152,14 +152,13 @@ class ActorWorker(RoleWorker):
         checkpoint's weights at their version. ``weights``: the broadcast's name (default the
         constructor's). ``init``: weights to start from (a warm start's), loaded before version 0
         is published. Returns the published version."""
-        import torch
 
         if weights is not None:
             self.weights_name = weights
         self.spec = spec
         self._collective(self.body.build, spec, state, init)
-        if state is not None and "torch_rng" in state:
-            torch.set_rng_state(state["torch_rng"])
+        if state is not None:
+            self._set_rng(state)
         self.wb = create_weights(self.weights_name, self.timeout) if self.dp.is_main else None
         self.published = -1
         self.publish_s = 0.0
@@ -202,19 +201,33 @@ class ActorWorker(RoleWorker):
         ``None`` on ranks other than 0."""
         import torch
 
+        from rlinf_algos.runtime.stop import cuda_rng_state
+
         state = self._collective(self.body.state)
         if not self.dp.is_main:
             return None  # rank 0 answers for the group
-        return {**state, "torch_rng": torch.get_rng_state()}
+        out = {**state, "torch_rng": torch.get_rng_state()}
+        cuda = cuda_rng_state()  # every GPU this process sees, beside the CPU stream
+        if cuda is not None:
+            out["cuda_rng"] = cuda
+        return out
+
+    def _set_rng(self, state: dict[str, Any]) -> None:
+        """This process's CPU (and CUDA) random streams from a checkpoint's learner state."""
+        import torch
+
+        from rlinf_algos.runtime.stop import set_cuda_rng_state
+
+        if "torch_rng" in state:
+            torch.set_rng_state(state["torch_rng"])
+        set_cuda_rng_state(state.get("cuda_rng"))
 
     def load(self, state: dict[str, Any]) -> int:
         """Restore :meth:`state` output (written by a group of any size), publish the restored
         weights; returns their version."""
-        import torch
 
         self._collective(self.body.load, state)
-        if "torch_rng" in state:
-            torch.set_rng_state(state["torch_rng"])
+        self._set_rng(state)
         self._collective(self.publish)
         return int(self.body.version)
 
