@@ -516,7 +516,35 @@ def test_summary_records_each_roles_device_and_torchs_cuda(tmp_path: Path) -> No
     assert dev["roles"]["actor"] == ["cuda:0@node 0", "cuda:1@node 0"] and dev["roles"]["rollout"] == [
         "cuda:0@node 0"
     ]
-    assert dev["torch_cuda"] == torch.version.cuda and dev["gpus"] == 0 and "driver" not in dev
+    assert dev["torch_cuda"] == (torch.version.cuda or "none") and dev["gpus"] == 0
+    assert dev["driver"] == "none"  # no NVIDIA driver here (issue 39: "none" on the CPU)
+
+
+def test_a_local_run_records_and_dry_runs_its_one_device(tmp_path: Path, host: Any, invoke: Any) -> None:
+    """``runner.scheduler: local``: every role in this process, on the device runner.device
+    resolves to here; ``--dry-run`` and ``summary.json`` show it (before, neither showed a device
+    for a local run), with the NVIDIA driver ``none`` on the CPU."""
+    import json
+
+    from rlinf_algos.runtime.training import _record_devices
+
+    out = _record_devices(tmp_path, {}, None, {"runner": {"device": "auto"}})
+    assert out["devices"]["roles"] == {"local": ["cpu"]} and out["devices"]["driver"] == "none"
+    res = invoke(
+        host, "train", str(ROOT / "examples" / "quickstart.yaml"), "runner.scheduler=local", "--dry-run"
+    )
+    assert res.exit_code == 0, res.output
+    assert "#   local: cpu" in res.output and "NVIDIA driver none" in res.output
+    res = invoke(
+        host,
+        "train",
+        str(ROOT / "examples" / "quickstart.yaml"),
+        "runner.scheduler=local",
+        "runner.device=cuda",
+        "--dry-run",
+    )
+    assert res.exit_code != 0 and "no CUDA device" in f"{res.output}{res.exception}"
+    assert json.dumps(out["devices"])
 
 
 # -- embodied learners and rollouts on their placed device ---------------------------------------

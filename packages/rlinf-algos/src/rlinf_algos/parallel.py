@@ -62,6 +62,7 @@ __all__ = [
     "LearnerOutOfMemory",
     "configure_precision",
     "device_report",
+    "local_devices",
     "process_gpu",
     "rendezvous",
     "resolve_device",
@@ -246,12 +247,39 @@ def plan_devices(plan: Any, device: str) -> dict[str, list[str]]:
     return out
 
 
+def local_devices(device: str) -> dict[str, list[str]]:
+    """The devices of a ``runner.scheduler: local`` run, where every role computes in this
+    process: ``{"local": [device]}``, ``device`` as :func:`resolve_device` picks it here (a
+    :class:`ConfigError` for a CUDA device this machine does not have)."""
+    return {"local": [str(resolve_device(device))]}
+
+
+def nvidia_driver() -> str:
+    """The NVIDIA driver's version as ``nvidia-smi`` reports it, or ``"none"`` (no driver, no
+    ``nvidia-smi``, or it failed within 10 s). Asked even when torch sees no GPU: a driver older
+    than torch's CUDA build is there but unusable, and the report should say which it is."""
+    import subprocess
+
+    try:
+        res = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "none"
+    return res.stdout.split()[0] if res.returncode == 0 and res.stdout.strip() else "none"
+
+
 def device_report() -> dict[str, Any]:
-    """What a run records of its devices: torch's version and CUDA version, the GPUs this
-    process sees and, with one, the NVIDIA driver version."""
+    """What a run records of its devices: torch's version and CUDA version (``none`` for a CPU
+    build), the GPUs this process sees (with their names and the CUDA version the driver
+    supports) and the NVIDIA driver's version (``none`` without one)."""
     out: dict[str, Any] = {
         "torch": torch.__version__,
-        "torch_cuda": torch.version.cuda,
+        "torch_cuda": torch.version.cuda or "none",
         "gpus": visible_gpus(),
     }
     if out["gpus"]:
@@ -260,20 +288,7 @@ def device_report() -> dict[str, Any]:
         if get is not None:
             v = int(get())
             out["driver_cuda"] = f"{v // 1000}.{(v % 1000) // 10}"  # the CUDA version the driver supports
-        try:
-            import subprocess
-
-            res = subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                check=False,
-            )
-            if res.returncode == 0 and res.stdout.strip():
-                out["driver"] = res.stdout.split()[0]
-        except (OSError, subprocess.TimeoutExpired):
-            pass
+    out["driver"] = nvidia_driver()
     return out
 
 
