@@ -107,14 +107,7 @@ def _sac_vla(dev: torch.device) -> str:
     from rlinf_algos.sac.learner import SACLearner
     from rlinf_algos.sac.recipe import sac_critic
 
-    space = {
-        "kind": "dict",
-        "keys": {
-            "image": {"kind": "box", "shape": [32, 32, 3], "dtype": "uint8"},
-            "state": {"kind": "box", "shape": [3], "dtype": "float32"},
-            "instruction": {"kind": "text", "max_length": 32},
-        },
-    }
+    space = VLA_SPACE
     spec = {
         "type": "vla",
         "cls": "SquashedGaussianActor",
