@@ -22,6 +22,6 @@ def test_gpu_check_cpu_mode_passes_and_writes_its_report(
     report = tmp_path / "report.json"
     assert mod.main(["--cpu", "--report", str(report)]) == 0, capsys.readouterr().out
     data = json.loads(report.read_text())
-    assert data["device"] == "cpu" and len(data["steps"]) == 6
+    assert data["device"] == "cpu" and len(data["steps"]) == 9
     assert all(s["ok"] for s in data["steps"]) and "torch_cuda" in data
     assert "PASS  cpu vs device" in capsys.readouterr().out

@@ -16,10 +16,18 @@ Steps (each passes or fails on its own; the exit status is 1 when one fails):
   sampler's generator on the device);
 - ``sac vla``: a SAC update of the ``vla`` model (images shifted, instruction tokens);
 - ``cpu vs device``: one float32 GRPO update from the same weights and batch on the CPU and on
-  the device; the log-probs after it agree within ``atol 2e-3`` (TF32 matmuls on the GPU).
+  the device; the log-probs after it agree within ``atol 2e-3`` (TF32 matmuls on the GPU);
+- ``ppo vla cpu vs device``: the embodied PPO collection loop (policy on the device, buffers and
+  sampling on the host) and one PPO update of the ``vla`` model (CNN + FiLM + keypoints) on the
+  device, against the same on the CPU from the same weights, observations and generator: the
+  actions agree within ``atol 1e-3`` and the weights after the update within ``atol 5e-3``
+  (TF32 convolutions and matmuls; Adam moves a weight whose gradient is near 0 by up to ``lr``);
+- ``grpo embodied``: an embodied GRPO update (MLP, k3 KL to the frozen copy) on the device;
+- ``out of memory``: an in-process PPO run whose third update allocates more than the device
+  has (``--cpu``: raises ``torch.OutOfMemoryError`` itself, as no CPU allocation raises it)
+  ends with ``RunFailed`` naming the knobs, keeps the checkpoint before it and restarts nothing.
 
-Not covered yet (issue 39): ``rlinf sft``'s step, the embodied PPO learner (it runs on the CPU),
-a one-rank NCCL learner group.
+Not covered yet (issue 39): ``rlinf sft``'s step, a one-rank NCCL learner group, FSDP.
 """
 
 from __future__ import annotations
@@ -99,14 +107,7 @@ def _sac_vla(dev: torch.device) -> str:
     from rlinf_algos.sac.learner import SACLearner
     from rlinf_algos.sac.recipe import sac_critic
 
-    space = {
-        "kind": "dict",
-        "keys": {
-            "image": {"kind": "box", "shape": [32, 32, 3], "dtype": "uint8"},
-            "state": {"kind": "box", "shape": [3], "dtype": "float32"},
-            "instruction": {"kind": "text", "max_length": 32},
-        },
-    }
+    space = VLA_SPACE
     spec = {
         "type": "vla",
         "cls": "SquashedGaussianActor",
@@ -153,6 +154,151 @@ def _cpu_vs_device(spec: LMModelConfig, dev: torch.device) -> str:
     return f"max |log-prob difference| {diff:.2e} (tolerance {CPU_VS_DEVICE_ATOL:g})"
 
 
+VLA_SPACE = {
+    "kind": "dict",
+    "keys": {
+        "image": {"kind": "box", "shape": [32, 32, 3], "dtype": "uint8"},
+        "state": {"kind": "box", "shape": [3], "dtype": "float32"},
+        "instruction": {"kind": "text", "max_length": 32},
+    },
+}
+PPO_ACTIONS_ATOL, PPO_WEIGHTS_ATOL = 1e-3, 5e-3
+
+
+class _ImagePort:
+    """The env side of the embodied steps: seeded random camera images, states and instructions
+    for ``n`` env slots (no simulator on the check's machine)."""
+
+    def __init__(self, n: int = 4, seed: int = 0) -> None:
+        self.stages, self.slots = 1, n
+        self.rng = np.random.default_rng(seed)
+        self.sent: list[np.ndarray] = []
+
+    def recv(self, s: int) -> dict[str, Any]:
+        n, rng = self.slots, self.rng
+        obs = {
+            "image": rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8),
+            "state": rng.standard_normal((n, 3)).astype(np.float32),
+            "instruction": np.array(["reach the red cube", "reach the blue cube"] * (n // 2)),
+        }
+        flags = np.zeros(n, bool)
+        return {"obs": obs, "rew": rng.standard_normal(n).astype(np.float32), "term": flags, "trunc": flags}
+
+    def send(self, s: int, actions: np.ndarray) -> None:
+        self.sent.append(np.array(actions))
+
+
+def _ppo_vla_once(dev: torch.device) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
+    from rlinf_algos.flow import LearnerContext
+    from rlinf_algos.models import build_policy
+    from rlinf_algos.ppo.config import PPOConfig
+    from rlinf_algos.ppo.learner import PPOLearnerSide
+    from rlinf_algos.ppo.rollout import collect_ppo
+
+    torch.manual_seed(0)
+    dp = DataParallel(device=dev)
+    spec = {"type": "vla", "cls": "GaussianActorCritic", "obs_space": VLA_SPACE, "obs_dim": 3, "act_dim": 2}
+    model = dp.wrap(build_policy(spec), methods=("evaluate", "value"))
+    cfg = PPOConfig(rollout_steps=8, minibatch_size=16, update_epochs=2)
+    side = PPOLearnerSide(model, cfg, LearnerContext(None, 1, 30.0, lambda: None, device=str(dev), dp=dp), 4)
+    port = _ImagePort()
+    traj = collect_ppo(port, model, 8, torch.Generator(device="cpu").manual_seed(0))
+    traj["version"] = 0
+    side.learn([traj])
+    if any(p.device.type != dev.type for p in model.parameters()):
+        raise RuntimeError(f"the policy left {dev}")
+    return np.stack(port.sent), {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+
+def _ppo_vla_cpu_vs_device(dev: torch.device) -> str:
+    actions_cpu, weights_cpu = _ppo_vla_once(torch.device("cpu"))
+    actions_dev, weights_dev = _ppo_vla_once(dev)
+    da = float(np.abs(actions_cpu - actions_dev).max())
+    dw = max(float((weights_cpu[k].double() - weights_dev[k].double()).abs().max()) for k in weights_cpu)
+    if da > PPO_ACTIONS_ATOL or dw > PPO_WEIGHTS_ATOL:
+        raise RuntimeError(
+            f"actions differ by {da:.2e} (> {PPO_ACTIONS_ATOL:g}?) or weights by {dw:.2e} (> {PPO_WEIGHTS_ATOL:g}?)"
+        )
+    return f"max |action diff| {da:.2e}, max |weight diff| {dw:.2e} after 1 update"
+
+
+def _grpo_embodied(dev: torch.device) -> str:
+    from rlinf_algos.grpo.config import GRPOConfig
+    from rlinf_algos.grpo.learner import GRPOLearner, GRPORollout
+    from rlinf_algos.models import build_policy
+
+    torch.manual_seed(0)
+    spec = {"type": "mlp", "cls": "GaussianActorCritic", "obs_dim": 3, "act_dim": 2, "hidden": [32, 32],
+            "activation": "tanh", "log_std_init": 0.0, "normalize_obs": True}  # fmt: skip
+    model = build_policy(spec).to(dev)
+    learner = GRPOLearner(
+        model, GRPOConfig(group_size=2, num_groups=2, minibatch_size=8, kl_coef=0.1), seed=0
+    )
+    g = torch.Generator(device="cpu").manual_seed(1)
+    S, L = 4, 6
+    rollout = GRPORollout(
+        obs=torch.randn(S, L, 3, generator=g),
+        actions=torch.randn(S, L, 2, generator=g),
+        log_probs=torch.randn(S, L, generator=g) - 2.0,
+        mask=torch.ones(S, L, dtype=torch.bool),
+        returns=torch.tensor([1.0, 0.0, 2.0, 3.0]),
+        lengths=torch.full((S,), L),
+    )  # host tensors, as the rollout hands them over: the learner moves them
+    stats = learner.update(rollout)
+    if not all(np.isfinite(v) for v in stats.values()):
+        raise RuntimeError(f"statistics {stats}")
+    return f"policy loss {stats['policy_loss']:.4f}, kl {stats['kl_ref']:.4f}"
+
+
+def _out_of_memory(dev: torch.device, tmp: Path) -> str:
+    import rlinf_algos.ppo.learner as ppo_learner
+    from rlinf_algos.config import RolloutConfig, RunSections, load_sections
+    from rlinf_algos.embodied.flow import EmbodiedFlow
+    from rlinf_algos.ppo.config import PPOConfig
+    from rlinf_algos.ppo.recipe import PPORecipe
+    from rlinf_algos.rundir import latest_checkpoint
+    from rlinf_algos.runtime.driver import Driver
+    from rlinf_algos.runtime.recovery import RunFailed
+
+    update, calls = ppo_learner.PPOLearner.update, []
+
+    def hungry(self: Any, r: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 3:
+            if dev.type == "cuda":
+                torch.empty(2**40, dtype=torch.uint8, device=dev)  # 1 TiB: a real CUDA OOM
+            raise torch.OutOfMemoryError("out of memory (raised by the check on the CPU)")
+        return update(self, r)
+
+    env, model, runner = load_sections(
+        {
+            "env": {"id": "Pendulum-v1", "num_envs": 2},
+            "model": {"hidden_sizes": [16, 16]},
+            "runner": {"total_steps": 320, "log_interval": 64, "checkpoint_interval": 64, "device": str(dev)},
+        }
+    )
+    recipe = PPORecipe(PPOConfig(rollout_steps=32, minibatch_size=32, update_epochs=1))
+    flow = EmbodiedFlow(recipe, RunSections(env=env, model=model, runner=runner, rollout=RolloutConfig()))
+    ppo_learner.PPOLearner.update = hungry  # type: ignore[method-assign]
+    try:
+        Driver(flow, None, tmp / "oom").run()
+    except RunFailed as err:
+        msg = str(err)
+    else:
+        raise RuntimeError("the run did not stop")
+    finally:
+        ppo_learner.PPOLearner.update = update  # type: ignore[method-assign]
+    kept = latest_checkpoint(tmp / "oom")
+    if (
+        "ran out of memory" not in msg
+        or "actor.micro_batch_size" not in msg
+        or kept is None
+        or len(calls) != 3
+    ):
+        raise RuntimeError(f"unexpected ending: {msg[:200]}")
+    return f"stopped after update 3 with the knobs; kept {kept.name}"
+
+
 def run(cpu: bool, report: Path | None) -> int:
     """Run every step; print one line each, write the JSON report; 0 when all pass."""
     if not cpu and not torch.cuda.is_available():
@@ -175,6 +321,9 @@ def run(cpu: bool, report: Path | None) -> int:
         ("reference + generate", lambda: _reference_and_generate(bf16, dev)),
         ("sac vla", lambda: _sac_vla(dev)),
         ("cpu vs device", lambda: _cpu_vs_device(fp32, dev)),
+        ("ppo vla cpu vs device", lambda: _ppo_vla_cpu_vs_device(dev)),
+        ("grpo embodied", lambda: _grpo_embodied(dev)),
+        ("out of memory", lambda: _out_of_memory(dev, tmp)),
     ]
     results = []
     for name, fn in steps:

@@ -206,9 +206,50 @@ def test_the_language_model_actor_updates_on_two_ranks_like_on_one(
     assert one["stats"]["trained_sequences"] == 12 and one["stats"]["grad_norm"] > 0
     if lora == "1":
         assert all("lora_" in k for k in one["weights"])  # the adapter alone is published
+        if strategy == "fsdp":  # and only the adapter is gathered (before: the whole model)
+            assert two["gathered"] == sum(v.numel() for v in one["weights"].values())
     _assert_close(two["weights"], one["weights"])
     for key in ("loss", "kl", "clip_fraction", "grad_norm"):
         assert two["stats"][key] == pytest.approx(one["stats"][key], abs=1e-5), key
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("cap", [1 << 20, 200])
+def test_gradients_are_summed_bucket_by_bucket(tmp_path: Path, cap: int) -> None:
+    """``ddp``'s gradient sync over 2 Gloo ranks: every gradient is the sum of both ranks', a
+    gradient only one rank has is kept, one no rank has stays ``None``; with a bucket of 200
+    bytes no concatenation is larger than a bucket plus the flags (the 2 KiB gradient is reduced
+    in place), where before every gradient was copied into one buffer (2.4 KiB here)."""
+    from rlinf_algos.parallel import grad_buckets
+
+    port = _free_port()
+    out = tmp_path / f"sync-{cap}.pt"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(HELPERS / "sync_rank.py"), str(r), "2", str(port), str(cap), str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    logs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(logs)
+    got = torch.load(out, weights_only=False)
+    shapes = [(4, 4), (3,), (64, 8), (5,), (2, 2), (7,)]
+    for i, shape in enumerate(shapes):
+        if i == 5:
+            assert got["grads"][i] is None
+            continue
+        base = torch.randn(shape, generator=torch.Generator().manual_seed(i))
+        want = base * 2 if i == 3 else base * 3  # rank 1 only: 2x; both ranks: 1x + 2x
+        torch.testing.assert_close(got["grads"][i], want)
+    flags = 6 * 4
+    if cap == 200:
+        assert got["max_cat"] <= 200 + flags
+        assert grad_buckets([torch.zeros(s) for s in shapes], 200) == [[0, 1], [2], [3, 4, 5]]
+    else:
+        assert got["max_cat"] == sum(torch.zeros(s).numel() for s in shapes) * 4 + flags  # one bucket
 
 
 def test_a_rendezvous_names_the_ranks_that_did_not_arrive() -> None:

@@ -49,8 +49,11 @@ def test_8gpu_expands_into_ordinary_sections(host: Any) -> None:
     assert config["env"]["id"] == "rlinf/FrankaReach-v0" and config["env"]["num_envs"] == 4 * 8
     assert config["actor"]["micro_batch_size"] == 64 // (4 * 4)  # minibatch / (4 trainer GPUs x 4 steps)
     assert config["runner"]["checkpoint_interval"] == 100 * 256 * 32  # 100 updates of 256 x 32 env steps
-    assert config["runner"]["device"] == "cpu"  # ppo's learner is CPU-only: stated in the notes
-    assert any("runner.device: cpu" in note for note in out["expansion"].notes)
+    # the trainer and rollout GPUs compute (before, ppo's learner was CPU-only and held them idle)
+    assert config["runner"]["device"] == "auto"
+    assert out["devices"]["actor"] == [f"cuda:{g}@node 0" for g in range(4)]
+    assert out["devices"]["rollout"] == [f"cuda:{g}@node 0" for g in range(4, 8)]
+    assert out["devices"]["env"] == ["cpu"] * 4
     assert out["inventory_implied"] and out["plan"]["rollout"].world_size == 4
 
 

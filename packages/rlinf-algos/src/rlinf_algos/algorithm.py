@@ -38,8 +38,6 @@ class EmbodiedAlgorithm(Algorithm):
     )
     multi_rank_learner: ClassVar[bool] = True
     """The learner may run on several processes (one ``torch.distributed`` group)."""
-    cpu_learner: ClassVar[bool] = False
-    """The learner runs on the CPU only (``runner.device`` other than ``cpu`` is refused)."""
     action_kinds: ClassVar[tuple[str, ...]] = ("box",)
     """The action-space parts it trains (:func:`~rlinf_algos.action_spaces.space_kinds`: ``box``,
     ``discrete``, ``multi_discrete``, ``multi_binary``; dicts and tuples of them); an env with
@@ -236,15 +234,6 @@ class EmbodiedAlgorithm(Algorithm):
                     "rollout.pipeline_stages",
                     f"{stages} stages do not divide env.num_envs={sections.env.num_envs}; "
                     "each env worker's envs are split evenly into stages",
-                )
-            )
-        if cls.cpu_learner and sections.runner.device != "cpu":
-            problems.append(
-                ConfigProblem(
-                    "runner.device",
-                    f"the {cls.PLUGIN_NAME} learner runs on the CPU (got {sections.runner.device!r}): its MLPs "
-                    "are small enough that an update is per-call overhead, and its batches arrive as CPU "
-                    "tensors; use device: cpu (more learner processes: place the actor on several)",
                 )
             )
         return problems

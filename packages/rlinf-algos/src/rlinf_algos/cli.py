@@ -327,6 +327,7 @@ def _print_dry_run(
     if out["plan"] is None:
         click.echo("# placement: none (runner.scheduler: local trains in this process)")
         _echo_weight_sync(out.get("weight_sync"))
+        _echo_devices(out.get("devices") or {})
         _echo_memory(out.get("memory"))
         return
     if out.get("inventory_implied"):
@@ -374,9 +375,9 @@ def _echo_devices(devices: dict[str, Any]) -> None:
     for name, ranks in devices.items():
         click.echo(f"#   {name}: {', '.join(ranks)}")
     rep = device_report()
-    line = f"# torch {rep['torch']} (CUDA {rep['torch_cuda'] or 'none: a CPU build'})"
-    if rep["gpus"]:
-        line += f"; this machine: {rep['gpus']} GPU(s), driver {rep.get('driver', '?')}"
+    cuda = rep["torch_cuda"]
+    line = f"# torch {rep['torch']} (CUDA {cuda if cuda != 'none' else 'none: a CPU build'})"
+    line += f"; this machine: {rep['gpus']} GPU(s), NVIDIA driver {rep['driver']}"
     click.echo(line)
 
 

@@ -10,7 +10,7 @@ every leaf is numeric.
 The helpers here apply one operation to every leaf, so the code that moves observations is the
 same for both forms: :func:`tree_map`, :func:`take` (index the leading dimensions),
 :func:`alloc` (buffers with extra leading dimensions), :func:`put`, :func:`concat`,
-:func:`flatten_lead`, :func:`to_torch`, :func:`batch_size`; :func:`describe_space` records a
+:func:`flatten_lead`, :func:`to_torch`, :func:`to_device`, :func:`batch_size`; :func:`describe_space` records a
 gymnasium observation space as plain data for a policy spec; :func:`vector_part` is the float
 vector whose running moments normalise a policy's input (the whole array, or ``state``).
 """
@@ -32,6 +32,7 @@ __all__ = [
     "is_dict",
     "put",
     "take",
+    "to_device",
     "to_numpy",
     "to_torch",
     "tree_map",
@@ -108,6 +109,22 @@ def to_torch(tree: Tree) -> Tree:
     return tree_map(
         lambda x: x if isinstance(x, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(x)), tree
     )
+
+
+def to_device(tree: Tree, device: Any) -> Tree:
+    """Torch leaves on ``device`` (the same tensors where they are there already, so on the CPU
+    this costs nothing); other leaves as they are. How observations cross from the host buffers
+    of a collection loop or a batch to a policy on a GPU."""
+    import torch
+
+    dev = torch.device(device)
+
+    def move(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor) or x.device == dev:
+            return x
+        return x.to(dev, non_blocking=dev.type != "cpu")  # to the host: wait for the copy
+
+    return tree_map(move, tree)
 
 
 def to_numpy(tree: Tree) -> Tree:

@@ -26,8 +26,10 @@ How one update is split (the learners call these; their maths does not change):
 Strategies (``actor.strategy``):
 
 - ``ddp``: every rank holds the whole model; the gradients are all-reduced once per optimiser
-  step in one flat bucket (what ``DistributedDataParallel`` does with one bucket and ``no_sync``
-  over the accumulation steps). torch's DDP wrapper is not used because the learners call
+  step in buckets of at most :data:`BUCKET_BYTES` (what ``DistributedDataParallel`` does with
+  ``no_sync`` over the accumulation steps): an MLP's gradients are one bucket, one collective; a
+  large model's never need a second copy of all its gradients, only one bucket's (a gradient
+  larger than a bucket is reduced in place, without a copy). torch's DDP wrapper is not used because the learners call
   methods other than ``forward`` (``evaluate``, ``value``), which its hooks never see, and on
   models this size the all-reduce after the backward costs no more than DDP's overlap saves.
 - ``fsdp``: FSDP2's ``fully_shard``: parameters, gradients and optimiser state are sharded
@@ -57,10 +59,14 @@ from rlinf_core.errors import ConfigError, RlinfError
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "BUCKET_BYTES",
     "STRATEGIES",
     "DataParallel",
+    "LearnerOutOfMemory",
     "configure_precision",
     "device_report",
+    "grad_buckets",
+    "local_devices",
     "process_gpu",
     "rendezvous",
     "resolve_device",
@@ -71,10 +77,19 @@ __all__ = [
 
 STRATEGIES = ("ddp", "fsdp")
 
+BUCKET_BYTES = 25 * 2**20
+"""The most gradient bytes one all-reduce of ``ddp`` carries (DDP's default bucket size)."""
+
 
 def visible_gpus() -> int:
     """How many CUDA devices this process can use (0 without CUDA)."""
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+class LearnerOutOfMemory(RlinfError):
+    """A learner ran out of accelerator memory (``torch.OutOfMemoryError``); the message names the
+    rank, the device and the call. Not a crash to restart: the driver ends the run with the
+    knobs that lower the need (:func:`rlinf_algos.runtime.recovery.out_of_memory_message`)."""
 
 
 def _env_local_rank() -> int:
@@ -239,12 +254,39 @@ def plan_devices(plan: Any, device: str) -> dict[str, list[str]]:
     return out
 
 
+def local_devices(device: str) -> dict[str, list[str]]:
+    """The devices of a ``runner.scheduler: local`` run, where every role computes in this
+    process: ``{"local": [device]}``, ``device`` as :func:`resolve_device` picks it here (a
+    :class:`ConfigError` for a CUDA device this machine does not have)."""
+    return {"local": [str(resolve_device(device))]}
+
+
+def nvidia_driver() -> str:
+    """The NVIDIA driver's version as ``nvidia-smi`` reports it, or ``"none"`` (no driver, no
+    ``nvidia-smi``, or it failed within 10 s). Asked even when torch sees no GPU: a driver older
+    than torch's CUDA build is there but unusable, and the report should say which it is."""
+    import subprocess
+
+    try:
+        res = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "none"
+    return res.stdout.split()[0] if res.returncode == 0 and res.stdout.strip() else "none"
+
+
 def device_report() -> dict[str, Any]:
-    """What a run records of its devices: torch's version and CUDA version, the GPUs this
-    process sees and, with one, the NVIDIA driver version."""
+    """What a run records of its devices: torch's version and CUDA version (``none`` for a CPU
+    build), the GPUs this process sees (with their names and the CUDA version the driver
+    supports) and the NVIDIA driver's version (``none`` without one)."""
     out: dict[str, Any] = {
         "torch": torch.__version__,
-        "torch_cuda": torch.version.cuda,
+        "torch_cuda": torch.version.cuda or "none",
         "gpus": visible_gpus(),
     }
     if out["gpus"]:
@@ -253,20 +295,25 @@ def device_report() -> dict[str, Any]:
         if get is not None:
             v = int(get())
             out["driver_cuda"] = f"{v // 1000}.{(v % 1000) // 10}"  # the CUDA version the driver supports
-        try:
-            import subprocess
+    out["driver"] = nvidia_driver()
+    return out
 
-            res = subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                check=False,
-            )
-            if res.returncode == 0 and res.stdout.strip():
-                out["driver"] = res.stdout.split()[0]
-        except (OSError, subprocess.TimeoutExpired):
-            pass
+
+def grad_buckets(grads: Sequence[Tensor], cap: int) -> list[list[int]]:
+    """Consecutive runs of ``grads`` (by index) of one dtype and device, each at most ``cap``
+    bytes; a gradient larger than ``cap`` is a bucket of its own."""
+    out: list[list[int]] = []
+    size = 0
+    for i, g in enumerate(grads):
+        nbytes = g.numel() * g.element_size()
+        last = grads[out[-1][-1]] if out else None
+        fits = last is not None and last.dtype == g.dtype and last.device == g.device and size + nbytes <= cap
+        if fits:
+            out[-1].append(i)
+            size += nbytes
+        else:
+            out.append([i])
+            size = nbytes
     return out
 
 
@@ -353,6 +400,7 @@ class DataParallel:
         self.ctrl: Any = None  # the Gloo group of control messages
         self.module: nn.Module | None = None
         self._arrivals = 0
+        self.bucket_bytes = BUCKET_BYTES  # the most gradient bytes in one all-reduce (ddp)
         self.comm_s = 0.0  # seconds spent in gradient collectives since the last take_comm_s()
 
     # -- setup ---------------------------------------------------------------------------------
@@ -534,13 +582,17 @@ class DataParallel:
         (loss if isinstance(share, float) and share == 1.0 else loss * share).backward()
 
     def sync_grads(self, params: Iterable[Tensor]) -> None:
-        """Sum the gradients of ``params`` over the ranks (``ddp``; FSDP did it in the backward)."""
+        """Sum the gradients of ``params`` over the ranks (``ddp``; FSDP did it in the backward),
+        bucket by bucket (:func:`grad_buckets`): the extra memory is one bucket, never a copy of
+        every gradient."""
         if self.world == 1 or self.strategy == "fsdp":
             return
         import torch.distributed as dist
 
         t0 = time.perf_counter()
         params = list(params)
+        if not params:
+            return
         # every rank sends the same layout, also for a parameter its shard left alone, plus one
         # flag per parameter: one no rank touched keeps no gradient (the optimiser skips it, as
         # it would in one process)
@@ -549,14 +601,27 @@ class DataParallel:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         grads = [p.grad for p in params]
-        if grads:
-            flat = torch.cat([*(g.reshape(-1) for g in grads), had.to(grads[0].dtype)])
+        buckets = grad_buckets(grads, self.bucket_bytes)
+        flags_sent = False
+        for k, idx in enumerate(buckets):
+            part = [grads[i] for i in idx]
+            # the flags ride with the last bucket that is copied anyway (one collective for an MLP)
+            carry = len(part) > 1 and k == len(buckets) - 1
+            if len(part) == 1 and not carry:
+                dist.all_reduce(part[0])  # in place: a gradient as large as a bucket is not copied
+                continue
+            flat = torch.cat([*(g.reshape(-1) for g in part), *([had.to(part[0].dtype)] if carry else [])])
             dist.all_reduce(flat)
-            parts = flat.split([g.numel() for g in grads] + [len(params)])
-            torch._foreach_copy_(grads, [c.view_as(g) for c, g in zip(parts, grads, strict=False)])
-            for p, used in zip(params, parts[-1].tolist(), strict=True):
-                if not used:
-                    p.grad = None
+            sizes = [g.numel() for g in part]
+            pieces = flat.split([*sizes, len(params)] if carry else sizes)
+            torch._foreach_copy_(part, [c.view_as(g) for c, g in zip(pieces, part, strict=False)])
+            if carry:
+                had, flags_sent = pieces[-1], True
+        if not flags_sent:
+            dist.all_reduce(had)
+        for p, used in zip(params, had.tolist(), strict=True):
+            if not used:
+                p.grad = None
         self.comm_s += time.perf_counter() - t0
 
     def clip_grad_norm(self, params: Sequence[Tensor], max_norm: float) -> Tensor:
@@ -583,9 +648,13 @@ class DataParallel:
         return s
 
     # -- state -----------------------------------------------------------------------------------
-    def state_dict(self, model: nn.Module) -> dict[str, Any]:
+    def state_dict(self, model: nn.Module, only: Callable[[str], bool] | None = None) -> dict[str, Any]:
         """The full state dict of ``model`` on the CPU (a collective with ``fsdp``: every rank
-        calls, rank 0 gets it, the others an empty dict)."""
+        calls, rank 0 gets it, the others an empty dict). ``only``: the parameters whose names it
+        accepts, and nothing else (under ``fsdp`` only those are gathered: LoRA adapters are
+        published without gathering the base model)."""
+        if only is not None:
+            return self._parameters(model, only)
         if self.world > 1 and self.strategy == "fsdp":
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
@@ -595,6 +664,21 @@ class DataParallel:
         if self.device.type == "cpu":
             return model.state_dict()
         return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+    def _parameters(self, model: nn.Module, only: Callable[[str], bool]) -> dict[str, Any]:
+        """``{name: parameter on the CPU}`` of the parameters ``only`` accepts; under ``fsdp`` each
+        is gathered alone (every rank calls, in the same order; rank 0 keeps them)."""
+        out: dict[str, Any] = {}
+        sharded = self.world > 1 and self.strategy == "fsdp"
+        for name, p in model.named_parameters():
+            if not only(name):
+                continue
+            t = p.detach()
+            if sharded and hasattr(t, "full_tensor"):
+                t = t.full_tensor()
+            if not sharded or self.rank == 0:
+                out[name] = t.cpu()
+        return out
 
     def load_state_dict(self, model: nn.Module, state: dict[str, Any]) -> None:
         """Load a full state dict (every rank holds it) into ``model``."""

@@ -13,6 +13,7 @@ import os
 import sys
 
 import torch
+from torch.distributed.tensor import DTensor
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from rlinf_algos.lm import hf
@@ -65,9 +66,19 @@ def main(argv: list[str]) -> None:
     cfg = LMGRPOConfig(group_size=4, minibatch_size=8, update_epochs=2, lr=1e-2, kl_coef=0.05)
     actor = LMLearner(dp.wrap(model(lora)), cfg, seed=3, dp=dp)
     stats = actor.update(batch())
+    gathered = []  # the elements FSDP gathers to publish (the adapter alone under LoRA)
+    full_tensor = DTensor.full_tensor
+
+    def counted(self: DTensor, *a: object, **kw: object) -> torch.Tensor:
+        t = full_tensor(self, *a, **kw)
+        gathered.append(t.numel())
+        return t
+
+    DTensor.full_tensor = counted  # type: ignore[method-assign]
     weights, version = actor.get_weights()  # gathered with FSDP: every rank calls
+    DTensor.full_tensor = full_tensor  # type: ignore[method-assign]
     if rank == 0:
-        torch.save({"weights": weights, "version": version, "stats": stats}, out)
+        torch.save({"weights": weights, "version": version, "stats": stats, "gathered": sum(gathered)}, out)
     dp.close()
 
 

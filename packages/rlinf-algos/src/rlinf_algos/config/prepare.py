@@ -225,7 +225,7 @@ def _planned(prepared: PreparedRun, inventory: Any, gpu_memory_gib: float | None
     from dataclasses import replace
 
     from rlinf_algos.memory import check_fits, plan_memory
-    from rlinf_algos.parallel import plan_devices, shared_gpu_problems
+    from rlinf_algos.parallel import local_devices, plan_devices, shared_gpu_problems
 
     data = prepared.config
     plan = None
@@ -250,6 +250,8 @@ def _planned(prepared: PreparedRun, inventory: Any, gpu_memory_gib: float | None
     except ConfigError as err:
         raise _sourced(prepared.translation.translate_error(err), prepared.composition) from None
     memory = plan_memory(prepared.resolved, devices, gpu_memory_gib)
+    if plan is None:  # runner.scheduler: local: every role in this process, on one device
+        devices = local_devices(device)
     check_fits(memory or [])
     return replace(
         prepared,

@@ -136,8 +136,10 @@ class RunnerConfig(ConfigSection):
     torch_threads: int = Field(1, ge=1, description="intra-op threads; 1 is fastest for small MLPs")
     device: str = Field(
         "cpu",
-        description="torch device of the learner: cpu, cuda, cuda:N, or auto (the first GPU the placement "
-        "gives the actor process, else the CPU); a CUDA device the placement does not give is an error",
+        description="torch device of the learner: cpu, cuda, cuda:N, or auto (the GPU of the actor "
+        "process's local rank among those its placement gives it, else the CPU); a CUDA device the "
+        "placement does not give is an error. Rollout and reference processes compute on their "
+        "placement's GPU under any value but cpu (the CPU when placed without one)",
     )
     scheduler: str = Field(
         "ray",

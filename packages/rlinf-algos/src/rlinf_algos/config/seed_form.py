@@ -486,16 +486,7 @@ def _runner_section(
             f"runner.total_steps: {DEFAULT_TOTAL_STEPS:,} env steps (not given; set runner.total_steps)"
         )
     if "device" not in runner:
-        if tr.num_gpus == 0:
-            runner["device"] = "cpu"
-        elif algo_cls is not None and getattr(algo_cls, "cpu_learner", False):
-            runner["device"] = "cpu"
-            notes.append(
-                f"runner.device: cpu: the {algo_cls.PLUGIN_NAME} learner computes on the CPU (its MLP policy is too "
-                f"small for a GPU to help); its {tr.num_gpus} process(es) keep the trainer GPUs reserved"
-            )
-        else:
-            runner["device"] = "auto"
+        runner["device"] = "cpu" if tr.num_gpus == 0 else "auto"
     if "checkpoint_interval" in data and "checkpoint_interval" in runner:
         problems.append(
             ConfigProblem(

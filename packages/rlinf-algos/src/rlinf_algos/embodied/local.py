@@ -29,6 +29,7 @@ from rlinf_algos.perception import warm_start_policy
 from rlinf_algos.run_files import POLICY, write_state
 from rlinf_algos.rundir import env_record
 from rlinf_algos.runtime.books import BASE_COLUMNS
+from rlinf_algos.runtime.stop import cuda_rng_state, set_cuda_rng_state
 
 __all__ = ["EmbodiedLocalRun", "make_stepper"]
 
@@ -89,6 +90,7 @@ class EmbodiedLocalRun(FlowRun):
         self.session.load(state)
         self.stepper.steps = int(state["run"]["steps"])
         torch.set_rng_state(state["run"]["torch_rng"])
+        set_cuda_rng_state(state["run"].get("cuda_rng"))
 
     def done(self) -> bool:
         return self.stepper.steps >= self.runner.total_steps
@@ -106,7 +108,9 @@ class EmbodiedLocalRun(FlowRun):
             d.row(d.steps, self.session.metrics(), force=True)
 
     def state(self) -> dict[str, Any]:
-        return {"run": {"torch_rng": torch.get_rng_state()}, **self.session.state()}
+        cuda = cuda_rng_state()  # a session on a GPU: its streams too
+        run = {"torch_rng": torch.get_rng_state(), **({"cuda_rng": cuda} if cuda is not None else {})}
+        return {"run": run, **self.session.state()}
 
     def finish(self, interrupted: bool, error: str | None) -> dict[str, Any]:
         d, env_cfg = self.driver, self.sections.env

@@ -185,7 +185,7 @@ class EmbodiedPlacedRun(FlowRun):
             "rollout": (WORKERS["rollout"], (flow,), {
                 "timeout": self.timeout, "channels": {"traj": self.traj_ch}, "weights": self.weights,
                 "seed": seed, "threads": 1, "env_world": M, "per_stage": self.per_stage, "stages": S,
-                "links": self.links,
+                "links": self.links, "device": self.runner_cfg.device,
             }),
             **{name: (WORKERS[name], (flow,), kw) for name, kw in self.recipe.launch_extra(self).items()},
         }  # fmt: skip

@@ -12,7 +12,21 @@ from typing import Any
 from rlinf_algos.flow import LearnerContext, Recipe
 from rlinf_core.errors import ChannelError
 
-__all__ = ["AuditedChannel", "EmbodiedLearner", "EmbodiedRollout"]
+__all__ = ["AuditedChannel", "EmbodiedLearner", "EmbodiedRollout", "cpu_state_dict", "placed_device"]
+
+
+def placed_device(host: Any) -> Any:
+    """The torch device of a role's process that computes with a policy (rollout, reference):
+    :func:`~rlinf_algos.parallel.role_device` of the ``device`` option the driver launched it
+    with (``runner.device``; ``cpu`` when not given)."""
+    from rlinf_algos.parallel import role_device
+
+    return role_device(str(host.options.get("device") or "cpu"))
+
+
+def cpu_state_dict(module: Any) -> dict[str, Any]:
+    """``module``'s state dict with every tensor on the CPU (the same tensors when they are)."""
+    return {k: v.detach().cpu() if hasattr(v, "detach") else v for k, v in module.state_dict().items()}
 
 
 class EmbodiedRollout:
@@ -32,10 +46,12 @@ class EmbodiedRollout:
 
     # -- what the host asks ------------------------------------------------------------------------
     def configure(self, spec: dict[str, Any]) -> None:
+        """Build the policy for ``spec`` on this process's device (:func:`placed_device`: the GPU
+        its placement gives it under ``runner.device`` other than ``cpu``, else the CPU)."""
         from rlinf_algos.models import build_policy
 
         self.spec = spec
-        self.model = build_policy(spec)
+        self.model = build_policy(spec).to(placed_device(self.host))
         self.model.eval()
         self.version = -1
 
@@ -44,7 +60,8 @@ class EmbodiedRollout:
         self.version = version
 
     def weights(self) -> dict[str, Any]:
-        return self.model.state_dict()
+        """The weights it acts with, on the CPU (``policy.safetensors`` when the learner is gone)."""
+        return cpu_state_dict(self.model)
 
     def collect(self, gen: int, steps: int, **kwargs: Any) -> dict[str, Any]:
         return self.recipe.collect(self, gen, steps, **kwargs)

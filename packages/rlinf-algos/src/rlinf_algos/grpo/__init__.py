@@ -36,7 +36,6 @@ class GRPO(EmbodiedAlgorithm):
     config_model: ClassVar[type[BaseModel]] = GRPOConfig
     components: ClassVar[tuple[str, ...]] = ("env", "rollout", "actor", "reward", "reference")
     required_components: ClassVar[tuple[str, ...]] = ("env", "rollout", "actor", "reward", "reference")
-    cpu_learner: ClassVar[bool] = True
     action_kinds: ClassVar[tuple[str, ...]] = ("box", "discrete", "multi_discrete", "multi_binary")
 
     @classmethod

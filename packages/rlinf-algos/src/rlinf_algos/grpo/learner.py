@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -17,7 +17,7 @@ from rlinf_algos.channels import advantage_key, scored_key
 from rlinf_algos.flow import LearnerContext, LearnerSide
 from rlinf_algos.grpo import functional as F
 from rlinf_algos.grpo.config import GRPOConfig
-from rlinf_algos.models.mlp import GaussianActorCritic
+from rlinf_algos.models.mlp import GaussianActorCritic, module_device
 from rlinf_algos.optim import LeanAdam, clip_grad_norm, make_adam
 from rlinf_algos.parallel import DataParallel
 from rlinf_core.errors import RlinfError
@@ -30,7 +30,8 @@ class GRPORollout:
     """One GRPO iteration: ``num_groups * group_size`` episodes, group ``g`` all started from the
     same seed. Per-step tensors are ``[S, L, ...]`` (``S`` sequences, ``L`` the longest episode),
     ``mask`` ``[S, L]`` marks real steps, ``returns`` ``[S]`` are the episodes' (raw) returns, the
-    outcome reward GRPO normalises within each group."""
+    outcome reward GRPO normalises within each group. :meth:`to` moves it to the learner's
+    device."""
 
     obs: Tensor
     actions: Tensor
@@ -39,6 +40,15 @@ class GRPORollout:
     returns: Tensor
     lengths: Tensor
     version: int = 0
+
+    def to(self, device: torch.device | str) -> GRPORollout:
+        """This rollout with every tensor on ``device`` (itself when they are there already)."""
+        dev = torch.device(device)
+        if self.actions.device == dev:
+            return self
+        return replace(
+            self, **{f.name: getattr(self, f.name).to(dev) for f in fields(self) if f.name != "version"}
+        )
 
 
 class GRPOLearner:
@@ -57,6 +67,7 @@ class GRPOLearner:
     ) -> None:
         self.model, self.cfg = model, cfg
         self.dp = dp if dp is not None else DataParallel()
+        self.device = module_device(model)  # where the update runs; rollouts are moved there
         self.reference = copy.deepcopy(model).requires_grad_(False) if reference else None
         self.params = model.policy_parameters()
         self.optimizer = make_adam(self.params, cfg.lr, cfg.adam_eps)
@@ -69,8 +80,15 @@ class GRPOLearner:
     ) -> dict[str, float]:
         """One update on ``r``. ``advantages`` ``[S]`` (the reward worker's) default to the group
         advantages of ``r.returns`` (groups of consecutive sequences); ``ref_log_probs``
-        ``[S, L]`` (the reference worker's) to this learner's frozen copy's."""
-        cfg = self.cfg
+        ``[S, L]`` (the reference worker's) to this learner's frozen copy's. Everything is moved
+        to the learner's device first (no-ops on the CPU); the permutations are drawn on the
+        host, so a seed gives the same minibatches on any device."""
+        cfg, dev = self.cfg, self.device
+        r = r.to(dev)
+        if advantages is not None:
+            advantages = advantages.to(dev)
+        if ref_log_probs is not None:
+            ref_log_probs = ref_log_probs.to(dev)
         adv = (
             advantages
             if advantages is not None
@@ -88,11 +106,11 @@ class GRPOLearner:
         # minibatches of whole sequences holding about ``minibatch_size`` valid steps each
         n_minibatches = max(1, min(S, round(float(r.mask.sum()) / cfg.minibatch_size)))
         mb = math.ceil(S / n_minibatches)
-        sums = torch.zeros(4)
+        sums = torch.zeros(4, device=dev)
         n = 0
         dp = self.dp
         for _ in range(cfg.update_epochs):
-            perm = torch.randperm(S, generator=self.generator)
+            perm = torch.randperm(S, generator=self.generator, device="cpu").to(dev)
             for start in range(0, S, mb):
                 idx = perm[start : start + mb]
                 # a learner group splits the minibatch's sequences; each part's loss counts by
@@ -127,7 +145,7 @@ class GRPOLearner:
                 if not plain:
                     dp.sync_grads(self.params)
                 if cfg.max_grad_norm is None:
-                    gn = torch.zeros(())
+                    gn = torch.zeros((), device=dev)
                 elif plain:
                     gn = clip_grad_norm(self.params, cfg.max_grad_norm)
                 else:

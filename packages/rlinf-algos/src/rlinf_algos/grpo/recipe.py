@@ -20,6 +20,7 @@ from rlinf_algos.flow import IterationPlan, LearnerContext, LocalSession, Recipe
 from rlinf_algos.grpo.learner import GRPOLearner, GRPOLearnerSide
 from rlinf_algos.grpo.rollout import GRPOCollector, collect_grpo
 from rlinf_algos.models import build_policy
+from rlinf_algos.parallel import DataParallel, resolve_device
 from rlinf_algos.policy_specs import gaussian_policy_spec
 from rlinf_core.errors import ConfigError
 
@@ -29,10 +30,11 @@ __all__ = ["GRPORecipe"]
 class _GRPOLocal(LocalSession):
     def __init__(self, recipe: GRPORecipe, stepper: Any, spec: dict[str, Any], sections: Any) -> None:
         cfg, runner = recipe.cfg, sections.runner
-        self.model = build_policy(spec)
+        device = resolve_device(runner.device)  # runner.scheduler: local computes where it says too
+        self.model = build_policy(spec).to(device)
         # the groups' seeds continue from the stepper's (the run seed, plus the steps on resume)
         self.collector = GRPOCollector(stepper, self.model, cfg.group_size, stepper.seed, recipe.max_steps)
-        self.learner = GRPOLearner(self.model, cfg, seed=runner.seed)
+        self.learner = GRPOLearner(self.model, cfg, seed=runner.seed, dp=DataParallel(device=device))
         self.last: dict[str, float] = {}
 
     def step(self) -> None:
@@ -54,7 +56,7 @@ class _GRPOLocal(LocalSession):
         self.collector.iteration = int(state["collector_iteration"])
 
     def policy_state_dict(self) -> dict[str, Any]:
-        return self.model.state_dict()
+        return self.learner.dp.state_dict(self.model)  # on the CPU
 
 
 class GRPORecipe(Recipe):
@@ -121,7 +123,7 @@ class GRPORecipe(Recipe):
         }
         return {
             "reward": {**common, "threads": 0},
-            "reference": {**common, "weights": run.weights, "threads": 1},
+            "reference": {**common, "weights": run.weights, "threads": 1, "device": run.runner_cfg.device},
         }
 
     def body(self, role: str, host: Any) -> Any:

@@ -72,20 +72,25 @@ class FrozenPolicy:
     ``algorithm.kl_coef > 0``), and passes them to the actor (:func:`scored_key`)."""
 
     def __init__(self, host: Any) -> None:
+        self.host = host
         self.kl_coef = float(host.options["algorithm"].get("kl_coef", 0.0))
         self.traj_ch, self.timeout = host.channel("traj"), host.timeout
         self.rollout_world = int(host.options["rollout_world"])
         self.model: Any = None
 
     def freeze(self, spec: dict[str, Any], state_dict: dict[str, Any]) -> None:
+        """Build the frozen policy on this process's device (its placement's GPU, or the CPU)."""
+        from rlinf_algos.embodied.roles import placed_device
         from rlinf_algos.models import build_policy
 
-        self.model = build_policy(spec).requires_grad_(False)
+        self.model = build_policy(spec).requires_grad_(False).to(placed_device(self.host))
         self.model.load_state_dict(state_dict)
 
     def log_probs(self, gen: int | str) -> dict[str, Any]:
         """Pass generation ``gen``'s sequences on with reference log-probabilities."""
         import torch
+
+        from rlinf_algos.models.mlp import on_module
 
         t0 = time.perf_counter()
         try:
@@ -95,15 +100,18 @@ class FrozenPolicy:
                     return {"aborted": True}
                 if self.kl_coef > 0:
                     with torch.no_grad():
-                        obs, actions = torch.from_numpy(item["obs"]), torch.from_numpy(item["actions"])
-                        item["ref_log_probs"] = self.model.evaluate(obs, actions)[0].numpy()
+                        obs = on_module(self.model, torch.from_numpy(item["obs"]))
+                        actions = on_module(self.model, torch.from_numpy(item["actions"]))
+                        item["ref_log_probs"] = self.model.evaluate(obs, actions)[0].cpu().numpy()
                 self.traj_ch.put(item, scored_key(gen, r), timeout=self.timeout)
         except ChannelError as err:
             return {"aborted": True, "error": str(err)}
         return {"aborted": False, "reference_s": time.perf_counter() - t0}
 
     def state(self) -> dict[str, Any]:
-        return self.model.state_dict()
+        from rlinf_algos.embodied.roles import cpu_state_dict
+
+        return cpu_state_dict(self.model)
 
     def load(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state)

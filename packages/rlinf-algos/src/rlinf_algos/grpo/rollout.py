@@ -12,7 +12,7 @@ import torch
 
 from rlinf_algos.channels import reward_key, traj_key
 from rlinf_algos.grpo.learner import GRPORollout
-from rlinf_algos.models.mlp import gaussian_log_prob
+from rlinf_algos.models.mlp import gaussian_log_prob, module_device, on_module
 from rlinf_algos.stats import Moments
 from rlinf_core.errors import RlinfError
 
@@ -23,7 +23,8 @@ class GRPOCollector:
     """The rollout side of GRPO on an embodied task: every iteration resets each group's
     ``group_size`` copies with one shared seed (so they start from the same state), runs the
     policy until every copy has finished one episode, and records the episodes as masked
-    sequences. Needs a finite time limit."""
+    sequences. Needs a finite time limit. The sequences stay on the host; on a policy on a GPU
+    only the network runs there (each step's observations go to it, the actions come back)."""
 
     def __init__(
         self,
@@ -58,7 +59,8 @@ class GRPOCollector:
         for _ in range(self.max_steps):
             moments.add(st.obs[active])
             obs = model.normalize(torch.from_numpy(st.obs))
-            action, logp, _ = model.act(obs)
+            action, logp, _ = model.act(on_module(model, obs))
+            action, logp = action.cpu(), logp.cpu()
             step = st.step(action.numpy())
             obs_l.append(obs)
             act_l.append(action)
@@ -95,10 +97,12 @@ def collect_grpo(worker: Any, gen: int, max_steps: int, batch: str = "", send: b
     ``moments``) to the reference worker on :func:`traj_key`, and the outcomes (``returns``
     ``[n]``, ``gid`` ``[n]``, ``lengths``) to the reward worker on :func:`reward_key`, rows
     in the same (stage-major) slot order. ``batch`` names the iteration's keys (the driver's
-    ``"<generation>.<iteration>"``)."""
+    ``"<generation>.<iteration>"``). The sequences and the sampling stay on the host; on a
+    policy on a GPU only the network runs there."""
     model, S, n = worker.model, worker.stages, worker.slots
+    dev = module_device(model)
     D = worker.spec["obs_dim"]
-    log_std = model.action_log_std()
+    log_std = model.action_log_std().cpu()
     std = log_std.exp()
     dist = getattr(model, "dist", None)  # None: a Gaussian over the whole action
     moments = Moments(D)
@@ -129,15 +133,16 @@ def collect_grpo(worker: Any, gen: int, max_steps: int, batch: str = "", send: b
             raw = current[s]
             moments.add(raw[active[s]])
             obs = model.normalize(torch.from_numpy(raw))
+            x = obs if dev.type == "cpu" else obs.to(dev)
             if dist is None:
-                mean = model.action_mean(obs)
+                mean = model.action_mean(x).cpu()
                 action = (
                     mean
                     + torch.randn(mean.shape, generator=worker.generator, device=worker.generator.device)
                     * std
                 )
             else:
-                mean = model.action_params(obs)
+                mean = model.action_params(x).cpu()
                 action = dist.sample(mean, log_std, worker.generator)
             worker.send(s, action.numpy())
             r = rec[s]

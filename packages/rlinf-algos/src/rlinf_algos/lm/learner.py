@@ -200,9 +200,10 @@ class LMLearner:
     def get_weights(self) -> tuple[dict[str, Tensor], int]:
         """A copy of what a publish carries (the LoRA adapter alone when the model has one,
         every weight otherwise) and its version; ``publish_bytes`` records its size. On a
-        learner group with FSDP the full weights are gathered first (every rank calls; rank 0
-        gets them, the others an empty dict)."""
-        full = self.dp.state_dict(self.model) if self.dp.world > 1 else None
+        learner group with FSDP the full weights are gathered first, or with LoRA the adapter's
+        alone (every rank calls; rank 0 gets them, the others an empty dict)."""
+        only = (lambda name: "lora_" in name) if hf.is_lora(self.model) else None
+        full = self.dp.state_dict(self.model, only) if self.dp.world > 1 else None
         state = hf.sync_state(self.model, full) if full is None or full else {}
         self.publish_bytes = hf.state_bytes(state)
         return state, self.version

@@ -21,6 +21,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from rlinf_algos.obs import to_device
+
 __all__ = [
     "ACTIVATIONS",
     "ActorCritic",
@@ -35,6 +37,8 @@ __all__ = [
     "gaussian_log_prob",
     "layer_init",
     "mlp",
+    "module_device",
+    "on_module",
     "seq_forward",
 ]
 
@@ -101,6 +105,22 @@ def as_tensor(x: Tensor | np.ndarray) -> Tensor:
     return x if isinstance(x, Tensor) else torch.from_numpy(np.ascontiguousarray(x))
 
 
+def module_device(module: nn.Module) -> torch.device:
+    """The device of ``module``'s first parameter (or buffer); the CPU for one without either."""
+    for t in module.parameters():
+        return t.device
+    for t in module.buffers():
+        return t.device
+    return torch.device("cpu")
+
+
+def on_module(module: nn.Module, obs: Any) -> Any:
+    """Prepared observations (a tensor or a dict of them, on the host) on ``module``'s device: the
+    boundary between the host side of a run (envs, buffers, links) and a policy on a GPU. The
+    same tensors when the module is on the CPU."""
+    return to_device(as_tensor(obs) if isinstance(obs, np.ndarray) else obs, module_device(module))
+
+
 def gaussian_log_prob(x: Tensor, mean: Tensor, log_std: Tensor) -> Tensor:
     """Log-density of a diagonal Gaussian, summed over the last axis: ``[B, A] -> [B]``."""
     z = (x - mean) * torch.exp(-log_std)
@@ -133,7 +153,7 @@ class RunningNorm(nn.Module):
     @torch.no_grad()
     def update(self, batch: np.ndarray | Tensor) -> None:
         """Fold a ``[B, *shape]`` batch into the statistics."""
-        x = torch.as_tensor(batch, dtype=torch.float64)
+        x = torch.as_tensor(batch, dtype=torch.float64, device=self.mean.device)
         b_mean = x.mean(0)
         b_var = x.var(0, unbiased=False)
         n = x.shape[0]
@@ -156,8 +176,9 @@ def fold_moments(norm: RunningNorm, mean: np.ndarray, var: np.ndarray, count: fl
     if count <= 0:
         return
     with torch.no_grad():
-        b_mean = torch.tensor(np.asarray(mean), dtype=torch.float64)  # a copy: may be read-only
-        b_var = torch.tensor(np.asarray(var), dtype=torch.float64)
+        dev = norm.mean.device  # the statistics live with the policy (on its GPU, maybe)
+        b_mean = torch.tensor(np.asarray(mean), dtype=torch.float64, device=dev)  # a copy: may be read-only
+        b_var = torch.tensor(np.asarray(var), dtype=torch.float64, device=dev)
         delta = b_mean - norm.mean
         total = norm.count + count
         norm.mean += delta * (count / total)
@@ -182,8 +203,9 @@ class _ActorCriticBase(nn.Module):
 
     @torch.no_grad()
     def predict(self, raw_obs: Tensor | np.ndarray, deterministic: bool = True) -> Tensor:
-        """Actions for raw (unnormalised) observations ``[B, D] -> [B, A]`` (evaluation)."""
-        return self.act(self.normalize(raw_obs), deterministic)[0]
+        """Actions for raw (unnormalised) observations ``[B, D] -> [B, A]`` (evaluation), on the
+        host whatever the policy's device."""
+        return self.act(on_module(self, self.normalize(raw_obs)), deterministic)[0].cpu()
 
     # -- what the rollout and the learner use (the policy interface of PPO and GRPO) -------------
     def normalize(self, raw_obs: Tensor | np.ndarray) -> Tensor:
@@ -192,13 +214,14 @@ class _ActorCriticBase(nn.Module):
         return self.obs_norm(as_tensor(raw_obs))
 
     def normalizer(self) -> Callable[[Tensor | np.ndarray, Tensor], None]:
-        """A fast ``fn(raw, out)`` that writes the normalised ``raw`` into ``out``, with the
-        statistics frozen as they are now (they change only between weight versions)."""
+        """A fast ``fn(raw, out)`` that writes the normalised ``raw`` into ``out``, a host buffer
+        (a collection loop's), with the statistics frozen as they are now (they change only
+        between weight versions) and copied to the host once, whatever the policy's device."""
         norm = self.obs_norm
         if not isinstance(norm, RunningNorm):
             return lambda raw, out: out.copy_(norm(as_tensor(raw)))
-        mean = norm.mean.to(torch.float32)
-        inv = torch.rsqrt(norm.var + norm.eps).to(torch.float32)
+        mean = norm.mean.to("cpu", torch.float32)
+        inv = torch.rsqrt(norm.var + norm.eps).to("cpu", torch.float32)
         clip = float(norm.clip)
 
         def run(raw: Tensor | np.ndarray, out: Tensor) -> None:
@@ -423,12 +446,13 @@ class SquashedGaussianActor(nn.Module):
 
     @torch.no_grad()
     def predict(self, obs: Tensor | np.ndarray, deterministic: bool = True) -> Tensor:
-        """Actions without gradient: the squashed mean, or a sample."""
-        obs = as_tensor(obs)
+        """Actions without gradient: the squashed mean, or a sample; on the host whatever the
+        actor's device."""
+        obs = on_module(self, obs)
         if not deterministic:
-            return self.sample(obs)[0]
+            return self.sample(obs)[0].cpu()
         mean, _ = self._dist(obs)
-        return torch.tanh(mean) * self.action_scale + self.action_bias
+        return (torch.tanh(mean) * self.action_scale + self.action_bias).cpu()
 
 
 class EnsembleLinear(nn.Module):

@@ -47,6 +47,7 @@ from rlinf_algos.models.mlp import (
     gaussian_entropy,
     gaussian_log_prob,
     mlp,
+    on_module,
     seq_forward,
 )
 from rlinf_core.errors import ConfigError
@@ -501,11 +502,12 @@ class VLAActorCritic(nn.Module):
 
     @torch.no_grad()
     def predict(self, raw_obs: Mapping[str, Any], deterministic: bool = True) -> Tensor:
-        """Actions for raw observations (the value head is not run: ``privileged`` may be absent)."""
-        mean = self.action_mean(self.normalize(raw_obs))
+        """Actions for raw observations (the value head is not run: ``privileged`` may be absent),
+        on the host whatever the policy's device."""
+        mean = self.action_mean(on_module(self, self.normalize(raw_obs)))
         if deterministic:
-            return mean
-        return mean + torch.randn_like(mean) * self.actor_log_std.exp()
+            return mean.cpu()
+        return (mean + torch.randn_like(mean) * self.actor_log_std.exp()).cpu()
 
     def normalize(self, raw_obs: Mapping[str, Any]) -> dict[str, Tensor]:
         return self.encoder.prepare(raw_obs)
@@ -575,7 +577,7 @@ class VLASquashedActor(nn.Module):
 
     @torch.no_grad()
     def predict(self, raw_obs: Mapping[str, Any], deterministic: bool = True) -> Tensor:
-        return self.head.predict(self.encoder(self.encoder.prepare(raw_obs)), deterministic)
+        return self.head.predict(self.encoder(on_module(self, self.encoder.prepare(raw_obs))), deterministic)
 
     def normalize(self, raw_obs: Mapping[str, Any]) -> dict[str, Tensor]:
         return self.encoder.prepare(raw_obs)

@@ -27,7 +27,6 @@ class PPO(EmbodiedAlgorithm):
     PLUGIN_NAME: ClassVar[str] = "ppo"
     config_model: ClassVar[type[BaseModel]] = PPOConfig
 
-    cpu_learner: ClassVar[bool] = True
     action_kinds: ClassVar[tuple[str, ...]] = ("box", "discrete", "multi_discrete", "multi_binary")
 
     @classmethod

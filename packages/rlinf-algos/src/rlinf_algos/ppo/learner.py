@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -13,7 +13,7 @@ from torch import Tensor
 from rlinf_algos import obs as obs_tree
 from rlinf_algos.channels import traj_key
 from rlinf_algos.flow import LearnerContext, LearnerSide
-from rlinf_algos.models.mlp import GaussianActorCritic
+from rlinf_algos.models.mlp import GaussianActorCritic, module_device
 from rlinf_algos.optim import LeanAdam, clip_grads_, make_adam
 from rlinf_algos.parallel import DataParallel
 from rlinf_algos.ppo import functional as F
@@ -30,7 +30,7 @@ class PPORollout:
     ``log_probs``, ``values``, ``rewards`` (scaled if reward scaling is on), ``terminated``,
     ``truncated``, ``final_values`` (``V(final_obs)`` where truncated, 0 elsewhere) and
     ``last_value`` ``[N]`` (``V`` of the observation after the last step). ``version`` is the
-    weight version that produced it."""
+    weight version that produced it. :meth:`to` moves it to the learner's device."""
 
     obs: Tensor
     actions: Tensor
@@ -43,6 +43,18 @@ class PPORollout:
     last_value: Tensor
     version: int = 0
 
+    def to(self, device: torch.device | str) -> PPORollout:
+        """This rollout with every tensor on ``device`` (itself when they are there already)."""
+        dev = torch.device(device)
+        if self.actions.device == dev:
+            return self
+        moved = {
+            f.name: obs_tree.to_device(getattr(self, f.name), dev)
+            for f in fields(self)
+            if f.name != "version"
+        }
+        return replace(self, **moved)
+
 
 class PPOLearner:
     """The learner side of PPO: GAE, then ``update_epochs`` passes of minibatch updates of the
@@ -54,6 +66,7 @@ class PPOLearner:
     ) -> None:
         self.model, self.cfg = model, cfg
         self.dp = dp if dp is not None else DataParallel()
+        self.device = module_device(model)  # where the update runs; rollouts are moved there
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = make_adam(self.params, cfg.lr, cfg.adam_eps)
         self.adam = LeanAdam(self.optimizer)
@@ -79,8 +92,12 @@ class PPOLearner:
         ``target_kl``. Lean on purpose (a minibatch step of these tiny networks is mostly per-call
         overhead): each epoch gathers its permutation once and normalises the advantages of all
         its minibatches in one pass; minibatches are views; the optimiser step is
-        :class:`LeanAdam`; metrics stay tensors until the end (no host sync per step)."""
+        :class:`LeanAdam`; metrics stay tensors until the end (no host sync per step). ``r`` is
+        moved to the learner's device first (a no-op on the CPU); the permutations are drawn on
+        the host, so the same seed gives the same minibatches on any device."""
         cfg = self.cfg
+        dev = self.device
+        r = r.to(dev)
         adv, ret = self.advantages(r)
         b_obs = obs_tree.flatten_lead(r.obs, 2)
         b_act = r.actions.reshape(-1, r.actions.shape[-1])
@@ -91,8 +108,8 @@ class PPOLearner:
         M = B // mb  # minibatches per epoch
         model, adam, dp = self.model, self.adam, self.dp
         adam.refresh()
-        stats = torch.zeros(cfg.update_epochs * M, 4)  # pg, vf, -entropy, grad norm
-        ratios = torch.zeros(cfg.update_epochs * M, mb)  # log-ratios, for KL and clip fraction
+        stats = torch.zeros(cfg.update_epochs * M, 4, device=dev)  # pg, vf, -entropy, grad norm
+        ratios = torch.zeros(cfg.update_epochs * M, mb, device=dev)  # log-ratios, for KL and clip fraction
         n_mb = 0
         epochs = 0
         # on a learner group each rank takes its shard of every minibatch (in micro-batches);
@@ -102,9 +119,9 @@ class PPOLearner:
         plain = dp.world == 1 and len(pieces) == 1
         # a model with an auxiliary loss (vla's predict_privileged) adds it to each minibatch's
         has_aux = callable(getattr(model, "auxiliary_loss", None)) and bool(getattr(model, "aux_coef", 0))
-        aux_sum = torch.zeros(())
+        aux_sum = torch.zeros((), device=dev)
         for _ in range(cfg.update_epochs):
-            used = torch.randperm(B, generator=self.generator)[: M * mb]
+            used = torch.randperm(B, generator=self.generator, device="cpu")[: M * mb].to(dev)
             e_obs, e_act = obs_tree.take(b_obs, used), b_act[used]
             e_logp, e_val, e_ret = b_logp[used], b_val[used], b_ret[used]
             e_adv = b_adv[used].view(M, mb)
@@ -148,7 +165,7 @@ class PPOLearner:
                             else dp.clip_grad_norm(adam.params, cfg.max_grad_norm)
                         )
                     else:
-                        gn = torch.zeros(())
+                        gn = torch.zeros((), device=dev)
                     adam.step()
                     stats[n_mb, 3] = gn
                 n_mb += 1
@@ -248,15 +265,19 @@ class PPOLearnerSide(LearnerSide):
         if self.scaler is not None:
             done = cat["terminated"] | cat["truncated"]
             rewards = np.stack([self.scaler(rewards[t].astype(np.float64), done[t]) for t in range(T)])
-        model = self.model
-        obs_t = obs_tree.to_torch(cat["obs"])
+        model, dev = self.model, self.learner.device
+
+        def on_dev(tree: Any) -> Any:  # the batch goes to the learner's device once, here
+            return obs_tree.to_device(obs_tree.to_torch(tree), dev)
+
+        obs_t = on_dev(cat["obs"])
         with torch.no_grad():
             values = model.value(obs_tree.flatten_lead(obs_t, 2)).reshape(T, N)
-            last_value = model.value(obs_tree.to_torch(last_obs))
-            final_values = torch.zeros(T, N)
+            last_value = model.value(on_dev(last_obs))
+            final_values = torch.zeros(T, N, device=dev)
             if fidx:
-                idx = torch.from_numpy(np.concatenate(fidx)).long()
-                final_values[idx[:, 0], idx[:, 1]] = model.value(obs_tree.to_torch(obs_tree.concat(fobs)))
+                idx = torch.from_numpy(np.concatenate(fidx)).long().to(dev)
+                final_values[idx[:, 0], idx[:, 1]] = model.value(on_dev(obs_tree.concat(fobs)))
         return PPORollout(
             obs_t,
             torch.from_numpy(cat["actions"]),
@@ -268,7 +289,7 @@ class PPOLearnerSide(LearnerSide):
             final_values,
             last_value,
             min(int(it["version"]) for it in items),
-        )
+        ).to(dev)
 
     def learn(self, items: list[dict[str, Any]], lr_frac: float = 1.0) -> dict[str, Any]:
         """Update on ``items`` (one trajectory per rollout rank), then fold in their observation

@@ -16,6 +16,7 @@ import torch
 from rlinf_algos.channels import traj_key
 from rlinf_algos.flow import IterationPlan, LearnerContext, LocalSession, Recipe, await_call
 from rlinf_algos.models import build_policy
+from rlinf_algos.parallel import resolve_device
 from rlinf_algos.policy_specs import gaussian_policy_spec
 from rlinf_algos.ports import LocalPort
 from rlinf_algos.ppo.learner import PPOLearnerSide
@@ -28,8 +29,11 @@ class _PPOLocal(LocalSession):
     def __init__(self, recipe: PPORecipe, stepper: Any, spec: dict[str, Any], sections: Any) -> None:
         cfg, runner = recipe.cfg, sections.runner
         self.cfg, self.stepper = cfg, stepper
-        self.model = build_policy(spec)
-        ctx = LearnerContext(None, 1, runner.worker_timeout, publish=lambda: None, seed=runner.seed)
+        device = resolve_device(runner.device)  # runner.scheduler: local computes where it says too
+        self.model = build_policy(spec).to(device)
+        ctx = LearnerContext(
+            None, 1, runner.worker_timeout, publish=lambda: None, seed=runner.seed, device=str(device)
+        )
         self.side = PPOLearnerSide(self.model, cfg, ctx, stepper.num_envs)
         self.port = LocalPort(stepper)
         self.generator = torch.Generator().manual_seed(runner.seed)
@@ -59,7 +63,7 @@ class _PPOLocal(LocalSession):
             self.generator.set_state(state["rollout_rng"])
 
     def policy_state_dict(self) -> dict[str, Any]:
-        return self.model.state_dict()
+        return self.side.final_state_dict()
 
 
 class PPORecipe(Recipe):

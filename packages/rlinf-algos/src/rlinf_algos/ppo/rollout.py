@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from rlinf_algos import obs as obs_tree
-from rlinf_algos.models.mlp import gaussian_log_prob
+from rlinf_algos.models.mlp import gaussian_log_prob, module_device
 from rlinf_algos.stats import Moments
 
 __all__ = ["collect_ppo"]
@@ -32,14 +32,20 @@ def collect_ppo(port: Any, policy: Any, T: int, generator: torch.Generator) -> d
     ``terminated``, ``truncated``; ``last_obs`` (normalised, after the last step);
     ``final_idx`` ``[K, 2]`` (t, slot) and ``final_obs`` of truncated steps (normalised, for the
     learner's bootstrap); ``moments`` of the raw observations' vector part (the next version's
-    statistics; ``None`` when they have none)."""
+    statistics; ``None`` when they have none).
+
+    The buffers and the sampling stay on the host (``generator`` is a CPU generator); on a policy
+    on a GPU only the network runs there: each step's normalised observations go to the device
+    and the action means come back (on the CPU both moves are no-ops)."""
     S, n = port.stages, port.slots
+    dev = module_device(policy)
+    host = dev.type == "cpu"
     current = [port.recv(s)["obs"] for s in range(S)]
     first = obs_tree.to_numpy(policy.normalize(current[0]))
     vec = obs_tree.vector_part(current[0])
     D = None if vec is None else vec.shape[1]
-    std = policy.action_log_std().exp()
-    log_std = policy.action_log_std()
+    log_std = policy.action_log_std().cpu()
+    std = log_std.exp()
     dist = getattr(policy, "dist", None)  # None: a Gaussian over the whole action
     A = log_std.shape[0] if dist is None else dist.act_dim
     P = A if dist is None else dist.param_dim
@@ -78,12 +84,13 @@ def collect_ppo(port: Any, policy: Any, T: int, generator: torch.Generator) -> d
                 raw_buf[s, t] = obs_tree.vector_part(raw)
             obs = obs_tree.take(obs_t, (s, t))
             normalize(raw, obs)
+            x = obs if host else obs_tree.to_device(obs, dev)
             if dist is None:
-                mean = policy.action_mean(obs)
+                mean = policy.action_mean(x).cpu()
                 noise = torch.randn(mean.shape, generator=generator, device=generator.device)
                 torch.add(mean, noise * std, out=act_t[s, t])
             else:
-                mean = policy.action_params(obs)
+                mean = policy.action_params(x).cpu()
                 act_t[s, t] = dist.sample(mean, log_std, generator)
             port.send(s, act_buf[s, t])
             mean_buf[s, t] = mean

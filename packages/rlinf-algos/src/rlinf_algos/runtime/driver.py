@@ -48,7 +48,14 @@ from typing import Any
 
 from rlinf_algos.rundir import load_checkpoint, write_checkpoint, write_summary
 from rlinf_algos.runtime.books import RunRecorder
-from rlinf_algos.runtime.recovery import LearnerDied, Recovery, RunFailed
+from rlinf_algos.runtime.recovery import (
+    LearnerDied,
+    Recovery,
+    RunFailed,
+    failure_reason,
+    out_of_memory,
+    out_of_memory_message,
+)
 from rlinf_algos.runtime.stop import DeferredStop
 from rlinf_core.errors import RlinfError
 from rlinf_core.links import Links
@@ -341,6 +348,11 @@ class Driver(Recovery):
                     return
             except LearnerDied as died:
                 self.recover_learner(died.reason)
+            except Exception as err:  # out of memory: ends the run, never restarted into it again
+                if not out_of_memory(err):
+                    raise
+                self.log(f"out of memory: {failure_reason(err)}")
+                raise RunFailed(out_of_memory_message(err, self.resume_hint())) from None
 
     def _turn(self, stop: DeferredStop) -> bool:
         """One turn of the loop: an iteration, or (budget spent, or stopped) the ending: what is

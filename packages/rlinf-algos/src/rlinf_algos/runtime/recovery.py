@@ -15,6 +15,12 @@ A flow's placed run declares, for each role, what happens when one of its proces
 - ``never``: the role holds state the run cannot rebuild (a frozen reference): the run ends
   naming the worker, after writing the policy and the summary, with the ``--resume`` command.
 
+A process that runs out of accelerator memory (``torch.OutOfMemoryError``, in a learner or any
+other role, on workers or in this process) is not a death to restart: it would run out again at
+the same point. The run ends with :class:`RunFailed` naming the role, the device and the knobs
+that lower the need (:func:`out_of_memory_message`); the newest checkpoint, the last good state,
+is kept and named with the ``--resume`` command.
+
 Every restart counts against ``runner.max_restarts``; when they are used up (or the learner
 cannot come back: no checkpoint to restart it from) the run ends with :class:`RunFailed`, whose
 message names the newest checkpoint and the ``--resume`` command. Every wait on a worker is on
@@ -38,7 +44,17 @@ from rlinf_algos.run_files import UnsafeStateFile
 from rlinf_algos.rundir import latest_checkpoint, load_checkpoint
 from rlinf_core.errors import RlinfError
 
-__all__ = ["RESTART", "LearnerDied", "Recovery", "RunFailed", "failure_reason", "worker_died"]
+__all__ = [
+    "OOM_KNOBS",
+    "RESTART",
+    "LearnerDied",
+    "Recovery",
+    "RunFailed",
+    "failure_reason",
+    "out_of_memory",
+    "out_of_memory_message",
+    "worker_died",
+]
 
 RESTART = ("in_place", "learner", "never")
 """What a role's death costs (see the module docstring)."""
@@ -68,6 +84,42 @@ def worker_died(err: BaseException, component: str | None = None) -> bool:
     """``err`` says a worker's process died (of ``component``, when given)."""
     return getattr(err, "error_type", "") == "WorkerDied" and (
         component is None or getattr(err, "component", None) == component
+    )
+
+
+OOM_NAMES = frozenset({"OutOfMemoryError", "LearnerOutOfMemory"})
+"""Class names of an out-of-memory error: torch's, and the actor worker's
+(:class:`~rlinf_algos.parallel.LearnerOutOfMemory`), as raised here or reported by a worker."""
+
+OOM_KNOBS = (
+    "lower actor.micro_batch_size (samples per forward and backward; the update stays the same) or "
+    "algorithm.minibatch_size, shorten the sequences (algorithm.max_new_tokens, the prompts' length), "
+    "train LoRA adapters only (model.lora) or compute in bfloat16 (model.dtype: bfloat16)"
+)
+"""What lowers a learner's memory, named in the message of a run that ran out of it."""
+
+
+def out_of_memory(err: BaseException) -> bool:
+    """``err`` is an out-of-memory error raised in this process or reported by a worker (by
+    class name: the driver imports no torch)."""
+    names = {c.__name__ for c in type(err).__mro__} | {str(getattr(err, "error_type", ""))}
+    return bool(names & OOM_NAMES)
+
+
+def out_of_memory_message(err: BaseException, resume_hint: str) -> str:
+    """The one-paragraph reason of a run that ran out of memory: where (the role and rank a
+    worker reports; ``actor (in this process)`` otherwise), torch's first line, why it is not
+    restarted, the knobs (:data:`OOM_KNOBS`) and ``resume_hint`` (the checkpoint kept)."""
+    component = getattr(err, "component", None)
+    if component is not None:
+        where = f"{component} rank {getattr(err, 'rank', 0)} ({getattr(err, 'method', '?')}())"
+        detail = str(getattr(err, "summary", "") or err)
+    else:
+        where, detail = "the learner (in this process)", str(err)
+    first = detail.strip().splitlines()[0] if detail.strip() else "out of memory"
+    return (
+        f"{where} ran out of memory: {first}. It is not restarted: it would run out again at the same "
+        f"point. To fit, {OOM_KNOBS}; {resume_hint}"
     )
 
 

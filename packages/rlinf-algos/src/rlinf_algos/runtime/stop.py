@@ -8,6 +8,7 @@ Ctrl-C (or a second SIGTERM, 2 s or more after the first) stops at once.
 
 from __future__ import annotations
 
+import logging
 import random
 import signal
 import threading
@@ -15,7 +16,37 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["DeferredStop", "rng_state", "set_rng_state"]
+__all__ = ["DeferredStop", "cuda_rng_state", "rng_state", "set_cuda_rng_state", "set_rng_state"]
+
+log = logging.getLogger(__name__)
+
+
+def cuda_rng_state() -> list[Any] | None:
+    """The CUDA random state of every GPU this process sees (``torch.cuda.get_rng_state_all``),
+    or ``None`` when CUDA is not available or was never initialised here (nothing drew from it,
+    and asking would initialise it)."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return list(torch.cuda.get_rng_state_all())
+    return None
+
+
+def set_cuda_rng_state(states: list[Any] | None) -> None:
+    """Restore :func:`cuda_rng_state` output on as many GPUs as this process sees and the
+    checkpoint holds (a run resumed on fewer or more GPUs: the others keep their seeding, with a
+    warning); nothing without CUDA or without states."""
+    import torch
+
+    if not states or not torch.cuda.is_available():
+        return
+    n = torch.cuda.device_count()
+    if n != len(states):
+        log.warning(
+            "the checkpoint holds the CUDA random state of %d GPU(s); this process sees %d", len(states), n
+        )
+    for i, state in enumerate(states[:n]):
+        torch.cuda.set_rng_state(state.cpu() if hasattr(state, "cpu") else state, i)
 
 
 def rng_state() -> dict[str, Any]:
@@ -28,8 +59,9 @@ def rng_state() -> dict[str, Any]:
         "numpy": np.random.get_state(),
         "python": random.getstate(),
     }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        out["cuda"] = list(torch.cuda.get_rng_state_all())
+    cuda = cuda_rng_state()
+    if cuda is not None:
+        out["cuda"] = cuda
     return out
 
 
@@ -42,8 +74,7 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
     np.random.set_state(tuple(state["numpy"]))
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(list(state["cuda"]))
+    set_cuda_rng_state(state.get("cuda"))
 
 
 class DeferredStop:

@@ -33,7 +33,7 @@ from rlinf_algos.rundir import (
     move_aside,
     remove_stale_temp_files,
 )
-from rlinf_core.errors import RlinfError
+from rlinf_core.errors import ConfigError, RlinfError
 from rlinf_core.io import atomic_write_text
 
 __all__ = [
@@ -202,14 +202,19 @@ def _record_devices(
     run_dir: Path, summary: dict[str, Any], plan: Any, data: Mapping[str, Any]
 ) -> dict[str, Any]:
     """``summary`` (and ``summary.json``) with ``devices``: each placed role's device per rank
-    (:func:`rlinf_algos.parallel.plan_devices`; none under ``runner.scheduler: local``), torch's
-    CUDA version and, where this machine sees a GPU, the driver's."""
+    (:func:`rlinf_algos.parallel.plan_devices`; ``local``: the one device of a
+    ``runner.scheduler: local`` run), torch's CUDA version and the NVIDIA driver's (``none``
+    without one), :func:`rlinf_algos.parallel.device_report`."""
     import json
 
-    from rlinf_algos.parallel import device_report, plan_devices
+    from rlinf_algos.parallel import device_report, local_devices, plan_devices
 
     device = str((data.get("runner") or {}).get("device", "cpu"))
-    devices = {"runner_device": device, "roles": plan_devices(plan, device), **device_report()}
+    try:
+        roles = plan_devices(plan, device) if plan is not None else local_devices(device)
+    except ConfigError:  # the run went as far as it went: record what was asked
+        roles = {"local": [device]}
+    devices = {"runner_device": device, "roles": roles, **device_report()}
     summary = {**summary, "devices": devices}
     path = Path(run_dir) / "summary.json"
     if path.is_file():

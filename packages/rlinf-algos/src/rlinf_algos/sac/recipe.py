@@ -18,6 +18,7 @@ import numpy as np
 from rlinf_algos.channels import ABORT, traj_key
 from rlinf_algos.flow import IterationPlan, LearnerContext, LearnerSide, LocalSession, Recipe, await_call
 from rlinf_algos.models import build_policy, encoder_options
+from rlinf_algos.parallel import resolve_device
 from rlinf_algos.ports import LocalPort
 from rlinf_algos.replay import ReplayBuffer
 from rlinf_algos.sac.config import SACConfig
@@ -183,7 +184,12 @@ class _SACLocal(LocalSession):
         runner = sections.runner
         self.cfg, self.stepper = recipe.cfg, stepper
         ctx = LearnerContext(
-            None, 1, runner.worker_timeout, publish=lambda: None, seed=runner.seed, device=runner.device
+            None,
+            1,
+            runner.worker_timeout,
+            publish=lambda: None,
+            seed=runner.seed,
+            device=str(resolve_device(runner.device)),  # auto: the GPU when there is one
         )
         self.side = SACLearnerSide(spec, recipe.cfg, ctx)
         self.port = LocalPort(stepper)

@@ -111,13 +111,32 @@ class ActorWorker(RoleWorker):
     def _collective(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """``fn(...)`` on a learner group: when it fails in a collective or an arrival (another
         rank died or is stuck), this rank exits too, so no rank is left waiting and the driver
-        sees the group die (and restarts it); on a group of one, errors propagate as usual."""
-        if self.dp.world == 1:
-            return fn(*args, **kwargs)
+        sees the group die (and restarts it); on a group of one, errors propagate as usual.
+        Running out of memory is neither: it is raised as
+        :class:`~rlinf_algos.parallel.LearnerOutOfMemory` (the process stays, its cached memory
+        freed), and the driver ends the run instead of restarting it into the same error."""
+        import torch
+
+        from rlinf_algos.parallel import LearnerOutOfMemory
+
+        try:
+            if self.dp.world == 1:
+                return fn(*args, **kwargs)
+            return self._group_call(fn, *args, **kwargs)
+        except torch.OutOfMemoryError as err:
+            if self.dp.device.type == "cuda":
+                torch.cuda.empty_cache()
+            first = (str(err).strip().splitlines() or ["out of memory"])[0]
+            raise LearnerOutOfMemory(
+                f"actor rank {self.rank} ran out of memory on {self.dp.device} in "
+                f"{getattr(fn, '__name__', 'a call')}(): {first}"
+            ) from None
+
+    def _group_call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except (RuntimeError, RlinfError) as err:
-            if isinstance(err, ChannelError) or type(err).__name__ == "ConfigError":
+            if isinstance(err, ChannelError) or type(err).__name__ in ("ConfigError", "OutOfMemoryError"):
                 raise
             log.exception("actor rank %d: the learner group failed (%s); this rank exits", self.rank, err)
             os._exit(70)
@@ -134,14 +153,13 @@ class ActorWorker(RoleWorker):
         weights at their version. ``weights``: the weight sync to publish to (a restarted learner
         gets a new one; default the constructor's). ``init``: weights to start from (a warm
         start's), loaded before version 0 is published. Returns the published version."""
-        import torch
 
         if weights is not None:
             self.weights = weights
         self.spec = spec
         self._collective(self.body.build, spec, state, init)
-        if state is not None and "torch_rng" in state:
-            torch.set_rng_state(state["torch_rng"])
+        if state is not None:
+            self._set_rng(state)
         if self.weights is None:
             raise RlinfError(f"actor rank {self.rank}: no weight sync to publish to (the driver passes one)")
         self.wb = self.weights if self.dp.is_main else None
@@ -186,19 +204,33 @@ class ActorWorker(RoleWorker):
         ``None`` on ranks other than 0."""
         import torch
 
+        from rlinf_algos.runtime.stop import cuda_rng_state
+
         state = self._collective(self.body.state)
         if not self.dp.is_main:
             return None  # rank 0 answers for the group
-        return {**state, "torch_rng": torch.get_rng_state()}
+        out = {**state, "torch_rng": torch.get_rng_state()}
+        cuda = cuda_rng_state()  # every GPU this process sees, beside the CPU stream
+        if cuda is not None:
+            out["cuda_rng"] = cuda
+        return out
+
+    def _set_rng(self, state: dict[str, Any]) -> None:
+        """This process's CPU (and CUDA) random streams from a checkpoint's learner state."""
+        import torch
+
+        from rlinf_algos.runtime.stop import set_cuda_rng_state
+
+        if "torch_rng" in state:
+            torch.set_rng_state(state["torch_rng"])
+        set_cuda_rng_state(state.get("cuda_rng"))
 
     def load(self, state: dict[str, Any]) -> int:
         """Restore :meth:`state` output (written by a group of any size), publish the restored
         weights; returns their version."""
-        import torch
 
         self._collective(self.body.load, state)
-        if "torch_rng" in state:
-            torch.set_rng_state(state["torch_rng"])
+        self._set_rng(state)
         self._collective(self.publish)
         return int(self.body.version)
 

@@ -143,11 +143,16 @@ class RolloutWorker(RoleWorker):
         streams, the sampling generator, and the body's own."""
         import torch
 
+        from rlinf_algos.runtime.stop import cuda_rng_state
+
         state = {
             "generator": self.generator.get_state(),
             "torch": torch.get_rng_state(),
             "numpy": self.np_rng.bit_generator.state,
         }
+        cuda = cuda_rng_state()  # a policy on a GPU may draw there (vla's predict)
+        if cuda is not None:
+            state["cuda"] = cuda
         own = getattr(self.body, "rng_state", None)
         if own is not None:
             state["body"] = own()
@@ -157,7 +162,10 @@ class RolloutWorker(RoleWorker):
         import torch
 
         self.generator.set_state(state["generator"])
+        from rlinf_algos.runtime.stop import set_cuda_rng_state
+
         torch.set_rng_state(state["torch"])
+        set_cuda_rng_state(state.get("cuda"))
         self.np_rng.bit_generator.state = state["numpy"]
         if "body" in state and hasattr(self.body, "set_rng_state"):
             self.body.set_rng_state(state["body"])
