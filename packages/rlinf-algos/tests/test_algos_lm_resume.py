@@ -289,3 +289,38 @@ def test_a_deferred_stop_ignores_a_handler_ray_left_behind() -> None:
         assert signal.getsignal(signal.SIGTERM) is rays_handler
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_time_limit_counts_grpo_seconds_not_the_warm_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``runner.time_limit_s`` bounds GRPO's iterations: a warm start that took longer than the
+    limit (here made to look 10,000 s long by moving the run's clock while it prepares the models)
+    still leaves the run its iterations. Before, the limit counted from the start of the run, so
+    the arithmetic example under load stopped after 0 iterations."""
+    import rlinf_algos.lm.run as lm_run
+
+    real_clock = time.perf_counter
+    jump = {"s": 0.0}
+
+    class Clock:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(time, name)
+
+        @staticmethod
+        def perf_counter() -> float:
+            return real_clock() + jump["s"]
+
+    import rlinf_algos.lm.trainer as trainer  # run.py imports prepare_models from it when it runs
+
+    original = trainer.prepare_models
+
+    def slow_prepare(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        jump["s"] += 10_000.0
+        return out
+
+    monkeypatch.setattr(lm_run, "time", Clock())
+    monkeypatch.setattr(trainer, "prepare_models", slow_prepare)
+    summary = run_training(_config(["runner.time_limit_s=1000"]), run_dir=tmp_path / "run")
+    assert summary["iterations"] == 3 and not summary["stopped_early"]

@@ -365,7 +365,10 @@ class LMRunnerConfig(ConfigSection):
         "also written at the end and on SIGTERM or Ctrl-C); 0: only at the end and on a stop",
     )
     time_limit_s: float | None = Field(
-        None, gt=0.0, description="stop GRPO early once this many seconds have passed since the start"
+        None,
+        gt=0.0,
+        description="stop GRPO early once its iterations have taken this many seconds (the warm start and "
+        "the held-out evaluation before training do not count; a resumed run counts its earlier GRPO seconds)",
     )
     eval_temperature: float = Field(0.0, ge=0.0, description="0 is greedy decoding (the reported accuracy)")
     scheduler: str | None = Field(

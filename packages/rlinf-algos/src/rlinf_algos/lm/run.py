@@ -157,7 +157,7 @@ class LMRun(FlowRun):
         d, rcfg = self.driver, self.run.runner
         if d.steps >= self.run.algorithm.iterations:
             return True
-        if rcfg.time_limit_s is not None and time.perf_counter() - self.t_start > rcfg.time_limit_s:
+        if rcfg.time_limit_s is not None and self.grpo0 + time.perf_counter() - self.t_grpo > rcfg.time_limit_s:
             if not self.stopped_early:
                 self.stopped_early = True
                 self.say(
