@@ -61,6 +61,7 @@ __all__ = [
     "last_boxed",
     "load_reward",
     "math_equal",
+    "normalize_answer",
 ]
 
 
@@ -95,20 +96,36 @@ class ExactMatchReward(_PerSample):
 
     Args:
         ignore_case: compare case-insensitively.
+        normalize: compare :func:`normalize_answer`'s forms (SQuAD's: lower-cased, punctuation
+            and the articles a, an, the dropped, whitespace collapsed), so ``"The Kesh."`` matches
+            ``kesh``.
     """
 
     PLUGIN_NAME: ClassVar[str] = "exact_match"
     description: ClassVar[str] = "the completion equals the answer (whitespace normalised)"
 
-    def __init__(self, ignore_case: bool = False) -> None:
+    def __init__(self, ignore_case: bool = False, normalize: bool = False) -> None:
         self.ignore_case = bool(ignore_case)
+        self.normalize = bool(normalize)
 
     def _norm(self, text: str) -> str:
+        if self.normalize:
+            return normalize_answer(text)
         text = " ".join(text.split())
         return text.casefold() if self.ignore_case else text
 
     def score(self, completion: str, answer: str) -> float:
         return 1.0 if self._norm(completion) == self._norm(answer) else 0.0
+
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD's answer normalisation: lower-case, drop punctuation and the articles a, an and the,
+    collapse whitespace (``"The  Kesh."`` -> ``"kesh"``)."""
+    text = "".join(ch for ch in text.casefold() if ch.isalnum() or ch.isspace())
+    return " ".join(_ARTICLES.sub(" ", text).split())
 
 
 class MathReward(_PerSample):

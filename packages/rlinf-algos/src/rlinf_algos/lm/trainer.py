@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from rlinf_algos.lm import hf
-from rlinf_algos.lm.agents import EpisodeBatch, HierarchicalAgent, SingleAgent, make_agent
+from rlinf_algos.lm.agents import EpisodeBatch, HierarchicalAgent, SingleAgent, episode_metrics, make_agent
 from rlinf_algos.lm.checkpoint import (
     DeferredStop,
     load_lm_checkpoint,
@@ -216,6 +216,7 @@ class LocalComponents:
             "stats": stats,
             "phase": phase,
             **({"reward_failures": int(r["failures"])} if "failures" in r else {}),
+            "agent_metrics": episode_metrics(eps, r["correct"]),  # tool-calling episodes' figures
         }
 
     def evaluate(self, problems: Sequence[Any], temperature: float = 0.0) -> dict[str, list[Any]]:
@@ -525,6 +526,7 @@ def grpo_loop(
                     "publish_bytes": comps.publish_bytes(),
                     **({"reward_failures": res["reward_failures"]} if "reward_failures" in res else {}),
                     **{k: round(v, 6) for k, v in st.items()},
+                    **res.get("agent_metrics", {}),
                     **{f"{k}_s": round(phase[k], 4) for k in PHASES},
                 }
                 if rcfg.eval_interval and it % rcfg.eval_interval == 0 and it != alg.iterations:
