@@ -1,6 +1,6 @@
 """Supervised fine-tuning of a causal language model on prompt-response pairs (``rlinf sft``).
 
-The run YAML has four sections: ``model`` (:class:`~rlinf_algos.lm.config.LMModelConfig`: a
+The run YAML has four sections (five with ``tools``): ``model`` (:class:`~rlinf_algos.lm.config.LMModelConfig`: a
 model folder, or ``init`` to build one), ``data`` (:class:`SFTDataConfig`: the ``data`` section
 of a GRPO run plus ``response_key``), ``train`` (:class:`SFTTrainConfig`) and ``runner``
 (:class:`SFTRunnerConfig`). :func:`train_sft` trains and writes ``RUN_DIR``:
@@ -26,6 +26,11 @@ template writes it (``<|im_start|>assistant\\n`` + response + ``<|im_end|>`` for
 prompt text as is otherwise (the response is appended without a separator). Prompt and response
 are encoded separately, exactly as a rollout encodes the prompt and then generates. An example
 longer than ``train.max_length`` tokens is left out and counted, never cut.
+
+With ``data.messages_key`` a row is a whole conversation in TRL's format (assistant
+``tool_calls``, ``tool`` results; the ``tools`` section's schemas rendered by the template):
+:func:`conversation_example` lays it out as a played tool-calling episode is laid out, every
+assistant turn trained (through its end-of-turn token), everything else context.
 
 Reproducible from ``runner.seed`` (the model ``init``, LoRA's initial weights, dropout) and
 ``data.seed`` (the order of the examples: a fresh permutation every epoch, drawn from both seeds).

@@ -91,7 +91,7 @@ class ToolEntry(BaseModel):
         default_factory=dict, description="Keyword arguments of a ToolSet class's constructor."
     )
     timeout_s: float | None = Field(
-        default=None, gt=0, description="Per-call timeout of this entry's tools (default: the ToolBox's)."
+        default=None, gt=0, description="Per-call timeout of this entry's tools, in seconds (default: 10)."
     )
 
 
