@@ -460,6 +460,12 @@ def test_one_grpo_iteration_of_the_tools_task_in_process(
     for key in ("answer_rate", "tool_calls", "tool_errors", "tool_timeouts", "tool_malformed", "success"):
         assert key in row
     assert (tmp_path / "run" / "policy" / "config.json").is_file()
+    # rlinf eval RUN plays the same episodes from the run's config.yaml, with the tool figures
+    from rlinf_algos.lm.evaluate import evaluate_lm_run
+
+    res = evaluate_lm_run(tmp_path / "run")
+    assert res["problems"] == 3 and 1.0 <= res["tools"]["turns"] <= 2.0
+    assert set(res["per_data_source"]) <= {"rlinf/multihop_birth_city", "rlinf/multihop_country"}
 
 
 def test_the_tools_section_is_checked() -> None:
