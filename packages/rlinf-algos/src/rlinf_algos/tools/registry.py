@@ -43,8 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from rlinf_core.config import ConfigSection
 from rlinf_core.errors import ConfigError, PluginError
 from rlinf_core.tools import ToolSet
 
@@ -74,10 +75,8 @@ SCHEMA_HELP = (
 )
 
 
-class ToolEntry(BaseModel):
-    """One item of the ``tools`` list."""
-
-    model_config = ConfigDict(extra="forbid")
+class ToolEntry(ConfigSection):
+    """One item of the ``tools`` list (numbers strict, unknown keys refused)."""
 
     name: str = Field(
         description="The tool's name: a function or ToolSet class in `path`, or (without `path`) a built-in "
