@@ -18,7 +18,14 @@ import pytest
 
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.agentic import ChatFormat, parse_tool_calls
-from rlinf_algos.lm.agentic.multihop import make_world, teacher_trace, two_hop_problem, write_dataset
+from rlinf_algos.lm.agentic.multihop import (
+    ANSWER_PATTERN,
+    answer_matches,
+    make_world,
+    teacher_trace,
+    two_hop_problem,
+    write_dataset,
+)
 from rlinf_algos.lm.agents import ToolAgent, episode_metrics
 from rlinf_algos.lm.config import ModelInitConfig, load_lm_sections
 from rlinf_algos.lm.finetune import load_examples, load_sft_config, train_sft
@@ -270,7 +277,7 @@ def _run(world: Path, model: Path, tools: list[Any], **algorithm: Any) -> Any:
                 "train_files": [str(world / "train.jsonl")],
                 "val_files": [str(world / "val.jsonl")],
             },
-            "reward": {"name": "exact_match", "kwargs": {"normalize": True}},
+            "reward": {"name": "exact_match", "kwargs": {"normalize": True, "pattern": ANSWER_PATTERN}},
             "tools": tools,
         }
     )
@@ -303,7 +310,7 @@ def test_the_tools_task_plays_episodes_token_in_token_out(world_dir: Path, model
     run = _run(world_dir, model_dir, [_search_entry(world_dir)])
     task = make_task(run, task_tokenizer(run))
     assert isinstance(task, ToolTask) and task.mode == "tools"
-    agent = ToolAgent(task, task.tok, task.max_new_tokens(), 512)
+    agent = ToolAgent(task, task.tok, task.max_new_tokens(), 1024)
     problems = task.heldout()[:2]
     # a policy that plays the careful teacher's traces, token for token as rlinf sft trains them
     traces = {r["messages"][0]["content"]: r["messages"] for r in _rows(world_dir / "sft_val.jsonl")}
@@ -419,7 +426,7 @@ def test_a_tool_plugin_package_is_found_by_its_entry_point(
     policy = Scripted(
         task.chat, ['<tool_call>\n{"name": "atlas", "arguments": {"place": "Kesh"}}\n</tool_call>', "Kesh"]
     )
-    eps = ToolAgent(task, task.tok, 48, 512).run(task.heldout()[:1], 1, policy)
+    eps = ToolAgent(task, task.tok, 48, 1024).run(task.heldout()[:1], 1, policy)
     assert "Kesh is on the map" in task.chat.decode(eps.sequences[0])
     assert eps.metrics[0]["tool_calls/atlas"] == 1.0 and eps.failures == [""]
 
@@ -448,7 +455,7 @@ def test_one_grpo_iteration_of_the_tools_task_in_process(
                 "val_files": [str(world_dir / "val.jsonl")],
                 "max_samples": 3,
             },
-            "reward": {"name": "exact_match", "kwargs": {"normalize": True}},
+            "reward": {"name": "exact_match", "kwargs": {"normalize": True, "pattern": ANSWER_PATTERN}},
             "tools": [_search_entry(world_dir)],
             "runner": {"scheduler": "local", "loggers": ["csv"], "checkpoint_interval": 0},
         }
@@ -479,6 +486,12 @@ def test_the_tools_section_is_checked() -> None:
             load_lm_sections({**base, "tools": tools})
     with pytest.raises(ConfigError, match=r"tools: tool-calling episodes start from a data set"):
         load_lm_sections({"algorithm": {"name": "grpo_lm"}, "tools": ["search"]})
+    from rlinf_algos.lm.config import RewardConfig
+    from rlinf_algos.lm.rewards import load_reward
+
+    for pattern, why in (("answer is .+", "has no group"), ("answer is (", "is not a regular expression")):
+        with pytest.raises(ConfigError, match=rf"reward.kwargs: reward 'exact_match': .*{why}"):
+            load_reward(RewardConfig(name="exact_match", kwargs={"pattern": pattern}))
     run = load_lm_sections({**base, "tools": ["python"], "algorithm": {"name": "grpo_lm", "max_turns": 6}})
     assert run.tools.entries[0].name == "python" and run.algorithm.max_turns == 6
 
@@ -489,5 +502,12 @@ def test_teacher_trace_shape() -> None:
     careful = teacher_trace(q, lambda query: f"[d0] about {query}")
     careless = teacher_trace(q, lambda query: f"[d0] about {query}", slip=True)
     assert [m["role"] for m in careful] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
-    assert careful[-1]["content"] == q.answer and careless[-1]["content"] == q.shortcut
-    assert careful[3]["tool_calls"][0]["function"]["arguments"] == {"query": q.bridge}
+    assert answer_matches(careful[-1]["content"], q.answer) and careful[-1]["content"].endswith(
+        f" {q.answer}."
+    )
+    assert not answer_matches(careless[-1]["content"], q.answer)
+    assert careful[1]["tool_calls"][0]["function"]["arguments"] == {"query": q.queries[0]}
+    assert careful[3]["tool_calls"][0]["function"]["arguments"] == {"query": q.queries[1]}
+    assert q.company in q.queries[0] and q.bridge in q.queries[1]
+    # the verifier reads the answer sentence, normalised; nothing else scores
+    assert answer_matches("So the answer is the  kesh!", "Kesh") and not answer_matches("Kesh", "Kesh")

@@ -13,13 +13,13 @@ A question needs two searches: its first hop finds the company's document, which
 *bridge* (the founder, or the city the company is based in); the second finds the bridge's
 document, which holds the answer::
 
-    In which city was the founder of Veltrix born?   search Veltrix -> Ada Morn; search Ada Morn -> Lyonford
-    In which country is Veltrix based?              search Veltrix -> Kesh;     search Kesh -> Dravia
+    In which city was the founder of Veltrix born?   "founder of Veltrix" -> Ada Morn; "birthplace of Ada Morn" -> Lyonford
+    In which country is Veltrix based?              "location of Veltrix" -> Kesh;    "country of Kesh" -> Dravia
 
 :func:`make_world` checks this with the ``search`` tool's own BM25 index and keeps only the
 questions for which it holds: the question's text alone retrieves no document holding the
-answer (within the tool's ``top_k``), the company's name retrieves the company's document and
-the bridge's name the document that states the answer. Held-out questions are about companies,
+answer (within the tool's ``top_k``), the first search retrieves the company's document and the
+second the document that states the answer. Held-out questions are about companies,
 founders and cities of their own (none of them appears in a training question), so a held-out
 answer is never a training answer: success there is searching and reading, not recall.
 
@@ -27,7 +27,8 @@ answer is never a training answer: success there is searching and reading, not r
 messages holding the real results of the search tool over the corpus). A careless teacher
 (``slip``) sometimes answers after the first search with the city the company's document names:
 a plausible, wrong shortcut, which a warm start imitates and the verifier's reward
-(:func:`answer_matches`, exact match after SQuAD's normalisation) teaches the policy to drop.
+(:func:`answer_matches`: the answer sentence's answer, exact match after SQuAD's normalisation)
+teaches the policy to drop.
 """
 
 from __future__ import annotations
@@ -39,9 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlinf_algos.lm.rewards import normalize_answer
+from rlinf_algos.lm.rewards import ExactMatchReward, normalize_answer
 
 __all__ = [
+    "ANSWER_PATTERN",
     "DATA_SOURCES",
     "Question",
     "World",
@@ -89,6 +91,16 @@ _COMPANY_DOCS = (
 )
 _PERSON_DOCS = ("{p} is a {job} who was born in {city}.", "{p} was born in {city} and works as a {job}.")
 _CITY_DOC = "{city} is a city in {country}."
+_QUERIES = {
+    "birth": ("founder of {c}", "birthplace of {b}"),
+    "country": ("location of {c}", "country of {b}"),
+}
+"""The teacher's two searches per question kind: an entity's name after a word, so the name is
+written as the question and the documents write it (after a space; a tokenizer spells a word's
+first piece differently after a space or a quote, which a small model copies poorly)."""
+ANSWER_PATTERN = r"answer is (.+)"
+"""The answer sentence the teacher ends with (``The answer is Lyonford.``), for the verifier
+(``exact_match`` with ``pattern`` and ``normalize``)."""
 _QUESTIONS = {
     "birth": ("In which city was the founder of {c} born?", "Where was the person who founded {c} born?"),
     "country": ("In which country is {c} based?", "Which country is {c} located in?"),
@@ -110,6 +122,12 @@ class Question:
     shortcut: str
     company_doc: str
     bridge_doc: str
+
+    @property
+    def queries(self) -> tuple[str, str]:
+        """The teacher's two search queries: the company's, then the bridge's."""
+        first, second = _QUERIES[self.kind]
+        return first.format(c=self.company), second.format(b=self.bridge)
 
     def row(self, split: str, index: int) -> dict[str, Any]:
         """The question as a data set row (RLinf's JSON lines, verl's column names): ``prompt``
@@ -155,9 +173,11 @@ def _namer(rng: random.Random, used: set[str]) -> Callable[[int, int, Sequence[s
 
 
 def answer_matches(response: str, answer: str) -> bool:
-    """The verifier: the response equals the answer after :func:`normalize_answer` (lower-cased,
-    punctuation and articles dropped, whitespace collapsed)."""
-    return normalize_answer(response) == normalize_answer(answer)
+    """The verifier: the response's answer (what follows its last ``answer is``) equals the
+    answer after :func:`normalize_answer` (lower-cased, punctuation and articles dropped,
+    whitespace collapsed): the ``exact_match`` reward with ``pattern: "answer is (.+)"`` and
+    ``normalize: true``."""
+    return ExactMatchReward(normalize=True, pattern=ANSWER_PATTERN).score(response, answer) == 1.0
 
 
 def make_world(
@@ -262,10 +282,11 @@ def two_hop_problem(q: Question, retrieve: Callable[[str], list[dict[str, str]]]
     norm = normalize_answer(q.answer)
     if any(norm in normalize_answer(d["text"]) for d in retrieve(q.text)):  # substring: strict
         return "the question alone retrieves the answer"
-    if q.company_doc not in [d["id"] for d in retrieve(q.company)]:
-        return "the company's name does not retrieve its document"
-    if q.bridge_doc not in [d["id"] for d in retrieve(q.bridge)]:
-        return "the bridge's name does not retrieve the answer's document"
+    first, second = q.queries
+    if q.company_doc not in [d["id"] for d in retrieve(first)]:
+        return "the first search does not retrieve the company's document"
+    if q.bridge_doc not in [d["id"] for d in retrieve(second)]:
+        return "the second search does not retrieve the answer's document"
     return ""
 
 
@@ -277,21 +298,23 @@ def teacher_trace(
     question: Question, search: Callable[[str], str], slip: bool = False
 ) -> list[dict[str, Any]]:
     """A conversation in TRL's format that answers ``question`` with the ``search`` tool:
-    search the company, search the bridge, answer; ``slip``: answer the company document's city
-    after the first search instead (the careless teacher). ``search(query) -> text`` is the tool
+    search the company, search the bridge (:attr:`Question.queries`), answer (``The answer is
+    X.``); ``slip``: answer the company document's city after the first search instead (the
+    careless teacher). ``search(query) -> text`` is the tool
     (its real results go into the ``tool`` messages)."""
+    first, second = question.queries
     msgs: list[dict[str, Any]] = [
         {"role": "user", "content": question.text},
-        {"role": "assistant", "content": "", "tool_calls": [_call(question.company)]},
-        {"role": "tool", "name": "search", "content": search(question.company)},
+        {"role": "assistant", "content": "", "tool_calls": [_call(first)]},
+        {"role": "tool", "name": "search", "content": search(first)},
     ]
     if slip:
-        return [*msgs, {"role": "assistant", "content": question.shortcut}]
+        return [*msgs, {"role": "assistant", "content": f"The answer is {question.shortcut}."}]
     return [
         *msgs,
-        {"role": "assistant", "content": "", "tool_calls": [_call(question.bridge)]},
-        {"role": "tool", "name": "search", "content": search(question.bridge)},
-        {"role": "assistant", "content": question.answer},
+        {"role": "assistant", "content": "", "tool_calls": [_call(second)]},
+        {"role": "tool", "name": "search", "content": search(second)},
+        {"role": "assistant", "content": f"The answer is {question.answer}."},
     ]
 
 
