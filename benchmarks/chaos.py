@@ -8,7 +8,7 @@ same seed and settings:
 - ``chaos``: a thread kills a worker process with SIGKILL at random times (``--kills`` kills,
   at least 10, seeded by ``--seed``): the victim is the env worker, the rollout worker or the
   learner (the actor worker) with equal odds, its PID as the worker reports it
-  (``DistributedRun.pids``, renewed after every restart). Each kill waits until an iteration
+  (``pids`` of the run the callbacks get, renewed after every restart). Each kill waits until an iteration
   has started since the previous one (the run recovered and runs again), then a delay drawn
   uniformly from 0 to 2 undisturbed iterations, so kills land anywhere in an iteration:
   collecting, updating, writing a checkpoint. Kills start once the first iteration ran and stop
@@ -18,7 +18,7 @@ Reported: the restarts, the batches dropped, the env steps lost per kill (a dead
 worker costs its iteration's partial batch; a dead learner goes back to the newest checkpoint),
 the extra wall time over the undisturbed run, the final returns, and a check over every update
 the learner made that it took one generation's data of one weight version, never newer than the
-learner itself (``DistributedRun.batch_log``: a batch of the lineage a restart threw away, or
+learner itself (``batch_log`` of the run: a batch of the lineage a restart threw away, or
 one mixing two generations or versions, would fail it).
 
 The learner restarts from the newest checkpoint, so ``runner.checkpoint_interval`` bounds the

@@ -44,8 +44,9 @@ from _report import fmt
 
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.config import LMModelConfig, ModelInitConfig, load_lm_sections
+from rlinf_algos.lm.flow import train_lm
+from rlinf_algos.lm.run import PHASES
 from rlinf_algos.lm.tokens import LMTokenizer
-from rlinf_algos.lm.trainer import PHASES, train_lm
 from rlinf_core.config import apply_overrides, load_yaml
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -42,7 +42,7 @@ Usage::
     uv run --group bench python benchmarks/grpo_lm_vs_trl.py --rlinf-iterations 80  # at TRL's end
     uv run --group bench python benchmarks/grpo_lm_vs_trl.py --json benchmarks/results/grpo_lm_vs_trl.json
 
-The rlinf side is ``rlinf_algos.lm.trainer.train_lm`` as ``rlinf train`` runs it in process; the
+The rlinf side is ``rlinf_algos.lm.flow.train_lm`` as ``rlinf train`` runs it in process; the
 benchmark only watches it: it subclasses ``LocalComponents`` to see the policy (for the
 evaluations) and when the GRPO loop starts, and takes per-iteration times from the ``progress``
 callback. The TRL side is ``trl.GRPOTrainer`` with a ``TrainerCallback`` for the same purpose, and
@@ -259,9 +259,10 @@ def child_rlinf(spec: dict[str, Any], t_process: float) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
-    from rlinf_algos.lm import trainer as lm_trainer
-    from rlinf_algos.lm import workers as lm_workers
+    from rlinf_algos.lm import learner as lm_workers
+    from rlinf_algos.lm import local as lm_local
     from rlinf_algos.lm.config import load_lm_sections
+    from rlinf_algos.lm.flow import train_lm
 
     cfg, mode, seed = spec["settings"], spec["mode"], spec["seed"]
     model: dict[str, Any] = {"path": spec["folder"], "dtype": "float32"}
@@ -310,7 +311,7 @@ def child_rlinf(spec: dict[str, Any], t_process: float) -> dict[str, Any]:
     evaluator = Evaluator(spec["folder"], spec["files"], cfg["max_new_tokens"])
     state: dict[str, Any] = {"evals": [], "iters": []}
 
-    class Watched(lm_trainer.LocalComponents):
+    class Watched(lm_local.LocalComponents):
         """``LocalComponents`` unchanged, but seen: the policy for the evaluations, and the end
         of the evaluation before the loop (when GRPO starts)."""
 
@@ -365,8 +366,8 @@ def child_rlinf(spec: dict[str, Any], t_process: float) -> dict[str, Any]:
 
     setattr(lm_workers, lp_name, timed_log_probs)
     state["old_lp_s"] = 0.0
-    lm_trainer.LocalComponents = Watched  # type: ignore[misc]
-    summary = lm_trainer.train_lm(run, spec["run_dir"], log=None, progress=progress)
+    lm_local.LocalComponents = Watched  # type: ignore[misc]
+    summary = train_lm(run, spec["run_dir"], log=None, progress=progress)
     return {
         "startup_s": state.get("t0", t_process) - t_process,
         "iters": state["iters"],

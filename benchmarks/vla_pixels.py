@@ -182,7 +182,7 @@ def _policy(obs_space: dict[str, Any], act_dim: int) -> Any:
     """The PPO ``VLAActorCritic`` rlinf's recipe builds for this model section."""
     from rlinf_algos.config import ModelConfig
     from rlinf_algos.models import build_policy
-    from rlinf_algos.ppo.recipe import gaussian_policy_spec
+    from rlinf_algos.policy_specs import gaussian_policy_spec
 
     spaces = {"obs_dim": 0, "obs_space": obs_space, "act_dim": act_dim}
     return build_policy(gaussian_policy_spec(ModelConfig(**_model_section()), spaces, True))
@@ -214,7 +214,7 @@ def peer_rlinf_inprocess(warmup: int, iters: int, threads: int, seed: int) -> di
     return {
         **clock.result(warmup - 1, t_begin),
         "rollout_fraction": rollout / (rollout + update) if rollout + update > 0 else None,
-        "runner": "in-process (rlinf_algos.runtime.local)",
+        "runner": "in-process (rlinf_algos.embodied.local)",
     }
 
 
@@ -424,7 +424,8 @@ def peer_rlinf_rollout_inprocess(warmup: int, iters: int, threads: int, seed: in
     import torch
 
     from rlinf_algos.envs import VectorEnvStepper
-    from rlinf_algos.ppo.rollout import LocalPort, collect_ppo
+    from rlinf_algos.ports import LocalPort
+    from rlinf_algos.ppo.rollout import collect_ppo
 
     _prepare_gl()
     t_begin = time.perf_counter()

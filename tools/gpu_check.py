@@ -46,8 +46,8 @@ from rlinf_algos.lm.config import (
     LoraConfig,
     ModelInitConfig,
 )
-from rlinf_algos.lm.ppo import PPOActorWorker
-from rlinf_algos.lm.workers import ActorWorker, ReferenceWorker, pack_batch
+from rlinf_algos.lm.learner import LMLearner, ReferenceModel, pack_batch
+from rlinf_algos.lm.ppo import PPOLMLearner
 from rlinf_algos.parallel import DataParallel, device_report
 
 CPU_VS_DEVICE_ATOL = 2e-3
@@ -64,7 +64,7 @@ def _batch(n: int = 6) -> dict[str, torch.Tensor]:
 
 def _grpo(spec: LMModelConfig, dev: torch.device) -> str:
     cfg = LMGRPOConfig(group_size=2, minibatch_size=2, update_epochs=2, kl_coef=0.0, lr_warmup_iters=0)
-    actor = ActorWorker(hf.load_causal_lm(spec, device=dev), cfg, dp=DataParallel(device=dev))
+    actor = LMLearner(hf.load_causal_lm(spec, device=dev), cfg, dp=DataParallel(device=dev))
     stats = actor.update(_batch())
     if not np.isfinite(stats["loss"]):
         raise RuntimeError(f"loss {stats['loss']}")
@@ -73,7 +73,7 @@ def _grpo(spec: LMModelConfig, dev: torch.device) -> str:
 
 def _ppo(spec: LMModelConfig, dev: torch.device) -> str:
     cfg = LMPPOConfig(minibatch_size=2, update_epochs=2, kl_coef=0.0, lr_warmup_iters=0)
-    actor = PPOActorWorker(
+    actor = PPOLMLearner(
         hf.load_causal_lm(spec, device=dev),
         cfg,
         critic=CriticConfig(path=spec.path),
@@ -85,7 +85,7 @@ def _ppo(spec: LMModelConfig, dev: torch.device) -> str:
 
 
 def _reference_and_generate(spec: LMModelConfig, dev: torch.device) -> str:
-    ref = ReferenceWorker(spec, device=dev)
+    ref = ReferenceModel(spec, device=dev)
     lp = ref.compute_log_probs(_batch())["ref_log_probs"]
     gen = torch.Generator(dev).manual_seed(0)
     out = hf.generate(ref.model, [[1, 5, 6], [1, 5, 6], [1, 7]], 6, [2], generator=gen)
@@ -144,7 +144,7 @@ def _cpu_vs_device(spec: LMModelConfig, dev: torch.device) -> str:
     batch = _batch()
     after = []
     for d in (torch.device("cpu"), dev):
-        actor = ActorWorker(hf.load_causal_lm(spec, device=d), cfg, dp=DataParallel(device=d))
+        actor = LMLearner(hf.load_causal_lm(spec, device=d), cfg, dp=DataParallel(device=d))
         actor.update(batch)
         after.append(actor.compute_log_probs(batch)["log_probs"].cpu())
     diff = float((after[0] - after[1]).abs().max())

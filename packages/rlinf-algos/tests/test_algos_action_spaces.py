@@ -28,11 +28,13 @@ from rlinf_algos.action_spaces import (
     to_flat,
     to_native,
 )
+from rlinf_algos.config.prepare import dry_run
+from rlinf_algos.config.validate import validate_run_config
 from rlinf_algos.distributions import ActionDist
 from rlinf_algos.envs import VectorEnvStepper, make_vector_env
 from rlinf_algos.evaluate import evaluate_policy, load_policy
 from rlinf_algos.models import build_policy
-from rlinf_algos.runtime.training import dry_run, run_training, validate_run_config
+from rlinf_algos.runtime.training import run_training
 from rlinf_core.errors import ConfigError
 
 HYBRID = spaces.Dict(
@@ -177,6 +179,24 @@ def test_to_native_rounds_and_clips_discrete_parts_and_checks_the_size() -> None
     assert space.contains(native)
     with pytest.raises(ValueError, match="takes 5"):
         to_native(space, np.zeros(4))
+
+
+def test_flat_actions_of_a_lone_discrete_space_are_converted_as_to_native() -> None:
+    """FlatActions' short path for a lone Discrete (every env step takes it) gives what
+    to_native gives: rounded half to even, clipped into range, an int64; a bad action still
+    gets to_native's error."""
+
+    class Shifted(gym.Env):
+        action_space = spaces.Discrete(4, start=-1)
+        observation_space = spaces.Box(-1.0, 1.0, (1,))
+
+    space = Shifted.action_space
+    env = FlatActions(Shifted())
+    for v in (-7.0, -1.5, -0.5, 0.5, 1.49, 1.5, 2.5, 9.0):
+        got = env.action(np.array([v], np.float32))
+        assert type(got) is np.int64 and got == to_native(space, np.array([v], np.float32)), v
+    with pytest.raises(ValueError, match="takes 1"):
+        env.action(np.array([float("nan")], np.float32))
 
 
 def test_unsupported_action_spaces_are_named() -> None:

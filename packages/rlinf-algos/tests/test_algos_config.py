@@ -106,7 +106,7 @@ def test_env_kwargs_of_the_wrong_type_are_found_before_anything_starts(tmp_path)
     # used to pass --dry-run and fail inside the env worker with a remote traceback.
     from pathlib import Path
 
-    from rlinf_algos.runtime.training import dry_run
+    from rlinf_algos.config.prepare import dry_run
 
     example = Path(__file__).resolve().parents[3] / "examples" / "quickstart.yaml"
     with pytest.raises(ConfigError) as info:

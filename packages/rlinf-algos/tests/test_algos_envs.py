@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from rlinf_algos.envs import VectorEnvStepper, make_vector_env
+from rlinf_algos.flow import LearnerContext
 from rlinf_algos.models.mlp import GaussianActorCritic
+from rlinf_algos.ports import LocalPort
 from rlinf_algos.ppo import PPOConfig
 from rlinf_algos.ppo.learner import PPOLearnerSide
-from rlinf_algos.ppo.rollout import LocalPort, collect_ppo
-from rlinf_algos.recipe import LearnerContext
+from rlinf_algos.ppo.rollout import collect_ppo
 from rlinf_algos.replay import ReplayBuffer
 from rlinf_algos.sac import functional as sac
 from rlinf_core.errors import ConfigError

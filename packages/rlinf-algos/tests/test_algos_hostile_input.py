@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from rlinf_algos.runtime.training import validate_run_config
+from rlinf_algos.config.validate import validate_run_config
 from rlinf_core.errors import ConfigError, RlinfError
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -19,7 +19,7 @@ import torch
 import yaml
 
 from rlinf_algos.evaluate import load_policy
-from rlinf_algos.runtime.distributed import RunFailed
+from rlinf_algos.runtime.recovery import RunFailed
 from rlinf_algos.runtime.training import run_training
 from rlinf_algos.safe_state import load_state
 

@@ -13,9 +13,9 @@ import torch
 
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.config import LMModelConfig, ModelInitConfig, load_lm_sections
+from rlinf_algos.lm.flow import train_lm
 from rlinf_algos.lm.task import Problem, sft_example, verify_chain
 from rlinf_algos.lm.tokens import ARITH_MARKERS, LMTokenizer
-from rlinf_algos.lm.trainer import train_lm
 from rlinf_core.config import apply_overrides, load_yaml
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

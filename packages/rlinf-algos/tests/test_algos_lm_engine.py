@@ -1,5 +1,5 @@
 """Rollout engines: ``rollout.engine`` selects a registered :class:`rlinf_core.RolloutEngine`
-(``hf``, :class:`~rlinf_algos.lm.workers.RolloutWorker`, by default, through rlinf-algos'
+(``hf``, :class:`~rlinf_algos.lm.learner.HFEngine`, by default, through rlinf-algos'
 ``rlinf_register_rollout_engines``); a third-party engine registered by a plugin runs a real GRPO
 iteration; an unknown engine or option is refused up front."""
 
@@ -12,9 +12,8 @@ from typing import Any, ClassVar
 import pytest
 
 from rlinf_algos.lm.config import load_lm_sections
-from rlinf_algos.lm.engines import check_options, engine_class
-from rlinf_algos.lm.trainer import train_lm
-from rlinf_algos.lm.workers import RolloutWorker
+from rlinf_algos.lm.engines import HFEngine, check_options, engine_class
+from rlinf_algos.lm.flow import train_lm
 from rlinf_core import RolloutEngine
 from rlinf_core.config import apply_overrides, load_yaml
 from rlinf_core.errors import ConfigError
@@ -36,7 +35,7 @@ TINY = [
 ]
 
 
-class Counting(RolloutWorker):
+class Counting(HFEngine):
     """The hf engine, counting its calls and keeping its options (a stand-in for vLLM)."""
 
     PLUGIN_NAME: ClassVar[str] = "counting"
@@ -67,11 +66,11 @@ def test_rlinf_algos_registers_the_hf_engine() -> None:
     host = load_plugins(entry_points=eps)
     assert host.failures == [] and host.rollout_engines.names() == ["hf"]
     assert host.rollout_engines.owner("hf").distribution == "rlinf-algos"
-    assert issubclass(RolloutWorker, RolloutEngine) and RolloutWorker.PLUGIN_NAME == "hf"
+    assert issubclass(HFEngine, RolloutEngine) and HFEngine.PLUGIN_NAME == "hf"
     run = load_lm_sections({"algorithm": {"name": "grpo_lm"}})
     assert run.rollout.engine == "hf" and run.rollout.options == {}
-    assert engine_class(run.rollout.engine, host) is RolloutWorker  # what a default run builds
-    assert engine_class("hf", load_plugins(entry_points=[])) is RolloutWorker
+    assert engine_class(run.rollout.engine, host) is HFEngine  # what a default run builds
+    assert engine_class("hf", load_plugins(entry_points=[])) is HFEngine
 
 
 def test_an_engine_from_a_plugin_runs_a_grpo_iteration(

@@ -11,18 +11,18 @@ import torch
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.agents import HierarchicalAgent, SingleAgent
 from rlinf_algos.lm.config import ArithTaskConfig, LMGRPOConfig, LMModelConfig, ModelInitConfig
+from rlinf_algos.lm.engines import HFEngine
 from rlinf_algos.lm.hf import sequence_log_probs
-from rlinf_algos.lm.reward import RewardWorker
-from rlinf_algos.lm.task import Problem, chain_text, heldout_problems, lead_calls_text, step_width
-from rlinf_algos.lm.tasks import ArithTask
-from rlinf_algos.lm.tokens import LMTokenizer
-from rlinf_algos.lm.workers import (
-    ActorWorker,
-    ReferenceWorker,
-    RolloutWorker,
+from rlinf_algos.lm.learner import (
+    LMLearner,
+    ReferenceModel,
     pack_batch,
     sequence_advantages,
 )
+from rlinf_algos.lm.reward import Verifier
+from rlinf_algos.lm.task import Problem, chain_text, heldout_problems, lead_calls_text, step_width
+from rlinf_algos.lm.tasks import ArithTask
+from rlinf_algos.lm.tokens import LMTokenizer
 
 TOK = LMTokenizer.arith()
 W = 3
@@ -102,7 +102,7 @@ def test_hierarchical_agent_trace_and_isolated_contexts() -> None:
     # the orchestrator's insertion and the prompt are not trained on
     trained = TOK.decode([t for t, m in zip(eps.sequences[0], eps.loss_masks[0], strict=True) if m])
     assert trained == "<call>12+34+56<call>78+90+11<ret>" + chain_text([102, 179], W)
-    r = RewardWorker(arith(mode="multiagent")).compute(
+    r = Verifier(arith(mode="multiagent")).compute(
         {"response_ids": eps.final_responses, "answers": eps.answers}
     )
     assert r["rewards"].tolist() == [1.0] * 4
@@ -117,7 +117,7 @@ def test_hierarchical_agent_failures_end_the_episode_with_zero_reward(kw: dict, 
     )
     assert all(why in f for f in eps.failures)
     assert eps.final_responses == [[], []]
-    r = RewardWorker(arith(mode="multiagent")).compute(
+    r = Verifier(arith(mode="multiagent")).compute(
         {"response_ids": eps.final_responses, "answers": eps.answers}
     )
     assert r["rewards"].tolist() == [0.0, 0.0]
@@ -134,7 +134,7 @@ def test_single_agent_on_grouped_prompt() -> None:
 
 
 def test_reward_worker_scores_and_checks_lengths() -> None:
-    rw = RewardWorker(arith(format_reward=0.1))
+    rw = Verifier(arith(format_reward=0.1))
     ids = [
         TOK.encode("<step>1+1=2<ans>2<eos>"),
         TOK.encode("<step>1+1=2<ans>3<eos>"),
@@ -152,7 +152,7 @@ def test_group_advantages_hand_computed_through_the_actor(spec: LMModelConfig) -
     # two groups of G=4: rewards [1,0,0,1] -> mean .5, unbiased std 1/sqrt(3) -> +-0.866;
     # [1,1,1,1] -> all zero (and marked uniform)
     cfg = LMGRPOConfig(group_size=4)
-    actor = ActorWorker(hf.load_causal_lm(spec), cfg)
+    actor = LMLearner(hf.load_causal_lm(spec), cfg)
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])
     # episode 0 has a lead and two subagents; every sequence gets its episode's advantage
     episode_index = torch.tensor([0, 0, 0, 1, 2, 3, 4, 5, 6, 7])
@@ -169,8 +169,8 @@ def test_actor_update_moves_towards_rewarded_responses(spec: LMModelConfig) -> N
     torch.manual_seed(0)
     cfg = LMGRPOConfig(group_size=2, lr=1e-2, minibatch_size=4, update_epochs=4, kl_coef=0.1)
     model = hf.load_causal_lm(spec)
-    actor = ActorWorker(model, cfg)
-    ref = ReferenceWorker(spec, actor.get_weights()[0])
+    actor = LMLearner(model, cfg)
+    ref = ReferenceModel(spec, actor.get_weights()[0])
     good, bad = TOK.encode("<bos>1+1=<step>1+1=2<ans>2<eos>"), TOK.encode("<bos>1+1=<step>1+1=3<ans>3<eos>")
     p = len(TOK.encode("<bos>1+1="))
     mask = [[0] * p + [1] * (len(good) - p)] * 2
@@ -186,7 +186,7 @@ def test_actor_update_moves_towards_rewarded_responses(spec: LMModelConfig) -> N
     assert float((after * m)[1].sum()) < float((before * m)[1].sum())
     assert stats["trained_sequences"] == 2 and stats["kl"] >= 0.0 and actor.version == 1
     # the rollout worker receives the new weights through get/set_weights
-    rollout = RolloutWorker(spec)
+    rollout = HFEngine(spec)
     rollout.set_weights(*actor.get_weights())
     with torch.no_grad():
         assert torch.allclose(sequence_log_probs(rollout.model, batch["input_ids"]), after, atol=1e-6)
@@ -197,7 +197,7 @@ def test_actor_update_moves_towards_rewarded_responses(spec: LMModelConfig) -> N
 
 
 def test_rollout_generate_batch_dict_form(spec: LMModelConfig) -> None:
-    rollout = RolloutWorker(spec)
+    rollout = HFEngine(spec)
     out = rollout.generate_batch(
         {"prompts": [[1, 8], [1]], "max_new_tokens": 5, "stop_ids": [], "temperature": 0.0}
     )
@@ -215,7 +215,7 @@ def test_single_step_update_skips_the_old_log_prob_forward_exactly(spec: LMModel
     """One epoch, one minibatch: the training forward's detached log-probs stand in for the
     sampling policy's (the weights are still its), and the update is the one a separate no-grad
     forward would give."""
-    from rlinf_algos.lm.workers import log_probs_chunked
+    from rlinf_algos.lm.learner import log_probs_chunked
 
     cfg = LMGRPOConfig(group_size=2, lr=1e-2, minibatch_size=8, kl_coef=0.0, lr_warmup_iters=0)
     good, bad = TOK.encode("<bos>1+1=<step>1+1=2<ans>2<eos>"), TOK.encode("<bos>1+1=<step>1+1=3<ans>3<eos>")
@@ -223,9 +223,9 @@ def test_single_step_update_skips_the_old_log_prob_forward_exactly(spec: LMModel
     batch["episode_index"] = torch.tensor([0, 1])
     batch["rewards"] = torch.tensor([1.0, 0.0])
     torch.manual_seed(0)
-    fast = ActorWorker(hf.load_causal_lm(spec), cfg)
+    fast = LMLearner(hf.load_causal_lm(spec), cfg)
     torch.manual_seed(0)
-    slow = ActorWorker(hf.load_causal_lm(spec), cfg)
+    slow = LMLearner(hf.load_causal_lm(spec), cfg)
     assert fast.old_log_probs(batch["input_ids"]) is None
     slow.old_log_probs = lambda ids, mask=None: log_probs_chunked(slow.model, ids, cfg.temperature, 8)  # type: ignore[method-assign]
     a, b = fast.update(dict(batch)), slow.update(dict(batch))
@@ -233,6 +233,6 @@ def test_single_step_update_skips_the_old_log_prob_forward_exactly(spec: LMModel
     for p, q in zip(fast.model.parameters(), slow.model.parameters(), strict=True):
         assert torch.allclose(p, q, atol=1e-6)
     assert (
-        ActorWorker(fast.model, cfg.model_copy(update={"update_epochs": 2})).old_log_probs(batch["input_ids"])
+        LMLearner(fast.model, cfg.model_copy(update={"update_epochs": 2})).old_log_probs(batch["input_ids"])
         is not None
     )

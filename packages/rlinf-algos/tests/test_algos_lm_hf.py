@@ -15,9 +15,10 @@ import torch
 
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.config import LMModelConfig, LoraConfig, ModelInitConfig
+from rlinf_algos.lm.engines import HFEngine
 from rlinf_algos.lm.folder import check_model_folder, folder_context_length, has_chat_template
+from rlinf_algos.lm.learner import LMLearner, ReferenceModel
 from rlinf_algos.lm.tokens import LMTokenizer, TokenizerError
-from rlinf_algos.lm.workers import ActorWorker, ReferenceWorker, RolloutWorker
 from rlinf_core.errors import ConfigError, RlinfError
 
 INIT = ModelInitConfig(hidden_size=32, num_layers=2, num_heads=4, max_position_embeddings=64)
@@ -227,10 +228,10 @@ def test_rollout_log_probs_equal_the_learners_after_a_sync(
 
     spec = LMModelConfig(path=str(folder), lora=lora)
     torch.manual_seed(0)
-    actor = ActorWorker(
+    actor = LMLearner(
         hf.load_causal_lm(spec), LMGRPOConfig(group_size=2, lr=1e-2, lr_warmup_iters=0, kl_coef=0.0)
     )
-    rollout = RolloutWorker(spec, temperature=1.0, merge_lora=merge)
+    rollout = HFEngine(spec, temperature=1.0, merge_lora=merge)
     ids = torch.tensor([[1, 8, 9, 10, 11, 2], [1, 8, 9, 12, 13, 2], [1, 7, 11, 11, 2, 0], [1, 7, 8, 2, 0, 0]])
     batch = {
         "input_ids": ids,
@@ -272,7 +273,7 @@ def test_lora_reference_is_the_base_model_without_a_copy(folder: Path) -> None:
             if "lora_B" in n:
                 p.normal_()  # a trained adapter (B starts at zero)
     base = hf.load_causal_lm(LMModelConfig(path=str(folder)), trainable=False)
-    ref = ReferenceWorker(model=m)
+    ref = ReferenceModel(model=m)
     ids = torch.tensor([[1, 8, 9, 10, 2]])
     got = ref.compute_log_probs({"input_ids": ids})["ref_log_probs"]
     with torch.no_grad():

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from rlinf_algos.config.validate import validate_run_config
 from rlinf_algos.progress_bar import ProgressBar
-from rlinf_algos.runtime.training import validate_run_config
 from rlinf_core.config import apply_overrides, load_yaml
 from rlinf_core.errors import ConfigError
 

@@ -15,7 +15,7 @@ import pytest
 
 from rlinf_algos.lm.algorithm import GRPOLM
 from rlinf_algos.lm.config import load_lm_sections
-from rlinf_algos.lm.trainer import train_lm
+from rlinf_algos.lm.flow import train_lm
 from rlinf_core.config import apply_overrides, load_yaml
 from rlinf_core.errors import RlinfError
 

@@ -12,10 +12,10 @@ import torch
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.algorithm import GRPOLM, PPOLM
 from rlinf_algos.lm.config import CriticConfig, LMModelConfig, LMPPOConfig, ModelInitConfig, load_lm_sections
-from rlinf_algos.lm.ppo import PPOActorWorker, ValueModel, token_gae
+from rlinf_algos.lm.flow import train_lm
+from rlinf_algos.lm.learner import pack_batch
+from rlinf_algos.lm.ppo import PPOLMLearner, ValueModel, token_gae
 from rlinf_algos.lm.tokens import LMTokenizer
-from rlinf_algos.lm.trainer import train_lm
-from rlinf_algos.lm.workers import pack_batch
 from rlinf_core.errors import ConfigError
 
 TOK = LMTokenizer.arith()
@@ -56,7 +56,7 @@ def test_value_model_is_aligned_with_log_probs_and_starts_at_zero(spec: LMModelC
 def test_ppo_actor_moves_towards_the_rewarded_response(spec: LMModelConfig) -> None:
     torch.manual_seed(0)
     cfg = LMPPOConfig(lr=1e-2, minibatch_size=4, update_epochs=4, kl_coef=0.0, lr_warmup_iters=0)
-    actor = PPOActorWorker(hf.load_causal_lm(spec), cfg, critic=CriticConfig(lr=1e-2), model_spec=spec)
+    actor = PPOLMLearner(hf.load_causal_lm(spec), cfg, critic=CriticConfig(lr=1e-2), model_spec=spec)
     good, bad = TOK.encode("<bos>1+1=<step>1+1=2<ans>2<eos>"), TOK.encode("<bos>1+1=<step>1+1=3<ans>3<eos>")
     p = len(TOK.encode("<bos>1+1="))
     batch = pack_batch([good, bad], [[0] * p + [1] * (len(good) - p)] * 2, TOK.pad_id)
@@ -115,7 +115,7 @@ def test_the_critic_starts_from_a_copy_of_the_policy(spec: LMModelConfig, lora: 
     with torch.no_grad():
         merged = copy.deepcopy(policy).merge_and_unload() if lora else policy
         want = merged.base_model(input_ids=ids).last_hidden_state
-    actor = PPOActorWorker(policy, LMPPOConfig(), critic=CriticConfig(), model_spec=spec)
+    actor = PPOLMLearner(policy, LMPPOConfig(), critic=CriticConfig(), model_spec=spec)
     with torch.no_grad():
         got = actor.critic.backbone(input_ids=ids).last_hidden_state
     assert torch.allclose(got, want, atol=1e-5)

@@ -12,8 +12,8 @@ import torch
 
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.config import LMGRPOConfig, LMModelConfig, LoraConfig, ModelInitConfig
+from rlinf_algos.lm.learner import LMLearner, ReferenceModel
 from rlinf_algos.lm.prefix import prefix_groups, shared_prefix_log_probs
-from rlinf_algos.lm.workers import ActorWorker, ReferenceWorker
 
 
 def _folder(tmp: Path, arch: str) -> Path:
@@ -116,7 +116,7 @@ def test_a_grpo_update_is_the_same_with_and_without_sharing(tmp_path: Path) -> N
             minibatch_size=4,
             update_epochs=2,
         )
-        actor = ActorWorker(hf.load_causal_lm(spec), cfg, seed=0)
+        actor = LMLearner(hf.load_causal_lm(spec), cfg, seed=0)
         runs.append(actor.update(batch))
     # two epochs of two minibatches: the old log-probs and every step's loss and gradient agree
     # (not the weights bit for bit: Adam's first steps are sign steps, and a gradient entry
@@ -125,7 +125,7 @@ def test_a_grpo_update_is_the_same_with_and_without_sharing(tmp_path: Path) -> N
     for k in ("loss", "grad_norm", "kl", "clip_fraction"):
         assert runs[1][k] == pytest.approx(runs[0][k], rel=1e-3, abs=1e-6), k
     # the reference reads the loss mask too and gives the packed forward's log-probs
-    ref = ReferenceWorker(spec)
+    ref = ReferenceModel(spec)
     got = ref.compute_log_probs(batch)["ref_log_probs"]
     with torch.no_grad():
         want = hf.sequence_log_probs(ref.model, ids)

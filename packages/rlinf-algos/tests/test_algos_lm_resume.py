@@ -26,8 +26,10 @@ from typing import Any
 import pytest
 import yaml
 
-from rlinf_algos.lm.checkpoint import find_checkpoints, load_lm_checkpoint, save_lm_checkpoint
-from rlinf_algos.runtime.training import TrainingInterrupted, dry_run, run_training, validate_run_config
+from rlinf_algos.config.prepare import dry_run
+from rlinf_algos.config.validate import validate_run_config
+from rlinf_algos.rundir import find_checkpoints, load_checkpoint, write_checkpoint
+from rlinf_algos.runtime.training import TrainingInterrupted, run_training
 from rlinf_core.config import apply_overrides, load_yaml
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -113,13 +115,46 @@ def test_ppo_lm_resumes_with_its_critic(tmp_path: Path) -> None:
     assert resumed["accuracy_after"] == whole["accuracy_after"]
 
 
+@pytest.mark.slow  # three short runs: about 40 s of CPU
+def test_a_checkpoint_of_the_earlier_lm_runtime_still_resumes(tmp_path: Path) -> None:
+    """A run stopped by the language-model runtime before the one driver kept its checkpoint in
+    that runtime's shape: no ``run`` record, every metrics row in ``loop.rows``, the counters in
+    ``faults``, and (killed before its end) no ``metrics.csv``. ``--resume`` continues it: each
+    iteration's row once, with the values of an uninterrupted run."""
+    data = _config()
+    whole = run_training(data, run_dir=tmp_path / "whole")
+    split = tmp_path / "split"
+    with pytest.raises(TrainingInterrupted):
+        run_training(data, run_dir=split, progress=_stop_after(1))
+    _, state = load_checkpoint(split, "grpo_lm")
+    run = state.pop("run")
+    state.pop("skipped_checkpoints")
+    rows = [json.loads(x) for x in (split / "metrics.jsonl").read_text().splitlines()]
+    loop = state["loop"]
+    loop.pop("totals")
+    loop["rows"] = [{k: v for k, v in r.items() if k != "step"} for r in rows]
+    loop["wall_s"] = run["wall_s"]
+    state["faults"] = {"restarts": 0, "dropped_batches": 0, "events": []}
+    write_checkpoint(split, 1, state, layout="folder", keep=2)
+    (split / "metrics.csv").unlink()
+    (split / "metrics.jsonl").unlink()
+
+    resumed = run_training(data, run_dir=split, resume=True)
+    assert resumed["iterations"] == 3 and resumed["resumed_from_iteration"] == 1
+    assert [int(r["step"]) for r in _rows(split)] == [1, 2, 3]
+    assert _values(_rows(split)) == _values(_rows(tmp_path / "whole"))
+    jsonl = [json.loads(x)["iteration"] for x in (split / "metrics.jsonl").read_text().splitlines()]
+    assert jsonl == [1, 2, 3]
+    assert resumed["accuracy_after"] == whole["accuracy_after"]
+
+
 def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     import torch
 
     for step in (1, 2):
-        save_lm_checkpoint(
+        write_checkpoint(
             tmp_path,
             step,
             {
@@ -127,18 +162,20 @@ def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(
                 "actor": {"w": torch.full((3,), float(step))},
                 "loop": {"iteration": step},
             },
+            layout="folder",
+            keep=2,
         )
     newest = tmp_path / "checkpoints" / "step_2" / "state.safetensors"
     newest.write_bytes(newest.read_bytes()[:40])  # cut short, as by a crash mid-copy
     (tmp_path / "checkpoints" / "step_3").mkdir()  # a folder whose state was never written
     with caplog.at_level(logging.WARNING, logger="rlinf.train"):
-        folder, state = load_lm_checkpoint(tmp_path, "grpo_lm")
+        folder, state = load_checkpoint(tmp_path, "grpo_lm")
     assert folder.name == "step_1" and state["loop"]["iteration"] == 1
     assert torch.equal(state["actor"]["w"], torch.full((3,), 1.0))
     assert [s.split(" ")[0] for s in state["skipped_checkpoints"]] == ["step_3", "step_2"]
     assert "step_2" in caplog.text and "step_3" in caplog.text
     with pytest.raises(Exception, match="'grpo_lm' checkpoint, not 'ppo_lm'"):
-        load_lm_checkpoint(tmp_path, "ppo_lm")
+        load_checkpoint(tmp_path, "ppo_lm")
 
 
 def test_dry_run_config_runs_as_it_is_and_kl_zero_needs_no_reference(host: Any, tmp_path: Path) -> None:
@@ -234,7 +271,7 @@ def test_sigterm_writes_everything_then_plot_eval_and_resume_work(scheduler: str
 def test_a_deferred_stop_ignores_a_handler_ray_left_behind() -> None:
     """ray.init installs a SIGTERM handler that exits at once and leaves it after ray.shutdown; a
     run in the same process (a notebook, a test session) must still stop cleanly on SIGTERM."""
-    from rlinf_algos.lm.checkpoint import DeferredStop
+    from rlinf_algos.runtime.stop import DeferredStop
 
     def rays_handler(signum: int, frame: Any) -> None:
         raise SystemExit(1)

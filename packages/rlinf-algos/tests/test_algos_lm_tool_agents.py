@@ -434,7 +434,7 @@ def test_a_tool_plugin_package_is_found_by_its_entry_point(
 def test_one_grpo_iteration_of_the_tools_task_in_process(
     world_dir: Path, model_dir: Path, tmp_path: Path
 ) -> None:
-    from rlinf_algos.lm.trainer import train_lm
+    from rlinf_algos.lm.flow import train_lm
 
     run = load_lm_sections(
         {
@@ -466,6 +466,8 @@ def test_one_grpo_iteration_of_the_tools_task_in_process(
     assert row["sequences"] == 4 and 1.0 <= row["turns"] <= 2.0
     for key in ("answer_rate", "tool_calls", "tool_errors", "tool_timeouts", "tool_malformed", "success"):
         assert key in row
+    header = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"turns", "tool_calls/search", "tool_errors", "success"} <= set(header)
     assert (tmp_path / "run" / "policy" / "config.json").is_file()
     # rlinf eval RUN plays the same episodes from the run's config.yaml, with the tool figures
     from rlinf_algos.lm.evaluate import evaluate_lm_run

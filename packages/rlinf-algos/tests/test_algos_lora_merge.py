@@ -110,14 +110,14 @@ def test_merged_forward_with_dropout_is_refused_at_its_yaml_path() -> None:
 def test_the_rollout_merges_float32_adapters_unless_told_otherwise(folder: Path) -> None:
     """bfloat16 would round a small update away in a merged weight: the rollout samples through
     the adapters there unless rollout.options.merge_lora says otherwise."""
-    from rlinf_algos.lm.engines import RolloutWorker
+    from rlinf_algos.lm.engines import HFEngine
 
     spec = LMModelConfig(path=str(folder), lora=LoraConfig(rank=4, alpha=8.0))
-    assert RolloutWorker(spec).base_weights is not None
-    assert RolloutWorker(spec, merge_lora=False).base_weights is None
+    assert HFEngine(spec).base_weights is not None
+    assert HFEngine(spec, merge_lora=False).base_weights is None
     half = spec.model_copy(update={"dtype": "bfloat16"})
-    assert RolloutWorker(half).base_weights is None
-    forced = RolloutWorker(half, merge_lora=True)
+    assert HFEngine(half).base_weights is None
+    forced = HFEngine(half, merge_lora=True)
     assert forced.base_weights is not None
     assert all(w.device.type == "cpu" for w in forced.base_weights.values())
-    assert RolloutWorker(LMModelConfig(path=str(folder))).base_weights is None  # no adapters
+    assert HFEngine(LMModelConfig(path=str(folder))).base_weights is None  # no adapters

@@ -17,13 +17,12 @@ from rlinf_algos.config import load_sections
 from rlinf_algos.evaluate import evaluate_policy, load_policy
 from rlinf_algos.grpo import GRPO, GRPOConfig
 from rlinf_algos.models.mlp import GaussianActorCritic, SquashedGaussianActor, TwinQ
-from rlinf_algos.optim import LeanAdam
+from rlinf_algos.optim import LeanAdam, clip_grad_norm
 from rlinf_algos.ppo import PPO, PPOConfig
 from rlinf_algos.ppo.learner import PPOLearner, PPORollout
 from rlinf_algos.replay import ReplayBuffer
-from rlinf_algos.rundir import best_of as _best_of
 from rlinf_algos.rundir import latest_checkpoint
-from rlinf_algos.runtime.local import train_local
+from rlinf_algos.runtime.books import best_of as _best_of
 from rlinf_algos.sac import SAC, SACConfig
 from rlinf_algos.sac.functional import polyak_update as sac_polyak
 from rlinf_algos.sac.learner import SACLearner
@@ -37,7 +36,10 @@ def train(algo, env, model, runner, run_dir, *, progress=None, resume=False):  #
 
     recipe = load_plugins().algorithms.get(algo.name)(algo).recipe()
     sections = RunSections(env=env, model=model, runner=runner, rollout=RolloutConfig())
-    return train_local(recipe, sections, run_dir, progress=progress, resume=resume)
+    from rlinf_algos.embodied.flow import EmbodiedFlow
+    from rlinf_algos.runtime.driver import Driver
+
+    return Driver(EmbodiedFlow(recipe, sections), None, run_dir, progress=progress, resume=resume).run()
 
 
 ENV = "InvertedPendulum-v5"
@@ -371,6 +373,35 @@ def test_lean_adam_matches_torch_adam() -> None:
             assert torch.equal(sa[k][name], sb[k][name])
 
 
+def test_lean_adam_keeps_its_direct_path_beside_an_empty_parameter() -> None:
+    """A parameter without elements (``ActorCritic``'s ``log_std`` over a discrete space) never
+    gets a gradient; LeanAdam still takes its direct kernel call (the optimiser's own ``step``
+    runs once, to create the state) and matches ``Adam(fused=True)``."""
+    torch.manual_seed(0)
+    nets = []
+    for _ in range(2):
+        net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+        net.register_parameter("empty", torch.nn.Parameter(torch.zeros(0)))
+        nets.append(net)
+    nets[1].load_state_dict(nets[0].state_dict())
+    opts = [torch.optim.Adam(n.parameters(), lr=1e-2, eps=1e-5, fused=True) for n in nets]
+    lean = LeanAdam(opts[1])
+    calls = []
+    step = opts[1].step
+    opts[1].step = lambda: calls.append(1) or step()  # type: ignore[method-assign]
+    x = torch.randn(16, 4)
+    for _ in range(5):
+        opts[0].zero_grad(set_to_none=True)
+        nets[0](x).pow(2).mean().backward()
+        opts[0].step()
+        lean.zero_grad()
+        nets[1](x).pow(2).mean().backward()
+        lean.step()
+    assert len(calls) == 1
+    for a, b in zip(nets[0].parameters(), nets[1].parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
 def test_ppo_update_matches_plain_loop() -> None:
     """The lean PPO update (one gather per epoch, row-wise advantage normalisation, LeanAdam,
     metrics kept as tensors) takes the same steps as the textbook loop: a minibatch indexed from
@@ -422,7 +453,7 @@ def test_ppo_update_matches_plain_loop() -> None:
             loss = pg + cfg.vf_coef * vf + cfg.ent_coef * ppo_math.entropy_loss(entropy)
             opt.zero_grad()
             loss.backward()
-            ppo_math.clip_grad_norm(list(ref.parameters()), cfg.max_grad_norm)
+            clip_grad_norm(list(ref.parameters()), cfg.max_grad_norm)
             opt.step()
             clipfracs.append(float(ppo_math.clip_fraction(log_ratio.detach(), cfg.clip_low, cfg.clip_high)))
     for x, y in zip(model.parameters(), ref.parameters(), strict=True):

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from rlinf_algos.bench import render_throughput
-from rlinf_algos.runtime.training import dry_run
+from rlinf_algos.config.prepare import dry_run
 from rlinf_core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -94,12 +94,14 @@ def test_fitting_lowers_the_error_on_the_labels() -> None:
 
 
 def test_what_a_warm_start_cannot_fit_is_refused_with_its_key() -> None:
-    from rlinf_algos.config import ModelConfig
+    from rlinf_algos.config import VLAModelConfig
+    from rlinf_algos.models import validate_model_section
 
     with pytest.raises(ValueError, match="predict_privileged"):
-        ModelConfig(type="vla", warm_start={})
-    with pytest.raises(ValueError, match=r"model\.type vla"):
-        ModelConfig(type="mlp", warm_start={})
+        VLAModelConfig(type="vla", warm_start={})
+    with pytest.raises(ValueError, match=r"model\.type vla") as not_mlp:
+        validate_model_section({"type": "mlp", "warm_start": {}})
+    assert not_mlp.value.problems[0].path == "model.warm_start"  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match=r"env\.kwargs\.privileged") as err:
         collect_frames(_env(privileged=False), WarmStartConfig(frames=4), seed=0)
     assert err.value.problems[0].path == "model.warm_start"
@@ -214,10 +216,10 @@ def test_encoder_loss_auxiliary_keeps_rl_gradients_out_of_the_encoder() -> None:
     assert torch.allclose(model.auxiliary_loss(), want.sum(-1).mean())
     with pytest.raises(ConfigError, match="predict_privileged"):
         build_policy({**spec, "predict_privileged": 0.0})
-    from rlinf_algos.config import ModelConfig
+    from rlinf_algos.config import VLAModelConfig
 
     with pytest.raises(ValueError, match="encoder_loss"):
-        ModelConfig(type="vla", encoder_loss="auxiliary")
+        VLAModelConfig(type="vla", encoder_loss="auxiliary")
 
 
 def test_held_random_actions_take_the_arm_further() -> None:
@@ -295,10 +297,10 @@ def test_warm_start_image_shift_is_used_and_checked() -> None:
     with pytest.raises(ConfigError, match="image_shift") as err:  # 32x32 frames: 16 is half
         fit(image_shift=16)
     assert err.value.problems[0].path == "model.warm_start.image_shift"
-    from rlinf_algos.config import ModelConfig
+    from rlinf_algos.config import VLAModelConfig
 
     with pytest.raises(ValueError, match="image_shift"):
-        ModelConfig(type="vla", predict_privileged=1.0, warm_start={"image_shift": -1})
+        VLAModelConfig(type="vla", predict_privileged=1.0, warm_start={"image_shift": -1})
 
 
 def test_shuffled_actions_move_each_arm_as_another_scenes_demonstrator() -> None:

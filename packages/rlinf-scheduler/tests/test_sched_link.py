@@ -65,3 +65,32 @@ def test_a_silent_peer_times_out_naming_what_was_awaited() -> None:
         rollout.recv("the actions of stage 1")
     env.close()
     rollout.close()
+
+
+def test_socket_links_authenticate_and_name_missing_ranks() -> None:
+    from rlinf_scheduler.link import SocketLinks
+
+    links = SocketLinks(TOKEN)
+    assert TOKEN not in repr(links)
+    listener = links.listen(name="rollout rank 0")
+    try:
+        assert listener.address[0] == "127.0.0.1"  # outside Ray: loopback
+        SocketLinks("f" * len(TOKEN)).connect(
+            listener.address, gen=1, rank=0, timeout=5, peer="rollout rank 0"
+        )
+        links.connect(listener.address, gen=0, rank=1, timeout=5, peer="rollout rank 0")  # an old generation
+        env = links.connect(listener.address, gen=1, rank=1, timeout=5, peer="rollout rank 0")
+        got = listener.accept(1, [1], timeout=10, peer="env")
+        assert list(got) == [1] and got[1].peer == "env rank 1"
+        env.send(("obs", np.arange(3)))
+        assert got[1].recv()[1].tolist() == [0, 1, 2]
+        with pytest.raises(
+            ChannelTimeout, match=r"rollout rank 0 waited 0 s for env rank\(s\) \[0\] to connect"
+        ):
+            listener.accept(1, [0], timeout=0.3, peer="env")
+        env.close()
+        got[1].close()
+    finally:
+        listener.close()
+    with pytest.raises(ChannelError, match="env rank 2 could not connect to rollout rank 0"):
+        links.connect(listener.address, gen=1, rank=2, timeout=2, peer="rollout rank 0", name="env rank 2")

@@ -344,3 +344,21 @@ def test_rlinf_only_cluster_keys_are_accepted_with_one_warning(tmp_path):
     bad = write(tmp_path, "bad.yaml", Path(cfg).read_text().replace("profiling", "profilng"))
     lines = assert_clean_failure(rlinf("cluster", "plan", bad))
     assert any(line.startswith("cluster.profilng") for line in lines)
+
+
+def test_the_ray_scheduler_plans_without_starting_anything() -> None:
+    from rlinf_core.scheduler import PlacementPlan
+    from rlinf_scheduler.runtime.scheduler import RayScheduler
+
+    config = {
+        "cluster": {
+            "num_nodes": 2,
+            "component_placement": {"actor": {"node_group": "gpu", "placement": "0-3"}},
+            "node_groups": [{"label": "gpu", "node_ranks": "0-1"}],
+        }
+    }
+    plan = RayScheduler.plan_placement(config, 2)  # --gpus-per-node 2
+    assert isinstance(plan, PlacementPlan)
+    assert [p.node_rank for p in plan["actor"]] == [0, 0, 1, 1]
+    assert [p.visible_accelerators for p in plan["actor"]] == [(0,), (1,), (0,), (1,)]
+    assert "actor" in plan.render() and plan.to_dict()["num_nodes"] == 2

@@ -46,22 +46,6 @@ class TinyLM(nn.Module):
         return self.head(self.blocks(x, mask=mask, is_causal=True))
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    from ray._private import ray_constants
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ray_constants, "RAY_ENABLE_UV_RUN_RUNTIME_ENV", False)  # workers: this interpreter
-        ray.init(
-            num_cpus=2,
-            include_dashboard=False,
-            log_to_driver=False,
-            namespace=f"test-w-{uuid.uuid4().hex[:8]}",
-        )
-    yield
-    ray.shutdown()
-
-
 @ray.remote(num_cpus=0)
 class Rollout:
     """A rollout worker: its own model copy, loaded from the broadcast."""

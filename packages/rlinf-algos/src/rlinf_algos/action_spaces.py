@@ -216,10 +216,19 @@ class FlatActions(gymnasium.ActionWrapper):
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)
-        self.native_action_space = env.action_space
-        self.action_space = FlatActionBox(env.action_space)
+        self.native_action_space = space = env.action_space
+        self.action_space = FlatActionBox(space)
+        # a lone Discrete (the common case) skips to_native's walk: this runs every env step
+        discrete = isinstance(space, gymnasium.spaces.Discrete)
+        self._range = (int(space.start), int(space.start + space.n - 1)) if discrete else None
 
     def action(self, action: Any) -> Any:
+        if self._range is not None and np.shape(action) == (1,):
+            lo, hi = self._range
+            try:
+                return np.int64(min(max(round(float(action[0])), lo), hi))  # as to_native: rint, clip
+            except ValueError:  # NaN: to_native says what is wrong
+                pass
         return to_native(self.native_action_space, action)
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rlinf_core.algorithm import Algorithm
-from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
+from rlinf_core.errors import ConfigError, ConfigProblem
 
 if TYPE_CHECKING:
-    from rlinf_algos.recipe import Recipe
+    from rlinf_algos.flow import Recipe
 
 __all__ = ["EmbodiedAlgorithm"]
 
@@ -57,23 +57,60 @@ class EmbodiedAlgorithm(Algorithm):
     @classmethod
     def run_config_problems(cls, run_config: Mapping[str, Any]) -> list[ConfigProblem]:
         """Every problem of the ``env``, ``model``, ``runner`` and ``rollout`` sections and of how
-        they fit the algorithm."""
-        from rlinf_algos.config import env_id_problems, load_run_sections
+        they fit the algorithm (:meth:`validate_sections`)."""
+        return cls.validate_sections(run_config)[1]
 
-        unknown = super().run_config_problems(run_config)
+    @classmethod
+    def validate_sections(
+        cls, run_config: Mapping[str, Any], algorithm_config: Any = None, host: Any = None
+    ) -> tuple[Any, list[ConfigProblem]]:
+        """``(RunSections, problems)``: the ``env``, ``model`` (by the model of its type),
+        ``runner``, ``rollout`` and ``actor`` sections validated once, and every problem of them
+        and of how they fit the algorithm: pipeline stages, the learner's device, memory, the
+        env id and its spaces (:meth:`fit_problems`, :meth:`algorithm_fit_problems`,
+        :meth:`space_problems`). ``algorithm_config``: the validated ``algorithm`` section
+        (``None``: validated here, as far as it goes, for the checks that need it)."""
+        from rlinf_algos.config import env_id_problems, validate_run_sections
+
+        unknown = cls.unknown_sections(run_config)
         try:
-            sections = load_run_sections(run_config)
+            sections = validate_run_sections(run_config, host)
         except ConfigError as err:
-            return unknown + list(err.problems) + env_id_problems(run_config)
+            return None, unknown + list(err.problems) + env_id_problems(run_config)
+        if algorithm_config is None:
+            try:
+                algorithm_config = cls.config_model.model_validate(run_config.get("algorithm"))
+            except Exception:  # its own problems are reported with their paths
+                algorithm_config = None
         env_problems = env_id_problems(run_config)
-        return (
+        return sections, (
             unknown
             + cls.fit_problems(sections)
-            + _model_problems(sections)
-            + cls.memory_problems(sections, run_config.get("algorithm"))
+            + cls.algorithm_fit_problems(sections, algorithm_config)
             + env_problems
             + ([] if env_problems else cls.space_problems(sections))
         )
+
+    @classmethod
+    def algorithm_fit_problems(cls, sections: Any, algorithm_config: Any) -> list[ConfigProblem]:
+        """How the valid sections fit the validated ``algorithm`` section (``None`` when it is
+        invalid: nothing to check): the memory the run needs (:meth:`memory_problems`);
+        algorithms add theirs."""
+        return [] if algorithm_config is None else cls.memory_problems(sections, algorithm_config)
+
+    @classmethod
+    def resolved_config(cls, run_config: Mapping[str, Any]) -> dict[str, Any] | None:
+        """``run_config`` with the ``env``, ``model``, ``runner`` and ``rollout`` sections (and
+        ``actor`` when given) as validated, every default filled in; the other sections as
+        written (the runtime fills in ``algorithm``)."""
+        from rlinf_algos.config import load_run_sections
+
+        sections = load_run_sections(run_config)
+        out = dict(run_config)
+        for name in ("env", "model", "runner", "rollout", "actor"):
+            if name != "actor" or isinstance(run_config.get(name), Mapping):
+                out[name] = getattr(sections, name).model_dump(mode="json")
+        return out
 
     @classmethod
     def space_problems(cls, sections: Any) -> list[ConfigProblem]:
@@ -169,19 +206,15 @@ class EmbodiedAlgorithm(Algorithm):
     """How many networks of ``model.hidden_sizes`` the learner holds (actor and critic)."""
 
     @classmethod
-    def memory_problems(cls, sections: Any, algo_section: Any) -> list[ConfigProblem]:
+    def memory_problems(cls, sections: Any, algorithm_config: Any) -> list[ConfigProblem]:
         """The items of :meth:`memory_items` that cannot fit in this machine's memory (each
         alone); ``RLINF_SKIP_MEMORY_CHECK=1`` turns the check off (a learner node with more
-        memory than the driver's)."""
+        memory than the driver's). ``algorithm_config``: the validated ``algorithm`` section."""
         if os.environ.get("RLINF_SKIP_MEMORY_CHECK", "") not in ("", "0"):
-            return []
-        try:
-            algo_config = cls.config_model.model_validate(algo_section)
-        except Exception:  # its own problems are reported with their paths
             return []
         total = memory_total()
         problems = []
-        for path, what, nbytes in cls.memory_items(sections, algo_config):
+        for path, what, nbytes in cls.memory_items(sections, algorithm_config):
             if nbytes > total:
                 problems.append(
                     ConfigProblem(
@@ -228,33 +261,28 @@ class EmbodiedAlgorithm(Algorithm):
         rollout_only: bool = False,
     ) -> dict[str, Any]:
         """Train over the run's sections; write metrics, checkpoints, the final policy and
-        ``summary.json`` under ``run_dir``; return the summary. ``scheduler=None`` runs in this
-        process (:mod:`rlinf_algos.runtime.local`), a started scheduler on workers
-        (:mod:`rlinf_algos.runtime.distributed`)."""
+        ``summary.json`` under ``run_dir``; return the summary. The one driver
+        (:mod:`rlinf_algos.runtime.driver`) runs the recipe's flow
+        (:mod:`rlinf_algos.embodied`): in this process with ``scheduler=None``, on workers with a
+        started scheduler."""
         from rlinf_algos.config import load_run_sections
 
         sections = load_run_sections(run_config)
         problems = self.fit_problems(sections)
         if problems:
             raise ConfigError(problems)
-        if scheduler is None:
-            if rollout_only:
-                raise RlinfError("rollout_only needs a scheduler (the workers' runtime)")
-            from rlinf_algos.runtime.local import train_local
+        from rlinf_algos.embodied.flow import EmbodiedFlow
+        from rlinf_algos.runtime.driver import Driver
 
-            return train_local(self.recipe(), sections, Path(run_dir), progress=progress, resume=resume)
-        from rlinf_algos.runtime.distributed import run_distributed
-
-        return run_distributed(
-            self.recipe(),
-            sections,
+        return Driver(
+            EmbodiedFlow(self.recipe(), sections),
             scheduler,
             Path(run_dir),
             resume=resume,
             progress=progress,
             callbacks=callbacks,
             rollout_only=rollout_only,
-        )
+        ).run()
 
     def summary_text(self, summary: Mapping[str, Any]) -> str:
         ret = summary.get("final_return_mean")
@@ -306,14 +334,3 @@ def rollout_item(
         f"{what} of env.num_envs {n:,} x {steps_path} {steps:,} steps",
         n * steps * floats_per_step * 4,
     )
-
-
-def _model_problems(sections: Any) -> list[ConfigProblem]:
-    """Whether ``model.type`` is registered."""
-    from rlinf_algos.models import model_type
-
-    try:
-        model_type(sections.model.type)
-    except RlinfError as err:
-        return [ConfigProblem("model.type", str(err))]
-    return []

@@ -63,33 +63,31 @@ def _parse_workers(text: str) -> list[int]:
 
 def _burst_config(
     data: Mapping[str, Any], workers: int | None, iterations: int, host: Any
-) -> tuple[dict[str, Any], list[str], Any]:
-    """The config of one burst: ``workers`` rollout workers, ``iterations`` updates, a metrics
-    row per update, no checkpoints, metrics.csv only; the overrides that made it; and the
-    worker-pool expansion (or ``None``)."""
-    from rlinf_algos.runtime.training import expand_config, validate_run_config
-    from rlinf_algos.seed_form import iteration_env_steps
-    from rlinf_core.config import apply_overrides
+) -> tuple[Any, list[str]]:
+    """The prepared run of one burst (:func:`~rlinf_algos.config.prepare.prepare_run`):
+    ``workers`` rollout workers, ``iterations`` updates, a metrics row per update, no
+    checkpoints, metrics.csv only; and the overrides that made it."""
+    from rlinf_algos.config.prepare import prepare_run
+    from rlinf_algos.config.seed_form import iteration_env_steps
 
     overrides = [] if workers is None else [f"rollout_worker.num_workers={workers}"]
-    base = apply_overrides(dict(data), overrides)
-    if workers is not None:
-        base.pop("checkpoint_interval", None)
-    expanded, expansion = expand_config(base, host)
-    try:
-        algo_cls, _, _ = validate_run_config(expanded, host)
-    except ConfigError as err:
-        raise (expansion.translate_error(err) if expansion is not None else err) from None
-    per_update = iteration_env_steps(expanded, algo_cls)
+    base = dict(data)
+    base.pop("checkpoint_interval", None)  # seed 003's, in updates: a burst writes no checkpoints
+    first = prepare_run(base, overrides, host=host)
+    per_update = iteration_env_steps(first.config, first.algorithm_class)
     if per_update <= 0:
         raise ConfigError(
             "an update of this algorithm has no fixed number of env steps; set env.max_episode_steps",
             "env.max_episode_steps",
         )
-    runner = dict(expanded.get("runner") or {})
-    runner.update(total_steps=per_update * iterations, log_interval=1, checkpoint_interval=0, loggers=["csv"])
-    expanded["runner"] = runner
-    return expanded, overrides, expansion
+    runner = {
+        "total_steps": per_update * iterations,
+        "log_interval": 1,
+        "checkpoint_interval": 0,
+        "loggers": ["csv"],
+    }
+    burst = [*overrides, *(f"++runner.{key}={value}" for key, value in runner.items())]
+    return prepare_run(base, burst, host=host), overrides
 
 
 def _summarise(rows: list[dict[str, Any]], summary: Mapping[str, Any]) -> dict[str, Any]:
@@ -148,24 +146,24 @@ def measure_throughput(
         )
     counts: list[int | None] = list(workers) if workers is not None else [None]
     configs = [_burst_config(data, k, iterations, host) for k in counts]  # every problem before any run
-    if configs[0][2] is not None:
-        from rlinf_algos.seed_form import log_notes
+    if configs[0][0].expansion is not None:
+        from rlinf_algos.config.seed_form import log_notes
 
-        log_notes(configs[0][2])
+        log_notes(configs[0][0].expansion)
     runs = []
     with tempfile.TemporaryDirectory(prefix="rlinf-bench-") as tmp:
         root = Path(run_root) if run_root is not None else Path(tmp)
-        for k, (config, overrides, _) in zip(counts, configs, strict=True):
+        for k, (prepared, overrides) in zip(counts, configs, strict=True):
             rows: list[dict[str, Any]] = []
             label = "as written" if k is None else f"{k} rollout worker(s)"
+            config = prepared.config
             if echo:
                 echo(f"bench: {label}, {config['runner']['total_steps']:,} env steps ({iterations} updates)")
             t0 = time.perf_counter()
             summary = run_training(
-                config,
+                prepared,
                 run_dir=root / f"workers-{k or 'config'}",
                 progress=rows.append,
-                host=host,
                 overwrite=True,
             )
             run = {
@@ -271,10 +269,10 @@ def throughput_cmd(
     """Run short training bursts of CONFIG at several rollout-worker counts on the current
     cluster (RAY_ADDRESS, else an embedded Ray) and report env steps/s, the time per update of
     each component and the scaling efficiency against the smallest count."""
-    from rlinf_core.compose import load_config
+    from rlinf_algos.config.prepare import compose_run_config
     from rlinf_core.pools import is_seed_form
 
-    data = load_config(config)
+    data = compose_run_config(config)
     given = ctx.get_parameter_source("workers_text") != click.core.ParameterSource.DEFAULT
     workers = _parse_workers(workers_text) if is_seed_form(data) or given else None
     result = measure_throughput(

@@ -12,10 +12,12 @@ from typing import Any
 
 __all__ = [
     "ABORT",
+    "Aborted",
     "advantage_key",
     "get_all",
     "get_item",
     "grpo_keys",
+    "is_abort",
     "reward_key",
     "scored_key",
     "traj_key",
@@ -23,6 +25,15 @@ __all__ = [
 
 ABORT = "__rlinf_abort__"
 """The item the driver puts on a generation's keys to end an iteration early."""
+
+
+class Aborted(Exception):
+    """The driver ended the iteration a worker was in (an ``ABORT`` on the key it read)."""
+
+
+def is_abort(item: Any) -> bool:
+    """``item`` is the driver's :data:`ABORT`."""
+    return isinstance(item, str) and item == ABORT
 
 
 def traj_key(gen: int | str, rollout_rank: int) -> str:
@@ -55,7 +66,7 @@ def grpo_keys(gen: int | str, rollout_world: int) -> list[str]:
 def get_item(ch: Any, key: str, timeout: float) -> Any:
     """One item of ``key``; ``None`` for the driver's :data:`ABORT`."""
     item = ch.get(key, timeout=timeout)
-    return None if isinstance(item, str) and item == ABORT else item
+    return None if is_abort(item) else item
 
 
 def get_all(ch: Any, keys: Iterable[str], timeout: float) -> list[Any] | None:

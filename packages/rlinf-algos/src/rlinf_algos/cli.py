@@ -72,7 +72,7 @@ class _StopOnTerm:
         self._first = time.monotonic()
         raise KeyboardInterrupt
 
-    _handle.rlinf_chain = True  # type: ignore[attr-defined]  # a deferred stop tells it (lm.checkpoint)
+    _handle.rlinf_chain = True  # type: ignore[attr-defined]  # a deferred stop tells it (runtime.stop)
 
     def restore(self) -> None:
         if self._previous is not None:
@@ -230,12 +230,13 @@ def train_cmd(
 
 
 def _print_config(config: Path, overrides: tuple[str, ...]) -> None:
-    """``rlinf train --print-config``: the composed, resolved configuration as YAML."""
+    """``rlinf train --print-config``: the composed, resolved configuration as YAML (the
+    pipeline's first step, :func:`~rlinf_algos.config.prepare.compose_run_config`)."""
     import yaml
 
-    from rlinf_core.compose import load_config
+    from rlinf_algos.config.prepare import compose_run_config
 
-    click.echo(yaml.safe_dump(load_config(config, overrides), sort_keys=False), nl=False)
+    click.echo(yaml.safe_dump(compose_run_config(config, overrides), sort_keys=False), nl=False)
 
 
 def _multirun(
@@ -250,10 +251,11 @@ def _multirun(
     gpus_per_node: int | None,
     gpu_memory: float | None = None,
 ) -> None:
-    """``rlinf train --multirun``: every combination checked, then run one after another; the
-    table of final metrics; exit 1 naming the runs that failed."""
+    """``rlinf train --multirun``: every combination prepared (composed, translated, validated and
+    planned) before any runs, then run one after another; the table of final metrics; exit 1
+    naming the runs that failed."""
+    from rlinf_algos.config.prepare import prepare_run
     from rlinf_algos.rundir import default_run_dir
-    from rlinf_algos.runtime.training import dry_run as check_run
     from rlinf_algos.runtime.training import run_training
     from rlinf_algos.train_api import multirun_plan, multirun_table, run_multirun
 
@@ -265,17 +267,10 @@ def _multirun(
             _print_dry_run(ctx, config, tuple(item.overrides), inventory_path, gpus_per_node, gpu_memory)
         return
 
-    def run(item: Any) -> dict[str, Any]:
+    def run(item: Any, prepared: Any) -> dict[str, Any]:
         bar = None if quiet else ProgressBar()
         try:
-            return run_training(
-                config,
-                run_dir=item.run_dir,
-                overrides=item.overrides,
-                progress=bar,
-                host=host,
-                overwrite=overwrite,
-            )
+            return run_training(prepared, run_dir=item.run_dir, progress=bar, overwrite=overwrite)
         finally:
             if bar is not None:
                 bar.close()
@@ -284,7 +279,7 @@ def _multirun(
         overrides,
         sweep_dir,
         run,
-        check=lambda item: check_run(config, overrides=item.overrides, host=host),
+        prepare=lambda item: prepare_run(config, item.overrides, host=host, plan=True),
         echo=lambda line: click.echo(line, err=True),
     )
     click.echo(multirun_table(results), nl=False)
@@ -307,7 +302,7 @@ def _print_dry_run(
     each role's estimated memory (:mod:`rlinf_algos.memory`)."""
     import yaml
 
-    from rlinf_algos.runtime.training import dry_run
+    from rlinf_algos.config.prepare import prepare_run
     from rlinf_core.config import load_yaml
 
     inventory: Any = None
@@ -317,9 +312,9 @@ def _print_dry_run(
         from rlinf_scheduler.placement import Inventory
 
         inventory = Inventory.uniform(gpus_per_node)
-    out = dry_run(
-        data, overrides=overrides, host=get_host(ctx), inventory=inventory, gpu_memory_gib=gpu_memory
-    )
+    out = prepare_run(
+        data, overrides, host=get_host(ctx), plan=True, inventory=inventory, gpu_memory_gib=gpu_memory
+    ).report()
     expansion = out.get("expansion")
     if expansion is not None:
         click.echo("# worker-pool form (seed 003) expanded:")

@@ -104,34 +104,50 @@ class ActionDist:
     def log_prob(self, actions: Tensor, params: Tensor, log_std: Tensor) -> Tensor:
         """``actions [..., A], params [..., P] -> [...]``: the sum over the parts of each part's
         log-probability (density for the ``Box`` dims)."""
-        total = params.new_zeros(params.shape[:-1])
-        for part in self.parts:
-            kind, a, b, p, q, extra = part
-            x, act = params[..., p:q], actions[..., a:b]
-            if kind == "normal":
-                ls = self._log_std(log_std, part, x)
-                z = (act - x) * torch.exp(-ls)
-                total = total + (-0.5 * z.pow(2) - ls - _LOG_SQRT_2PI).sum(-1)
-            elif kind == "categorical":
-                idx = (act.round() - extra).long().clamp(0, q - p - 1)
-                total = total + torch.log_softmax(x, -1).gather(-1, idx).squeeze(-1)
-            else:
-                total = total + (act * F.logsigmoid(x) + (1.0 - act) * F.logsigmoid(-x)).sum(-1)
-        return total
+        return self.log_prob_and_entropy(actions, params, log_std, entropy=False)[0]
 
     def entropy(self, params: Tensor, log_std: Tensor) -> Tensor:
         """``[..., P] -> [...]``: the sum over the parts of each part's entropy (differential for
         the ``Box`` dims)."""
-        total = params.new_zeros(params.shape[:-1])
+        return self.log_prob_and_entropy(None, params, log_std)[1]
+
+    def log_prob_and_entropy(
+        self, actions: Tensor | None, params: Tensor, log_std: Tensor, entropy: bool = True
+    ) -> tuple[Tensor, Tensor]:
+        """``(log_prob(actions), entropy)`` in one pass (what PPO's loss takes per minibatch): a
+        categorical part's ``log_softmax`` is computed once for both. With ``actions`` ``None``
+        the first is zeros; with ``entropy=False`` the second is."""
+        logp: Tensor | None = None
+        ent: Tensor | None = None
         for part in self.parts:
-            kind, _, _, p, q, _ = part
+            kind, a, b, p, q, extra = part
             x = params[..., p:q]
+            lp = en = None
             if kind == "normal":
-                total = total + (0.5 + _LOG_SQRT_2PI + self._log_std(log_std, part, x)).sum(-1)
+                ls = self._log_std(log_std, part, x)
+                if actions is not None:
+                    z = (actions[..., a:b] - x) * torch.exp(-ls)
+                    lp = (-0.5 * z.pow(2) - ls - _LOG_SQRT_2PI).sum(-1)
+                if entropy:
+                    en = (0.5 + _LOG_SQRT_2PI + ls).sum(-1)
             elif kind == "categorical":
-                logp = torch.log_softmax(x, -1)
-                total = total - (logp.exp() * logp).sum(-1)
+                logits = torch.log_softmax(x, -1)
+                if actions is not None:
+                    idx = (actions[..., a:b].round() - extra).long().clamp(0, q - p - 1)
+                    lp = logits.gather(-1, idx).squeeze(-1)
+                if entropy:
+                    en = -(logits.exp() * logits).sum(-1)
             else:
-                prob = torch.sigmoid(x)
-                total = total - (prob * F.logsigmoid(x) + (1.0 - prob) * F.logsigmoid(-x)).sum(-1)
-        return total
+                log_on, log_off = F.logsigmoid(x), F.logsigmoid(-x)
+                if actions is not None:
+                    act = actions[..., a:b]
+                    lp = (act * log_on + (1.0 - act) * log_off).sum(-1)
+                if entropy:
+                    prob = torch.sigmoid(x)
+                    en = -(prob * log_on + (1.0 - prob) * log_off).sum(-1)
+            if lp is not None:
+                logp = lp if logp is None else logp + lp
+            if en is not None:
+                ent = en if ent is None else ent + en
+        zeros = params.new_zeros(params.shape[:-1])
+        return (zeros if logp is None else logp), (zeros if ent is None else ent)

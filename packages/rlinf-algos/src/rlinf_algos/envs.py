@@ -41,6 +41,7 @@ __all__ = [
     "env_kwargs_problems",
     "final_observations",
     "make_vector_env",
+    "missing_dependency_error",
     "probe_spaces",
     "resolve_wrappers",
     "wrapper_problems",
@@ -103,6 +104,40 @@ def _import_env_module(module: str, env_id: str, path: str) -> None:
             "importable (installed, or on PYTHONPATH)",
             path=path,
         ) from None
+
+
+# gymnasium env families whose dependencies rlinf-algos ships as an optional extra:
+# entry-point module prefix -> (what they need, the extra)
+_ENV_EXTRAS = {"gymnasium.envs.box2d.": ("Box2D and pygame-ce", "box2d")}
+
+
+def missing_dependency_error(env_id: str, err: BaseException, path: str = "env.id") -> ConfigError:
+    """The one-line :class:`ConfigError` for an env that gymnasium cannot build because a package
+    it imports is missing (``gymnasium.error.DependencyNotInstalled``, ``err``): which module is
+    missing and what to install (rlinf-algos' extra for the envs it has one for, e.g.
+    ``box2d`` for ``LunarLander-v3``)."""
+    import gymnasium
+
+    cause = err.__cause__ or err.__context__
+    module = getattr(cause, "name", None)
+    missing = f"no module named {module!r}" if module else str(err).splitlines()[0][:160]
+    try:
+        entry = gymnasium.spec(bare_env_id(env_id)).entry_point
+    except Exception:
+        entry = None
+    for prefix, (needs, extra) in _ENV_EXTRAS.items():
+        if isinstance(entry, str) and entry.startswith(prefix):
+            return ConfigError(
+                f"{env_id!r} needs {needs}, which are not installed here ({missing}): install rlinf-algos' "
+                f"{extra} extra (`uv sync --all-packages` in the rlinf workspace, or "
+                f"`pip install 'rlinf-algos[{extra}]'`)",
+                path=path,
+            )
+    return ConfigError(
+        f"{env_id!r} cannot be built here: a package it needs is not installed ({missing}); install it "
+        "on every machine that runs envs",
+        path=path,
+    )
 
 
 def bare_env_id(env_id: str) -> str:
@@ -266,6 +301,8 @@ def _probe_spaces(env_id: str, kwargs: Any, wrappers: Any) -> tuple[Any, Any] | 
         return None
     try:
         env = gymnasium.make(bare_env_id(env_id), **dict(kwargs or {}))
+    except gymnasium.error.DependencyNotInstalled as err:
+        raise missing_dependency_error(env_id, err) from None
     except (TypeError, ValueError) as err:
         _raise_kwargs_error(env_id, kwargs, err)
         return None
@@ -425,6 +462,8 @@ def make_vector_env(
             wrappers=per_env,
             **kwargs,
         )
+    except gym.error.DependencyNotInstalled as err:
+        raise missing_dependency_error(env_id, err) from None
     except TypeError as err:  # an unknown keyword of the env's constructor
         raise ConfigError(
             f"cannot create {env_id!r} with kwargs {describe_value(kwargs)}: {describe_value(str(err))}",

@@ -1,13 +1,15 @@
-"""Optimisers tuned for small networks: fused Adam, and a lean step without per-call Python."""
+"""Optimisers tuned for small networks: fused Adam, a lean step without per-call Python, and the
+fused gradient clipping every learner uses."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["LeanAdam", "make_adam"]
+__all__ = ["LeanAdam", "clip_grad_norm", "clip_grads_", "make_adam"]
 
 
 def make_adam(params: Any, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
@@ -31,7 +33,9 @@ class LeanAdam:
     its fresh buffers over instead of adding them into zeroed ones). The optimiser stays the
     source of truth (``state_dict``, ``param_groups``' ``lr``): call :meth:`refresh` after loading
     its state. Whatever this cannot do directly (a non-fused optimiser, amsgrad, a parameter
-    without state or gradient yet) goes through the optimiser as usual.
+    without state or gradient yet) goes through the optimiser as usual. Parameters without
+    elements are left out (Adam has nothing to do on them; ``ActorCritic``'s ``log_std`` over a
+    discrete space is one, and never gets a gradient, which made every step take the slow path).
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer) -> None:
@@ -52,6 +56,9 @@ class LeanAdam:
                 return
             ps, m1, m2, st = [], [], [], []
             for p in g["params"]:
+                # nothing to update (a discrete policy's empty log_std, never given a gradient)
+                if p.numel() == 0:
+                    continue
                 state = self.opt.state.get(p)
                 if not state or not torch.is_tensor(state.get("step")):
                     return
@@ -99,3 +106,25 @@ class LeanAdam:
                 grad_scale=None,
                 found_inf=None,
             )
+
+
+def clip_grad_norm(parameters: Iterable[Tensor], max_norm: float) -> Tensor:
+    """Scale the gradients of ``parameters`` in place so their global L2 norm is at most ``max_norm``.
+
+    Returns the norm *before* clipping (a scalar tensor; 0 when no parameter has a gradient). One
+    fused pass (``torch._foreach_norm`` / ``_foreach_mul_``) instead of one call per tensor, which is
+    what dominates on the small networks RL uses.
+    """
+    return clip_grads_([p.grad for p in parameters if p.grad is not None], max_norm)
+
+
+def clip_grads_(grads: list[Tensor], max_norm: float) -> Tensor:
+    """:func:`clip_grad_norm` on a list of gradient tensors (scaled in place; returns the norm
+    before clipping). For a learner that keeps its gradient list between steps."""
+    if not grads:
+        return torch.zeros(())
+    norms = torch._foreach_norm(grads)
+    total = torch.linalg.vector_norm(torch.stack(norms))
+    scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    torch._foreach_mul_(grads, scale)
+    return total

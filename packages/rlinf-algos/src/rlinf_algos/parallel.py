@@ -564,7 +564,7 @@ class DataParallel:
         if self.world > 1 and self.strategy == "fsdp":
             norm = torch.nn.utils.clip_grad_norm_(list(params), max_norm)
             return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
-        from rlinf_algos.ppo.functional import clip_grads_
+        from rlinf_algos.optim import clip_grads_
 
         return clip_grads_([p.grad for p in params if p.grad is not None], max_norm)
 

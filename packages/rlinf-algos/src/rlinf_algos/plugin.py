@@ -1,6 +1,6 @@
 """rlinf plugin of rlinf-algos (entry point ``algos``).
 
-Registers the ``ppo``, ``sac``, ``grpo``, ``grpo_lm`` and ``ppo_lm`` algorithms, the ``mlp`` model type, the
+Registers the ``ppo``, ``sac``, ``grpo``, ``grpo_lm`` and ``ppo_lm`` algorithms, the ``mlp``, ``vla`` and ``hf`` model types, the
 ``exact_match``, ``math`` and ``arith`` rewards, the ``hf`` rollout engine and the ``rlinf train|eval|plot|sft`` commands. Must
 import without torch, gymnasium or mujoco: each algorithm's package (:mod:`rlinf_algos.ppo`...)
 imports only pydantic and rlinf_core and loads its training code when it runs.
@@ -25,16 +25,17 @@ def rlinf_register_algorithms() -> list[type]:
 
 @hookimpl
 def rlinf_register_models() -> list[type]:
+    from rlinf_algos.lm.model_type import HFModels
     from rlinf_algos.models import MLPModels, VLAModels
 
-    return [MLPModels, VLAModels]
+    return [MLPModels, VLAModels, HFModels]
 
 
 @hookimpl
 def rlinf_register_rollout_engines() -> list[type]:
-    from rlinf_algos.lm.engines import RolloutWorker
+    from rlinf_algos.lm.engines import HFEngine
 
-    return [RolloutWorker]
+    return [HFEngine]
 
 
 @hookimpl

@@ -1,14 +1,18 @@
-"""What a run writes into its directory, and how: metrics, checkpoints, the policy, the summary.
+"""What a run writes into its directory, and how: files, metrics, checkpoints, the summary.
 
 A run directory holds:
 
 - ``config.yaml``: the resolved configuration (written before training starts);
-- ``metrics.csv``: one row per ``runner.log_interval`` env steps, a fixed header
-  (:data:`BASE_COLUMNS`, the algorithm's columns, ``success_rate``);
+- ``metrics.csv``: a fixed header and one row per ``runner.log_interval`` env steps (embodied
+  runs: :data:`~rlinf_algos.runtime.books.BASE_COLUMNS`, the algorithm's columns,
+  ``success_rate``) or per iteration (language-model runs, which also write ``metrics.jsonl``);
 - ``tensorboard/``: the same scalars as TensorBoard event files; ``wandb/`` with the ``wandb``
   logger;
-- ``checkpoints/step_<n>.safetensors``: everything needed to continue (``--resume``);
-- ``policy.safetensors``: the final policy (weights and the spec to rebuild it);
+- checkpoints: everything needed to continue (``--resume``), in the flow's layout:
+  ``checkpoints/step_<n>.safetensors`` (embodied) or ``checkpoints/step_<n>/state.safetensors``
+  (language models); both load through :func:`load_checkpoint`;
+- the policy: ``policy.safetensors`` (weights and the spec to rebuild it) or ``policy/`` (a
+  Hugging Face model folder);
 - ``summary.json``: the run's headline figures.
 
 Every file is written atomically (a temp file in the same folder, fsync, ``os.replace``): a
@@ -24,27 +28,36 @@ import io
 import json
 import logging
 import math
+import shutil
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rlinf_algos.run_files import POLICY, UnsafeStateFile, checkpoint_files, read_state
+from rlinf_algos.run_files import (
+    POLICY,
+    UnsafeStateFile,
+    checkpoint_files,
+    checkpoint_name,
+    read_state,
+    step_of,
+    write_state,
+)
+from rlinf_algos.safe_state import save_state
 from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
 from rlinf_core.io import atomic_write_text
 
 __all__ = [
-    "BASE_COLUMNS",
     "RUN_FILES",
+    "STATE_FILE",
     "MetricsLog",
     "MetricsSinks",
-    "RunRecorder",
-    "best_of",
     "check_resume_config",
-    "checkpoints",
+    "checkpoint_state_file",
     "default_run_dir",
     "env_record",
     "existing_run",
+    "find_checkpoints",
     "latest_checkpoint",
     "load_checkpoint",
     "make_sinks",
@@ -52,12 +65,9 @@ __all__ = [
     "prepare_run_dir",
     "remove_stale_temp_files",
     "tensorboard_tag",
+    "write_checkpoint",
     "write_summary",
 ]
-
-BASE_COLUMNS = ("step", "wall_s", "episode_return_mean", "episode_length_mean", "episodes", "env_steps_per_s")
-"""The columns every embodied run's ``metrics.csv`` starts with."""
-
 
 # -- files ---------------------------------------------------------------------------------------
 
@@ -80,41 +90,100 @@ def write_summary(run_dir: Path, summary: Mapping[str, Any]) -> None:
     atomic_write_text(Path(run_dir) / "summary.json", json.dumps(dict(summary), indent=2) + "\n")
 
 
+STATE_FILE = "state.safetensors"
+"""The state file of a checkpoint folder (``checkpoints/step_<n>/``)."""
+
+
+def _folder_step(path: Path) -> int | None:
+    try:
+        return int(path.name.removeprefix("step_"))
+    except ValueError:
+        return None
+
+
+def find_checkpoints(run_dir: Path) -> list[Path]:
+    """The checkpoints of ``run_dir``, newest (highest step) first, in either layout a run
+    writes: files ``checkpoints/step_<n>.safetensors`` (or an earlier version's ``.pt``; of one
+    step in both forms, the safetensors one) and folders ``checkpoints/step_<n>/`` holding
+    :data:`STATE_FILE` (a folder whose state was never written is listed too: loading skips it)."""
+    found = {step_of(p): p for p in checkpoint_files(run_dir)}
+    for p in (Path(run_dir) / "checkpoints").glob("step_*"):
+        n = _folder_step(p) if p.is_dir() else None
+        if n is not None and n not in found:
+            found[n] = p
+    return [found[n] for n in sorted(found, reverse=True)]
+
+
+def checkpoint_state_file(path: Path) -> Path:
+    """The state file of the checkpoint ``path`` (a file, or a folder's :data:`STATE_FILE`)."""
+    return path / STATE_FILE if path.is_dir() else path
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest ``checkpoints/step_<n>.safetensors`` (or an earlier version's ``.pt``) of
-    ``run_dir`` (by step), or ``None``."""
-    found = checkpoint_files(run_dir)
-    return found[0] if found else None
+    """The newest checkpoint of ``run_dir`` (by step) that holds a state file (not checked
+    further: :func:`load_checkpoint` skips a damaged one), or ``None``."""
+    for path in find_checkpoints(run_dir):
+        if checkpoint_state_file(path).is_file():
+            return path
+    return None
 
 
-def checkpoints(run_dir: Path) -> list[Path]:
-    """The checkpoints of ``run_dir``, newest (highest step) first
-    (:func:`~rlinf_algos.run_files.checkpoint_files`)."""
-    return checkpoint_files(run_dir)
+def write_checkpoint(
+    run_dir: Path, step: int, state: dict[str, Any], *, layout: str = "file", keep: int | None = None
+) -> Path:
+    """Write ``state`` as the checkpoint of ``step`` atomically (a temp file beside it, fsync,
+    rename) and return it: ``checkpoints/step_<n>.safetensors`` (``layout="file"``, ``n`` with
+    ten digits) or ``checkpoints/step_<n>/state.safetensors`` (``"folder"``). ``keep``: drop all
+    but the newest ``keep`` checkpoints (``None``: keep every one)."""
+    folder = Path(run_dir) / "checkpoints"
+    if layout == "folder":
+        path = folder / f"step_{step}"
+        path.mkdir(parents=True, exist_ok=True)
+        save_state(
+            state, path / STATE_FILE, meta={"algorithm": str(state.get("algorithm", "")), "step": str(step)}
+        )
+    else:
+        path = folder / checkpoint_name(step)
+        write_state(state, path)
+    if keep is not None:
+        for old in find_checkpoints(run_dir)[keep:]:
+            if old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink(missing_ok=True)
+    return path
 
 
 def load_checkpoint(run_dir: Path, algorithm: str) -> tuple[Path, dict[str, Any]]:
-    """The newest checkpoint of ``run_dir`` that loads, and its contents. A damaged one (a crash
-    of the disk or the machine, a file cut short by a copy) is skipped with a warning naming it,
-    and the one before is tried; an error if none loads or the newest that loads belongs to
-    another algorithm. Nothing is loaded with pickle: a legacy ``.pt`` that holds more than
-    tensors and plain data ends the search with
-    :class:`~rlinf_algos.run_files.UnsafeStateFile` (it is not damaged, and the ones before it
-    are of the same run)."""
-    found = checkpoints(run_dir)
+    """The newest checkpoint of ``run_dir`` that loads, and its contents (either layout). A
+    damaged one (a crash of the disk or the machine, a file cut short by a copy, a folder whose
+    state was never written) is skipped with a warning naming it, and the one before is tried;
+    an error if none loads or the newest that loads belongs to another algorithm. Nothing is
+    loaded with pickle: a legacy ``.pt`` that holds more than tensors and plain data ends the
+    search with :class:`~rlinf_algos.run_files.UnsafeStateFile` (it is not damaged, and the ones
+    before it are of the same run)."""
+    found = find_checkpoints(run_dir)
     if not found:
-        raise RlinfError(f"nothing to resume in {run_dir}: no checkpoints/step_*.safetensors there")
+        raise RlinfError(
+            f"nothing to resume in {run_dir}: no checkpoints/step_<n>/ or checkpoints/step_<n>.safetensors there"
+        )
     skipped = []
     for path in found:
         try:
-            state = read_state(path)
-            if not isinstance(state, dict) or "run" not in state:
+            state = read_state(checkpoint_state_file(path))
+            # "run": the driver's books; "loop": a language-model checkpoint of an earlier version
+            if not isinstance(state, dict) or not ("run" in state or "loop" in state):
                 raise ValueError("not an rlinf checkpoint")
         except UnsafeStateFile:
             raise
         except Exception as err:  # any damage: a truncated file, a zero-byte file, garbage
-            skipped.append(f"{path.name} ({type(err).__name__}: {str(err)[:120]})")
-            logging.getLogger("rlinf.train").warning("skipping the damaged checkpoint %s: %s", path, err)
+            why = (
+                "no state file (a checkpoint cut short)"
+                if isinstance(err, FileNotFoundError)
+                else f"{type(err).__name__}: {str(err)[:120]}"
+            )
+            skipped.append(f"{path.name} ({why})")
+            logging.getLogger("rlinf.train").warning("skipping the damaged checkpoint %s: %s", path, why)
             continue
         if state.get("algorithm") != algorithm:
             raise RlinfError(f"{path} is a {state.get('algorithm')!r} checkpoint, not {algorithm!r}")
@@ -230,6 +299,10 @@ def check_resume_config(path: Path, now: Mapping[str, Any]) -> None:
     problems = []
     for section in ("env", "model"):
         a, b = then.get(section) or {}, now.get(section) or {}
+        if section == "model" and isinstance(a, Mapping):  # a run written when every type listed every option
+            from rlinf_algos.models import holds_a_default_option
+
+            a = {k: v for k, v in a.items() if k in b or not holds_a_default_option(str(k), v)}
         for key in sorted(set(a) | set(b)):
             if a.get(key) != b.get(key):
                 problems.append(
@@ -247,13 +320,6 @@ def check_resume_config(path: Path, now: Mapping[str, Any]) -> None:
         )
     if problems:
         raise ConfigError(problems)
-
-
-def best_of(best: float, final: float | None) -> float | None:
-    """``best_return_mean``: the best of the logged rows and the final return (``None`` if
-    neither is known)."""
-    vals = [v for v in (best, final) if v is not None and not math.isnan(v) and v != -math.inf]
-    return max(vals) if vals else None
 
 
 # -- metrics ---------------------------------------------------------------------------------------
@@ -413,163 +479,3 @@ def make_sinks(names: Iterable[str], run_dir: Path, config: Mapping[str, Any]) -
         elif name == "wandb":
             sinks.append(_Wandb(run_dir, config))
     return MetricsSinks(sinks)
-
-
-class RunRecorder:
-    """The bookkeeping every runtime shares: the recent episodes' statistics, wall time, metrics
-    rows (``metrics.csv`` and the progress callback), the best return and the summary's base.
-
-    Args:
-        run_dir: the run directory.
-        log_interval: env steps between metrics rows (``runner.log_interval``).
-        columns: the header of ``metrics.csv`` (``None``: no CSV, ``runner.loggers`` without it).
-        episodes: where finished episodes are counted (``episodes`` and the ``recent_returns``,
-            ``recent_lengths``, ``recent_successes`` deques: a
-            :class:`~rlinf_algos.envs.VectorEnvStepper` or :class:`~rlinf_algos.stats.EpisodeStats`).
-        progress: called with every row.
-        resume: append to the ``metrics.csv`` there is.
-    """
-
-    def __init__(
-        self,
-        run_dir: Path,
-        log_interval: int,
-        columns: Iterable[str] | None,
-        episodes: Any,
-        progress: Callable[[dict[str, Any]], None] | None,
-        resume: bool,
-    ) -> None:
-        self.run_dir, self.log_interval, self.episodes, self.progress = (
-            run_dir,
-            log_interval,
-            episodes,
-            progress,
-        )
-        run_dir.mkdir(parents=True, exist_ok=True)
-        self.log = (
-            MetricsLog(run_dir / "metrics.csv", columns, append=resume) if columns is not None else None
-        )
-        self.t0 = time.perf_counter()
-        self.wall_offset = 0.0
-        self.best = -math.inf
-        self.last_log_step = 0
-        self.last_log_time = self.t0
-        self.last_row: dict[str, Any] = {}
-
-    def start_clock(self, step: int) -> None:
-        """Training starts (or resumes) at ``step``: rows and throughput count from here."""
-        self.t0 = self.last_log_time = time.perf_counter()
-        self.last_log_step = step
-
-    @property
-    def wall_s(self) -> float:
-        return self.wall_offset + time.perf_counter() - self.t0
-
-    def return_mean(self) -> float:
-        r = self.episodes.recent_returns
-        return float(sum(r) / len(r)) if r else float("nan")
-
-    def row(self, step: int, metrics: Mapping[str, Any], force: bool = False) -> dict[str, Any] | None:
-        """Write a metrics row at ``step`` env steps if ``log_interval`` steps passed since the
-        last one (or ``force``); returns it."""
-        if step <= self.last_log_step or (not force and step - self.last_log_step < self.log_interval):
-            return None
-        now = time.perf_counter()
-        ret = self.return_mean()
-        if not math.isnan(ret):
-            self.best = max(self.best, ret)
-        ep = self.episodes
-        lengths = ep.recent_lengths
-        row: dict[str, Any] = {
-            "step": step,
-            "wall_s": round(self.wall_s, 3),
-            "episode_return_mean": ret,
-            "episode_length_mean": float(sum(lengths) / len(lengths)) if lengths else float("nan"),
-            "episodes": ep.episodes,
-            "env_steps_per_s": (step - self.last_log_step) / max(now - self.last_log_time, 1e-9),
-        }
-        if ep.recent_successes:  # envs that report info["is_success"]
-            row["success_rate"] = float(sum(ep.recent_successes) / len(ep.recent_successes))
-        for k, v in metrics.items():
-            if k not in row and isinstance(v, int | float) and not isinstance(v, bool):
-                row[k] = v
-        if self.log is not None:
-            self.log.write(row)
-        self.last_row = row
-        self.last_log_step, self.last_log_time = step, now
-        if self.progress is not None:
-            self.progress(row)
-        return row
-
-    def state(self) -> dict[str, Any]:
-        """The recorder's part of a checkpoint's ``run`` record."""
-        ep = self.episodes
-        return {
-            "episodes": ep.episodes,
-            "recent_returns": list(ep.recent_returns),
-            "recent_lengths": list(ep.recent_lengths),
-            "recent_successes": list(ep.recent_successes),
-            "wall_s": self.wall_s,
-            "best": self.best,
-        }
-
-    def load(self, s: Mapping[str, Any], step: int) -> None:
-        """Restore a checkpoint's ``run`` record taken at env step ``step`` (metrics rows a killed
-        run wrote after it are dropped)."""
-        if self.log is not None:
-            self.log.drop_rows_after(step)
-        ep = self.episodes
-        ep.episodes = int(s["episodes"])
-        ep.recent_returns.extend(s["recent_returns"])
-        ep.recent_lengths.extend(s["recent_lengths"])
-        ep.recent_successes.extend(s.get("recent_successes", ()))
-        self.wall_offset = float(s["wall_s"])
-        self.best = float(s["best"])
-
-    def rewind(self, s: Mapping[str, Any], step: int) -> int:
-        """Go back, mid-run, to a checkpoint's ``run`` record taken at env step ``step`` (the
-        learner was restarted from it): the metrics rows written after it are dropped from
-        ``metrics.csv`` (the steps after it run again and write their rows anew), the episode
-        statistics and the best return are the checkpoint's; the wall clock keeps running.
-        Returns how many rows were dropped."""
-        dropped = 0
-        if self.log is not None:
-            self.log.close()
-            dropped = self.log.drop_rows_after(step)
-            self.log.append = self.log.path.is_file() and self.log.path.stat().st_size > 0
-        ep = self.episodes
-        for window in (ep.recent_returns, ep.recent_lengths, ep.recent_successes):
-            window.clear()
-        ep.episodes = int(s["episodes"])
-        ep.recent_returns.extend(s["recent_returns"])
-        ep.recent_lengths.extend(s["recent_lengths"])
-        ep.recent_successes.extend(s.get("recent_successes", ()))
-        self.best = float(s["best"])
-        self.last_log_step, self.last_log_time = step, time.perf_counter()
-        return dropped
-
-    def summary(self, algorithm: str, env_id: str, steps: int, interrupted: bool) -> dict[str, Any]:
-        """The summary fields every embodied runtime writes."""
-        wall = self.wall_s
-        final = self.return_mean()
-        ep = self.episodes
-        return {
-            "algorithm": algorithm,
-            "env_id": env_id,
-            "total_env_steps": steps,
-            "wall_s": round(wall, 3),
-            "env_steps_per_s": steps / wall if wall > 0 else 0.0,
-            "final_return_mean": None if math.isnan(final) else final,
-            # the best logged row's, or the final one if better (a run stopped between rows)
-            "best_return_mean": best_of(self.best, final),
-            # over the last 100 training episodes; None if the env has no info["is_success"]
-            "success_rate": float(sum(ep.recent_successes) / len(ep.recent_successes))
-            if ep.recent_successes
-            else None,
-            "episodes": ep.episodes,
-            "interrupted": interrupted,
-        }
-
-    def close(self) -> None:
-        if self.log is not None:
-            self.log.close()

@@ -50,12 +50,11 @@ def sft_cmd(
     The run directory gets config.yaml, metrics.csv, summary.json (validation loss before and
     after), policy/ (a model folder transformers loads; merged when LoRA) and adapter/ with LoRA.
     """
+    from rlinf_algos.config.prepare import compose_run_config
     from rlinf_algos.lm.finetune import check_sft_sources, load_sft_config, train_sft
     from rlinf_algos.rundir import default_run_dir
-    from rlinf_core.compose import load_config
 
-    data = load_config(config, overrides)
-    run = load_sft_config(data)
+    run = load_sft_config(compose_run_config(config, overrides))  # composed as rlinf train composes
     if dry_run:
         import yaml
 

@@ -51,6 +51,10 @@ def config_data(config: Any) -> Any:
     EnvConfig(...)}``) too. A path stays a path."""
     from pydantic import BaseModel
 
+    from rlinf_algos.config.prepare import PreparedRun
+
+    if isinstance(config, PreparedRun):  # through the pipeline already
+        return config
     if isinstance(config, str | Path):
         return Path(config)
     if isinstance(config, BaseModel):
@@ -73,7 +77,7 @@ def train(
 
     Args:
         config: the path of a YAML config (its ``defaults:`` are relative to it), a mapping of
-            sections, or pydantic models (a model of the whole run, or a mapping of section
+            sections, a :class:`~rlinf_algos.config.prepare.PreparedRun`, or pydantic models (a model of the whole run, or a mapping of section
             models such as ``{"algorithm": PPOConfig(), "env": EnvConfig(id="Pendulum-v1")}``).
         run_dir: where the run writes; default ``runs/<config name>-<time>``.
         overrides: command-line style overrides applied on top: ``key=value``, ``+key=value``,
@@ -207,40 +211,41 @@ def _fmt(value: float | None) -> str:
 def run_multirun(
     overrides: Iterable[str],
     sweep_dir: Path,
-    run: Callable[[SweepRun], dict[str, Any]],
+    run: Callable[[SweepRun, Any], dict[str, Any]],
     *,
-    check: Callable[[SweepRun], Any] | None = None,
+    prepare: Callable[[SweepRun], Any] = lambda item: None,
     echo: Callable[[str], Any] = print,
 ) -> tuple[list[tuple[SweepRun, dict[str, Any] | None]], list[tuple[SweepRun, str]]]:
-    """Run every combination in turn with ``run`` (after ``check`` validated all of them, so
-    a bad combination stops the sweep before anything trains). Returns ``(results, failures)``:
-    each run with its summary (``None`` if it failed) and each failed run with its error; a
-    ``sweep_dir/multirun.json`` lists every run, its overrides, directory and status. A run
-    that raises goes on the failures (the sweep goes on); Ctrl-C stops the sweep."""
+    """Prepare every combination with ``prepare`` first (so a bad combination stops the sweep
+    before anything trains: its problems name the run), then run each with ``run(item,
+    prepared)``. Returns ``(results, failures)``: each run with its summary (``None`` if it
+    failed) and each failed run with its error; a ``sweep_dir/multirun.json`` lists every run,
+    its overrides, directory and status. A run that raises goes on the failures (the sweep goes
+    on); Ctrl-C stops the sweep."""
     from rlinf_core.io import atomic_write_text
 
     plan = multirun_plan(overrides, sweep_dir)
-    if check is not None:
-        for item in plan:
-            try:
-                check(item)
-            except ConfigError as err:
-                raise ConfigError(
-                    [
-                        type(p)(p.path, f"{p.message} (run {item.index}: {' '.join(item.swept)})")
-                        for p in err.problems
-                    ]
-                ) from None
+    prepared: list[Any] = []
+    for item in plan:
+        try:
+            prepared.append(prepare(item))
+        except ConfigError as err:
+            raise ConfigError(
+                [
+                    type(p)(p.path, f"{p.message} (run {item.index}: {' '.join(item.swept)})")
+                    for p in err.problems
+                ]
+            ) from None
     results: list[tuple[SweepRun, dict[str, Any] | None]] = []
     failures: list[tuple[SweepRun, str]] = []
     record: list[dict[str, Any]] = []
-    for item in plan:
+    for item, ready in zip(plan, prepared, strict=True):
         echo(
             f"[multirun] run {item.index + 1}/{len(plan)}: {' '.join(item.swept) or '(no swept keys)'} -> {item.run_dir}"
         )
         status = "ok"
         try:
-            summary: dict[str, Any] | None = run(item)
+            summary: dict[str, Any] | None = run(item, ready)
         except Exception as err:  # one failed run must not end the sweep
             text = str(err).splitlines()[0] if str(err) else ""
             if not isinstance(err, RlinfError):

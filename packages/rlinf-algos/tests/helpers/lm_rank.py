@@ -17,7 +17,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.config import LMGRPOConfig, LoraConfig
-from rlinf_algos.lm.workers import ActorWorker
+from rlinf_algos.lm.learner import LMLearner
 from rlinf_algos.parallel import DataParallel, resolve_device
 
 VOCAB, N, T = 40, 12, 14
@@ -63,7 +63,7 @@ def main(argv: list[str]) -> None:
         addr="127.0.0.1", port=port,
     )  # fmt: skip
     cfg = LMGRPOConfig(group_size=4, minibatch_size=8, update_epochs=2, lr=1e-2, kl_coef=0.05)
-    actor = ActorWorker(dp.wrap(model(lora)), cfg, seed=3, dp=dp)
+    actor = LMLearner(dp.wrap(model(lora)), cfg, seed=3, dp=dp)
     stats = actor.update(batch())
     weights, version = actor.get_weights()  # gathered with FSDP: every rank calls
     if rank == 0:

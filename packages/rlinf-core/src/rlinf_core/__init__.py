@@ -1,9 +1,9 @@
 """rlinf-core: the small core every rlinf package builds on.
 
 It defines the interfaces (:class:`Worker`, :class:`Channel`, :class:`HardwarePlugin`,
-:class:`NetworkProvider`, :class:`Scheduler`, :class:`Algorithm`), the pluggy hook
-specifications, the plugin manager factory and registries, configuration helpers, the error
-hierarchy and the ``rlinf`` CLI host. Importing it pulls in neither torch nor ray nor any robot or
+:class:`NetworkProvider`, :class:`Scheduler`, :class:`Algorithm`, :class:`WeightSync`,
+:class:`Links`), the pluggy hook specifications, the plugin manager factory and registries,
+configuration helpers, the error hierarchy and the ``rlinf`` CLI host. Importing it pulls in neither torch nor ray nor any robot or
 network SDK.
 """
 
@@ -30,10 +30,12 @@ from rlinf_core.errors import (
     WaitTimeout,
 )
 from rlinf_core.hardware import HardwareConfig, HardwarePlugin, HardwareResource
+from rlinf_core.links import Link, LinkListener, Links, LocalLinks
 from rlinf_core.network import NetworkProvider, NetworkStatus, PeerInfo, RouteInfo
 from rlinf_core.plugins import PluginHost, Registry, hookimpl, load_plugins
 from rlinf_core.rollout import RolloutEngine
-from rlinf_core.scheduler import Scheduler
+from rlinf_core.scheduler import ComponentPlan, PlacementPlan, ProcessPlan, Scheduler
+from rlinf_core.weights import LocalWeightSync, WeightSync, WeightSyncStats
 from rlinf_core.worker import GroupCall, Worker, WorkerGroup, WorkerInfo
 
 try:
@@ -50,6 +52,7 @@ __all__ = [
     "ChannelError",
     "ChannelFull",
     "ChannelTimeout",
+    "ComponentPlan",
     "ConfigError",
     "ConfigProblem",
     "EnvSpec",
@@ -58,13 +61,20 @@ __all__ = [
     "HardwareError",
     "HardwarePlugin",
     "HardwareResource",
+    "Link",
+    "LinkListener",
+    "Links",
     "LocalChannel",
+    "LocalLinks",
+    "LocalWeightSync",
     "NetworkError",
     "NetworkProvider",
     "NetworkStatus",
     "PeerInfo",
+    "PlacementPlan",
     "PluginError",
     "PluginHost",
+    "ProcessPlan",
     "Registry",
     "RlinfError",
     "RolloutEngine",
@@ -72,6 +82,8 @@ __all__ = [
     "Scheduler",
     "SchedulerError",
     "WaitTimeout",
+    "WeightSync",
+    "WeightSyncStats",
     "Worker",
     "WorkerGroup",
     "WorkerInfo",

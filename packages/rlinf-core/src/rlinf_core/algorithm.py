@@ -49,15 +49,37 @@ class Algorithm(ABC):
         self.config = config
 
     @classmethod
-    def run_config_problems(cls, run_config: Mapping[str, Any]) -> list[ConfigProblem]:
-        """Every problem of the run configuration's sections other than ``algorithm`` and
-        ``cluster`` (those are the runtime's), each with its YAML path; ``rlinf train`` calls this
-        before starting anything. The default reports sections not in :attr:`sections`."""
+    def unknown_sections(cls, run_config: Mapping[str, Any]) -> list[ConfigProblem]:
+        """One problem per top-level key of the run configuration that is not in :attr:`sections`."""
         return [
             ConfigProblem(str(key), f"unknown section; a {cls.PLUGIN_NAME} run has {', '.join(cls.sections)}")
             for key in run_config
             if key not in cls.sections
         ]
+
+    @classmethod
+    def run_config_problems(cls, run_config: Mapping[str, Any]) -> list[ConfigProblem]:
+        """Every problem of the run configuration's sections other than ``algorithm`` and
+        ``cluster`` (those are the runtime's), each with its YAML path. The default reports
+        sections not in :attr:`sections` (:meth:`unknown_sections`)."""
+        return cls.unknown_sections(run_config)
+
+    @classmethod
+    def validate_sections(
+        cls, run_config: Mapping[str, Any], algorithm_config: BaseModel | None = None, host: Any = None
+    ) -> tuple[Any, list[ConfigProblem]]:
+        """Validate the run configuration's sections other than ``algorithm`` and ``cluster`` in
+        one pass: ``(validated, problems)``. ``validated`` is what this algorithm's :meth:`run`
+        reads of them (``None`` when nothing was validated or it could not be); ``problems`` every
+        problem, each with its YAML path. ``algorithm_config``: the ``algorithm`` section, already
+        validated by :attr:`config_model` (``None`` when it is invalid); ``host``: the plugin host
+        whose registries count (model types...).
+
+        ``rlinf train`` calls this once, before anything starts
+        (:func:`rlinf_algos.config.prepare.prepare_run`), and hands :meth:`run` a mapping that
+        carries ``validated``, so :meth:`run` need not validate again. The default validates
+        nothing and reports :meth:`run_config_problems`."""
+        return None, cls.run_config_problems(run_config)
 
     @classmethod
     def resolved_config(cls, run_config: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -89,7 +111,8 @@ class Algorithm(ABC):
         Args:
             scheduler: a started :class:`~rlinf_core.scheduler.Scheduler`, or ``None`` to train in
                 this process (``runner.scheduler: local``).
-            run_config: the validated run configuration (a mapping of sections).
+            run_config: the validated run configuration: a mapping of sections that, from
+                ``rlinf train``, also carries what :meth:`validate_sections` returned.
             run_dir: where the run writes (metrics, checkpoints, the policy, ``summary.json``).
             resume: continue from the newest checkpoint of ``run_dir``.
             progress: called with every metrics row.

@@ -42,7 +42,15 @@ from rlinf_core.config import apply_overrides, describe_value, parse_override, p
 from rlinf_core.errors import ConfigError
 from rlinf_core.io import MAX_USER_FILE_BYTES, read_user_text
 
-__all__ = ["MAX_CONFIG_FILES", "compose", "load_config", "needs_resolution", "sweep"]
+__all__ = [
+    "MAX_CONFIG_FILES",
+    "Composition",
+    "compose",
+    "compose_traced",
+    "load_config",
+    "needs_resolution",
+    "sweep",
+]
 
 MAX_CONFIG_FILES = 1000
 """How many files one composition may read (a guard against runaway defaults lists)."""
@@ -60,6 +68,27 @@ def load_config(
     return compose(Path(path), overrides, what=what)
 
 
+@dataclass(frozen=True)
+class Composition:
+    """What :func:`compose_traced` made: ``data`` (the composed mapping), ``primary`` (the
+    primary config: its path, or ``"the config"`` for a mapping) and ``origin`` (key path ->
+    the file, or the override, that set it)."""
+
+    data: dict[str, Any]
+    primary: str
+    origin: Mapping[tuple[str, ...], str]
+
+    def source_of(self, path: str) -> str | None:
+        """Where the value at the YAML ``path`` (``env.kwargs.x``, ``a.list[0]``; text after a
+        space is ignored) came from, when that is not the primary config: another file of a
+        defaults list, or the command-line override that set it; ``None`` otherwise."""
+        parts = _key_parts(path.split(" ", 1)[0])
+        if not parts:
+            return None
+        source = _origin_of(self.origin, parts)
+        return None if source in (self.primary, "the config") else source
+
+
 def compose(
     config: str | Path | Mapping[str, Any],
     overrides: Iterable[str] = (),
@@ -70,6 +99,18 @@ def compose(
     """The composed, overridden and resolved configuration of ``config`` (a file path or a
     mapping), as a plain ``dict``. ``base_dir``: the folder the defaults of a mapping are
     relative to (default: the current directory; a file's own folder for a path)."""
+    return compose_traced(config, overrides, base_dir=base_dir, what=what).data
+
+
+def compose_traced(
+    config: str | Path | Mapping[str, Any],
+    overrides: Iterable[str] = (),
+    *,
+    base_dir: str | Path | None = None,
+    what: str = "config file",
+) -> Composition:
+    """:func:`compose`, with where every key came from (:class:`Composition`), so that later
+    problems can name the file or override that set a bad value."""
     overrides = list(overrides)
     if isinstance(config, str | Path):
         path = Path(config)
@@ -96,7 +137,7 @@ def compose(
         del out["hydra"]  # Hydra's own settings (run dir, search path, job logging): not the task's
     if needs_resolution(out):
         out = _resolve(out, origin)
-    return out
+    return Composition(out, source, origin)
 
 
 # -- reading files -------------------------------------------------------------------------------

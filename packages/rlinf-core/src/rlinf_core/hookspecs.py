@@ -102,12 +102,13 @@ def rlinf_register_envs() -> list[EnvSpec] | None:
 
 @hookspec
 def rlinf_register_models() -> list[type[ModelType]] | None:
-    """Register model types, selected by ``model.type`` in the run YAML (``mlp`` is shipped by
-    rlinf-algos).
+    """Register model types, selected by ``model.type`` in the run YAML (``mlp``, ``vla`` and
+    ``hf`` are shipped by rlinf-algos).
 
-    :returns: :class:`~rlinf_core.model.ModelType` subclasses; each builds policy modules from
-        the spec an algorithm makes of the ``model`` section. ``None`` or an empty list
-        registers nothing.
+    :returns: :class:`~rlinf_core.model.ModelType` subclasses; each declares the pydantic model
+        of its ``model`` section (``config_model``: its own options, validated with their YAML
+        paths before a run starts) and builds policy modules from the spec an algorithm makes of
+        the section. ``None`` or an empty list registers nothing.
 
     Called in the driver (config validation) and in every worker process that builds a policy
     (rollout, actor, reference workers), so keep the hook itself torch-free.

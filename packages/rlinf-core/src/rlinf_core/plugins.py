@@ -50,7 +50,7 @@ KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
     "algorithms": {"ppo": "rlinf-algos", "sac": "rlinf-algos", "grpo": "rlinf-algos"},
     "schedulers": {"ray": "rlinf-scheduler"},
     "network_providers": {"easytier": "rlinf-net-easytier"},
-    "models": {"mlp": "rlinf-algos"},
+    "models": {"mlp": "rlinf-algos", "vla": "rlinf-algos", "hf": "rlinf-algos"},
     "rewards": {"exact_match": "rlinf-algos", "math": "rlinf-algos", "arith": "rlinf-algos"},
     "rollout_engines": {"hf": "rlinf-algos"},
     "tools": {"search": "rlinf-algos", "python": "rlinf-algos"},

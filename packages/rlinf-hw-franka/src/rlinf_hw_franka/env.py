@@ -347,6 +347,25 @@ class FrankaEnv(gym.Env):
             return target
         return self.np_random.uniform(self.target_lo, self.target_hi)
 
+    def _action_vector(self, action: Any) -> np.ndarray:
+        """``action`` as the flat float vector :meth:`step` applies (EE delta, rotation, gripper
+        opening; not yet clipped); ``ValueError`` for one of the wrong shape or not finite."""
+        a = np.asarray(action, dtype=np.float64).reshape(-1)
+        if a.shape != self.action_space.shape:
+            raise ValueError(f"action must have shape {self.action_space.shape}, got {a.shape}")
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"action contains NaN or infinity: {a.tolist()}")
+        return a
+
+    def _on_read(self, st: RobotState) -> None:
+        """Called after every reading of the robot (reset and step), before the info, reward and
+        observation are made from it: where a task follows what moves in its scene."""
+
+    def _is_success(self, st: RobotState, distance: float) -> bool:
+        """Whether the task is achieved in state ``st`` (``info["success"]``); the reach task's:
+        the end effector within ``success_threshold`` of the target."""
+        return distance < self.success_threshold
+
     def _state_keys(self) -> list[str]:
         return ["joint_pos", "joint_vel", "ee_pos", "ee_quat"] + (["gripper_width"] if self.gripper else [])
 
@@ -364,18 +383,14 @@ class FrankaEnv(gym.Env):
         self._state = self.backend.read(cameras=bool(self.camera_names))
         self._hold_quat = self._state.ee_quat.copy()
         self._steps = 0
+        self._on_read(self._state)
         self.rate.reset()
         return self._obs(self._state), self._info(self._state, overran=False, clipped=False)
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         if self._state is None:
             raise gym.error.ResetNeeded("call reset() before step()")
-        a = np.asarray(action, dtype=np.float64).reshape(-1)
-        if a.shape != self.action_space.shape:
-            raise ValueError(f"action must have shape {self.action_space.shape}, got {a.shape}")
-        if not np.all(np.isfinite(a)):
-            raise ValueError(f"action contains NaN or infinity: {a.tolist()}")
-        a = np.clip(a, -1.0, 1.0)
+        a = np.clip(self._action_vector(action), -1.0, 1.0)
         st = self._state
         raw = st.ee_pos + a[:3] * self.max_delta_pos
         pos = np.clip(raw, self.safety_lo, self.safety_hi)
@@ -393,11 +408,11 @@ class FrankaEnv(gym.Env):
         overran = self.rate.wait()
         self._state = st = self.backend.read(cameras=bool(self.camera_names))
         self._steps += 1
-        dist = float(np.linalg.norm(st.ee_pos - self.target))
-        success = dist < self.success_threshold
-        reward = self._reward(dist, success)
-        terminated = bool(success and self.terminate_on_success)
-        return self._obs(st), reward, terminated, False, self._info(st, overran=overran, clipped=clipped)
+        self._on_read(st)
+        info = self._info(st, overran=overran, clipped=clipped)
+        reward = self._reward(info["distance"], info["success"])
+        terminated = bool(info["success"] and self.terminate_on_success)
+        return self._obs(st), reward, terminated, False, info
 
     def expert_action(self) -> np.ndarray:
         """A scripted reach (what simulation benchmarks call a demonstrator): the action that
@@ -460,9 +475,10 @@ class FrankaEnv(gym.Env):
 
     def _info(self, st: RobotState, *, overran: bool, clipped: bool) -> dict[str, Any]:
         dist = float(np.linalg.norm(st.ee_pos - self.target))
+        success = bool(self._is_success(st, dist))
         info: dict[str, Any] = {
-            "success": dist < self.success_threshold,
-            "is_success": dist < self.success_threshold,
+            "success": success,
+            "is_success": success,
             "distance": dist,
             "safety_clipped": clipped,
         }

@@ -16,8 +16,10 @@ REACH_MAX_STEPS = 50
 
 def env_specs() -> list[EnvSpec]:
     """``rlinf/FrankaReach-v0`` (MuJoCo twin), ``rlinf/FrankaReachReal-v0`` (franky; pass
-    ``robot_ip=`` or ``hardware=`` to ``gymnasium.make``) and ``rlinf/FrankaInstructReach-v0``
-    (the twin; reach the cube the instruction names, image + state + instruction observations)."""
+    ``robot_ip=`` or ``hardware=`` to ``gymnasium.make``), ``rlinf/FrankaInstructReach-v0``
+    (the twin; reach the cube the instruction names, image + state + instruction observations)
+    and ``rlinf/FrankaInstructGrasp-v0`` (the twin; close the gripper on the named cube, a
+    hybrid action: continuous arm, discrete gripper)."""
     entry = "rlinf_hw_franka.env:FrankaEnv"
     return [
         EnvSpec("rlinf/FrankaReach-v0", entry, REACH_MAX_STEPS, {"backend": "mujoco"}),
@@ -25,6 +27,12 @@ def env_specs() -> list[EnvSpec]:
         EnvSpec(
             "rlinf/FrankaInstructReach-v0",
             "rlinf_hw_franka.instruct:FrankaInstructReachEnv",
+            REACH_MAX_STEPS,
+            {},
+        ),
+        EnvSpec(
+            "rlinf/FrankaInstructGrasp-v0",
+            "rlinf_hw_franka.grasp:FrankaInstructGraspEnv",
             REACH_MAX_STEPS,
             {},
         ),

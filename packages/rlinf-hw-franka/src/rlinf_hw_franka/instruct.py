@@ -170,15 +170,19 @@ class FrankaInstructReachEnv(FrankaEnv):
             self.cube_positions, np.array([COLORS[c] for c in self.cube_colors])
         )
         self.instruction = self.instruction_template.format(color=self.target_color)
-        return self.cube_positions[self.target_index] + np.array([0.0, 0.0, half + self.reach_height])
+        return self._goal(self.cube_positions[self.target_index])
+
+    def _goal(self, centre: np.ndarray) -> np.ndarray:
+        """Where the end effector should be for a cube centred at ``centre``: its reach point,
+        ``reach_height`` above its top face."""
+        return centre + np.array([0.0, 0.0, self.cube_size / 2 + self.reach_height])
 
     def candidate_actions(self) -> np.ndarray:
         """``[num_targets, A]``: the demonstrator's action towards each cube's reach point, the
         named one's (:meth:`expert_action`) among them. A warm start that follows one of them
         chosen at random (``model.warm_start.actions: decoy``) shows the hand over cubes without
         telling which cube the instruction names."""
-        lift = np.array([0.0, 0.0, self.cube_size / 2 + self.reach_height])
-        return np.stack([self.reach_action(c + lift) for c in self.cube_positions])
+        return np.stack([self.reach_action(self._goal(c)) for c in self.cube_positions])
 
     @property
     def target_color(self) -> str:

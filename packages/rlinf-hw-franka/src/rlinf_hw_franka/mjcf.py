@@ -235,6 +235,33 @@ def _flange(hand: bool, indent: str) -> str:
     return "\n".join(lines)
 
 
+def _cubes(n: int, size: float, mass: float | None) -> list[str]:
+    """The bodies of ``n`` cubes: mocap markers without collisions (``mass`` ``None``) or free
+    bodies that collide (friction like rubber on wood, so that the fingers hold them; contacts
+    stiffer than MuJoCo's default, so that fingers squeezing a cube sink about 2 mm into it
+    rather than 7)."""
+    half = size / 2
+    box = f'type="box" size="{half:.9g} {half:.9g} {half:.9g}" rgba="1 1 1 1"'
+    out = []
+    for i in range(n):
+        pos = f'pos="0.5 {0.1 * i:.9g} {half:.9g}"'
+        if mass is None:
+            out += [
+                f'    <body name="cube{i}" mocap="true" {pos}>',
+                f'      <geom name="cube{i}" {box} contype="0" conaffinity="0"/>',
+                "    </body>",
+            ]
+        else:
+            out += [
+                f'    <body name="cube{i}" {pos}>',
+                f'      <freejoint name="cube{i}"/>',
+                f'      <geom name="cube{i}" {box} mass="{mass:.9g}" friction="1 0.005 0.0001" '
+                'solref="0.01 1" solimp="0.95 0.99 0.001" contype="1" conaffinity="1"/>',
+                "    </body>",
+            ]
+    return out
+
+
 def panda_mjcf(
     *,
     hand: bool = True,
@@ -242,6 +269,7 @@ def panda_mjcf(
     timestep: float = 0.002,
     cubes: int = 0,
     cube_size: float = CUBE_SIZE,
+    cube_mass: float | None = None,
     target_marker: bool = True,
 ) -> str:
     """The MJCF text of the Panda.
@@ -254,9 +282,12 @@ def panda_mjcf(
             with the Menagerie gains, ``finger_left/right`` on the fingers). Without it the model
             has no actuators, which is what franka-sim wants (it drives ``qfrc_applied``).
         timestep: the physics step (s).
-        cubes: number of cube markers ``cube0..`` (mocap bodies without collisions, edge
-            ``cube_size`` metres, lying on the table; their colour and place are set at run
-            time through ``geom_rgba`` and ``mocap_pos``).
+        cubes: number of cubes ``cube0..`` (edge ``cube_size`` metres, lying on the table; their
+            colour is set at run time through ``geom_rgba``). Without ``cube_mass`` they are
+            markers (mocap bodies without collisions, placed through ``mocap_pos``).
+        cube_mass: make the cubes solid: free bodies of this mass (kg) that collide with the
+            table, the arm, the fingers and each other (joints ``cube0..``, placed through
+            ``qpos``; listed after the arm's joints in ``qpos``).
         target_marker: show the ``target`` sphere (a task whose target must be found in the
             image leaves it out).
 
@@ -312,14 +343,11 @@ def panda_mjcf(
                 '      <geom name="target" type="sphere" size="0.02" rgba="0.1 0.8 0.2 0.6" contype="0" conaffinity="0" group="1"/>',
                 "    </body>",
             ]
-        half = cube_size / 2
-        for i in range(cubes):
-            parts += [
-                f'    <body name="cube{i}" mocap="true" pos="0.5 {0.1 * i:.9g} {half:.9g}">',
-                f'      <geom name="cube{i}" type="box" size="{half:.9g} {half:.9g} {half:.9g}" rgba="1 1 1 1" contype="0" conaffinity="0"/>',
-                "    </body>",
-            ]
+        if cube_mass is None:
+            parts += _cubes(cubes, cube_size, None)
     parts.append(arm)
+    if scene and cube_mass is not None:
+        parts += _cubes(cubes, cube_size, cube_mass)
     parts.append("  </worldbody>")
     if scene:
         acts = ["  <actuator>"]
@@ -343,6 +371,9 @@ def panda_mjcf(
                 '  <contact><exclude body1="link7" body2="hand"/></contact>',
             ]
         home = list(HOME_Q) + ([FINGER_TRAVEL, FINGER_TRAVEL] if hand else [])
+        if cube_mass is not None:
+            for i in range(cubes):
+                home += [0.5, 0.1 * i, cube_size / 2, 1.0, 0.0, 0.0, 0.0]
         ctrl = list(HOME_Q) + ([FINGER_TRAVEL, FINGER_TRAVEL] if hand else [])
         parts.append(f'  <keyframe><key name="home" qpos="{_fmt(home)}" ctrl="{_fmt(ctrl)}"/></keyframe>')
     parts.append('  <contact><exclude body1="link0" body2="link1"/></contact>')

@@ -306,6 +306,10 @@ class Plan:
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
+    def render(self, *, width: int | None = None) -> str:
+        """The plan as a text table (:func:`render_table`)."""
+        return render_table(self, width=width)
+
 
 # -- rank spaces ---------------------------------------------------------------------------------
 @dataclass

@@ -3,21 +3,19 @@
 Light on purpose (pydantic and rlinf_core only, for the plugin). The pieces:
 :mod:`~rlinf_algos.grpo.config`, :mod:`~rlinf_algos.grpo.functional` (the maths, shared with the
 language-model GRPO), :mod:`~rlinf_algos.grpo.learner`, :mod:`~rlinf_algos.grpo.rollout`,
-:mod:`~rlinf_algos.grpo.workers` (the reward and reference components) and
+:mod:`~rlinf_algos.grpo.roles` (the reward and reference bodies) and
 :mod:`~rlinf_algos.grpo.recipe`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
 from rlinf_algos.algorithm import EmbodiedAlgorithm, rollout_item
-from rlinf_algos.config import EnvConfig
+from rlinf_algos.flow import Recipe
 from rlinf_algos.grpo.config import GRPOConfig
-from rlinf_algos.recipe import Recipe
 from rlinf_core.errors import ConfigProblem
 
 __all__ = ["GRPO", "GRPOConfig"]
@@ -42,23 +40,20 @@ class GRPO(EmbodiedAlgorithm):
     action_kinds: ClassVar[tuple[str, ...]] = ("box", "discrete", "multi_discrete", "multi_binary")
 
     @classmethod
-    def run_config_problems(cls, run_config: Mapping[str, Any]) -> list[ConfigProblem]:
-        """The sections' problems, and whether ``env.num_envs`` holds exactly the groups of an
+    def algorithm_fit_problems(cls, sections: Any, algorithm_config: Any) -> list[ConfigProblem]:
+        """The memory check, and whether ``env.num_envs`` holds exactly the groups of an
         iteration (``group_size * num_groups``)."""
-        problems = super().run_config_problems(run_config)
-        algo, env = run_config.get("algorithm"), run_config.get("env")
-        try:
-            cfg = GRPOConfig.model_validate(algo)
-            num_envs = EnvConfig.model_validate(env).num_envs
-        except Exception:  # their own problems are reported with their paths
+        problems = super().algorithm_fit_problems(sections, algorithm_config)
+        if algorithm_config is None:
             return problems
-        need = cfg.group_size * cfg.num_groups
-        if num_envs != need:
+        need = algorithm_config.group_size * algorithm_config.num_groups
+        if sections.env.num_envs != need:
             problems.append(
                 ConfigProblem(
                     "env.num_envs",
                     f"GRPO runs one env per episode of an iteration: algorithm.group_size x algorithm.num_groups "
-                    f"= {cfg.group_size} x {cfg.num_groups} = {need}, got {num_envs}",
+                    f"= {algorithm_config.group_size} x {algorithm_config.num_groups} = {need}, got "
+                    f"{sections.env.num_envs}",
                 )
             )
         return problems

@@ -14,13 +14,12 @@ import torch
 from torch import Tensor
 
 from rlinf_algos.channels import advantage_key, scored_key
+from rlinf_algos.flow import LearnerContext, LearnerSide
 from rlinf_algos.grpo import functional as F
 from rlinf_algos.grpo.config import GRPOConfig
 from rlinf_algos.models.mlp import GaussianActorCritic
-from rlinf_algos.optim import LeanAdam, make_adam
+from rlinf_algos.optim import LeanAdam, clip_grad_norm, make_adam
 from rlinf_algos.parallel import DataParallel
-from rlinf_algos.ppo.functional import clip_grad_norm
-from rlinf_algos.recipe import LearnerContext, LearnerSide
 from rlinf_core.errors import RlinfError
 
 __all__ = ["GRPOLearner", "GRPOLearnerSide", "GRPORollout"]

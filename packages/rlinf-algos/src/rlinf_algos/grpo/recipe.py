@@ -16,11 +16,11 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from rlinf_algos.channels import grpo_keys
+from rlinf_algos.flow import IterationPlan, LearnerContext, LocalSession, Recipe, await_call
 from rlinf_algos.grpo.learner import GRPOLearner, GRPOLearnerSide
 from rlinf_algos.grpo.rollout import GRPOCollector, collect_grpo
 from rlinf_algos.models import build_policy
-from rlinf_algos.ppo.recipe import gaussian_policy_spec
-from rlinf_algos.recipe import IterationPlan, LearnerContext, LocalSession, Recipe, await_call
+from rlinf_algos.policy_specs import gaussian_policy_spec
 from rlinf_core.errors import ConfigError
 
 __all__ = ["GRPORecipe"]
@@ -112,14 +112,26 @@ class GRPORecipe(Recipe):
     def iteration_steps(self, rollout_cfg: Any, max_episode_steps: int | None) -> int:
         return int(max_episode_steps or 0)
 
-    def launch_extra(self, run: Any) -> dict[str, tuple[Any, ...]]:
-        from rlinf_algos.grpo.workers import ReferenceWorker, RewardWorker
-
-        algo = self.cfg.model_dump()
-        return {
-            "reward": (RewardWorker, algo, run.traj_ch, run.N, run.timeout),
-            "reference": (ReferenceWorker, algo, run.traj_ch, run.weights, run.N, run.timeout),
+    def launch_extra(self, run: Any) -> dict[str, dict[str, Any]]:
+        common = {
+            "channels": {"traj": run.traj_ch},
+            "algorithm": self.cfg.model_dump(),
+            "rollout_world": run.N,
+            "timeout": run.timeout,
         }
+        return {
+            "reward": {**common, "threads": 0},
+            "reference": {**common, "weights": run.weights, "threads": 1},
+        }
+
+    def body(self, role: str, host: Any) -> Any:
+        from rlinf_algos.grpo.roles import EpisodeScorer, FrozenPolicy
+
+        if role == "reward":
+            return EpisodeScorer(host)
+        if role == "reference":
+            return FrozenPolicy(host)
+        return super().body(role, host)
 
     def plan(self, run: Any, k: int) -> IterationPlan:
         batch = f"{run.gen}.{k}"
@@ -132,7 +144,7 @@ class GRPORecipe(Recipe):
             the channel). Returns ``[actor metrics]`` (aborted if any of them was)."""
             calls = [
                 groups["reward"].on(0).score(batch),
-                groups["reference"].on(0).compute(batch),
+                groups["reference"].on(0).log_probs(batch),
                 groups["actor"].train(batch),
             ]
             reward, reference, metrics = [(await await_call(c))[0] for c in calls]

@@ -124,8 +124,7 @@ def collect_grpo(worker: Any, gen: int, max_steps: int, batch: str = "", send: b
                 active[s] = active[s] & ~(msg["term"] | msg["trunc"])
                 current[s], pending[s] = msg["obs"], False
                 if not active[s].any():  # this stage is done here: tell its env workers
-                    for sh in worker.my_shards:
-                        worker.links[sh.src].send((s, None))
+                    worker.send(s, None)
                     continue
             raw = current[s]
             moments.add(raw[active[s]])

@@ -1,5 +1,6 @@
-"""``python -m rlinf_algos.lm RUN.yaml [--run-dir DIR] [key.path=value ...]``: run an LLM GRPO
-example in this process (what ``rlinf train`` will do once it dispatches ``grpo_lm``)."""
+"""``python -m rlinf_algos.lm RUN.yaml [--run-dir DIR] [key.path=value ...]``: run a language-model
+config in this process, whatever its ``runner.scheduler`` (``rlinf train`` with
+``runner.scheduler=local`` does the same, with a run directory guarded against overwriting)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-from rlinf_core.config import apply_overrides, load_yaml
 from rlinf_core.errors import RlinfError
 
 
@@ -19,12 +19,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("overrides", nargs="*", help="key.path=value overrides, e.g. algorithm.iterations=10")
     args = ap.parse_intermixed_args(argv)
     try:
-        from rlinf_algos.lm.config import load_lm_sections
+        from rlinf_algos.config.prepare import prepare_run
+        from rlinf_algos.lm.config import LMRunConfig
 
-        data = apply_overrides(load_yaml(args.config), args.overrides)
-        run = load_lm_sections(data)
+        run = prepare_run(args.config, args.overrides).sections  # composed and validated as rlinf train does
+        if not isinstance(run, LMRunConfig):
+            raise RlinfError(
+                f"{args.config} is not a language-model run (algorithm grpo_lm or ppo_lm); use rlinf train"
+            )
         run_dir = Path(args.run_dir or f"runs/{Path(args.config).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
-        from rlinf_algos.lm.trainer import train_lm
+        from rlinf_algos.lm.flow import train_lm
 
         train_lm(run, run_dir)
         print(f"run directory: {run_dir} (summary.json, metrics.csv, policy/)")

@@ -2,7 +2,7 @@
 
 An agent turns problems into token sequences for training. It never touches the model: it calls
 ``generate(prompts, max_new_tokens, stop_ids) -> responses`` (lists of token ids), which in
-process is the rollout worker's :meth:`~rlinf_algos.lm.workers.RolloutWorker.generate` and, in a
+process is the rollout worker's :meth:`~rlinf_algos.lm.learner.HFEngine.generate` and, in a
 distributed run, a request over a Channel to the rollout workers. So agents are light and can
 run as many small processes.
 
@@ -236,11 +236,20 @@ class ToolAgent:
     def run(
         self, problems: Sequence[Any], group_size: int, generate: GenerateFn, tools: Any = None
     ) -> EpisodeBatch:
-        """Play ``group_size`` episodes of every problem (episodes of one problem adjacent), from
-        code without a running event loop (:meth:`arun` inside one)."""
+        """Play ``group_size`` episodes of every problem (episodes of one problem adjacent),
+        blocking. Called from a thread whose event loop is running (the driver's loop calling the
+        in-process components), the episodes' own loop runs in a helper thread; ``await``
+        :meth:`arun` instead to share the caller's loop."""
         import asyncio
 
-        return asyncio.run(self.arun(problems, group_size, generate, tools))
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.arun(problems, group_size, generate, tools))
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1, thread_name_prefix="tool-episodes") as pool:
+            return pool.submit(asyncio.run, self.arun(problems, group_size, generate, tools)).result()
 
     async def arun(
         self, problems: Sequence[Any], group_size: int, generate: Any, tools: Any = None

@@ -2,11 +2,12 @@
 ``algorithm: {name: grpo_lm}`` (registered by :mod:`rlinf_algos.plugin`). Imports pydantic and
 rlinf_core only; the training code loads inside :meth:`GRPOLM.run`.
 
-``rlinf train`` (:func:`rlinf_algos.runtime.training.run_training`) validates the whole YAML through
-:meth:`GRPOLM.run_config_problems` before anything starts, writes ``config.yaml``, starts the
-scheduler ``runner.scheduler`` names (none for ``local``) and calls :meth:`GRPOLM.run`, which owns
-the training loop: in this process (:func:`rlinf_algos.lm.trainer.train_lm`) or on workers
-placed by the ``cluster`` section (:mod:`rlinf_algos.lm.distributed`).
+``rlinf train`` validates the whole YAML once, through :meth:`GRPOLM.validate_sections`
+(:func:`rlinf_algos.config.prepare.prepare_run`), before anything starts, writes ``config.yaml``,
+starts the scheduler ``runner.scheduler`` names (none for ``local``) and calls :meth:`GRPOLM.run`
+with a mapping that carries the validated sections; ``run`` runs the language-model flow
+(:mod:`rlinf_algos.lm.flow`) with the one driver: in this process or on workers placed by the
+``cluster`` section.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from rlinf_algos.lm.config import LMGRPOConfig, LMPPOConfig, load_lm_sections, resolved_lm_config
+from rlinf_algos.lm.config import (
+    LMGRPOConfig,
+    LMPPOConfig,
+    load_lm_sections,
+    resolved_lm_config,
+    validate_lm_sections,
+)
 from rlinf_algos.lm.engines import rollout_problems
 from rlinf_core.algorithm import Algorithm
 from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
@@ -36,6 +43,7 @@ SECTIONS = (
     "critic",
     "actor",
     "rollout",
+    "tools",
 )
 
 
@@ -57,19 +65,28 @@ class GRPOLM(Algorithm):
 
     @classmethod
     def run_config_problems(cls, run_config: Mapping[str, Any]) -> list[ConfigProblem]:
-        """Every problem of the ``model``, ``task``, ``sft`` and ``runner`` sections (the
-        ``algorithm`` section is validated by the runner), unknown sections, an ``agent``
-        component missing from the placement of a multi-agent run, and a ``rollout.engine`` that
-        is not registered or ``rollout.options`` it does not take."""
+        """Every problem of the run's sections but ``algorithm`` (:meth:`validate_sections`)."""
+        return cls.validate_sections(run_config)[1]
+
+    @classmethod
+    def validate_sections(
+        cls, run_config: Mapping[str, Any], algorithm_config: Any = None, host: Any = None
+    ) -> tuple[Any, list[ConfigProblem]]:
+        """``(LMRunConfig, problems)``: every section validated once
+        (:func:`~rlinf_algos.lm.config.validate_lm_sections`; the ``algorithm`` section's own
+        problems are the runner's), and every problem of the ``model``, ``task``, ``sft`` and
+        ``runner`` sections, unknown sections, an ``agent`` component missing from the placement
+        of a multi-agent run, a ``reference`` missing while ``algorithm.kl_coef > 0``, and a
+        ``rollout.engine`` that is not registered or ``rollout.options`` it does not take."""
         problems = [
             ConfigProblem(str(key), f"unknown section; a grpo_lm run has {', '.join(SECTIONS)}")
             for key in run_config
             if key not in SECTIONS
         ]
         try:
-            run = load_lm_sections(run_config)
+            run = validate_lm_sections(run_config, algorithm_config, host)
         except ConfigError as err:
-            return problems + [p for p in err.problems if not p.path.startswith("algorithm")]
+            return None, problems + [p for p in err.problems if not p.path.startswith("algorithm")]
         problems += _source_problems(run)
         if run_config.get("critic") is not None and not isinstance(run.algorithm, LMPPOConfig):
             problems.append(ConfigProblem("critic", "a critic is trained by algorithm.name: ppo_lm only"))
@@ -103,7 +120,7 @@ class GRPOLM(Algorithm):
                 )
         problems += _device_problems(run, placement)
         problems += rollout_problems(run)
-        return problems
+        return run, problems
 
     def run(
         self,
@@ -125,38 +142,24 @@ class GRPOLM(Algorithm):
         """
         if rollout_only:
             raise RlinfError("grpo_lm has no rollout-only mode (it measures accuracy, not env steps)")
-        run = load_lm_sections(run_config)
-        run_dir = Path(run_dir)
-        if scheduler is None:
-            from rlinf_algos.lm.trainer import train_lm
+        from rlinf_algos.lm.flow import train_lm
 
-            return train_lm(run, run_dir, progress=progress, cluster=_cluster_of(run_config), resume=resume)
-        try:
-            from rlinf_algos.lm.distributed import train_lm_distributed
-        except ImportError as err:  # pragma: no cover - a broken install
-            raise RlinfError(f"grpo_lm: the distributed runner cannot load ({err})") from err
-        return train_lm_distributed(
-            run,
-            scheduler,
-            run_dir,
+        return train_lm(
+            load_lm_sections(run_config),
+            Path(run_dir),
             progress=progress,
             cluster=_cluster_of(run_config),
             resume=resume,
+            scheduler=scheduler,
             callbacks=callbacks,
         )
 
     @classmethod
     def resolved_config(cls, run_config: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Every section with its defaults (:func:`~rlinf_algos.lm.config.resolved_lm_config`):
-        what ``config.yaml`` holds and ``--dry-run`` prints; it runs as it is when fed back."""
+        """Every section with its defaults (:func:`~rlinf_algos.lm.config.resolved_lm_config`; the
+        sections ``run_config`` carries, when it is validated): what ``config.yaml`` holds and
+        ``--dry-run`` prints; it runs as it is when fed back."""
         return resolved_lm_config(load_lm_sections(run_config), _cluster_of(run_config))
-
-    @classmethod
-    def latest_checkpoint(cls, run_dir: Path) -> Path | None:
-        """The newest ``checkpoints/step_<n>/`` folder of ``run_dir`` (:mod:`rlinf_algos.lm.checkpoint`)."""
-        from rlinf_algos.lm.checkpoint import latest_lm_checkpoint
-
-        return latest_lm_checkpoint(run_dir)
 
     def summary_text(self, summary: Mapping[str, Any]) -> str:
         """Held-out accuracy (reward 1) and mean reward before and after, not env steps."""

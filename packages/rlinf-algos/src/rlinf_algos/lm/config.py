@@ -9,7 +9,8 @@ YAML section     model                      what it holds
 ===============  =========================  ==================================================
 ``algorithm``    :class:`LMGRPOConfig`      GRPO options (``name: grpo_lm``): group size,
                                             prompts per iteration, clip, KL, learning rate...
-``model``        :class:`LMModelConfig`     the causal transformer's sizes
+``model``        :class:`LMModelConfig`     the causal language model (``type: hf``, the
+                                            registered :class:`~rlinf_algos.lm.model_type.HFModels`)
 ``task``         :class:`ArithTaskConfig`   the arithmetic task family, its verifier and the
                                             multi-agent mode
 ``sft``          :class:`SFTConfig`         the supervised warm start the example runs first
@@ -26,9 +27,19 @@ import math
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    RootModel,
+    SerializeAsAny,
+    field_validator,
+    model_validator,
+)
 
 from rlinf_algos.config import ActorConfig, LoraConfig
+from rlinf_algos.config.validated import carried_sections
 from rlinf_algos.lm.data import DataConfig
 from rlinf_algos.tools.registry import ToolEntry
 from rlinf_core.config import ConfigSection, validate_model
@@ -49,6 +60,7 @@ __all__ = [
     "ToolsConfig",
     "load_lm_sections",
     "resolved_lm_config",
+    "validate_lm_sections",
 ]
 
 _STRICT = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
@@ -63,7 +75,7 @@ class LMGRPOConfig(ConfigSection):
     """
 
     model_config = _STRICT
-    actor: ClassVar[str] = "rlinf_algos.lm.workers:ActorWorker"
+    actor: ClassVar[str] = "rlinf_algos.lm.learner:LMLearner"
     """The actor component's class (``module:Class``): what runs this algorithm's update."""
 
     name: Literal["grpo_lm"] = "grpo_lm"
@@ -126,7 +138,7 @@ class LMPPOConfig(LMGRPOConfig):
     loss. ``group_size`` responses per prompt (1 is plain PPO).
     """
 
-    actor: ClassVar[str] = "rlinf_algos.lm.ppo:PPOActorWorker"
+    actor: ClassVar[str] = "rlinf_algos.lm.ppo:PPOLMLearner"
 
     name: Literal["ppo_lm"] = "ppo_lm"  # type: ignore[assignment]
     group_size: int = Field(1, ge=1, description="responses sampled per prompt")
@@ -190,12 +202,18 @@ class ModelInitConfig(ConfigSection):
 
 
 class LMModelConfig(ConfigSection):
-    """``model`` section: a Hugging Face causal language model, from a folder (``path``) or built
-    fresh (``init``), optionally with LoRA adapters."""
+    """``model`` section of the language-model algorithms: a Hugging Face causal language model,
+    from a folder (``path``) or built fresh (``init``), optionally with LoRA adapters. The base of
+    every language-model type's section (``ModelType.config_model``)."""
 
     model_config = _STRICT
 
-    type: Literal["hf"] = Field("hf", description="hf: transformers AutoModelForCausalLM + AutoTokenizer")
+    type: str = Field(
+        "hf",
+        min_length=1,
+        description="a registered language-model type: hf (transformers AutoModelForCausalLM + "
+        "AutoTokenizer), or one a plugin registers (rlinf_register_models)",
+    )
     path: str | None = Field(
         None, description="a local model folder (config.json, weights, tokenizer); what a user brings"
     )
@@ -527,7 +545,7 @@ class LMRunConfig(BaseModel):
     the arithmetic ``task`` and its ``sft`` warm start are not used)."""
 
     algorithm: LMGRPOConfig | LMPPOConfig
-    model: LMModelConfig
+    model: SerializeAsAny[LMModelConfig]
     task: ArithTaskConfig
     sft: SFTConfig
     runner: LMRunnerConfig
@@ -558,14 +576,31 @@ _OPTIONAL = ("data", "reward", "tools")
 
 
 def load_lm_sections(run_config: Mapping[str, Any] | Any) -> LMRunConfig:
+    """The validated sections of a language-model run: those a validated configuration carries
+    (:class:`~rlinf_algos.config.validated.ValidatedConfig`), else
+    :func:`validate_lm_sections` of ``run_config``."""
+    carried = carried_sections(run_config, LMRunConfig)
+    return carried if carried is not None else validate_lm_sections(run_config)
+
+
+def validate_lm_sections(
+    run_config: Mapping[str, Any] | Any, algorithm: BaseModel | None = None, host: Any = None
+) -> LMRunConfig:
     """Validate the ``algorithm``, ``model``, ``task``, ``sft`` and ``runner`` sections of a run
     YAML (a mapping or an object with those attributes); a missing section takes its defaults,
     except ``algorithm`` whose ``name`` must be ``grpo_lm``. Every problem of every section is
-    reported in one :class:`ConfigError` with its YAML path."""
+    reported in one :class:`ConfigError` with its YAML path. ``algorithm``: the ``algorithm``
+    section already validated (it is taken as it is); ``host``: the plugin host whose model types
+    count for ``model.type`` (default: the installed plugins)."""
+    from rlinf_algos.models import validate_model_section
+
     problems: list[ConfigProblem] = []
     out: dict[str, BaseModel] = {}
     for name, model in _SECTIONS:
         data = run_config.get(name) if isinstance(run_config, Mapping) else getattr(run_config, name, None)
+        if name == "algorithm" and isinstance(algorithm, LMGRPOConfig):
+            out[name] = algorithm
+            continue
         if isinstance(data, BaseModel):
             data = data.model_dump()
         if data is None:
@@ -578,7 +613,10 @@ def load_lm_sections(run_config: Mapping[str, Any] | Any) -> LMRunConfig:
         if name == "algorithm" and isinstance(data, Mapping):
             model = ALGORITHM_CONFIGS.get(str(data.get("name")), LMGRPOConfig)
         try:
-            out[name] = validate_model(model, data, prefix=name)
+            if name == "model":
+                out[name] = validate_model_section(data, LMModelConfig, prefix=name, host=host)
+            else:
+                out[name] = validate_model(model, data, prefix=name)
         except ConfigError as err:
             problems.extend(err.problems)
     has = (

@@ -1,11 +1,10 @@
-"""Rollout engines of the language-model runs: :class:`RolloutWorker`, the ``hf`` engine
+"""Rollout engines of the language-model runs: :class:`HFEngine`, the ``hf`` engine
 (registered by rlinf-algos' plugin), and :func:`make_rollout`, which builds the engine
 ``rollout.engine`` names.
 
-Torch-free at import: the plugin registers :class:`RolloutWorker`, and ``rollout.engine`` is
+Torch-free at import: the plugin registers :class:`HFEngine`, and ``rollout.engine`` is
 validated, in processes that never build a model; torch and transformers are imported when an
-engine is constructed. :mod:`rlinf_algos.lm.workers` re-exports :class:`RolloutWorker` next to
-the other components.
+engine is constructed.
 """
 
 from __future__ import annotations
@@ -18,12 +17,11 @@ from typing import Any, ClassVar
 from rlinf_algos.lm.config import LMModelConfig
 from rlinf_core.errors import ConfigError, ConfigProblem
 from rlinf_core.rollout import RolloutEngine
-from rlinf_core.worker import Worker
 
-__all__ = ["RolloutWorker", "check_options", "engine_class", "make_rollout", "rollout_problems"]
+__all__ = ["HFEngine", "check_options", "engine_class", "make_rollout", "rollout_problems"]
 
 
-class RolloutWorker(Worker, RolloutEngine):
+class HFEngine(RolloutEngine):
     """The ``hf`` engine: holds a versioned copy of the policy and samples from it with the
     Hugging Face ``generate`` (:func:`~rlinf_algos.lm.hf.generate`: KV cache, left padding,
     temperature, top-p, a stop on the stop tokens), on the CPU or the GPU its placement gives.
@@ -144,8 +142,8 @@ def engine_class(name: str, plugins: Any = None) -> type[RolloutEngine]:
     engines = plugins.rollout_engines
     if name in engines:
         return engines.get(name)
-    if name.casefold() == RolloutWorker.PLUGIN_NAME:
-        return RolloutWorker
+    if name.casefold() == HFEngine.PLUGIN_NAME:
+        return HFEngine
     raise ConfigError(
         f"{engines.unknown_message(name)}; an engine package registers one with the "
         "rlinf_register_rollout_engines hook (vLLM and SGLang engines come that way, for GPU machines)",

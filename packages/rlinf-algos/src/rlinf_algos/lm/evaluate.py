@@ -99,7 +99,7 @@ def evaluate_policy(
     from rlinf_algos.lm.agents import EpisodeBatch, episode_metrics, make_agent
     from rlinf_algos.lm.engines import make_rollout
     from rlinf_algos.lm.folder import context_length
-    from rlinf_algos.lm.reward import RewardWorker
+    from rlinf_algos.lm.reward import Verifier
     from rlinf_algos.lm.tasks import make_task, task_tokenizer
 
     temp = (0.0 if samples == 1 else run.algorithm.temperature) if temperature is None else temperature
@@ -113,7 +113,7 @@ def evaluate_policy(
         )
     rollout = make_rollout(run, seed=seed, pad_id=tok.pad_id)
     agent = make_agent(task, tok, task.max_new_tokens(), run.task.max_calls, context_length(run.model))
-    reward = RewardWorker(task)
+    reward = Verifier(task)
 
     def gen(prompts: list[list[int]], n: int, stop: Any) -> list[list[int]]:
         return rollout.generate(prompts, n, stop, temperature=temp)

@@ -2,9 +2,9 @@
 the same architecture, token-level GAE over the generated tokens, clipped policy and value losses.
 
 Seed 003: PPO "handles both LLM policies ... and VLA policies". Everything but the update is
-GRPO's pipeline (agents, rollout, reward, reference workers): :class:`PPOActorWorker` is the
+GRPO's pipeline (agents, rollout, reward, reference workers): :class:`PPOLMLearner` is the
 actor component of ``ppo_lm`` (named by :attr:`rlinf_algos.lm.config.LMPPOConfig.actor`), with
-the same calls as :class:`~rlinf_algos.lm.workers.ActorWorker` (``update``, ``get_weights``).
+the same calls as :class:`~rlinf_algos.lm.learner.LMLearner` (``update``, ``get_weights``).
 
 Alignment (``[N, T]`` tensors, as the log-probs): ``values[:, t]`` is the critic's estimate
 before token ``t`` is generated (read from the hidden state at ``t - 1``), the reward of a
@@ -15,7 +15,7 @@ sequence sits on its last generated token, and GAE runs backwards over the gener
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -23,10 +23,10 @@ from torch import Tensor, nn
 
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.config import CriticConfig, LMModelConfig, LMPPOConfig
-from rlinf_algos.lm.workers import ActorWorker
+from rlinf_algos.lm.learner import LMLearner
 from rlinf_algos.ppo import functional as ppo
 
-__all__ = ["PPOActorWorker", "ValueModel", "token_gae"]
+__all__ = ["PPOLMLearner", "ValueModel", "token_gae"]
 
 
 class ValueModel(nn.Module):
@@ -70,7 +70,7 @@ def token_gae(
     return adv, adv + values
 
 
-class PPOActorWorker(ActorWorker):
+class PPOLMLearner(LMLearner):
     """The policy and the critic, their optimisers, and the PPO update.
 
     Args:
@@ -86,6 +86,10 @@ class PPOActorWorker(ActorWorker):
     reads the features the policy's own training shaped (PPO's usual critic initialisation;
     ``model.path`` may be a random ``model.init`` folder).
     """
+
+    stat_columns: ClassVar[tuple[str, ...]] = (
+        "loss", "value_loss", "kl", "clip_fraction", "grad_norm", "explained_variance", "trained_sequences",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -114,11 +118,11 @@ class PPOActorWorker(ActorWorker):
         self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=critic.lr, betas=(0.9, 0.99))
 
     @classmethod
-    def build(cls, model: Any, run: Any, dp: Any = None) -> PPOActorWorker:
+    def build(cls, model: Any, run: Any, dp: Any = None) -> PPOLMLearner:
         return cls(model, run.algorithm, seed=run.runner.seed, critic=run.critic, model_spec=run.model, dp=dp)
 
     def state_dict(self) -> dict[str, Any]:
-        """The actor's checkpoint state (:meth:`ActorWorker.state_dict`) with the critic and its
+        """The actor's checkpoint state (:meth:`LMLearner.state_dict`) with the critic and its
         optimiser."""
         return {
             **super().state_dict(),

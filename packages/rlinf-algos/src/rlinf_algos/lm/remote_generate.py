@@ -1,7 +1,7 @@
 """Generation over the ``gen`` channel of a distributed language-model run: an agent (in the
 driver or an agent worker) asks the rollout ranks for responses (:class:`ChannelGenerate`) and
-plays its episodes with them (:func:`play`); :class:`LMAgentWorker` is the agent process.
-Imports no torch."""
+plays its episodes with them (:func:`play`; the agent process's body is
+:class:`~rlinf_algos.lm.roles.AgentPlayer`). Imports no torch."""
 
 from __future__ import annotations
 
@@ -9,15 +9,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rlinf_algos.lm.agents import EpisodeBatch, make_agent
+from rlinf_algos.channels import Aborted, is_abort
+from rlinf_algos.lm.agents import EpisodeBatch
 from rlinf_algos.lm.config import LMRunConfig
-from rlinf_algos.lm.faults import Aborted, WorkerPid, is_abort
-from rlinf_algos.lm.folder import context_length
-from rlinf_algos.lm.tasks import make_task, task_tokenizer
 from rlinf_core.errors import ChannelTimeout, RlinfError
-from rlinf_core.worker import Worker
 
-__all__ = ["ChannelGenerate", "LMAgentWorker", "play", "run_config"]
+__all__ = ["ChannelGenerate", "play", "run_config"]
 
 
 def run_config(data: Mapping[str, Any] | LMRunConfig) -> LMRunConfig:
@@ -121,44 +118,5 @@ def play(
         "episodes": eps.num_episodes,
         "generated_tokens": eps.generated_tokens,
         "generate_s": time.perf_counter() - t0,
+        "metrics": eps.metrics,  # per episode: tool-calling episodes' figures, else empty
     }
-
-
-class LMAgentWorker(WorkerPid, Worker):
-    """A light agent process (no model, no torch): plays single or hierarchical episodes by
-    asking the rollout ranks for generations over the ``gen`` channel, and puts the episodes on
-    the ``episodes`` channel for the reward component."""
-
-    def __init__(self, run: dict[str, Any], gen: Any, episodes: Any, n_rollout: int, timeout: float) -> None:
-        self.run_cfg = run_config(run)
-        self.gen, self.episodes, self.n_rollout, self.timeout = gen, episodes, n_rollout, timeout
-
-    def setup(self) -> None:
-        tok = task_tokenizer(self.run_cfg)
-        t = self.run_cfg.task
-        task = make_task(self.run_cfg, tok)
-        self.agent = make_agent(
-            task, tok, task.max_new_tokens(), t.max_calls, context_length(self.run_cfg.model)
-        )
-
-    def play(
-        self,
-        key: str,
-        problems: list[Any],
-        group_size: int,
-        temperature: float | None,
-        min_version: int,
-        report: str | None = None,
-    ) -> dict[str, Any]:
-        """Play ``group_size`` episodes of each of ``problems``; put them on the ``episodes``
-        channel at ``key``; return counts and seconds (``aborted`` when the driver ended it)."""
-        gen = ChannelGenerate(
-            self.gen, self.n_rollout, f"agent{self.rank}/{key}", temperature, min_version, self.timeout,
-            report=report,
-        )  # fmt: skip
-        try:
-            eps, stats = play(self.agent, problems, group_size, gen)
-        except Aborted:
-            return {"aborted": True}
-        self.episodes.put(eps.to_dict(), key, timeout=self.timeout)
-        return stats

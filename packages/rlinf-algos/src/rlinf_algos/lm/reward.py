@@ -1,4 +1,4 @@
-"""The reward component: the task's scoring of final responses.
+"""The verifier: the task's scoring of final responses (what the reward role holds).
 
 Pure Python (no torch, no model state), so it can be placed on CPU-only nodes; what it gets and
 returns is plain lists and numpy arrays. The scoring itself is the task's
@@ -11,12 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rlinf_core.worker import Worker
-
-__all__ = ["RewardWorker"]
+__all__ = ["Verifier"]
 
 
-class RewardWorker(Worker):
+class Verifier:
     """Scores episodes with ``task.score``.
 
     Args:
@@ -41,6 +39,6 @@ class RewardWorker(Worker):
         responses: Sequence[Any] = batch["response_ids"]
         answers: Sequence[Any] = batch["answers"]
         if len(responses) != len(answers):
-            raise ValueError(f"RewardWorker: {len(responses)} responses but {len(answers)} answers")
+            raise ValueError(f"Verifier: {len(responses)} responses but {len(answers)} answers")
         ids = [r.tolist() if hasattr(r, "tolist") else list(r) for r in responses]
         return self.task.score(ids, answers)

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, SerializeAsAny, model_validator
 
 from rlinf_algos.lm.config import LMModelConfig, Loggers, ToolsConfig
 from rlinf_algos.lm.data import DataConfig
+from rlinf_algos.models import validate_model_section
 from rlinf_core.config import ConfigSection, validate_model
 from rlinf_core.errors import ConfigError, ConfigProblem
 
@@ -141,7 +142,7 @@ class SFTRunnerConfig(ConfigSection):
 class SFTRunConfig(BaseModel):
     """The validated sections of an ``rlinf sft`` YAML."""
 
-    model: LMModelConfig
+    model: SerializeAsAny[LMModelConfig]
     data: SFTDataConfig
     train: SFTTrainConfig
     runner: SFTRunnerConfig
@@ -159,7 +160,8 @@ _SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
 
 
 def load_sft_config(data: Mapping[str, Any]) -> SFTRunConfig:
-    """Validate an ``rlinf sft`` YAML (a mapping of sections). ``model`` and ``data`` are
+    """Validate an ``rlinf sft`` YAML (a mapping of sections; ``model`` by the model of its
+    ``model.type``, :func:`~rlinf_algos.models.validate_model_section`). ``model`` and ``data`` are
     required; ``train`` and ``runner`` take their defaults when absent. Every problem of every
     section is reported in one :class:`ConfigError`, each with its YAML path."""
     problems: list[ConfigProblem] = []
@@ -181,7 +183,10 @@ def load_sft_config(data: Mapping[str, Any]) -> SFTRunConfig:
                 continue
             section = {}
         try:
-            out[name] = validate_model(model, section, prefix=name)
+            if name == "model":
+                out[name] = validate_model_section(section, LMModelConfig, prefix=name)
+            else:
+                out[name] = validate_model(model, section, prefix=name)
         except ConfigError as err:
             problems.extend(err.problems)
     data_cfg = out.get("data")

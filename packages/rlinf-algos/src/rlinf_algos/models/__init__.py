@@ -1,19 +1,28 @@
 """Policies by ``model.type``: a registry that plugins extend (``rlinf_register_models``).
 
-An algorithm turns the ``model`` section into a *spec* (a dict: ``type``, ``cls`` — which
-network of that type — and its sizes), saved in ``policy.safetensors`` and sent to every worker;
-:func:`build_policy` builds a fresh module from it in whichever process needs one. rlinf-algos
-registers ``mlp`` (:class:`MLPModels`, the networks of :mod:`rlinf_algos.models.mlp`) and
-``vla`` (:class:`VLAModels`, :mod:`rlinf_algos.models.vla`).
+A model type declares the model of its ``model`` section (``config_model``: a subclass of
+:class:`~rlinf_algos.models.config.ModelConfig` that adds its own options) and builds policies.
+:func:`validate_model_section` validates the section with the model of the type it names. An
+algorithm turns the validated section into a *spec* (a dict: ``type``, ``cls`` — which network of
+that type — its sizes and the type's own options, :meth:`ModelConfig.spec_options`), saved in
+``policy.safetensors`` and sent to every worker; :func:`build_policy` builds a fresh module from
+it in whichever process needs one. rlinf-algos registers ``mlp`` (:class:`MLPModels`, the
+networks of :mod:`rlinf_algos.models.mlp`), ``vla`` (:class:`VLAModels`,
+:mod:`rlinf_algos.models.vla`, its options :mod:`rlinf_algos.models.vla_config`) and, for the
+language-model algorithms, ``hf`` (:class:`rlinf_algos.lm.model_type.HFModels`).
 
 Adding a model type is one module and one registration line::
 
+    class ConvConfig(ModelConfig):
+        channels: list[int] = Field([16, 32], description="conv channels")
+
     class ConvModels(ModelType):
         PLUGIN_NAME = "conv"
+        config_model = ConvConfig
         roles = ("GaussianActorCritic",)
 
         def build(self, spec):
-            return MyConvActorCritic(**spec["kwargs"])
+            return MyConvActorCritic(spec["obs_dim"], spec["act_dim"], spec["channels"])
 
     @hookimpl
     def rlinf_register_models():
@@ -24,9 +33,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
-from rlinf_core.errors import ConfigError, PluginError, RlinfError
+from pydantic import BaseModel
+
+from rlinf_algos.models.config import ModelConfig
+from rlinf_algos.models.vla_config import VLAModelConfig
+from rlinf_core.config import describe_value, validate_model
+from rlinf_core.errors import ConfigError, ConfigProblem, PluginError, RlinfError, join_path
 from rlinf_core.model import ModelType
 
 __all__ = [
@@ -36,9 +50,14 @@ __all__ = [
     "build_policy",
     "check_policy_spec",
     "encoder_options",
+    "holds_a_default_option",
+    "model_config_class",
     "model_type",
     "parameter_counts",
+    "validate_model_section",
 ]
+
+M = TypeVar("M", bound=BaseModel)
 
 DEFAULT_MODEL_TYPE = "mlp"
 """The type of a spec without ``type`` (every ``policy.pt`` written before types existed)."""
@@ -50,6 +69,7 @@ class MLPModels(ModelType):
     tanh-squashed Gaussian actor (SAC) over flat observation vectors."""
 
     PLUGIN_NAME: ClassVar[str] = "mlp"
+    config_model: ClassVar[type[BaseModel] | None] = ModelConfig
     roles: ClassVar[tuple[str, ...]] = (
         "GaussianActorCritic",
         "ActorCritic",
@@ -122,6 +142,7 @@ class VLAModels(ModelType):
     (PPO), and SAC's squashed actor and twin critics."""
 
     PLUGIN_NAME: ClassVar[str] = "vla"
+    config_model: ClassVar[type[BaseModel] | None] = VLAModelConfig
     roles: ClassVar[tuple[str, ...]] = ("GaussianActorCritic", "SquashedGaussianActor", "TwinQ")
 
     def check_spec(self, spec: Mapping[str, Any]) -> None:
@@ -212,22 +233,125 @@ def model_type(name: str) -> ModelType:
 
 
 def encoder_options(model_cfg: Any) -> dict[str, Any]:
-    """What a policy spec carries of the ``model`` section's encoder options (``vla``): the
-    ``vision``, ``language`` and ``lora`` sections that are set, and ``critic_input`` /
-    ``predict_privileged`` / ``encoder_loss`` when they differ from their defaults (older specs, and every mlp
-    spec, stay as they were)."""
-    out: dict[str, Any] = {
-        k: v.model_dump()
-        for k in ("vision", "language", "lora")
-        if (v := getattr(model_cfg, k, None)) is not None
-    }
-    if getattr(model_cfg, "critic_input", "features") != "features":
-        out["critic_input"] = model_cfg.critic_input
-    if getattr(model_cfg, "predict_privileged", 0.0):
-        out["predict_privileged"] = float(model_cfg.predict_privileged)
-    if getattr(model_cfg, "encoder_loss", "all") != "all":
-        out["encoder_loss"] = model_cfg.encoder_loss
+    """What a policy spec carries of the ``model`` section's type-specific options
+    (:meth:`~rlinf_algos.models.config.ModelConfig.spec_options`: ``vla``'s encoders and heads, a
+    plugin type's own fields; nothing for ``mlp``)."""
+    options = getattr(model_cfg, "spec_options", None)
+    return dict(options()) if callable(options) else {}
+
+
+def _family(registry: Any, base: type[BaseModel]) -> list[str]:
+    """The registered model types whose section model is ``base`` or extends it."""
+    default = str(base.model_fields["type"].default)
+    names = [default]
+    for name, cls in registry.items():
+        model = getattr(cls, "config_model", None)
+        if (model is None or issubclass(model, base)) and name.casefold() != default.casefold():
+            names.append(name)
+    return names
+
+
+def model_config_class(name: str, base: type[M] = ModelConfig, host: Any = None) -> type[M]:  # type: ignore[assignment]
+    """The model that validates the ``model`` section of ``model.type: name`` in a run whose
+    algorithms take ``base`` (:class:`ModelConfig` for the embodied ones): the type's
+    ``config_model`` (``base`` itself for a type that declares none, and for ``base``'s default
+    type, which always resolves). An unknown type, or one of another family, is a
+    :class:`ConfigError` at ``model.type`` naming the types this run takes."""
+    default = str(base.model_fields["type"].default)
+    if name.casefold() == default.casefold():
+        return base
+    registry = host.models if host is not None else _registry()
+    if name not in registry:
+        family = _family(registry, base)
+        takes = "" if set(family) >= set(registry.names()) else f"; this run takes: {', '.join(family)}"
+        raise ConfigError(f"{registry.unknown_message(name)}{takes}", "model.type")
+    model = getattr(registry.get(name), "config_model", None) or base
+    if not issubclass(model, base):
+        raise ConfigError(
+            f"{name!r} is a model type of other algorithms (its section is {model.__name__}, not a "
+            f"{base.__name__}); this run takes: {', '.join(_family(registry, base))}",
+            "model.type",
+        )
+    return model
+
+
+def validate_model_section(
+    data: Any, base: type[M] = ModelConfig, *, prefix: str = "model", host: Any = None
+) -> M:
+    """The ``model`` section validated by the model of the type it names
+    (:func:`model_config_class`; no ``type``: ``base``'s default). Every problem is one
+    :class:`ConfigError` line with its YAML path; a key that is another model type's option says
+    which (``model.vision: an option of model.type vla, not of model.type mlp (which takes ...)``).
+    ``host``: the plugin host whose model types count (default: the installed plugins)."""
+    if data is None:
+        data = {}
+    if isinstance(data, base):
+        return data
+    if isinstance(data, BaseModel):
+        data = data.model_dump()
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"must be a mapping, got {describe_value(data)}", prefix)
+    name = data.get("type", base.model_fields["type"].default)
+    if not isinstance(name, str) or not name:
+        return validate_model(base, data, prefix)  # the base reports the bad type
+    try:
+        model = model_config_class(name, base, host)
+    except ConfigError as err:
+        raise ConfigError(
+            [ConfigProblem(join_path(prefix, "type"), p.message) for p in err.problems]
+        ) from None
+    foreign = _foreign_options(data, model, base, host)
+    problems = [
+        ConfigProblem(
+            join_path(prefix, key),
+            f"an option of model.type {owner}, not of model.type {name} (which takes "
+            f"{', '.join(model.model_fields)})",
+        )
+        for key, owner in foreign.items()
+    ]
+    data = {k: v for k, v in data.items() if k not in foreign}
+    try:
+        out = validate_model(model, data, prefix)
+    except ConfigError as err:
+        raise ConfigError([*problems, *err.problems]) from None
+    if problems:
+        raise ConfigError(problems)
     return out
+
+
+def _foreign_options(
+    data: Mapping[str, Any], model: type[BaseModel], base: type[BaseModel], host: Any
+) -> dict[str, str]:
+    """``{key: model type}`` for the keys of ``data`` that ``model`` does not take but another
+    model type of ``base``'s family does."""
+    unknown = [k for k in data if isinstance(k, str) and k not in model.model_fields]
+    if not unknown:
+        return {}
+    registry = host.models if host is not None else _registry()
+    owners: dict[str, str] = {}
+    for other in _family(registry, base):
+        other_model = model_config_class(other, base, host)
+        for key in unknown:
+            if key in other_model.model_fields and other_model is not model:
+                owners.setdefault(key, other)
+    return owners
+
+
+def holds_a_default_option(key: str, value: Any, host: Any = None) -> bool:
+    """Whether ``value`` is the default of option ``key`` of some registered model type: an
+    option a type without it never acted on (what a ``config.yaml`` written before each model type
+    held its own options recorded of every option, e.g. ``critic_input: features`` of an mlp)."""
+    registry = host.models if host is not None else _registry()
+    models = [ModelConfig, *(m for cls in registry if (m := getattr(cls, "config_model", None)) is not None)]
+    for model in models:
+        field = model.model_fields.get(key)
+        if (
+            field is not None
+            and not field.is_required()
+            and field.get_default(call_default_factory=True) == value
+        ):
+            return True
+    return False
 
 
 def parameter_counts(module: Any) -> dict[str, int]:

@@ -322,12 +322,8 @@ class ActorCritic(_ActorCriticBase):
 
     def evaluate(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         params = seq_forward(self.actor_mean, obs)
-        log_std = self.actor_log_std
-        return (
-            self.dist.log_prob(actions, params, log_std),
-            self.dist.entropy(params, log_std),
-            self.value(obs),
-        )
+        logp, entropy = self.dist.log_prob_and_entropy(actions, params, self.actor_log_std)
+        return logp, entropy, self.value(obs)
 
     def action_params(self, obs: Tensor) -> Tensor:
         """The distribution's parameters for normalised observations ``[B, D] -> [B, P]``."""

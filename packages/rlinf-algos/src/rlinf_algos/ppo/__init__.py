@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from rlinf_algos.algorithm import EmbodiedAlgorithm, rollout_item
+from rlinf_algos.flow import Recipe
 from rlinf_algos.ppo.config import PPOConfig
-from rlinf_algos.recipe import Recipe
 
 __all__ = ["PPO", "PPOConfig"]
 

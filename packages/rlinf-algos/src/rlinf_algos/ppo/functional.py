@@ -15,16 +15,12 @@ Termination versus truncation
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import torch
 from torch import Tensor
 
 __all__ = [
     "approx_kl",
     "clip_fraction",
-    "clip_grad_norm",
-    "clip_grads_",
     "entropy_loss",
     "gae",
     "next_values_with_bootstrap",
@@ -191,25 +187,3 @@ def approx_kl(log_ratio: Tensor) -> Tensor:
     ``mean((ratio - 1) - log_ratio)``; non-negative and unbiased. Used for early stopping: stop the
     epochs once it passes ``target_kl``."""
     return (torch.expm1(log_ratio) - log_ratio).mean()
-
-
-def clip_grad_norm(parameters: Iterable[Tensor], max_norm: float) -> Tensor:
-    """Scale the gradients of ``parameters`` in place so their global L2 norm is at most ``max_norm``.
-
-    Returns the norm *before* clipping (a scalar tensor; 0 when no parameter has a gradient). One
-    fused pass (``torch._foreach_norm`` / ``_foreach_mul_``) instead of one call per tensor, which is
-    what dominates on the small networks RL uses.
-    """
-    return clip_grads_([p.grad for p in parameters if p.grad is not None], max_norm)
-
-
-def clip_grads_(grads: list[Tensor], max_norm: float) -> Tensor:
-    """:func:`clip_grad_norm` on a list of gradient tensors (scaled in place; returns the norm
-    before clipping). For a learner that keeps its gradient list between steps."""
-    if not grads:
-        return torch.zeros(())
-    norms = torch._foreach_norm(grads)
-    total = torch.linalg.vector_norm(torch.stack(norms))
-    scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)
-    torch._foreach_mul_(grads, scale)
-    return total

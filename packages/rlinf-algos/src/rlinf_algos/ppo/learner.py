@@ -12,12 +12,12 @@ from torch import Tensor
 
 from rlinf_algos import obs as obs_tree
 from rlinf_algos.channels import traj_key
+from rlinf_algos.flow import LearnerContext, LearnerSide
 from rlinf_algos.models.mlp import GaussianActorCritic
-from rlinf_algos.optim import LeanAdam, make_adam
+from rlinf_algos.optim import LeanAdam, clip_grads_, make_adam
 from rlinf_algos.parallel import DataParallel
 from rlinf_algos.ppo import functional as F
 from rlinf_algos.ppo.config import PPOConfig
-from rlinf_algos.recipe import LearnerContext, LearnerSide
 from rlinf_algos.stats import RewardScaler
 
 __all__ = ["PPOLearner", "PPOLearnerSide", "PPORollout"]
@@ -143,7 +143,7 @@ class PPOLearner:
                         dp.sync_grads(adam.params)
                     if cfg.max_grad_norm is not None:
                         gn = (
-                            F.clip_grads_(adam.grads(), cfg.max_grad_norm)
+                            clip_grads_(adam.grads(), cfg.max_grad_norm)
                             if plain
                             else dp.clip_grad_norm(adam.params, cfg.max_grad_norm)
                         )

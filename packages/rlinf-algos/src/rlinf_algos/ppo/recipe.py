@@ -14,36 +14,14 @@ from typing import Any, ClassVar
 import torch
 
 from rlinf_algos.channels import traj_key
-from rlinf_algos.models import build_policy, encoder_options
+from rlinf_algos.flow import IterationPlan, LearnerContext, LocalSession, Recipe, await_call
+from rlinf_algos.models import build_policy
+from rlinf_algos.policy_specs import gaussian_policy_spec
+from rlinf_algos.ports import LocalPort
 from rlinf_algos.ppo.learner import PPOLearnerSide
-from rlinf_algos.ppo.rollout import LocalPort, collect_ppo
-from rlinf_algos.recipe import IterationPlan, LearnerContext, LocalSession, Recipe, await_call
+from rlinf_algos.ppo.rollout import collect_ppo
 
-__all__ = ["PPORecipe", "gaussian_policy_spec"]
-
-
-def gaussian_policy_spec(model_cfg: Any, spaces: Any, normalize_obs: bool) -> dict[str, Any]:
-    """The Gaussian actor-critic of PPO and GRPO (64x64 tanh unless the ``model`` section says;
-    a model type with encoders, ``vla``, picks its own default sizes); for an action space other
-    than a flat ``Box`` (``spaces["action_space"]``), the ``ActorCritic`` over it, the space's
-    spec recorded as ``action_space``."""
-    plain = model_cfg.type == "mlp"
-    action_space = spaces.get("action_space") or {"kind": "box"}
-    extra = {} if action_space["kind"] == "box" else {"action_space": action_space}
-    return {
-        "type": model_cfg.type,
-        "cls": "GaussianActorCritic" if not extra else "ActorCritic",
-        **extra,
-        "obs_dim": spaces["obs_dim"],
-        "obs_space": spaces.get("obs_space"),
-        "act_dim": spaces["act_dim"],
-        "hidden": model_cfg.hidden_sizes or ([64, 64] if plain else None),
-        "activation": model_cfg.activation or ("tanh" if plain else None),
-        "log_std_init": model_cfg.log_std_init,
-        "normalize_obs": normalize_obs,
-        "ortho_init": model_cfg.ortho_init,
-        **encoder_options(model_cfg),
-    }
+__all__ = ["PPORecipe"]
 
 
 class _PPOLocal(LocalSession):

@@ -1,10 +1,7 @@
 """PPO's rollout: the one collection loop, run by a rollout worker over its env links and by the
-in-process runtime over its own vector env (:class:`LocalPort`).
+in-process runtime over its own vector env (:class:`~rlinf_algos.ports.LocalPort`).
 
-The loop talks to a *port*: ``stages`` pipeline stages of ``slots`` env slots each, ``recv(s)``
-the env message of stage ``s`` (``obs``; after a step also ``rew``, ``term``, ``trunc`` and
-``final`` = (slot indices, final observations) of the episodes that ended) and ``send(s,
-actions)``. The per-step path is kept short (the env side waits on it): the observation
+The loop talks to a *port* (:mod:`rlinf_algos.ports`). The per-step path is kept short (the env side waits on it): the observation
 statistics are fixed for the iteration, so normalising is three in-place ops into the buffer;
 the raw-observation moments and the log-probabilities are computed once at the end.
 """
@@ -20,37 +17,7 @@ from rlinf_algos import obs as obs_tree
 from rlinf_algos.models.mlp import gaussian_log_prob
 from rlinf_algos.stats import Moments
 
-__all__ = ["LocalPort", "collect_ppo"]
-
-
-class LocalPort:
-    """A one-stage port over a :class:`~rlinf_algos.envs.VectorEnvStepper` in this process:
-    ``send`` steps the envs, ``recv`` returns what the step gave, as an env worker's message."""
-
-    stages = 1
-
-    def __init__(self, stepper: Any) -> None:
-        self.stepper = stepper
-        self.slots = stepper.num_envs
-        self._msg: dict[str, Any] | None = None
-
-    def recv(self, s: int) -> dict[str, Any]:
-        """The message of the last step (whose ``obs`` are the current observations)."""
-        return self._msg if self._msg is not None else {"obs": self.stepper.obs}
-
-    def send(self, s: int, actions: np.ndarray) -> None:
-        step = self.stepper.step(actions)
-        msg: dict[str, Any] = {
-            "obs": step.obs,
-            "rew": step.rewards,
-            "term": step.terminated,
-            "trunc": step.truncated,
-        }
-        done = step.done
-        if done.any():
-            idx = np.flatnonzero(done)
-            msg["final"] = (idx, obs_tree.take(step.final_obs, idx))
-        self._msg = msg
+__all__ = ["collect_ppo"]
 
 
 @torch.no_grad()

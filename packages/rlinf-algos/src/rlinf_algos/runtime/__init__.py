@@ -1,9 +1,15 @@
-"""The training runtime: never names an algorithm.
+"""The training runtime: one driver for every algorithm family; never names an algorithm.
 
 - :mod:`~rlinf_algos.runtime.training`: ``rlinf train``'s entry point (validation, dry run,
   scheduler start-up);
-- :mod:`~rlinf_algos.runtime.local`: any recipe in one process;
-- :mod:`~rlinf_algos.runtime.distributed`: any recipe on placed workers;
-- :mod:`~rlinf_algos.runtime.workers`: the generic env and rollout workers;
-- :mod:`~rlinf_algos.runtime.actor`: the actor worker (the learner, on one process or many).
+- :mod:`~rlinf_algos.runtime.driver`: the one single controller of a run (books, checkpoints,
+  resume, stops, worker deaths, the summary) over a flow's run;
+- :mod:`~rlinf_algos.runtime.recovery`: what a dead worker costs (restarts in place, the learner
+  from checkpoints, :class:`~rlinf_algos.runtime.recovery.RunFailed`);
+- :mod:`~rlinf_algos.runtime.books`: metrics rows, the wall clock, episode statistics;
+- :mod:`~rlinf_algos.runtime.stop`: SIGTERM / Ctrl-C between iterations, the process's RNG streams;
+- :mod:`~rlinf_algos.runtime.workers`: one worker class per role (env, rollout, actor, reward,
+  reference, agent), thin process hosts of the flow's bodies;
+- :mod:`~rlinf_algos.runtime.transport`: every import of the scheduler's transport (weights,
+  links, routing).
 """

@@ -1,33 +1,55 @@
-"""Restarting workers of a distributed run: env and rollout workers in place, the learner from
-the newest checkpoint (:class:`RecoveryMixin`, a part of
-:class:`~rlinf_algos.runtime.distributed.DistributedRun`), and the errors that end a run when a
-worker cannot come back. The policy of what is restarted and what is dropped is described in
-:mod:`rlinf_algos.runtime.distributed`.
+"""Worker deaths, for every family: the one place that decides what a dead worker costs.
+
+A flow's placed run declares, for each role, what happens when one of its processes dies
+(:data:`RESTART`):
+
+- ``in_place``: the role holds no training state (env, rollout, reward, agent): the dead ranks
+  are restarted on their placement, the iteration they were in is ended on every worker (an
+  :data:`~rlinf_algos.channels.ABORT` on each key a consumer may wait on; env and rollout links
+  break), its partial batch is dropped (``dropped_batches``) and the iteration runs again under
+  the next generation of channel keys, so nothing of the lost batch is mixed in;
+- ``learner``: the role holds the optimiser state (the actor): the run goes back to the newest
+  checkpoint that loads; the learner is restarted on its placement from the checkpoint's state
+  (its flow points the other roles at it) and the books go back to the checkpoint
+  (``learner_restarts``: ``step``, ``reason``, ``checkpoint``, ``steps_lost``);
+- ``never``: the role holds state the run cannot rebuild (a frozen reference): the run ends
+  naming the worker, after writing the policy and the summary, with the ``--resume`` command.
+
+Every restart counts against ``runner.max_restarts``; when they are used up (or the learner
+cannot come back: no checkpoint to restart it from) the run ends with :class:`RunFailed`, whose
+message names the newest checkpoint and the ``--resume`` command. Every wait on a worker is on
+its call, so a worker whose process dies is named at once (role, rank, process id, method), not
+after ``runner.worker_timeout``.
+
+:class:`Recovery` is a part of :class:`~rlinf_algos.runtime.driver.Driver`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rlinf_algos.recipe import await_call
+from rlinf_algos.flow import await_call
 from rlinf_algos.run_files import UnsafeStateFile
 from rlinf_algos.rundir import latest_checkpoint, load_checkpoint
 from rlinf_core.errors import RlinfError
 
-__all__ = ["LearnerDied", "RecoveryMixin", "RunFailed", "failure_reason", "worker_died"]
+__all__ = ["RESTART", "LearnerDied", "Recovery", "RunFailed", "failure_reason", "worker_died"]
+
+RESTART = ("in_place", "learner", "never")
+"""What a role's death costs (see the module docstring)."""
 
 
 class RunFailed(RlinfError):
-    """A worker died and could not be restarted (``runner.max_restarts`` used up, or the learner
-    died with checkpoints turned off); the message names the newest checkpoint and the
-    ``--resume`` command. ``policy.safetensors`` and ``summary.json`` (with ``error``) are written
-    first. ``exit_code`` 2 when the cause is a file rlinf refuses to load (a legacy pickle)."""
+    """A worker died and could not be restarted (``runner.max_restarts`` used up, a role that is
+    never restarted, or the learner with no checkpoint to come back from); the message names the
+    newest checkpoint and the ``--resume`` command. The policy and ``summary.json`` (with
+    ``error``) are written first. ``exit_code`` 2 when the cause is a file rlinf refuses to load
+    (a legacy pickle)."""
 
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
@@ -35,7 +57,7 @@ class RunFailed(RlinfError):
 
 
 class LearnerDied(Exception):
-    """The actor worker's process died (``reason``: where and how)."""
+    """The learner's (actor worker's) process died (``reason``: where and how)."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -54,26 +76,29 @@ def failure_reason(err: BaseException) -> str:
     return f"{method}(): {summary}" if method and summary else str(err).splitlines()[0]
 
 
-class RecoveryMixin:
-    """Worker restarts of a :class:`~rlinf_algos.runtime.distributed.DistributedRun` (uses its
-    groups, channels, recorder and settings)."""
+class Recovery:
+    """The driver's part that handles worker deaths (uses its groups, books and flow run)."""
 
-    def _count_restarts(self, what: str, n: int = 1) -> None:
-        """Count ``n`` restarts against ``runner.max_restarts``; :class:`RunFailed` (``what``
-        died...) when they are used up."""
-        limit = self.runner_cfg.max_restarts
-        if self.restarts + n > limit:
-            raise RunFailed(
-                f"{what} and is not restarted: runner.max_restarts={limit} restarts are used up "
-                f"({self.restarts} so far); {self._resume_hint()}"
-            )
-        self.restarts += n
+    groups: dict[str, Any]
+    pids: dict[str, list[int]]
+    events: list[str]
+    exe: Any
+    run_dir: Path
+    timeout: float
+    restarts: int
+    dropped_batches: int
+    dropped_steps: int
+    learner_restarts: list[dict[str, Any]]
+    gen: int
+    steps: int
+    iteration: int
 
-    def _resume_hint(self) -> str:
+    # -- accounts -----------------------------------------------------------------------------------
+    def resume_hint(self) -> str:
         """Which checkpoint a ``--resume`` would continue from, and the command."""
         newest = latest_checkpoint(self.run_dir)
         if newest is None:
-            if self.runner_cfg.checkpoint_interval == 0:
+            if self.runner.checkpoint_interval == 0 and not self.flow.final_checkpoint:
                 return (
                     "no checkpoint was written (runner.checkpoint_interval: 0 turns them off), so the run "
                     "cannot be resumed: start it again, with runner.checkpoint_interval > 0 to let a restart "
@@ -83,78 +108,107 @@ class RecoveryMixin:
         cmd = f"rlinf train {self.run_dir / 'config.yaml'} --resume {self.run_dir}"
         return f"the newest checkpoint is {newest}; continue the run from it with `{cmd}`"
 
-    def _replace(self, comp: str, ranks: list[int], configure: bool = True) -> None:
-        """Restart dead env or rollout ``ranks`` (counted against ``runner.max_restarts``)."""
-        self._count_restarts(f"{comp} rank(s) {ranks} died", len(ranks))
-        self._restart(comp, ranks, configure)
-        pulled = "; they pulled the newest weights" if comp == "rollout" and configure else ""
-        self._log(f"restarted {comp} rank(s) {ranks}{pulled}")
+    def account(self, role: str, rank: int, err: BaseException, where: str) -> str:
+        """One line on how ``role`` rank ``rank`` failed ``where``: its process id, the method it
+        was in, and whether its process died."""
+        known = self.pids.get(role, [])
+        pid = known[rank] if rank < len(known) else None
+        method = getattr(err, "method", "?")
+        how = "its process died" if worker_died(err) else getattr(err, "error_type", type(err).__name__)
+        return f"{role} rank {rank}{f', pid {pid}' if pid else ''} failed in {method}() {where}: {how}"
 
-    def _restart(self, comp: str, ranks: list[int], configure: bool = True) -> None:
-        group = self.groups[comp]
-        group.restart(ranks, timeout=self.timeout)
-        if comp == "rollout":  # rebuild the policy, pull the newest weights, listen anew
-            if configure:
-                self._configure_rollouts(group.on(ranks))
-            for r, addr in zip(ranks, group.on(ranks).link_address().wait(self.timeout), strict=True):
-                self.link_addrs[r] = tuple(addr)
-        self._note_pids(comp, ranks)
-
-    def _configure_rollouts(self, view: Any) -> None:
-        """``configure`` rollout workers (``view``) on the current weight broadcast, which exists
-        already: if they cannot reach it, its learner may have died since (then
-        :class:`LearnerDied`)."""
-        try:
-            view.configure(self.spec, weights=self.weights, connect_timeout=min(self.timeout, 30.0)).wait(
-                self.timeout
+    def count_restarts(self, what: str, n: int = 1) -> None:
+        """Count ``n`` restarts against ``runner.max_restarts``; :class:`RunFailed` (``what``...)
+        when they are used up."""
+        limit = self.runner.max_restarts
+        if self.restarts + n > limit:
+            raise RunFailed(
+                f"{what} and is not restarted: runner.max_restarts={limit} restarts are used up "
+                f"({self.restarts} so far); {self.resume_hint()}"
             )
-        except Exception as err:
-            if worker_died(err):
-                raise
-            raise self._learner_dead_or(err) from err
+        self.restarts += n
 
-    def _learner_dead_or(self, err: BaseException) -> BaseException:
-        """After ``err`` on another worker's call that needs the learner's weights:
-        :class:`LearnerDied` if the learner's process is dead, else ``err``."""
-        try:
-            self.groups["actor"].version().wait(min(self.timeout, 60.0))
-        except Exception as probe:
-            if worker_died(probe, "actor"):
-                first = str(err).splitlines()[0][:200]
-                return LearnerDied(f"{failure_reason(probe)} (found dead after: {first})")
-        return err
+    # -- restarts in place ------------------------------------------------------------------------
+    def replace(self, role: str, ranks: list[int], configure: bool = True, what: str | None = None) -> None:
+        """Restart the dead ``ranks`` of ``role`` on their placement (counted against
+        ``runner.max_restarts``); the flow run brings them up to date (``after_restart``)."""
+        self.count_restarts(what or f"{role} rank(s) {ranks} died", len(ranks))
+        self.groups[role].restart(ranks, timeout=self.timeout)
+        self.note_pids(role, ranks)  # before the flow run starts a long call on them (a serve loop)
+        note = self.exe.after_restart(role, ranks, configure)
+        self.log(f"restarted {role} rank(s) {ranks}{note or ''}")
 
-    def _with_restarts(self, comp: str, call: Callable[[], Any]) -> Any:
-        """``call()`` (a call on ``comp``'s workers between iterations); a rank found dead is
+    def replace_dead(
+        self, dead: Mapping[tuple[str, int], BaseException], where: str, configure: bool = True
+    ) -> str | None:
+        """Handle the workers found dead ``where`` (``{(role, rank): error}``), each as its role's
+        restart policy says: ``in_place`` ranks are restarted, a ``never`` role ends the run
+        (:class:`RunFailed` naming it). Returns the reason when the learner died (restarted by
+        the caller from a checkpoint, after the rest is settled), else ``None``."""
+        learner = None
+        by_role: dict[str, list[int]] = {}
+        for (role, rank), err in sorted(dead.items()):
+            policy = self.exe.roles.get(role, "never")
+            account = self.account(role, rank, err, where)
+            if policy == "learner":
+                learner = learner or f"{failure_reason(err)} ({where})"
+                continue
+            if policy == "never":
+                holds = self.exe.holds.get(role, "state the run needs")
+                raise RunFailed(
+                    f"{account}; it holds {holds} and is not restarted in place: {self.resume_hint()}"
+                )
+            self.log(account)
+            by_role.setdefault(role, []).append(rank)
+        for role, ranks in by_role.items():
+            # a rollout worker follows the learner's weights; when the learner is gone too, its
+            # restart (next) rebuilds every rollout worker's policy
+            self.replace(role, ranks, configure=configure and learner is None)
+        return learner
+
+    def drop(self, k: int, lost: int, why: str) -> None:
+        """Count iteration ``k``'s partial batch (``lost`` progress units collected) as dropped and
+        start the next generation of channel keys."""
+        self.dropped_batches += 1
+        self.dropped_steps += lost
+        self.log(
+            f"iteration {k}: dropped its partial batch ({lost} {self.exe.unit}s collected) after a worker "
+            f"failure ({why}); generation {self.gen} -> {self.gen + 1}"
+        )
+        self.gen += 1
+
+    def with_restarts(self, role: str, call: Callable[[], Any]) -> Any:
+        """``call()`` (a call on ``role``'s workers between iterations); a rank found dead is
         restarted (counted) and the call made again."""
-        for _ in range(self.N + self.M + 1):
+        for _ in range(sum(getattr(g, "world_size", 1) for g in self.groups.values()) + 1):
             try:
                 return call()
             except Exception as err:
-                if not worker_died(err, comp):
+                if not worker_died(err, role):
                     raise
-                self._replace(comp, [int(getattr(err, "rank", 0))])
+                self.replace(role, [int(getattr(err, "rank", 0))])
         return call()
 
-    async def _recover_learner(self, reason: str) -> None:
-        """The actor worker died: restart it from the newest checkpoint that loads (see the
-        module docstring), or raise :class:`RunFailed` when it cannot be."""
+    # -- the learner --------------------------------------------------------------------------------
+    def recover_learner(self, reason: str) -> None:
+        """The learner died: restart it from the newest checkpoint that loads (the run's start
+        when none was due yet), or raise :class:`RunFailed` when it cannot be."""
         step, gen = self.steps, self.gen
-        await self._settle_inflight()
-        self._log(f"the learner (actor worker) died at env step {step}: {reason}")
-        loop = asyncio.get_running_loop()
+        self.run_async(self.exe.settle_inflight())
+        self.log(f"the learner (actor worker) died at {self.exe.unit} {step}: {reason}")
         while True:
-            self._count_restarts(f"the learner (actor worker) died at env step {step} ({reason})")
+            self.count_restarts(f"the learner (actor worker) died at {self.exe.unit} {step} ({reason})")
             path: Path | None = None
             state: dict[str, Any] | None = None
             try:
-                if latest_checkpoint(self.run_dir) is not None or not self.runner_cfg.checkpoint_interval:
-                    path, state = load_checkpoint(self.run_dir, self.name)
+                if latest_checkpoint(self.run_dir) is not None or not self.runner.checkpoint_interval:
+                    path, state = load_checkpoint(self.run_dir, self.flow.name)
                 # else none is due yet: the run's start is the checkpoint, fewer than
-                # checkpoint_interval env steps ago (the learner starts afresh, as it did)
+                # checkpoint_interval units ago (the learner starts afresh, as it did)
             except UnsafeStateFile as err:  # a pickle: not loaded, and not a checkpoint to skip
                 raise RunFailed(
-                    f"the learner (actor worker) died at env step {step} ({reason}) and is not restarted: {err}",
+                    f"the learner (actor worker) died at {self.exe.unit} {step} ({reason}) and is not "
+                    f"restarted: {err}",
                     exit_code=err.exit_code,
                 ) from None
             except RlinfError as err:  # none written (checkpoint_interval: 0), or none loads
@@ -164,16 +218,23 @@ class RecoveryMixin:
                     else err
                 )
                 raise RunFailed(
-                    f"the learner (actor worker) died at env step {step} ({reason}) and cannot be restarted: "
-                    f"{why}; {self._resume_hint()}"
+                    f"the learner (actor worker) died at {self.exe.unit} {step} ({reason}) and cannot be "
+                    f"restarted: {why}; {self.resume_hint()}"
                 ) from None
             try:
-                await loop.run_in_executor(None, self._restart_learner, state)
+                self.exe.restart_learner(state)
             except LearnerDied as again:  # it died again while restarting
                 reason = again.reason
-                self._log(f"the restarted learner died too: {reason}")
+                self.log(f"the restarted learner died too: {reason}")
                 continue
             break
+        run = (state or {}).get("run") or {"steps": 0, "iteration": 0, "episodes": 0, "recent_returns": [],
+                                           "recent_lengths": [], "best": -math.inf}  # fmt: skip
+        # the books go back to the checkpoint; the failure counters do not (those failures happened)
+        self.steps, self.iteration = int(run["steps"]), int(run.get("iteration", 0))
+        self.rec.rewind(run, self.steps)
+        self.last_ckpt_step = self.steps
+        self.gen += 1
         at = self.steps
         self.learner_restarts.append(
             {
@@ -184,110 +245,70 @@ class RecoveryMixin:
             }
         )
         for skipped in (state or {}).get("skipped_checkpoints", []):
-            self._log(f"learner restart: skipped the damaged checkpoint {skipped}")
+            self.log(f"learner restart: skipped the damaged checkpoint {skipped}")
         origin = path.name if path is not None else "the start of the run (no checkpoint was due yet)"
-        self._log(
-            f"restarted the learner from {origin} (env step {at}, iteration {self.iteration}): "
-            f"{step - at} env steps lost; generation {gen} -> {self.gen}"
+        self.log(
+            f"restarted the learner from {origin} ({self.exe.unit} {at}, iteration {self.iteration}): "
+            f"{step - at} {self.exe.unit}s lost; generation {gen} -> {self.gen}"
         )
 
-    async def _settle_inflight(self) -> None:
-        """End every update in flight (they were the dead learner's) and take what their
-        iterations left off the channel."""
-        keys = [key for k, _ in self.inflight for key in self.inflight_keys.get(k, [])]
-        futs = [fut for _, fut in self.inflight]
-        self.inflight.clear()
-        self.inflight_keys.clear()
-        loop = asyncio.get_running_loop()
-        stop = threading.Event()
-        stop.set()  # one pass each time
-        if keys:  # make room on bounded keys, then end whatever still waits on them
-            await loop.run_in_executor(None, self._drain, keys, stop)
-            await loop.run_in_executor(None, self._put_abort, keys, 5.0)
-        if futs:
-            await asyncio.wait(futs, timeout=self.timeout)
-            for fut in futs:
-                if fut.done() and not fut.cancelled():
-                    fut.exception()  # retrieved: the learner's death, already handled
-                else:
-                    fut.cancel()
-        if keys:
-            await loop.run_in_executor(None, self._drain, keys, stop)
-
-    def _restart_learner(self, state: dict[str, Any] | None) -> None:
-        """Replace the actor's process, load ``state`` (a checkpoint; ``None``: start afresh)
-        into it, point the rollout workers at its new weight broadcast and take the run's books
-        back to the checkpoint."""
-        group = self.groups["actor"]
-        self.weights = f"{self.weights_base}-r{len(self.learner_restarts) + 1}-{secrets.token_hex(2)}"
-        actor_state = state["actor"] if state is not None else None
-        try:
-            group.restart(timeout=self.timeout)  # every rank: the learner group meets anew
-            init = {"init": self.init_weights} if actor_state is None and self.init_weights else {}
-            group.configure(self.spec, weights=self.weights, state=actor_state, **init).wait(self.timeout)
-        except Exception as err:
-            if worker_died(err, "actor"):
-                raise LearnerDied(f"{failure_reason(err)} (restarting)") from err
-            raise
-        self._note_pids("actor")
-        if state is None:  # the run's start: a fresh learner, the books empty
-            state = {"run": {"steps": 0, "iteration": 0, "episodes": 0, "recent_returns": [],
-                             "recent_lengths": [], "best": -math.inf}}  # fmt: skip
-        run = state["run"]
-        for name in self.recipe.stateful_components:
-            if state.get(name) is not None:
-                self.groups[name].load(state[name]).wait(self.timeout)
-        rollout = self.groups["rollout"]
-        # the rollout workers follow the new broadcast from the checkpoint's version on
-        self._with_restarts("rollout", lambda: self._configure_rollouts(rollout))
-        rngs = state.get("rollout_rng") or []
-        if len(rngs) == self.N:
-            for r, rng in enumerate(rngs):
-                self._with_restarts(
-                    "rollout", lambda r=r, rng=rng: rollout.on(r).set_rng_state(rng).wait(self.timeout)
-                )
-        steps = int(run["steps"])
-        env = self.groups["env"]
-        self._with_restarts("env", lambda: env.reseed(self.runner_cfg.seed + steps).wait(self.timeout))
-        # the books go back to the checkpoint; the failure counters do not (those failures happened)
-        self.steps, self.iteration = steps, int(run["iteration"])
-        self.rec.rewind(run, steps)
-        self.last_ckpt_step = steps
-        self.collected_at.clear()
-        self.last_metrics = {}
-        self.final_policy = None
-        self.gen += 1
-
-    async def _gather(
-        self, calls: dict[tuple[str, int], Any], learn: Any = None, keys: list[str] | None = None
+    # -- waiting on an iteration's calls ------------------------------------------------------------
+    async def gather(
+        self,
+        calls: Mapping[tuple[str, int], Any],
+        *,
+        abort: Callable[[], None],
+        learn: asyncio.Future[Any] | None = None,
+        drain: Callable[[threading.Event], None] | None = None,
+        watch: Mapping[tuple[str, int], asyncio.Future[Any]] | None = None,
     ) -> tuple[dict[Any, Any], dict[Any, Any], dict[Any, Any], BaseException | None]:
-        """Wait for every call; a died worker's rank goes to ``dead``, another error to
-        ``fatal``. On the first failure the generation is aborted so survivors return. ``learn``
-        (the iteration's learning side) is watched: if the learner dies meanwhile, the
-        iteration's ``keys`` are drained until the calls return (no producer waits on a bounded
-        key nobody reads) and the death is returned last."""
+        """Wait for every call (``{(role, rank): call}``); a worker whose process died goes to
+        ``dead``, another error to ``fatal``. On the first failure (or a result that says
+        ``aborted``) ``abort()`` ends the iteration for everyone, so the survivors return.
+        ``watch``: long-running calls (a rollout rank's serve loop) whose end during the wait
+        means that worker failed. ``learn`` (the iteration's learning side) is watched: if the
+        learner dies meanwhile, ``drain`` takes what the iteration leaves on its channels until the
+        calls return (no producer waits on a bounded key nobody reads) and the death is returned
+        last. Returns ``(results, dead, fatal, learner error)``."""
         futs = {asyncio.ensure_future(await_call(c)): key for key, c in calls.items()}
+        watched = {f: key for key, f in (watch or {}).items()}
         results: dict[Any, Any] = {}
         dead: dict[Any, Any] = {}
         fatal: dict[Any, Any] = {}
         pending = set(futs)
         aborted = False
         learner_err: BaseException | None = None
-        watch = learn
-        drain: threading.Event | None = None
+        follow = learn
+        stop_drain: threading.Event | None = None
         drained: Any = None
         loop = asyncio.get_running_loop()
+
+        async def end() -> None:
+            nonlocal aborted
+            if not aborted:
+                aborted = True
+                await loop.run_in_executor(None, abort)
+
         while pending:
-            waiting = pending | ({watch} if watch is not None else set())
+            waiting = pending | set(watched) | ({follow} if follow is not None else set())
             done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            if watch is not None and watch in done:
-                err = None if watch.cancelled() else watch.exception()
-                watch = None
+            if follow is not None and follow in done:
+                err = None if follow.cancelled() else follow.exception()
+                follow = None
                 if err is not None and worker_died(err, "actor"):
                     learner_err = err
-                    drain = threading.Event()
-                    drained = loop.run_in_executor(None, self._drain, list(keys or []), drain)
+                    if drain is not None:
+                        stop_drain = threading.Event()
+                        drained = loop.run_in_executor(None, drain, stop_drain)
             for f in done:
+                if f in watched:
+                    key = watched.pop(f)
+                    err = None if f.cancelled() else f.exception()
+                    dead[key] = (
+                        err if err is not None else RlinfError(f"{key[0]} rank {key[1]}: its loop ended")
+                    )
+                    await end()
+                    continue
                 if f not in futs:
                     continue
                 pending.discard(f)
@@ -295,17 +316,40 @@ class RecoveryMixin:
                 err = f.exception()
                 if err is None:
                     results[key] = f.result()[0]
-                    if results[key].get("aborted") and not aborted:
-                        aborted = True
-                        await self._abort_keys()
-                elif getattr(err, "error_type", "") == "WorkerDied":
+                    if isinstance(results[key], dict) and results[key].get("aborted"):
+                        await end()
+                elif worker_died(err):
                     dead[key] = err
                 else:
                     fatal[key] = err
-                if (dead or fatal) and not aborted:
-                    aborted = True
-                    await self._abort_keys()
-        if drain is not None:
-            drain.set()
+                if dead or fatal:
+                    await end()
+        if stop_drain is not None:
+            stop_drain.set()
             await drained
         return results, dead, fatal, learner_err
+
+    # -- helpers the driver provides ------------------------------------------------------------
+    def note_pids(self, role: str, ranks: list[int] | None = None) -> None:
+        """Ask ``role``'s workers (``ranks``, default all) for their process ids."""
+        group = self.groups[role]
+        try:
+            view = group if ranks is None else group.on(ranks)
+            got = view.pid().wait(self.timeout)
+        except AttributeError:  # a worker class without pid()
+            return
+        pids = self.pids.setdefault(role, [0] * getattr(group, "world_size", len(got)))
+        for r, pid in zip(ranks if ranks is not None else range(len(got)), got, strict=True):
+            pids[r] = int(pid)
+
+    # provided by the driver
+    flow: Any
+    runner: Any
+    rec: Any
+    last_ckpt_step: int
+
+    def log(self, message: str) -> None:  # pragma: no cover - the driver's
+        raise NotImplementedError
+
+    def run_async(self, work: Any) -> Any:  # pragma: no cover - the driver's
+        raise NotImplementedError

@@ -1,12 +1,17 @@
-"""The entry point behind ``rlinf train``: validate everything, start the scheduler, run.
+"""The entry point behind ``rlinf train``: take a prepared run configuration, start the scheduler, run.
 
-- :func:`run_training` takes a run configuration (a mapping, as loaded from YAML), validates all
-  of it up front (every problem with its YAML path), starts the scheduler the ``runner`` section
-  names through the plugin registry (``ray`` by default: an embedded Ray, or the cluster at
-  ``RAY_ADDRESS``), runs the algorithm and returns its summary. ``rollout_only=True`` runs the env
-  and rollout workers without learning (what ``benchmarks/ppo_throughput.py`` times).
-- :func:`validate_run_config` is the up-front check alone; :func:`dry_run` adds the resolved
-  configuration and the placement plan (``rlinf train --dry-run``), starting nothing.
+:func:`run_training` takes a run configuration (a YAML path, a mapping, or a
+:class:`~rlinf_algos.config.prepare.PreparedRun`), takes it through the config pipeline
+(:func:`rlinf_algos.config.prepare.prepare_run`: compose, translate, validate once) unless it is
+prepared already, sets up the run directory, starts the scheduler the ``runner`` section names
+through the plugin registry (``ray`` by default: an embedded Ray, or the cluster at
+``RAY_ADDRESS``), runs the algorithm with the validated configuration and returns its summary.
+``rollout_only=True`` runs the env and rollout workers without learning (what
+``benchmarks/ppo_throughput.py`` times).
+
+The pipeline's steps used to live here; they are re-exported for older callers:
+:func:`~rlinf_algos.config.validate.validate_run_config`, :func:`~rlinf_algos.config.prepare.dry_run`
+and :func:`~rlinf_algos.config.prepare.compose_run_config`.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rlinf_algos.config.prepare import PreparedRun, compose_run_config, dry_run, prepare_run
+from rlinf_algos.config.validate import LOCAL, loggers, validate_run_config
 from rlinf_algos.rundir import (
     check_resume_config,
     default_run_dir,
@@ -26,8 +33,7 @@ from rlinf_algos.rundir import (
     move_aside,
     remove_stale_temp_files,
 )
-from rlinf_core.config import describe_value, validate_model
-from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError, join_path
+from rlinf_core.errors import RlinfError
 from rlinf_core.io import atomic_write_text
 
 __all__ = [
@@ -36,15 +42,11 @@ __all__ = [
     "compose_run_config",
     "default_run_dir",
     "dry_run",
-    "expand_config",
     "run_training",
     "validate_run_config",
 ]
 
 ProgressFn = Callable[[dict[str, Any]], None]
-
-LOCAL = "local"
-"""``runner.scheduler: local`` trains in the rlinf process, without workers."""
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -56,330 +58,8 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.run_dir, self.checkpoint = run_dir, checkpoint
 
 
-# -- validation --------------------------------------------------------------------------------
-
-
-def _count_processes(text: Any) -> int | None:
-    """Processes a placement string asks for, when it says so without the inventory."""
-    from rlinf_core.cluster import parse_placement
-
-    try:
-        parts = parse_placement(text)
-    except ConfigError:
-        return None
-    count = 0
-    for part in parts:
-        if part.processes is not None:
-            count = part.processes[1] + 1
-        elif part.resources is not None:
-            count += part.resources[1] - part.resources[0] + 1
-        else:
-            return None
-    return count
-
-
-def validate_run_config(data: Mapping[str, Any], host: Any = None) -> tuple[Any, Any, str]:
-    """Check the whole run configuration before anything starts.
-
-    Returns ``(algorithm_class, algorithm_config, scheduler_name)``; raises one
-    :class:`ConfigError` listing every problem of every section with its YAML path.
-    """
-    from rlinf_core.plugins import load_plugins
-
-    host = host or load_plugins()
-    problems: list[ConfigProblem] = []
-    algo_cls = algo_cfg = None
-    section = data.get("algorithm")
-    names = ", ".join(host.algorithms.names()) or "none (install rlinf-algos)"
-    if section is None:
-        problems.append(
-            ConfigProblem("algorithm", f"missing section; it needs a `name` (registered: {names})")
-        )
-    elif not isinstance(section, Mapping):
-        problems.append(
-            ConfigProblem("algorithm", f"must be a mapping with a `name`, got {describe_value(section)}")
-        )
-    elif "name" not in section:
-        problems.append(ConfigProblem("algorithm.name", f"missing; registered algorithms: {names}"))
-    elif not isinstance(section["name"], str) or section["name"] not in host.algorithms:
-        problems.append(
-            ConfigProblem(
-                "algorithm.name", f"unknown algorithm {describe_value(section['name'])}; registered: {names}"
-            )
-        )
-    else:
-        algo_cls = host.algorithms.get(section["name"])
-        try:
-            algo_cfg = validate_model(algo_cls.config_model, dict(section), "algorithm")
-        except ConfigError as err:
-            problems.extend(err.problems)
-    cluster = data.get("cluster")
-    sections = data
-    if cluster is not None and not isinstance(cluster, Mapping):
-        problems.append(
-            ConfigProblem(
-                "cluster",
-                f"must be a mapping with num_nodes, node_groups and component_placement, got "
-                f"{describe_value(cluster)}",
-            )
-        )
-        sections = {k: v for k, v in data.items() if k != "cluster"}  # reported: not the algorithm's
-    if algo_cls is not None:
-        problems.extend(algo_cls.run_config_problems(sections))
-        problems.extend(_logger_problems(data))
-
-    runner = data.get("runner") if isinstance(data.get("runner"), Mapping) else {}
-    default = "ray" if algo_cls is None or algo_cls.distributed else LOCAL
-    scheduler = runner.get("scheduler") or default
-    if not isinstance(scheduler, str):
-        scheduler = str(scheduler)
-    if scheduler != LOCAL and scheduler not in host.schedulers:
-        known = ", ".join([*host.schedulers.names(), LOCAL])
-        problems.append(
-            ConfigProblem(
-                "runner.scheduler", f"unknown scheduler {describe_value(scheduler)}; available: {known}"
-            )
-        )
-    if scheduler != LOCAL and sections is data:
-        problems.extend(_cluster_problems(data, algo_cls, host))
-    if problems:
-        raise ConfigError(problems)
-    return algo_cls, algo_cfg, scheduler
-
-
-def _loggers(data: Mapping[str, Any]) -> list[str]:
-    """``runner.loggers`` other than ``csv`` (the runtime writes metrics.csv itself)."""
-    runner = data.get("runner")
-    names = runner.get("loggers") if isinstance(runner, Mapping) else None
-    if not isinstance(names, list):
-        names = ["csv", "tensorboard"]
-    return [n for n in names if n != "csv"]
-
-
-def _logger_problems(data: Mapping[str, Any]) -> list[ConfigProblem]:
-    """``wandb`` in ``runner.loggers`` needs the wandb package."""
-    if "wandb" not in _loggers(data):
-        return []
-    import importlib.util
-
-    if importlib.util.find_spec("wandb") is None:
-        return [
-            ConfigProblem(
-                "runner.loggers",
-                "wandb is not installed: pip install wandb (WANDB_MODE=offline logs without a network), "
-                "or drop it from the list",
-            )
-        ]
-    return []
-
-
-def dry_run(
-    config: Mapping[str, Any] | str | Path,
-    *,
-    overrides: Iterable[str] = (),
-    host: Any = None,
-    inventory: Any = None,
-    gpu_memory_gib: float | None = None,
-) -> dict[str, Any]:
-    """Validate ``config`` (with ``overrides``) as :func:`run_training` would and return
-    ``{"config": resolved config, "scheduler": name, "plan": placement plan or None,
-    "expansion": SeedExpansion or None, "inventory_implied": bool, "memory": per-role estimates
-    or None}`` without starting anything; a plan whose estimated memory cannot fit
-    (:mod:`rlinf_algos.memory`, against ``gpu_memory_gib`` per GPU) is a :class:`ConfigError`.
-    ``inventory``: accelerators per node for the plan (an
-    :class:`~rlinf_scheduler.placement.Inventory` or its YAML data; ``None``: none, or for a
-    worker-pool config the GPUs its pools imply, with ``inventory_implied`` true)."""
-    from rlinf_core.plugins import load_plugins
-
-    host = host or load_plugins()
-    data, expansion = expand_config(compose_run_config(config, overrides), host)
-    algo_cls, algo_cfg, scheduler_name = _validate(data, host, expansion)
-    plan = None
-    implied = False
-    if scheduler_name != LOCAL:
-        from rlinf_scheduler.placement import plan_placement
-
-        if inventory is None and expansion is not None:
-            inventory, implied = expansion.inventory, True
-        try:
-            plan = plan_placement(data["cluster"], inventory, hardware=host)
-        except ConfigError as err:
-            raise (expansion.translate_error(err) if expansion is not None else err) from None
-    from rlinf_algos.parallel import plan_devices, shared_gpu_problems
-
-    device = str((data.get("runner") or {}).get("device", "cpu"))
-    shared = shared_gpu_problems(plan, device)
-    if shared:
-        raise ConfigError(shared[0], "cluster.component_placement")
-    from rlinf_algos.memory import check_fits, plan_memory
-
-    resolved, devices = _resolved(data, algo_cfg, algo_cls), plan_devices(plan, device)
-    memory = plan_memory(resolved, devices, gpu_memory_gib)
-    check_fits(memory or [])
-    return {
-        "config": resolved,
-        "scheduler": scheduler_name,
-        "plan": plan,
-        "devices": devices,
-        "memory": memory,
-        "expansion": expansion,
-        "inventory_implied": implied,
-    }
-
-
-def compose_run_config(
-    config: Mapping[str, Any] | str | Path,
-    overrides: Iterable[str] = (),
-    config_path: str | Path | None = None,
-) -> dict[str, Any]:
-    """The first step of every run: the config file (or mapping) composed, overridden and
-    resolved (:func:`rlinf_core.compose.compose`: defaults lists, ``key=value``, ``+key``,
-    ``~key``, ``${...}``). A mapping's defaults are relative to ``config_path``'s folder."""
-    from rlinf_core.compose import compose
-
-    base = (
-        Path(config_path).parent if config_path is not None and not isinstance(config, str | Path) else None
-    )
-    return compose(config, list(overrides), base_dir=base)
-
-
-def expand_config(data: Mapping[str, Any], host: Any) -> tuple[dict[str, Any], Any]:
-    """``(ordinary config, expansion or None)``: a worker-pool (seed 003) config expanded
-    (:mod:`rlinf_algos.seed_form`), then RLinf-only ``cluster`` keys dropped
-    (:func:`accept_rlinf_keys`)."""
-    from rlinf_algos.seed_form import expand_seed_form
-
-    data, expansion = expand_seed_form(data, host)
-    return accept_rlinf_keys(data), expansion
-
-
-def _validate(data: Mapping[str, Any], host: Any, expansion: Any) -> tuple[Any, Any, str]:
-    """:func:`validate_run_config`, its problems named by seed key for an expanded config."""
-    try:
-        return validate_run_config(data, host)
-    except ConfigError as err:
-        if expansion is None:
-            raise
-        raise expansion.translate_error(err) from None
-
-
-def accept_rlinf_keys(data: Mapping[str, Any]) -> dict[str, Any]:
-    """``data`` without the ``cluster`` keys RLinf reads and rlinf does not implement
-    (:mod:`rlinf_core.compat`), after one warning naming them; unknown keys stay (and are errors)."""
-    from rlinf_core.compat import ignored_keys_warning, split_rlinf_cluster_keys
-
-    out = dict(data)
-    cleaned, ignored, _ = split_rlinf_cluster_keys(out.get("cluster"), keep_unknown=True)
-    if ignored:
-        logging.getLogger("rlinf.config").warning("warning: %s", ignored_keys_warning(ignored))
-        out["cluster"] = cleaned
-    return out
-
-
-def _cluster_problems(data: Mapping[str, Any], algo_cls: Any, host: Any) -> list[ConfigProblem]:
-    from rlinf_core.cluster import resolve_cluster_partial
-    from rlinf_core.compat import split_rlinf_cluster_keys
-
-    cluster = data.get("cluster")
-    if cluster is None:
-        return [
-            ConfigProblem(
-                "cluster",
-                "missing section; on one machine use `cluster: {num_nodes: 1, component_placement: "
-                "{actor: {node_group: node, placement: 0}, ...}}` (see examples/quickstart.yaml), or set "
-                "runner.scheduler: local",
-            )
-        ]
-    cluster, _, problems = split_rlinf_cluster_keys(cluster)
-    _, resolve_problems = resolve_cluster_partial(cluster, host.hardware)
-    problems.extend(resolve_problems)
-    placement = cluster.get("component_placement") if isinstance(cluster, Mapping) else None
-    required = algo_cls.required_components if algo_cls is not None and algo_cls.distributed else ()
-    if required and isinstance(cluster, Mapping) and cluster.get("component_placement", {}) == {}:
-        problems.append(
-            ConfigProblem(
-                "cluster.component_placement",
-                f"missing: the {algo_cls.PLUGIN_NAME} workers need a placement of {', '.join(required)} "
-                "(e.g. `component_placement: {actor: {node_group: node, placement: 0}, ...}`, see "
-                "examples/quickstart.yaml), or set runner.scheduler: local",
-            )
-        )
-    if algo_cls is not None and isinstance(placement, Mapping):
-        placed = set()
-        for key in placement:
-            names = [x.strip() for x in str(key).split(",")]
-            placed.update(names)
-            unknown = [n for n in names if n and n not in algo_cls.components]
-            if unknown and algo_cls.components:
-                problems.append(
-                    ConfigProblem(
-                        _placement_path(key),
-                        f"unknown component{'s' if len(unknown) > 1 else ''} "
-                        f"{', '.join(map(repr, unknown))}: a {algo_cls.PLUGIN_NAME} run has "
-                        f"{', '.join(algo_cls.components)}",
-                    )
-                )
-        missing = [c for c in required if c not in placed]
-        if placement and missing:
-            problems.append(
-                ConfigProblem(
-                    "cluster.component_placement",
-                    f"algorithm {algo_cls.PLUGIN_NAME!r} needs {', '.join(missing)} placed "
-                    f"(it runs {', '.join(required)})",
-                )
-            )
-        for key, spec in placement.items():
-            multi = getattr(algo_cls, "multi_rank_learner", False)
-            if "actor" in [x.strip() for x in str(key).split(",")] and algo_cls.distributed and not multi:
-                text = spec.get("placement") if isinstance(spec, Mapping) else spec
-                n = _count_processes(text)
-                if n is not None and n != 1:
-                    problems.append(
-                        ConfigProblem(
-                            join_path(_placement_path(key), "placement"),
-                            f"the {algo_cls.PLUGIN_NAME} actor (learner) runs as one process, got {n} "
-                            f"from {describe_value(text)} (its learner is not data-parallel); give it one process, "
-                            "e.g. '0' or '0-3:0'",
-                        )
-                    )
-    return problems
-
-
-def _placement_path(key: Any) -> str:
-    text = str(key)
-    return join_path("cluster.component_placement", text if len(text) <= 60 else text[:57] + "...")
-
-
-def _resolved(data: Mapping[str, Any], algo_cfg: Any, algo_cls: Any = None) -> dict[str, Any]:
-    own = algo_cls.resolved_config(data) if algo_cls is not None else None
-    if own is not None:  # the algorithm knows its sections (a language-model run's)
-        return own
-    out = dict(data)
-    if algo_cfg is not None and hasattr(algo_cfg, "model_dump"):
-        out["algorithm"] = algo_cfg.model_dump(mode="json")
-    for name, model in _section_models().items():
-        if isinstance(out.get(name), Mapping) or name in ("model", "rollout"):
-            try:
-                out[name] = model.model_validate(out.get(name) or {}).model_dump(mode="json")
-            except Exception:  # another algorithm's section: keep it as written
-                pass
-    return out
-
-
-def _section_models() -> dict[str, Any]:
-    from rlinf_algos.config import ActorConfig, EnvConfig, ModelConfig, RolloutConfig, RunnerConfig
-
-    return {
-        "env": EnvConfig,
-        "model": ModelConfig,
-        "runner": RunnerConfig,
-        "rollout": RolloutConfig,
-        "actor": ActorConfig,
-    }
-
-
 def run_training(
-    config: Mapping[str, Any] | str | Path,
+    config: Mapping[str, Any] | str | Path | PreparedRun,
     *,
     run_dir: str | Path | None = None,
     overrides: Iterable[str] = (),
@@ -393,13 +73,14 @@ def run_training(
     on_started: Callable[[], Any] | None = None,
     overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Validate ``config`` (with dotted ``overrides`` applied), start the scheduler it names,
-    train, and return the summary (also in ``run_dir/summary.json``).
+    """Prepare ``config`` (with dotted ``overrides`` applied; :func:`prepare_run`), start the
+    scheduler it names, train, and return the summary (also in ``run_dir/summary.json``).
 
     Args:
         config: the run configuration (``cluster``, ``algorithm``, ``env``, ``model``,
-            ``runner``, ``rollout`` sections), or the path of its YAML file; composed first
-            (:func:`compose_run_config`: defaults lists, interpolation).
+            ``runner``, ``rollout`` sections), or the path of its YAML file (composed, translated
+            and validated by :func:`prepare_run`), or a :class:`PreparedRun` (run as it is:
+            ``overrides``, ``host`` and ``config_path`` were its :func:`prepare_run`'s).
         run_dir: where the run writes; default ``runs/<config stem>-<time>``. With ``resume`` it
             must hold a checkpoint.
         overrides: ``key.path=value``, ``+key=value``, ``++key=value``, ``~key`` strings
@@ -408,7 +89,7 @@ def run_training(
         progress: called with every metrics row (a dict with ``step``, ``wall_s``,
             ``episode_return_mean``... and ``total_steps``).
         callbacks: ``{"on_iteration": fn(run, k), "on_collecting": fn(run, k)}`` hooks of the
-            workers' runtime (tests, tools; see :class:`~rlinf_algos.runtime.distributed.DistributedRun`).
+            workers' runtime (tests, tools; see :mod:`~rlinf_algos.embodied.placed`).
         rollout_only: run env and rollout workers only, no learning (throughput measurement).
         host: a :class:`~rlinf_core.plugins.PluginHost` (default: the installed plugins).
         scheduler: an already started scheduler to use (it is not shut down); default: the one
@@ -426,22 +107,23 @@ def run_training(
     """
     import yaml
 
-    from rlinf_core.plugins import load_plugins
+    if isinstance(config, PreparedRun):
+        if list(overrides) or config_path is not None:
+            raise TypeError("a PreparedRun is run as it is: give overrides and config_path to prepare_run")
+        prepared = config
+    else:
+        prepared = prepare_run(config, overrides, config_path=config_path, host=host)
+    host, data, algo_cls = prepared.host, prepared.config, prepared.algorithm_class
+    scheduler_name = prepared.scheduler
+    if prepared.expansion is not None:
+        from rlinf_algos.config.seed_form import log_notes
 
-    host = host or load_plugins()
-    if config_path is None and isinstance(config, str | Path):
-        config_path = config
-    data, expansion = expand_config(compose_run_config(config, overrides, config_path), host)
-    algo_cls, algo_cfg, scheduler_name = _validate(data, host, expansion)
-    if expansion is not None:
-        from rlinf_algos.seed_form import log_notes
-
-        log_notes(expansion)
-    algo = algo_cls(algo_cfg)
+        log_notes(prepared.expansion)
+    algo = prepared.algorithm()
     if run_dir is None:
         if resume:
             raise RlinfError("resume needs the run directory to continue (--resume RUN_DIR)")
-        run_dir = default_run_dir(config_path)
+        run_dir = default_run_dir(prepared.config_path)
     run_dir = Path(run_dir)
     log = logging.getLogger("rlinf.train")
     if resume and (algo_cls.latest_checkpoint(run_dir) or latest_checkpoint(run_dir)) is None:
@@ -460,7 +142,7 @@ def run_training(
         raise RlinfError(f"cannot create the run directory {run_dir}: {err.strerror or err}") from None
     for stale in remove_stale_temp_files(run_dir):
         log.warning("removed %s, left by a run killed while it wrote a file", stale)
-    resolved = _resolved(data, algo_cfg, algo_cls)
+    resolved = prepared.resolved
     config_text = yaml.safe_dump(resolved, sort_keys=False)
     if resume:  # config.yaml changes only once the resumed run has started (a failed resume keeps it)
         check_resume_config(run_dir / "config.yaml", resolved)
@@ -468,7 +150,7 @@ def run_training(
         atomic_write_text(run_dir / "config.yaml", config_text)
     config_pending = resume
 
-    sinks = make_sinks(_loggers(resolved), run_dir, resolved)
+    sinks = make_sinks(loggers(resolved), run_dir, resolved)
     total = _total_steps(resolved)
 
     def write_config() -> None:

@@ -1,6 +1,6 @@
 """SAC's rollout: act in every env and stream the transitions to the learner in chunks, run by a
 rollout worker over its env links and by the in-process runtime over its own vector env (the
-same port as PPO's, :class:`~rlinf_algos.ppo.rollout.LocalPort`)."""
+same port as PPO's, :class:`~rlinf_algos.ports.LocalPort`)."""
 
 from __future__ import annotations
 

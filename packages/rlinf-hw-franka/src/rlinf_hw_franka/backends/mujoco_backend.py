@@ -84,8 +84,10 @@ class MujocoBackend(Backend):
         image_size: ``(height, width)`` of rendered images.
         gripper: simulate the Franka Hand's fingers (``False``: they stay open).
         ik_iterations: damped-least-squares iterations per command.
-        cubes, cube_size, target_marker: scene objects (see :func:`~rlinf_hw_franka.mjcf.panda_mjcf`);
-            :meth:`set_cubes` places the cubes.
+        cubes, cube_size, cube_mass, target_marker: scene objects (see
+            :func:`~rlinf_hw_franka.mjcf.panda_mjcf`; with ``cube_mass`` the cubes are solid
+            free bodies); :meth:`set_cubes` places the cubes, :meth:`cube_positions` reads where
+            they are and :meth:`finger_contacts` which of them the fingers touch.
         fast_render: render without multisampling, shadows and reflections, into an offscreen
             buffer of the image's size, with coarser meshes (about 1 ms instead of over 100 ms for
             a 64x64 frame on Mesa's software renderer; the images stay deterministic).
@@ -104,6 +106,7 @@ class MujocoBackend(Backend):
         ik_iterations: int = 8,
         cubes: int = 0,
         cube_size: float = CUBE_SIZE,
+        cube_mass: float | None = None,
         target_marker: bool = True,
         fast_render: bool = True,
     ) -> None:
@@ -115,6 +118,7 @@ class MujocoBackend(Backend):
             timestep=timestep,
             cubes=cubes,
             cube_size=cube_size,
+            cube_mass=cube_mass,
             target_marker=target_marker,
         )
         self.model = mujoco.MjModel.from_xml_string(xml)
@@ -147,9 +151,18 @@ class MujocoBackend(Backend):
         self._target_mocap = (
             int(m.body_mocapid[mujoco.mj_name2id(m, body, "target")]) if target_marker else -1
         )
-        self._cube_mocap = np.array(
-            [m.body_mocapid[mujoco.mj_name2id(m, body, f"cube{i}")] for i in range(cubes)], dtype=int
+        cube_bodies = [mujoco.mj_name2id(m, body, f"cube{i}") for i in range(cubes)]
+        self.solid_cubes = cube_mass is not None
+        self._cube_mocap = np.array([m.body_mocapid[b] for b in cube_bodies], dtype=int)
+        self._cube_body = np.array(cube_bodies, dtype=int)
+        joint = mujoco.mjtObj.mjOBJ_JOINT
+        cube_joints = (
+            [mujoco.mj_name2id(m, joint, f"cube{i}") for i in range(cubes)] if self.solid_cubes else []
         )
+        self._cube_qpos = np.array([m.jnt_qposadr[j] for j in cube_joints], dtype=int)
+        self._cube_dof = np.array([m.jnt_dofadr[j] for j in cube_joints], dtype=int)
+        geom = mujoco.mjtObj.mjOBJ_GEOM
+        self._pad_geom = np.array([mujoco.mj_name2id(m, geom, f"{s}_finger_pad") for s in ("left", "right")])
         self._cube_geom = np.array(
             [mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, f"cube{i}") for i in range(cubes)], dtype=int
         )
@@ -290,9 +303,48 @@ class MujocoBackend(Backend):
                 f"the scene has {len(self._cube_mocap)} cube(s); got {len(positions)} position(s), "
                 f"{len(rgba)} colour(s)"
             )
-        self.data.mocap_pos[self._cube_mocap] = positions
         self.model.geom_rgba[self._cube_geom] = rgba
-        self._mj.mj_kinematics(self.model, self.data)  # mocap poses into xpos, for the renderer
+        if self.solid_cubes:
+            for qadr, vadr, pos in zip(self._cube_qpos, self._cube_dof, positions, strict=True):
+                self.data.qpos[qadr : qadr + 7] = (*pos, 1.0, 0.0, 0.0, 0.0)
+                self.data.qvel[vadr : vadr + 6] = 0.0
+            self._mj.mj_forward(self.model, self.data)  # poses and contacts of the new placement
+        else:
+            self.data.mocap_pos[self._cube_mocap] = positions
+            self._mj.mj_kinematics(self.model, self.data)  # mocap poses into xpos, for the renderer
+
+    def cube_positions(self) -> np.ndarray:
+        """``(n, 3)``: where the cubes' centres are now (m, base frame)."""
+        return self.data.xpos[self._cube_body].copy()
+
+    def finger_contacts(self) -> tuple[dict[int, float], dict[int, float]]:
+        """The cubes each finger pad (left, right) touches now, penetrating or within a
+        millimetre (MuJoCo contacts of the pad's geom with a cube's, found by the last physics
+        step): ``{cube index: alignment}``, the alignment the largest ``|n . u|`` over those
+        contacts, ``n`` a contact's normal and ``u`` the unit vector between the pads' centres
+        (1: the pad presses across the gap between the fingers, 0: along a face or from above)."""
+        touched: tuple[dict[int, float], dict[int, float]] = ({}, {})
+        cube_of = {int(g): i for i, g in enumerate(self._cube_geom)}
+        pads = [int(g) for g in self._pad_geom]
+        d = self.data
+        across = d.geom_xpos[pads[1]] - d.geom_xpos[pads[0]]
+        across = across / max(float(np.linalg.norm(across)), 1e-9)
+        for k in range(d.ncon):
+            c = d.contact[k]
+            if c.dist > 1e-3:
+                continue
+            g1, g2 = int(c.geom1), int(c.geom2)
+            for side, pad in enumerate(pads):
+                other = g2 if g1 == pad else g1 if g2 == pad else -1
+                if other in cube_of:
+                    cube = cube_of[other]
+                    align = abs(float(np.dot(c.frame[:3], across)))
+                    touched[side][cube] = max(touched[side].get(cube, 0.0), align)
+        return touched
+
+    def pad_positions(self) -> np.ndarray:
+        """``(2, 3)``: the centres of the left and right finger pads (m, base frame)."""
+        return self.data.geom_xpos[self._pad_geom].copy()
 
     def close(self) -> None:
         if self._renderer is not None:

@@ -9,6 +9,11 @@ scheduler starts. Typical use by a runner::
     rollout = scheduler.launch("rollout", RolloutWorker, model_cfg)
     actor.train_step(batch).wait(timeout=600)
     scheduler.shutdown()
+
+It also gives the run's weight sync (:meth:`RayScheduler.weight_sync`: ``collective`` or
+``object_store``, :mod:`rlinf_scheduler.weights`), the direct links between workers
+(:meth:`RayScheduler.links`, :class:`~rlinf_scheduler.link.SocketLinks`) and, without starting
+anything, the placement plan (:meth:`RayScheduler.plan_placement`).
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from rlinf_core.channel import Channel
 from rlinf_core.errors import ConfigError, SchedulerError
 from rlinf_core.scheduler import Scheduler
+from rlinf_core.weights import WeightSync
 from rlinf_core.worker import Worker
 
 if TYPE_CHECKING:
+    from rlinf_scheduler.link import SocketLinks
     from rlinf_scheduler.placement import Plan
     from rlinf_scheduler.runtime.cluster import Cluster
     from rlinf_scheduler.runtime.worker_group import RayWorkerGroup
@@ -70,6 +77,7 @@ class RayScheduler(Scheduler):
         self.cluster: Cluster | None = None
         self.plan: Plan | None = None
         self._channels: dict[str, Channel] = {}
+        self._weights: dict[str, WeightSync] = {}
 
     def start(self, config: Any, *, timeout: float | None = None) -> None:
         """Attach to or start Ray, wait for ``cluster.num_nodes`` ranked nodes (up to ``timeout``,
@@ -134,8 +142,68 @@ class RayScheduler(Scheduler):
         self._channels[name] = ch
         return ch
 
+    def weight_sync(
+        self,
+        name: str,
+        *,
+        mode: str = "auto",
+        devices: Mapping[str, str] | None = None,
+        timeout: float = 300.0,
+        **options: Any,
+    ) -> WeightSync:
+        """Create the weights ``name`` (:meth:`rlinf_core.Scheduler.weight_sync`):
+        :class:`~rlinf_scheduler.weights.WeightBroadcast` for ``object_store``,
+        :class:`~rlinf_scheduler.weights.CollectiveWeightSync` (NCCL when every member in
+        ``devices`` is on CUDA, else Gloo) for ``collective``.
+
+        Options: ``node_rank`` puts the registry actor on that node (default: the driver's);
+        ``bucket_bytes``: the collective's bucket size (default 64 MiB). :meth:`shutdown`
+        destroys every weight sync created here.
+        """
+        cluster = self._require()
+        if name in self._weights:
+            raise SchedulerError(f"weights {name!r} exist already; a new publisher needs a new name")
+        from rlinf_scheduler.weights import make_weight_sync
+
+        node_rank = options.pop("node_rank", None)
+        node_id = cluster.node(int(node_rank)).node_id if node_rank is not None else None
+        unknown = sorted(set(options) - {"bucket_bytes", "namespace"})
+        if unknown:
+            raise SchedulerError(
+                f"unknown weight sync option(s) {', '.join(unknown)}; valid: node_rank, bucket_bytes, namespace"
+            )
+        handle = make_weight_sync(
+            name, mode=mode, devices=devices, timeout=timeout, node_id=node_id, **options
+        )
+        self._weights[name] = handle
+        return handle
+
+    def links(self, secret: str) -> SocketLinks:
+        """The run's :class:`~rlinf_scheduler.link.SocketLinks` (TCP on each node's Ray address)."""
+        from rlinf_scheduler.link import SocketLinks
+
+        return SocketLinks(secret)
+
+    @classmethod
+    def plan_placement(cls, config: Any, inventory: Any = None, *, hardware: Any = None) -> Plan:
+        """The placement plan of ``config`` (:func:`rlinf_scheduler.placement.plan_placement`);
+        ``inventory``: its YAML mapping, an :class:`~rlinf_scheduler.placement.Inventory`, a
+        whole number of accelerators on every node, or ``None``."""
+        from rlinf_scheduler.placement import Inventory, plan_placement
+
+        if isinstance(inventory, int) and not isinstance(inventory, bool):
+            inventory = Inventory.uniform(inventory)
+        return plan_placement(cluster_section(config), inventory, hardware=hardware)
+
     def shutdown(self) -> None:
-        """Close the channels it created, stop every worker group and disconnect from Ray."""
+        """Destroy the weight syncs and close the channels it created, stop every worker group
+        and disconnect from Ray."""
+        for handle in self._weights.values():
+            try:
+                handle.destroy()
+            except Exception:  # pragma: no cover - best effort
+                pass
+        self._weights.clear()
         for ch in self._channels.values():
             try:
                 ch.close()

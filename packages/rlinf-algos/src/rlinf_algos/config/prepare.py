@@ -1,0 +1,261 @@
+"""The config pipeline in one place: a run configuration from its file to a run ready to start.
+
+:func:`prepare_run` is the one way every entry point reads a run configuration (``rlinf train``
+and its ``--dry-run``, ``--print-config`` and ``--multirun``, :func:`rlinf_algos.train`,
+``rlinf bench``; ``rlinf sft`` takes the compose step and validates its own sections):
+
+1. **compose** (:func:`compose_run_config`, :func:`rlinf_core.compose.compose_traced`): the
+   file, its ``defaults:`` lists, the command-line overrides, ``${...}`` interpolation; every
+   later problem whose value came from another file or an override names it;
+2. **translate** (:func:`rlinf_algos.config.translate.translate`): seed 003's worker pools, RLinf's
+   keys, into the ordinary sections;
+3. **validate once** (:func:`rlinf_algos.config.validate.validate`): every section, every problem
+   with its YAML path in one :class:`~rlinf_core.errors.ConfigError` (named by the key the user
+   wrote, for a translated config);
+4. **plan** (``plan=True``): the placement of every component, the devices per role and the
+   memory estimates (what ``--dry-run`` prints; a run's scheduler plans against the nodes it finds).
+
+The result, a :class:`PreparedRun`, is what :func:`rlinf_algos.runtime.training.run_training`
+runs: nothing is composed or validated again, and ``Algorithm.run`` receives
+:attr:`PreparedRun.config`, a mapping that carries the validated sections.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlinf_algos.config.translate import Translation, translate
+from rlinf_algos.config.validate import LOCAL, Validation, validate
+from rlinf_algos.config.validated import ValidatedConfig
+from rlinf_core.errors import ConfigError
+
+__all__ = ["PreparedRun", "compose_run_config", "dry_run", "prepare_run"]
+
+log = logging.getLogger("rlinf.config")
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A run configuration taken through the pipeline (:func:`prepare_run`).
+
+    Attributes:
+        composition: the composed mapping (``composition.data``: defaults merged, overrides
+            applied, ``${...}`` resolved; what ``--print-config`` prints) and where each key came
+            from (:class:`rlinf_core.compose.Composition`).
+        translation: the ordinary sections it became, with the worker-pool expansion and the
+            warnings (:class:`~rlinf_algos.config.translate.Translation`).
+        validation: the algorithm, its ``algorithm`` section, the scheduler and the validated
+            sections (:class:`~rlinf_algos.config.validate.Validation`).
+        resolved: every section with its defaults: what ``config.yaml`` records.
+        config_path: the file it came from (names the default run directory), if any.
+        host: the plugin host it was validated against.
+        plan, devices, memory, inventory_implied: with ``plan=True``: the placement plan
+            (``None`` for ``runner.scheduler: local``), each role's device per rank, each role's
+            memory estimate, and whether the inventory was the one the worker pools imply.
+    """
+
+    composition: Any
+    translation: Translation
+    validation: Validation
+    resolved: dict[str, Any]
+    config_path: Path | None = None
+    host: Any = None
+    plan: Any = None
+    devices: dict[str, Any] = field(default_factory=dict)
+    memory: Any = None
+    inventory_implied: bool = False
+
+    @property
+    def composed(self) -> dict[str, Any]:
+        """The composed mapping, before translation."""
+        return dict(self.composition.data)
+
+    @property
+    def config(self) -> ValidatedConfig:
+        """The translated sections as ``Algorithm.run`` takes them (carrying the validated ones)."""
+        return self.validation.config
+
+    @property
+    def algorithm_class(self) -> Any:
+        return self.validation.algorithm_class
+
+    @property
+    def algorithm_config(self) -> Any:
+        return self.validation.algorithm_config
+
+    @property
+    def sections(self) -> Any:
+        """The validated sections (``RunSections``, ``LMRunConfig``...)."""
+        return self.validation.sections
+
+    @property
+    def scheduler(self) -> str:
+        """The scheduler to start: a registered name, or ``local``."""
+        return self.validation.scheduler
+
+    @property
+    def expansion(self) -> Any:
+        """The worker-pool (seed 003) expansion, or ``None``."""
+        return self.translation.expansion
+
+    @property
+    def notes(self) -> list[str]:
+        """What the worker-pool form became (one line each; none for an ordinary config)."""
+        return self.translation.notes
+
+    def algorithm(self) -> Any:
+        """A fresh instance of the algorithm with its validated ``algorithm`` section."""
+        return self.algorithm_class(self.algorithm_config)
+
+    def report(self) -> dict[str, Any]:
+        """What :func:`dry_run` returns: ``config`` (resolved), ``scheduler``, ``plan``,
+        ``devices``, ``memory``, ``expansion``, ``inventory_implied``."""
+        return {
+            "config": self.resolved,
+            "scheduler": self.scheduler,
+            "plan": self.plan,
+            "devices": self.devices,
+            "memory": self.memory,
+            "expansion": self.expansion,
+            "inventory_implied": self.inventory_implied,
+        }
+
+
+def compose_run_config(
+    config: Mapping[str, Any] | str | Path,
+    overrides: Iterable[str] = (),
+    config_path: str | Path | None = None,
+) -> dict[str, Any]:
+    """Step 1: the config file (or mapping) composed, overridden and resolved
+    (:func:`rlinf_core.compose.compose`: defaults lists, ``key=value``, ``+key``, ``~key``,
+    ``${...}``). A mapping's defaults are relative to ``config_path``'s folder."""
+    return _compose(config, overrides, config_path).data
+
+
+def _compose(config: Any, overrides: Iterable[str], config_path: str | Path | None) -> Any:
+    from rlinf_core.compose import compose_traced
+
+    base = (
+        Path(config_path).parent if config_path is not None and not isinstance(config, str | Path) else None
+    )
+    return compose_traced(config, list(overrides), base_dir=base)
+
+
+def _sourced(err: ConfigError, composition: Any) -> ConfigError:
+    """``err`` with each problem whose value came from another file of a defaults list, or from
+    a command-line override, saying so (``(from conf/env/pendulum.yaml)``); the primary file's
+    own keys need no such note."""
+    problems = []
+    for p in err.problems:
+        source = composition.source_of(p.path)
+        problems.append(type(p)(p.path, f"{p.message} (from {source})") if source else p)
+    return ConfigError(problems)
+
+
+def prepare_run(
+    config: Mapping[str, Any] | str | Path,
+    overrides: Iterable[str] = (),
+    *,
+    config_path: str | Path | None = None,
+    host: Any = None,
+    plan: bool = False,
+    inventory: Any = None,
+    gpu_memory_gib: float | None = None,
+) -> PreparedRun:
+    """Take ``config`` (a YAML path or a mapping of sections) with ``overrides`` through the
+    pipeline (see the module docstring) and return the :class:`PreparedRun`.
+
+    Args:
+        config: the run configuration, or the path of its YAML file.
+        overrides: ``key=value``, ``+key=value``, ``++key=value``, ``~key``, ``group=name``.
+        config_path: where a mapping came from (its defaults are relative to its folder; names
+            the default run directory). Default: ``config`` itself when it is a path.
+        host: the :class:`~rlinf_core.plugins.PluginHost` (default: the installed plugins).
+        plan: also plan the placement, the devices and the memory (``--dry-run``).
+        inventory: with ``plan``: accelerators per node (an
+            :class:`~rlinf_scheduler.placement.Inventory` or its YAML data; ``None``: none, or for
+            a worker-pool config the GPUs its pools imply).
+        gpu_memory_gib: with ``plan``: GiB per GPU to check each role's estimated memory against.
+
+    Raises:
+        ConfigError: every problem, each with its YAML path (the seed key, for a worker-pool
+            config); RLinf's ignored ``cluster`` keys are logged as one warning.
+    """
+    from rlinf_core.plugins import load_plugins
+
+    host = host or load_plugins()
+    if config_path is None and isinstance(config, str | Path):
+        config_path = config
+    composition = _compose(config, overrides, config_path)
+    try:
+        translation = translate(composition.data, host)
+    except ConfigError as err:
+        raise _sourced(err, composition) from None
+    for warning in translation.warnings:
+        log.warning("warning: %s", warning)
+    try:
+        validation = validate(translation.data, host)
+    except ConfigError as err:
+        raise _sourced(translation.translate_error(err), composition) from None
+    prepared = PreparedRun(
+        composition,
+        translation,
+        validation,
+        validation.resolved(),
+        Path(config_path) if config_path is not None else None,
+        host,
+    )
+    return _planned(prepared, inventory, gpu_memory_gib) if plan else prepared
+
+
+def _planned(prepared: PreparedRun, inventory: Any, gpu_memory_gib: float | None) -> PreparedRun:
+    """Step 4: ``prepared`` with its placement plan, devices per role and memory estimates; a
+    plan whose roles share a GPU they cannot share, or whose estimated memory cannot fit, is a
+    :class:`ConfigError`."""
+    from dataclasses import replace
+
+    from rlinf_algos.memory import check_fits, plan_memory
+    from rlinf_algos.parallel import plan_devices, shared_gpu_problems
+
+    data = prepared.config
+    plan = None
+    implied = False
+    if prepared.scheduler != LOCAL:
+        from rlinf_scheduler.placement import plan_placement
+
+        if inventory is None and prepared.expansion is not None:
+            inventory, implied = prepared.expansion.inventory, True
+        try:
+            plan = plan_placement(data["cluster"], inventory, hardware=prepared.host)
+        except ConfigError as err:
+            raise _sourced(prepared.translation.translate_error(err), prepared.composition) from None
+    device = str((data.get("runner") or {}).get("device", "cpu"))
+    shared = shared_gpu_problems(plan, device)
+    if shared:
+        raise ConfigError(shared[0], "cluster.component_placement")
+    devices = plan_devices(plan, device)
+    memory = plan_memory(prepared.resolved, devices, gpu_memory_gib)
+    check_fits(memory or [])
+    return replace(prepared, plan=plan, devices=devices, memory=memory, inventory_implied=implied)
+
+
+def dry_run(
+    config: Mapping[str, Any] | str | Path,
+    *,
+    overrides: Iterable[str] = (),
+    host: Any = None,
+    inventory: Any = None,
+    gpu_memory_gib: float | None = None,
+) -> dict[str, Any]:
+    """:func:`prepare_run` with ``plan=True``, as the dict ``rlinf train --dry-run`` prints
+    (:meth:`PreparedRun.report`): ``{"config": resolved config, "scheduler": name, "plan":
+    placement plan or None, "devices", "memory": per-role estimates or None, "expansion":
+    SeedExpansion or None, "inventory_implied": bool}``. Starts nothing."""
+    prepared = prepare_run(
+        config, overrides, host=host, plan=True, inventory=inventory, gpu_memory_gib=gpu_memory_gib
+    )
+    return prepared.report()

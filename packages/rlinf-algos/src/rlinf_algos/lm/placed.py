@@ -1,0 +1,402 @@
+"""A language-model flow on placed workers: the rollout, reward, reference, actor (and agent)
+roles as worker processes placed by the ``cluster`` section, batches over the scheduler's
+channels (``rlinf-<run id>-gen``, ``-episodes``, ``-scored``, ``-refq``), weights through the
+actor's weight broadcast. The data flow of an iteration is :mod:`rlinf_algos.lm.roles`'.
+
+The warm start runs in the driver before the workers start; the actor loads the warm-started
+folder and publishes version 0, which the reference freezes. Agents and the reward worker import
+no torch: they are light processes (the multi-agent example places 16 agent processes with
+``agent: {node_group: node, placement: "0:0-15"}``). Without an ``agent`` component the driver
+plays the (single) agent itself.
+
+Worker deaths are the driver's (:mod:`rlinf_algos.runtime.recovery`): a dead rollout, reward or
+agent worker is restarted and its iteration's partial batch dropped (unless the actor had already
+trained on the whole batch: then the update is kept); the death of the actor or the reference
+ends the run naming it, and ``--resume`` continues it from the newest checkpoint. Fault tests hook
+``on_generating(run, k, {"rank", "pid"})`` (a rollout rank took a request of iteration ``k``;
+evaluations: negative ``k``) and ``on_scoring`` (a reward rank took its episodes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rlinf_algos.channels import ABORT, Aborted
+from rlinf_algos.flow import await_call
+from rlinf_algos.lm.agents import EpisodeBatch, episode_metrics, make_agent
+from rlinf_algos.lm.folder import context_length
+from rlinf_algos.lm.remote_generate import ChannelGenerate, play
+from rlinf_algos.lm.roles import STOP
+from rlinf_algos.lm.run import LMRun
+from rlinf_algos.lm.tasks import make_task, task_tokenizer
+from rlinf_algos.runtime.workers import WORKERS
+from rlinf_core.errors import RlinfError
+
+__all__ = ["LMPlacedRun"]
+
+
+class LMPlacedRun(LMRun):
+    """The language-model flow on placed workers; it is its own components
+    (``iterate``, ``evaluate``, ``policy``...)."""
+
+    roles = {
+        "rollout": "in_place",
+        "reward": "in_place",
+        "agent": "in_place",
+        "actor": "never",
+        "reference": "never",
+    }
+    holds = {"actor": "the policy and its optimiser state", "reference": "the frozen warm-start policy"}
+
+    def __init__(self, driver: Any, flow: Any) -> None:
+        super().__init__(driver, flow)
+        self.timeout = driver.timeout
+        self.serving: dict[int, Any] = {}
+        self.watched: dict[tuple[str, int], asyncio.Future[Any]] = {}
+        self.version = 0
+        self.evals_done = 0
+        self.last_publish_bytes = 0
+        self.placement: dict[str, Any] = {}
+        self.policy_model: Any = None
+
+    @property
+    def scheduler_name(self) -> str:
+        return str(getattr(self.driver.scheduler, "PLUGIN_NAME", type(self.driver.scheduler).__name__))
+
+    @property
+    def learner_world_size(self) -> int:
+        return int(self.groups["actor"].world_size)
+
+    # -- start -------------------------------------------------------------------------------------
+    def components(self) -> LMPlacedRun:
+        """Create the channels, launch the workers, load the policy on the actor (publishing
+        version 0), freeze it on the reference and start the rollout ranks' serve loops."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        d, run = self.driver, self.policy_run
+        self.tok = task_tokenizer(run)
+        self.task = make_task(run, self.tok)
+        uid = secrets.token_hex(4)
+        self.weights_name = f"rlinf-{uid}-policy"
+        with ThreadPoolExecutor(4) as pool:
+            futs = [
+                pool.submit(d.channel, f"rlinf-{uid}-{what}", role, default_timeout=self.timeout)
+                for what, role in (
+                    ("gen", "rollout"),
+                    ("episodes", "reward"),
+                    ("scored", "actor"),
+                    ("refq", "actor"),
+                )
+            ]
+            self.gen, self.episodes_ch, self.scored, self.refq = (f.result() for f in futs)
+        flow = self.flow.with_run(run)  # the workers load the run's policy folder
+        use_agents = d.plan("agent") is not None and self.task.mode == "multiagent"
+        n_rollout = d.world("rollout") or 1
+        common = {"timeout": self.timeout, "seed": run.runner.seed}
+        threads = run.runner.torch_threads
+        launches: dict[str, dict[str, Any]] = {
+            "actor": {
+                **common, "weights": self.weights_name, "threads": threads,
+                "channels": {"scored": self.scored, "refq": self.refq}, "device": run.runner.device,
+                "strategy": run.actor.strategy, "micro_batch_size": run.actor.micro_batch_size,
+            },
+            "rollout": {**common, "weights": self.weights_name, "threads": threads, "channels": {"gen": self.gen}},
+            "reward": {
+                **common, "threads": 0, "channels": {"episodes": self.episodes_ch, "scored": self.scored},
+                "log_dir": str(Path(d.run_dir) / "logs"),
+            },
+        }  # fmt: skip
+        if run.algorithm.kl_coef > 0:
+            launches["reference"] = {
+                **common, "weights": self.weights_name, "threads": threads, "channels": {"refq": self.refq},
+            }  # fmt: skip
+        if use_agents:
+            launches["agent"] = {
+                **common, "threads": 0, "channels": {"gen": self.gen, "episodes": self.episodes_ch},
+                "n_rollout": n_rollout,
+            }  # fmt: skip
+        t0 = time.perf_counter()
+        d.launch({name: (WORKERS[name], (flow,), kw) for name, kw in launches.items()})
+        groups = self.groups
+        for name, group in groups.items():
+            nodes = sorted({p.node_rank for p in group.placements}) if hasattr(group, "placements") else []
+            self.placement[name] = {"processes": group.world_size, "nodes": nodes}
+        if not use_agents:
+            self.placement["agent"] = {"processes": 0, "where": "the driver (single agent per episode)"}
+            self.local_agent = make_agent(
+                self.task, self.tok, self.task.max_new_tokens(), run.task.max_calls, context_length(run.model)
+            )
+        self.say(
+            "workers: "
+            + ", ".join(f"{k} x{v['processes']}" for k, v in self.placement.items() if v["processes"])
+            + f" (started in {time.perf_counter() - t0:.1f} s)"
+        )
+        self.n_rollout = groups["rollout"].world_size
+        self.n_reward = groups["reward"].world_size
+        self.n_agent = groups["agent"].world_size if use_agents else 0
+        groups["actor"].configure().wait(self.timeout)
+        if "reference" in groups:
+            groups["reference"].configure().wait(self.timeout)
+        for r in range(self.n_rollout):
+            self.serving[r] = groups["rollout"].on(r).serve()
+        return self
+
+    def after_restart(self, role: str, ranks: list[int], configure: bool) -> str | None:
+        if role == "rollout":
+            for r in ranks:
+                self.serving[r] = self.groups["rollout"].on(r).serve()
+                self.watched.pop(("rollout", r), None)
+        return None
+
+    # -- an iteration (or an evaluation) on the workers --------------------------------------------
+    def _watch_key(self, channel: Any, key: str, hook: str, it: int) -> None:
+        """Call the hook ``hook`` once a worker reports on ``key`` (a thread: the driver goes on
+        meanwhile)."""
+
+        def wait() -> None:
+            try:
+                report = channel.get(key, timeout=self.timeout)
+            except Exception:  # the iteration ended before anyone reported
+                return
+            self.driver.callback(hook, it, report)
+
+        threading.Thread(target=wait, name=f"rlinf-{hook}", daemon=True).start()
+
+    def _serve_futures(self) -> dict[tuple[str, int], asyncio.Future[Any]]:
+        """The rollout ranks' serve loops as futures of the driver's loop (made once per loop)."""
+        for r, call in self.serving.items():
+            if ("rollout", r) not in self.watched:
+                self.watched[("rollout", r)] = asyncio.ensure_future(await_call(call))
+        return dict(self.watched)
+
+    async def _drive(
+        self,
+        key: str,
+        problems: Sequence[Any],
+        group_size: int,
+        temperature: float | None,
+        train: bool,
+        it: int,
+    ) -> tuple[dict[str, Any] | None, dict[Any, Any], dict[Any, Any], dict[Any, Any]]:
+        """One pass of ``problems`` over the workers under the channel keys ``key``: the agents
+        (or the driver) play, the reward ranks score, the reference and the actor (``train``)
+        update. Returns ``(outcome or None when a worker failed, results, dead, fatal)``."""
+        d = self.driver
+        generating = f"{key}/generating" if "on_generating" in d.callbacks else None
+        scoring = f"{key}/scoring" if "on_scoring" in d.callbacks else None
+        if generating is not None:
+            self._watch_key(self.gen, generating, "on_generating", it)
+        if scoring is not None:
+            self._watch_key(self.episodes_ch, scoring, "on_scoring", it)
+        calls: dict[tuple[str, int], Any] = {}
+        if self.n_agent:
+            n = min(self.n_agent, len(problems))
+            size = -(-len(problems) // n)
+            chunks = [list(problems[i : i + size]) for i in range(0, len(problems), size)]
+            keys = [f"{key}/a{r}" for r in range(len(chunks))]
+            for r, (k, c) in enumerate(zip(keys, chunks, strict=True)):
+                calls[("agent", r)] = (
+                    self.groups["agent"].on(r).play(k, c, group_size, temperature, self.version, generating)
+                )
+        else:
+            keys = [f"{key}/a0"]
+        by_reward: dict[int, list[str]] = {}
+        for i, k in enumerate(keys):
+            by_reward.setdefault(i % self.n_reward, []).append(k)
+        for r, ks in by_reward.items():
+            calls[("reward", r)] = (
+                self.groups["reward"].on(r).score(ks, f"{key}/r{r}" if train else None, scoring)
+            )
+        ref_key = f"{key}/ref" if train and "reference" in self.groups else None
+        if ref_key is not None:
+            calls[("reference", 0)] = self.groups["reference"].log_probs(ref_key)
+        if train:  # one scored item per episodes key, from the reward rank that scores it
+            dests = [f"{key}/r{r}" for r in sorted(by_reward) for _ in by_reward[r]]
+            calls[("actor", 0)] = self.groups["actor"].train(key, keys=dests, ref_key=ref_key)
+        reply = f"driver/{key}"
+        targets = [(self.gen, f"agent{r}/{key}") for r in range(self.n_agent)] + [(self.gen, reply)]
+        targets += [(self.episodes_ch, k) for k in keys] + [(self.scored, f"{key}/r{r}") for r in by_reward]
+        if ref_key is not None:
+            targets += [(self.refq, ref_key), (self.refq, ref_key + "/lp")]
+
+        def abort() -> None:
+            for channel, k in targets:
+                try:
+                    channel.put(ABORT, k, timeout=5.0)
+                except Exception:  # a full or closed channel: its reader is gone anyway
+                    pass
+
+        t0 = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        local: asyncio.Future[Any] | None = None
+        if not self.n_agent:  # the driver plays the (single) agent itself, beside the calls
+            generate = ChannelGenerate(
+                self.gen, self.n_rollout, reply, temperature, self.version, self.timeout, report=generating
+            )
+            local = loop.run_in_executor(None, self._play_here, problems, group_size, generate, keys[0])
+        gathering = asyncio.ensure_future(d.gather(calls, abort=abort, watch=self._serve_futures()))
+        agent_stats: list[dict[str, Any]] = []
+        generate_s = 0.0
+        if local is not None:
+            await asyncio.wait({local, gathering}, return_when=asyncio.FIRST_COMPLETED)
+            if local.done() and local.exception() is None and local.result() is not None:
+                agent_stats.append(local.result())
+                generate_s = time.perf_counter() - t0
+            elif not local.done():  # a worker failed first: the abort ends the play
+                await asyncio.wait({local})
+            if local.exception() is not None and not gathering.done():
+                abort()
+        results, dead, fatal, _ = await gathering
+        if local is not None and local.exception() is not None and not (dead or fatal):
+            raise local.exception()  # the driver's own play failed
+        for role, r in [k for k in results if k[0] == "agent"]:
+            agent_stats.append(results[(role, r)])
+            generate_s = max(generate_s, float(results[(role, r)].get("generate_s", 0.0)))
+        if dead or fatal or any(isinstance(v, dict) and v.get("aborted") for v in results.values()):
+            return None, results, dead, fatal
+        rewards = {r: results[("reward", r)] for r in by_reward}
+        out: dict[str, Any] = {"rewards": [], "correct": [], "well_formed": []}
+        for i, k in enumerate(keys):
+            part = rewards[i % self.n_reward]["parts"][k]
+            for f in ("rewards", "correct", "well_formed"):
+                out[f] += part[f]
+        out["agent_stats"] = agent_stats
+        out["generate_s"] = generate_s
+        out["reward_s"] = max((r["busy_s"] for r in rewards.values()), default=0.0)
+        out["reward_failures"] = sum(int(r.get("failures", 0)) for r in rewards.values())
+        if train:
+            out["actor"] = results[("actor", 0)]
+            out["reference_s"] = results[("reference", 0)]["busy_s"] if ref_key is not None else 0.0
+        return out, results, dead, fatal
+
+    def _play_here(
+        self, problems: Sequence[Any], group_size: int, generate: Any, key: str
+    ) -> dict[str, Any] | None:
+        """The driver plays the single agent; the episodes go to the reward ranks. ``None`` when
+        the driver ended the iteration."""
+        try:
+            eps, stats = play(self.local_agent, problems, group_size, generate)
+        except Aborted:
+            return None
+        self.episodes_ch.put(eps.to_dict(), key, timeout=self.timeout)
+        return stats
+
+    async def _attempts(self, what: str, it: int, problems: Sequence[Any], group_size: int,
+                        temperature: float | None, train: bool) -> dict[str, Any]:  # fmt: skip
+        """The pass under a new generation of keys until no worker is lost in it: dead ranks are
+        restarted (or end the run, as their role says) and the partial batch dropped. In an
+        iteration, a lost call after which the actor still trained on the whole batch (the dead
+        rank had delivered its part) keeps that update."""
+        d = self.driver
+        loop = asyncio.get_running_loop()
+        while True:
+            out, results, dead, fatal = await self._drive(
+                f"g{d.gen}-{what[:4]}{it}", problems, group_size, temperature, train, it
+            )
+            if out is not None:
+                return out
+            if fatal:
+                raise next(iter(fatal.values()))
+            actor = results.get(("actor", 0))
+            kept = what == "iteration" and actor and not actor.get("aborted")
+            await loop.run_in_executor(None, d.replace_dead, dead, f"in {what} {it}")
+            if kept:
+                d.log(f"iteration {it}: the actor had the whole batch; its update is kept")
+                o = actor["outcomes"]
+                return {
+                    **{f: o[f] for f in ("rewards", "correct", "well_formed")},
+                    "agent_stats": [{"generated_tokens": o["generated_tokens"]}],
+                    "generate_s": 0.0, "reward_s": 0.0, "reward_failures": 0, "actor": actor, "reference_s": 0.0,
+                }  # fmt: skip
+            why = "; ".join(f"{c} rank {r}: {str(e).splitlines()[0][:200]}" for (c, r), e in dead.items())
+            if what == "iteration":
+                d.drop(it, 0, why or "a peer ended the iteration")
+            else:
+                d.gen += 1
+
+    async def iterate(self, problems: Sequence[Any], group_size: int) -> dict[str, Any]:
+        import numpy as np
+
+        it = self.version + 1
+        res = await self._attempts("iteration", it, problems, group_size, None, True)
+        actor = res["actor"]
+        self.version = int(actor["version"])
+        self.last_publish_bytes = int(actor.get("publish_bytes", 0))
+        return {
+            "rewards": np.asarray(res["rewards"], dtype=np.float32),
+            "correct": np.asarray(res["correct"], dtype=bool),
+            "well_formed": np.asarray(res["well_formed"], dtype=bool),
+            "sequences": actor["sequences"],
+            "generated_tokens": sum(int(s["generated_tokens"]) for s in res["agent_stats"]),
+            "stats": actor["stats"],
+            "reward_failures": res["reward_failures"],
+            "agent_metrics": episode_metrics(
+                EpisodeBatch(metrics=[m for s in res["agent_stats"] for m in s.get("metrics", [])]),
+                res["correct"],
+            ),
+            "phase": {
+                "generate": res["generate_s"],
+                "reward": res["reward_s"],
+                "reference": res["reference_s"],
+                "update": actor["update_s"],
+                "sync": actor.get("publish_s", 0.0),
+            },
+        }
+
+    async def evaluate(self, problems: Sequence[Any], temperature: float = 0.0) -> dict[str, list[Any]]:
+        self.evals_done += 1
+        res = await self._attempts("evaluation", self.evals_done, problems, 1, temperature, False)
+        return {"correct": res["correct"], "well_formed": res["well_formed"], "rewards": res["rewards"]}
+
+    # -- state ---------------------------------------------------------------------------------------
+    def policy(self) -> Any:
+        """The actor's current policy, as a model in this process."""
+        from rlinf_algos.lm import hf
+
+        state = self.groups["actor"].policy().wait(self.timeout)[0]
+        if self.policy_model is None:
+            self.policy_model = hf.load_causal_lm(
+                self.policy_run.model
+            )  # requires_grad as trained: the counts
+        hf.load_sync_state(self.policy_model, state["state_dict"])
+        return self.policy_model
+
+    def publish_bytes(self) -> int:
+        return self.last_publish_bytes
+
+    def components_state(self) -> dict[str, Any]:
+        """The components' part of a checkpoint: the actor's state (rank 0's)."""
+        return {"actor": self.groups["actor"].state().wait(self.timeout)[0]}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Continue from a checkpoint: every actor rank loads it and the weights are published as
+        the checkpoint's version (the reference has taken version 0 already)."""
+        self.version = int(self.groups["actor"].load(dict(state["actor"])).wait(self.timeout)[0])
+
+    def user_error(self, err: RlinfError) -> RlinfError:
+        """A worker's failure as the user sees it: when its cause is rlinf's own one-line error (a
+        reward that failed, a damaged model folder a worker found), that error itself, as the
+        in-process run raises it, without the remote traceback of rlinf's internals (the
+        scheduler's error keeps it, ``remote_traceback``); anything else as it is."""
+        cause = getattr(err, "cause", None)
+        return cause if isinstance(cause, RlinfError) and getattr(err, "remote_traceback", None) else err
+
+    def close(self) -> None:
+        """End the serve loops (a :data:`~rlinf_algos.lm.roles.STOP` per rollout rank); the
+        driver stops the worker groups."""
+        if self.serving:
+            try:
+                for _ in self.serving:
+                    self.gen.put(STOP, "req", timeout=5.0)
+                for call in self.serving.values():
+                    call.wait(10.0)
+            except Exception:  # a worker already failed: its error was reported
+                pass
+        for fut in self.watched.values():
+            fut.cancel()

@@ -1,0 +1,353 @@
+"""The bodies a language-model flow gives the generic role workers (:mod:`rlinf_algos.runtime.workers`).
+
+One iteration on placed workers (the driver starts every call at once; the data moves between
+workers over the run's channels)::
+
+    driver --problems--> agent ranks (or the driver itself when no `agent` is placed)
+    agent  --gen "req"--> rollout ranks --gen "<agent key>"--> agent          (any idle rollout rank
+                                                                              takes the next request)
+    agent  --episodes "<it>/a<rank>"--> reward rank (agent rank mod #reward)
+    reward --scored "<it>/r<rank>"--> actor
+    actor  --refq "<it>"--> reference --refq "<it>/lp"--> actor              (kl_coef > 0)
+    actor: the update --weights (version it+1)--> rollout ranks, before their next request
+
+- :class:`LMRollout`: the run's rollout engine, answering generation requests (``serve``);
+- :class:`LMScorer`: the verifier (or the user's reward) over an iteration's episodes;
+- :class:`LMReference`: the frozen warm start's log-probabilities;
+- :class:`LMActor`: the learner (:mod:`rlinf_algos.lm.learner`) on the scored episodes;
+- :class:`AgentPlayer`: the task's episodes (single, lead and subagents) against the rollouts.
+
+The reward and agent bodies import no torch: they are light processes. This module imports no
+torch at import time.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from rlinf_algos.channels import Aborted, is_abort
+from rlinf_algos.lm.agents import make_agent
+from rlinf_algos.lm.folder import context_length
+from rlinf_algos.lm.remote_generate import ChannelGenerate, play
+from rlinf_algos.lm.tasks import make_task, task_tokenizer
+from rlinf_core.errors import RlinfError
+
+__all__ = ["STOP", "AgentPlayer", "LMActor", "LMReference", "LMRollout", "LMScorer"]
+
+STOP = "__rlinf_lm_stop__"
+"""Put on the ``gen`` channel's ``req`` key once per rollout rank to end its serve loop."""
+
+
+class LMRollout:
+    """Serves generation requests from the host's ``gen`` channel with the newest policy of the
+    broadcast (at least a request's ``min_version``)."""
+
+    def __init__(self, host: Any, run: Any) -> None:
+        from rlinf_algos.lm.engines import make_rollout
+
+        self.host, self.run = host, run
+        tok = task_tokenizer(run)
+        self.engine = make_rollout(run, seed=run.runner.seed + 7919 * (host.rank + 1), pad_id=tok.pad_id)
+
+    @property
+    def version(self) -> int:
+        return int(self.engine.version)
+
+    def configure(self, spec: Any) -> None:
+        """Nothing to build: the engine loaded the run's model folder at start."""
+
+    def set_weights(self, state_dict: dict[str, Any], version: int) -> None:
+        self.engine.set_weights(state_dict, version)
+
+    def weights(self) -> dict[str, Any]:
+        return dict(self.engine.model.state_dict())
+
+    def rng_state(self) -> dict[str, Any]:
+        gen = getattr(self.engine, "generator", None)
+        return {"engine": gen.get_state()} if gen is not None else {}
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        gen = getattr(self.engine, "generator", None)
+        if gen is not None and "engine" in state:
+            gen.set_state(state["engine"])
+
+    def serve(self) -> dict[str, Any]:
+        """Answer requests until a :data:`STOP`; returns the requests served, the tokens
+        generated and the seconds spent generating (not waiting)."""
+        from rlinf_core.errors import ChannelTimeout
+
+        host = self.host
+        gen, timeout = host.channel("gen"), host.timeout
+        served = 0
+        busy = 0.0
+        while True:
+            try:
+                req = gen.get("req", timeout=timeout)
+            except ChannelTimeout as err:
+                raise RlinfError(
+                    f"rollout rank {host.rank}: no generation request for {timeout:g} s "
+                    "(runner.worker_timeout); is the driver alive?"
+                ) from err
+            if isinstance(req, str) and req == STOP:
+                break
+            t0 = time.perf_counter()
+            if req.get("report"):
+                gen.put({"rank": host.rank, "pid": os.getpid()}, req["report"], timeout=timeout)
+            host.sync(int(req["min_version"]))
+            tokens0 = self.engine.tokens
+            responses = self.engine.generate(
+                req["prompts"], req["max_new_tokens"], req["stop_ids"], req.get("temperature")
+            )
+            gen.put(
+                {
+                    "part": req["part"],
+                    "responses": responses,
+                    "version": self.engine.version,
+                    "tokens": self.engine.tokens - tokens0,
+                },
+                req["reply"],
+                timeout=timeout,
+            )
+            served += 1
+            busy += time.perf_counter() - t0
+        return {"requests": served, "tokens": self.engine.tokens, "busy_s": busy}
+
+
+class LMScorer:
+    """The verifier on a CPU-only process (no torch): scores the episodes of given keys of the
+    ``episodes`` channel and forwards them, with their rewards, to the actor (``scored``)."""
+
+    def __init__(self, host: Any, run: Any) -> None:
+        from rlinf_algos.lm.reward import Verifier
+
+        self.host = host
+        log_dir = host.options.get("log_dir")
+        log = Path(log_dir) / f"reward-r{host.rank}.log" if log_dir else None
+        self.verifier = Verifier(make_task(run, task_tokenizer(run), reward_log=log))
+
+    def score(self, keys: list[str], dest: str | None, report: str | None = None) -> dict[str, Any]:
+        """Score the episodes at each of ``keys`` (in order); put them with their ``rewards`` on
+        the ``scored`` channel at ``dest`` (one item per key) unless ``dest`` is ``None`` (an
+        evaluation). Returns per key ``correct`` and ``well_formed`` lists, and ``busy_s``
+        (``aborted`` when the driver ended the iteration). ``report``: a key to put this rank
+        and pid on once it has its first episodes."""
+        host = self.host
+        episodes, scored, timeout = host.channel("episodes"), host.channel("scored"), host.timeout
+        out: dict[str, Any] = {"parts": {}, "busy_s": 0.0}
+        for key in keys:
+            eps = episodes.get(key, timeout=timeout)
+            if is_abort(eps):
+                return {"aborted": True, "parts": {}, "busy_s": out["busy_s"]}
+            if report is not None:
+                episodes.put({"rank": host.rank, "pid": os.getpid()}, report, timeout=timeout)
+                report = None
+            t0 = time.perf_counter()
+            r = self.verifier.compute({"response_ids": eps["final_responses"], "answers": eps["answers"]})
+            part = {
+                "rewards": [float(x) for x in r["rewards"]],
+                "correct": [bool(x) for x in r["correct"]],
+                "well_formed": [bool(x) for x in r["well_formed"]],
+            }
+            out["parts"][key] = part
+            out["busy_s"] += time.perf_counter() - t0
+            out["failures"] = int(r.get("failures", 0))
+            if dest is not None:
+                eps["rewards"] = r["rewards"]
+                eps["correct"], eps["well_formed"] = part["correct"], part["well_formed"]
+                scored.put(eps, dest, timeout=timeout)
+        return out
+
+
+class LMReference:
+    """The frozen reference: the warm-started policy (version 0 of the broadcast; with LoRA, the
+    base model with the adapter disabled); answers the actor's log-prob requests on ``refq``."""
+
+    def __init__(self, host: Any, run: Any) -> None:
+        self.host, self.run = host, run
+        self.model: Any = None
+
+    def freeze(self, spec: Any, state_dict: dict[str, Any]) -> None:
+        from rlinf_algos.lm.learner import ReferenceModel
+        from rlinf_algos.parallel import role_device
+
+        self.model = ReferenceModel(
+            self.run.model,
+            {k: v.clone() for k, v in state_dict.items()},
+            temperature=self.run.algorithm.temperature,
+            device=role_device(str(self.run.runner.device)),  # the GPU its placement gives, if any
+        )
+
+    def log_probs(self, key: str) -> dict[str, Any]:
+        """Take the batch at ``key``, put its ``ref_log_probs`` at ``key + "/lp"``."""
+        if self.model is None:
+            raise RlinfError("reference worker: configure() the frozen weights before log_probs()")
+        refq, timeout = self.host.channel("refq"), self.host.timeout
+        batch = refq.get(key, timeout=timeout)
+        if is_abort(batch):
+            return {"aborted": True, "busy_s": 0.0}
+        t0 = time.perf_counter()
+        out = self.model.compute_log_probs(batch)
+        refq.put(out, key + "/lp", timeout=timeout)
+        return {"busy_s": time.perf_counter() - t0}
+
+
+class LMActor:
+    """The learner on the actor worker: holds the policy and its optimiser and runs the update on
+    the scored episodes of the ``scored`` channel (the host publishes the weights).
+
+    Placed on several processes, the actor is one data-parallel learner group
+    (:mod:`rlinf_algos.parallel`, the ``actor`` section): rank 0 takes the scored parts and the
+    reference log-probs and hands the packed batch to the other ranks; each rank trains on its
+    share of every minibatch; rank 0 publishes."""
+
+    def __init__(self, host: Any, run: Any) -> None:
+        self.host, self.run = host, run
+        self.learner: Any = None
+        self.tok: Any = None
+
+    def build(self, spec: Any, state: dict[str, Any] | None, init: Any) -> None:
+        """Load the policy (the warm-started folder when the run had a warm start: the driver ran
+        it before launching the workers) on every rank; with ``state``, continue from it."""
+        from rlinf_algos.lm.learner import make_learner
+        from rlinf_algos.lm.trainer import policy_to_train
+
+        model, self.tok = policy_to_train(self.run)
+        model = self.host.dp.wrap(model)
+        self.learner = make_learner(model, self.run, dp=self.host.dp)
+        if state is not None:
+            self.learner.load_state_dict(state)
+
+    @property
+    def version(self) -> int:
+        return int(self.learner.version)
+
+    def weights(self) -> dict[str, Any]:
+        return self.learner.get_weights()[0]
+
+    def _pack(self, keys: list[str], ref_key: str | None) -> tuple[dict[str, Any], int, float, dict] | None:
+        import torch
+
+        from rlinf_algos.lm.learner import pack_batch
+
+        scored, refq, timeout = self.host.channel("scored"), self.host.channel("refq"), self.host.timeout
+        parts = []
+        for k in keys:
+            parts.append(scored.get(k, timeout=timeout))
+            if is_abort(parts[-1]):
+                return None
+        outcomes: dict[str, Any] = {"correct": [], "well_formed": [], "generated_tokens": 0}
+        seqs: list[list[int]] = []
+        masks: list[list[int]] = []
+        index: list[int] = []
+        rewards: list[float] = []
+        for p in parts:
+            off = len(rewards)
+            seqs += p["sequences"]
+            masks += p["loss_masks"]
+            index += [off + e for e in p["episode_index"]]
+            rewards += [float(x) for x in p["rewards"]]
+            outcomes["correct"] += list(p.get("correct", []))
+            outcomes["well_formed"] += list(p.get("well_formed", []))
+            outcomes["generated_tokens"] += int(p.get("generated_tokens", 0))
+        outcomes["rewards"] = rewards
+        batch = pack_batch(seqs, masks, self.tok.pad_id)
+        batch["episode_index"] = torch.tensor(index, dtype=torch.long, device="cpu")  # host batch
+        batch["rewards"] = torch.tensor(rewards, dtype=torch.float32, device="cpu")
+        ref_s = 0.0
+        if ref_key is not None:
+            t = time.perf_counter()
+            refq.put({"input_ids": batch["input_ids"]}, ref_key, timeout=timeout)
+            lp = refq.get(ref_key + "/lp", timeout=timeout)
+            if is_abort(lp):
+                return None
+            batch.update(lp)
+            ref_s = time.perf_counter() - t
+        return batch, len(seqs), ref_s, outcomes
+
+    def train(self, gen: str, keys: list[str], ref_key: str | None = None) -> dict[str, Any]:
+        """Gather the scored parts at ``keys`` (whole groups each, in order), pack them, get the
+        reference log-probs over ``refq`` at ``ref_key`` (when not ``None``) and run the update.
+        Returns the update stats, ``version``, the parts' ``outcomes`` and seconds; ``aborted``
+        when the driver ended the iteration (no update). Rank 0 packs; the other ranks get the
+        batch from it."""
+        dp = self.host.dp
+        t0 = time.perf_counter()
+        dp.arrive(f"the batch at {keys[0] if keys else '-'}")
+        packed = dp.from_main(lambda: self._pack(keys, ref_key))
+        if packed is None:
+            return {"aborted": True}
+        batch, sequences, ref_s, outcomes = packed
+        t = time.perf_counter()
+        stats = self.learner.update(batch)
+        update_s = time.perf_counter() - t
+        return {
+            "stats": stats,
+            "version": self.learner.version,
+            "sequences": sequences,
+            "reference_wait_s": ref_s,
+            "update_s": update_s,
+            "allreduce_s": dp.take_comm_s(),
+            "learner_world_size": dp.world,
+            "publish_bytes": self.learner.publish_bytes,
+            "pack_s": time.perf_counter() - t0 - ref_s - update_s,
+            "outcomes": outcomes,
+        }
+
+    def state(self) -> dict[str, Any]:
+        """The learner's checkpoint state (:meth:`~rlinf_algos.lm.learner.LMLearner.state_dict`);
+        on a learner group every rank calls, rank 0's is complete."""
+        return self.learner.state_dict()
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.learner.load_state_dict(state)
+
+    def policy(self) -> dict[str, Any]:
+        """The current weights as a publish carries them (the adapter alone with LoRA)."""
+        return {"state_dict": self.learner.get_weights()[0]}
+
+    def parameters(self) -> dict[str, int]:
+        from rlinf_algos.lm import hf
+
+        trainable, total = hf.parameter_counts(self.learner.model)
+        return {"trainable": trainable, "total": total}
+
+
+class AgentPlayer:
+    """The agent body (no model, no torch): plays single or hierarchical episodes by asking the
+    rollout ranks for generations over the ``gen`` channel, and puts the episodes on the
+    ``episodes`` channel for the reward component. The episode is the task's
+    (:func:`~rlinf_algos.lm.agents.make_agent`)."""
+
+    def __init__(self, host: Any, run: Any) -> None:
+        self.host = host
+        tok = task_tokenizer(run)
+        task = make_task(run, tok)
+        self.agent = make_agent(
+            task, tok, task.max_new_tokens(), run.task.max_calls, context_length(run.model)
+        )
+
+    def play(
+        self,
+        key: str,
+        problems: list[Any],
+        group_size: int,
+        temperature: float | None,
+        min_version: int,
+        report: str | None = None,
+    ) -> dict[str, Any]:
+        """Play ``group_size`` episodes of each of ``problems``; put them on the ``episodes``
+        channel at ``key``; return counts and seconds (``aborted`` when the driver ended it)."""
+        host = self.host
+        gen = ChannelGenerate(
+            host.channel("gen"), int(host.options.get("n_rollout", 1)), f"agent{host.rank}/{key}",
+            temperature, min_version, host.timeout, report=report,
+        )  # fmt: skip
+        try:
+            eps, stats = play(self.agent, problems, group_size, gen)
+        except Aborted:
+            return {"aborted": True}
+        host.channel("episodes").put(eps.to_dict(), key, timeout=host.timeout)
+        return stats

@@ -1,0 +1,391 @@
+"""The one driver: the single controller of every run, whatever the algorithm family.
+
+An algorithm is a *flow* (:class:`~rlinf_algos.flow.Flow`: what each role does in an iteration,
+which roles there are and what their death costs, its metrics columns and summary figures). The
+flow gives the driver a :class:`~rlinf_algos.flow.FlowRun` for where the run happens: its
+in-process body (``runner.scheduler: local``) or its run on workers placed by a scheduler (one
+:mod:`~rlinf_algos.runtime.workers` class per role). The driver owns the rest of the run's life,
+once for every family:
+
+- the run directory and its books (:class:`~rlinf_algos.runtime.books.RunRecorder`: metrics rows,
+  ``metrics.csv`` / ``metrics.jsonl``, the progress callback that feeds the loggers and the
+  progress bar);
+- the role -> worker-group map (:meth:`launch`), their process ids, their shutdown (all at once);
+- checkpoints: their cadence (``runner.checkpoint_interval``; on workers written *before* an
+  iteration would take the run past the interval, so a learner restart loses at most that many
+  units), atomic writes in the flow's layout (``checkpoints/step_<n>.safetensors`` for embodied
+  runs, ``checkpoints/step_<n>/`` for language-model runs), ``--resume`` from the newest one that
+  loads (damaged ones skipped with a warning);
+- SIGTERM and Ctrl-C (:class:`~rlinf_algos.runtime.stop.DeferredStop`): the iteration in flight
+  finishes, then a checkpoint, the metrics, the policy and the summary are written and
+  :class:`~rlinf_algos.runtime.training.TrainingInterrupted` is raised; a second Ctrl-C stops at
+  once (the checkpoint is still attempted);
+- worker deaths (:mod:`~rlinf_algos.runtime.recovery`): restarts in place, dropped batches, the
+  learner restarted from checkpoints, and :class:`~rlinf_algos.runtime.recovery.RunFailed`
+  after the policy and the summary are written;
+- the summary: the counters (``restarts``, ``dropped_batches``, ``learner_restarts``,
+  ``events``, ``resumed_from``), what the flow adds, ``error`` when the run failed.
+
+The driver never names an algorithm. Its loop::
+
+    start (resume: load the checkpoint) -> [checkpoint if due -> step] until done or stopped
+    -> drain what is in flight -> last row -> checkpoint -> policy -> summary
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from rlinf_algos.rundir import load_checkpoint, write_checkpoint, write_summary
+from rlinf_algos.runtime.books import RunRecorder
+from rlinf_algos.runtime.recovery import LearnerDied, Recovery, RunFailed
+from rlinf_algos.runtime.stop import DeferredStop
+from rlinf_core.errors import RlinfError
+
+__all__ = ["Driver"]
+
+ProgressFn = Callable[[dict[str, Any]], None]
+
+
+class Driver(Recovery):
+    """One run of ``flow`` (see the module docstring). Build it, call :meth:`run`.
+
+    Args:
+        flow: the algorithm's flow (:class:`~rlinf_algos.flow.Flow`).
+        scheduler: a started :class:`rlinf_core.scheduler.Scheduler` (workers), or ``None``
+            (everything in this process).
+        run_dir: the run directory.
+        resume: continue from the newest checkpoint of ``run_dir``.
+        progress: called with every metrics row.
+        callbacks: hooks a flow run calls at points it reports (``on_iteration``,
+            ``on_collecting``, ``on_generating``...), with the flow run as first argument.
+        rollout_only: run the workers that collect, without learning (a throughput benchmark).
+        say: where the flow's lines for people go (``None``: nowhere).
+
+    Attributes a test or a callback may read (through the flow run, which forwards them):
+    ``groups`` (``{role: worker group}``), ``pids`` (``{role: [process id by rank]}``, renewed
+    after every restart), ``steps``, ``iteration``, ``gen`` (the channel-key generation),
+    ``restarts``, ``dropped_batches``, ``learner_restarts``, ``events``.
+    """
+
+    def __init__(
+        self,
+        flow: Any,
+        scheduler: Any,
+        run_dir: Path,
+        *,
+        resume: bool = False,
+        progress: ProgressFn | None = None,
+        callbacks: Mapping[str, Callable[..., Any]] | None = None,
+        rollout_only: bool = False,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        self.flow = flow
+        self.runner = flow.runner
+        self.scheduler = scheduler
+        self.run_dir = Path(run_dir)
+        self.resume = resume
+        self.progress = progress
+        self.callbacks = dict(callbacks or {})
+        self.rollout_only = rollout_only
+        self.say = say or (lambda _msg: None)
+        self.timeout = float(self.runner.worker_timeout)
+        self.groups: dict[str, Any] = {}
+        self.pids: dict[str, list[int]] = {}
+        self.steps = 0
+        self.iteration = 0
+        self.gen = 0
+        self.restarts = 0
+        self.dropped_batches = 0
+        self.dropped_steps = 0
+        self.learner_restarts: list[dict[str, Any]] = []
+        self.events: list[str] = []
+        self.resumed_from: str | None = None
+        self.last_ckpt_step = 0
+        self.last_checkpoint: Path | None = None
+        self.interrupted = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        if scheduler is None:
+            if rollout_only:
+                raise RlinfError("rollout_only needs a scheduler (the workers' runtime)")
+            self.exe = flow.local(self)
+        else:
+            from rlinf_core.scheduler import Scheduler
+
+            if not isinstance(scheduler, Scheduler):
+                raise RlinfError(
+                    f"the workers' runtime needs a started rlinf_core.Scheduler (e.g. the `ray` plugin's), "
+                    f"got {type(scheduler).__name__}; pass scheduler=None to train in this process"
+                )
+            self.exe = flow.placed(self)
+
+    # -- services for the flow runs ------------------------------------------------------------
+    def log(self, message: str) -> None:
+        """An event of the run (``events`` in the summary) and a warning in the log."""
+        self.events.append(message)
+        logging.getLogger("rlinf.train").warning(message)
+
+    def run_async(self, work: Any) -> Any:
+        """``work``'s result: run it on the driver's event loop when it is a coroutine (a flow run
+        on workers awaits its calls there; futures it keeps between iterations stay on it)."""
+        if not inspect.isawaitable(work):
+            return work
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(work)
+
+    def plan(self, role: str) -> Any:
+        """The scheduler's placement of ``role`` (``None``: not placed, or no plan)."""
+        plan = getattr(self.scheduler, "plan", None)
+        try:
+            return plan[role] if plan is not None else None
+        except (KeyError, TypeError):
+            return None
+
+    def world(self, role: str) -> int | None:
+        """How many processes ``role`` is placed on (``None``: the scheduler does not say)."""
+        plan = self.plan(role)
+        try:
+            return int(plan.world_size) if plan is not None else None
+        except (AttributeError, TypeError):
+            return None
+
+    def channel(self, name: str, near: str, **options: Any) -> Any:
+        """The scheduler's channel ``name``, on the node of ``near``'s first process (its reader)."""
+        plan = self.plan(near)
+        try:
+            options.setdefault("node_rank", int(plan.processes[0].node_rank))
+        except (AttributeError, IndexError, TypeError):
+            pass
+        return self.scheduler.channel(name, **options)
+
+    def launch(self, launches: Mapping[str, tuple[type, tuple[Any, ...], dict[str, Any]]]) -> None:
+        """Start every role of ``launches`` (``{role: (worker class, args, kwargs)}``) at once
+        (their imports overlap), note their process ids; the groups of roles restarted in place
+        or from checkpoints keep their other ranks when one fails."""
+        todo = {name: spec for name, spec in launches.items() if name not in self.groups}
+        if todo:
+            with ThreadPoolExecutor(len(todo)) as pool:
+                futs = {
+                    name: pool.submit(self.scheduler.launch, name, cls, *args, **kwargs)
+                    for name, (cls, args, kwargs) in todo.items()
+                }
+                for name, fut in futs.items():
+                    self.groups[name] = fut.result()
+        for name in todo:
+            if self.exe.roles.get(name, "never") != "never" and hasattr(self.groups[name], "stop_on_failure"):
+                self.groups[name].stop_on_failure = False
+            self.note_pids(name)
+
+    def callback(self, name: str, *args: Any) -> None:
+        """Call the hook ``name`` (if given) with the flow run and ``args``."""
+        fn = self.callbacks.get(name)
+        if fn is not None:
+            fn(self.exe, *args)
+
+    def row(self, step: int, metrics: Mapping[str, Any], force: bool = False) -> dict[str, Any] | None:
+        """A metrics row at ``step`` (written when ``log_interval`` units passed, or ``force``)."""
+        return self.rec.row(step, metrics, force=force)
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def books(self) -> dict[str, Any]:
+        """The driver's part of a checkpoint (``run``)."""
+        return {
+            "steps": self.steps,
+            "iteration": self.iteration,
+            **self.rec.state(),
+            "restarts": self.restarts,
+            "dropped_batches": self.dropped_batches,
+            "dropped_env_steps": self.dropped_steps,
+            "learner_restarts": list(self.learner_restarts),
+            "events": list(self.events[-20:]),
+        }
+
+    def checkpoint(self) -> Path:
+        """Write the checkpoint of the current step atomically (nothing may be in flight)."""
+        part = dict(self.exe.state())
+        state = {"algorithm": self.flow.name, **part, "run": {**self.books(), **part.get("run", {})}}
+        path = write_checkpoint(
+            self.run_dir,
+            self.steps,
+            state,
+            layout=self.flow.checkpoint_layout,
+            keep=self.flow.keep_checkpoints,
+        )
+        self.last_ckpt_step, self.last_checkpoint = self.steps, path
+        return path
+
+    def _restore(self, path: Path, state: dict[str, Any]) -> None:
+        """Continue from ``state`` (the checkpoint at ``path``): the flow run's part, then the books."""
+        self.exe.load(state)
+        run = state.get("run") or self.exe.legacy_books(state)
+        self.steps = int(run["steps"])
+        self.iteration = int(run.get("iteration", self.steps))
+        self.rec.load(run, self.steps)
+        self.restarts = int(run.get("restarts", 0))
+        self.dropped_batches = int(run.get("dropped_batches", 0))
+        self.dropped_steps = int(run.get("dropped_env_steps", 0))
+        self.learner_restarts = list(run.get("learner_restarts", []))
+        self.events = [str(e) for e in run.get("events", [])]
+        self.resumed_from = str(path)
+        self.last_checkpoint = path
+        for skipped in state.get("skipped_checkpoints", []):
+            self.log(f"resume: skipped the damaged checkpoint {skipped}")
+
+    def _checkpoint_if_due(self) -> None:
+        """Before an iteration: a checkpoint when the units since the last one reach
+        ``runner.checkpoint_interval`` (on workers: when the next iteration would take them past it,
+        so a learner restart loses at most the interval)."""
+        interval = self.runner.checkpoint_interval if not self.rollout_only else 0
+        since = self.steps - self.last_ckpt_step
+        ahead = self.exe.lookahead
+        if interval and since > 0 and (since + ahead > interval if ahead else since >= interval):
+            self.run_async(self.exe.drain())
+            self.checkpoint()
+
+    # -- the loop --------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        """Run the flow to its end; returns the summary (also in ``summary.json``)."""
+        from rlinf_algos.runtime.training import TrainingInterrupted
+
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        resumed = load_checkpoint(self.run_dir, self.flow.name) if self.resume else None
+        exe = self.exe
+        hard_stop = False
+        try:
+            try:
+                exe.start(resumed[1] if resumed else None)
+                self.rec = RunRecorder(
+                    self.run_dir,
+                    exe.log_interval,
+                    exe.columns() if "csv" in self.runner.loggers else None,
+                    exe.episodes,
+                    self.progress,
+                    resume=self.resume,
+                    jsonl=exe.jsonl,
+                )
+                if resumed is not None:
+                    self._restore(*resumed)
+                self.last_ckpt_step = self.steps
+                self.rec.start_clock(self.steps)
+                with DeferredStop() as stop:
+                    try:
+                        self._loop_until_done(stop)
+                    except KeyboardInterrupt:  # a second Ctrl-C, or one raised inside a step
+                        hard_stop = True
+                    self.interrupted = hard_stop or stop.requested
+                    reason = stop.reason if stop.requested else "Ctrl-C"
+                if hard_stop:
+                    if not exe.checkpoint_on_hard_stop:
+                        raise KeyboardInterrupt
+                    self._hard_stop()
+            except RunFailed as err:
+                raise self._failed(err) from None
+            summary = self._finish()
+            if self.interrupted:
+                self.say(
+                    f"{reason}: stopped at {exe.unit} {self.steps}; wrote a checkpoint, the metrics, the policy "
+                    "and summary.json"
+                )
+                raise TrainingInterrupted(self.run_dir, self.last_checkpoint)
+            return summary
+        except RlinfError as err:
+            raise exe.user_error(err) from None
+        finally:
+            self._teardown()
+
+    def _loop_until_done(self, stop: DeferredStop) -> None:
+        while True:
+            try:
+                if self._turn(stop):
+                    return
+            except LearnerDied as died:
+                self.recover_learner(died.reason)
+
+    def _turn(self, stop: DeferredStop) -> bool:
+        """One turn of the loop: an iteration, or (budget spent, or stopped) the ending: what is
+        in flight finishes, the last row, the checkpoint, the final policy. ``True``: done."""
+        exe = self.exe
+        if stop.requested or exe.done():
+            self.run_async(exe.drain())
+            if not stop.requested:
+                exe.last_row()
+            wanted = stop.requested or self.runner.checkpoint_interval or self.flow.final_checkpoint
+            fresh = self.steps != self.last_ckpt_step or self.last_checkpoint is None
+            if wanted and fresh and not self.rollout_only and (self.steps > 0 or stop.requested):
+                self.checkpoint()
+            self.run_async(exe.final_policy())
+            return True
+        self._checkpoint_if_due()
+        self.run_async(exe.step())
+        return False
+
+    def _hard_stop(self) -> None:
+        """A stop that could not wait for the iteration in flight: end it, then write what can be
+        written (a checkpoint, when the learner answers)."""
+        try:
+            self.run_async(self.exe.abort())
+        except Exception as err:
+            self.log(f"could not abort the iteration in flight: {err}")
+        if self.rollout_only:
+            return
+        try:
+            self.run_async(self.exe.drain())
+            self.checkpoint()
+        except Exception as err:  # report it; still write the policy and the summary
+            self.log(f"could not write the interrupt checkpoint: {err}")
+
+    def _failed(self, err: RunFailed) -> RunFailed:
+        """A run that cannot go on: write the policy and the summary (with ``error``) first."""
+        try:
+            self._finish(error=str(err))
+            note = f". {self.exe.failure_files} and summary.json are written."
+        except Exception as fin:  # say so, and still give the first error
+            note = f" Writing {self.exe.failure_files} and summary.json failed too: {fin}"
+        return RunFailed(f"{err}{note}", exit_code=err.exit_code)
+
+    def _finish(self, error: str | None = None) -> dict[str, Any]:
+        if getattr(self, "rec", None) is None:
+            raise RlinfError("the run ended before it started")
+        self.rec.close()
+        summary = dict(self.exe.finish(interrupted=self.interrupted, error=error))
+        summary.update(
+            {
+                "restarts": self.restarts,
+                "dropped_batches": self.dropped_batches,
+                "learner_restarts": self.learner_restarts,
+                "resumed_from": self.resumed_from,
+                "events": self.events[-20:],
+            }
+        )
+        if error is not None:
+            summary["error"] = error
+        write_summary(self.run_dir, summary)
+        return summary
+
+    def _teardown(self) -> None:
+        """Stop the flow run and every worker group, all at once (a preempted job has about 30 s
+        before SIGKILL)."""
+        try:
+            self.run_async(self.exe.close())
+        except Exception as err:
+            logging.getLogger("rlinf.train").warning("closing the run: %s", err)
+
+        def stop(group: Any) -> None:
+            try:
+                group.shutdown(timeout=10.0)
+            except Exception:
+                pass
+
+        if self.groups:
+            with ThreadPoolExecutor(len(self.groups)) as pool:
+                list(pool.map(stop, self.groups.values()))
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None

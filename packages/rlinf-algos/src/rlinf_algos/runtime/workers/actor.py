@@ -1,0 +1,220 @@
+"""The actor role: the learner, on one process or as a data-parallel group of several
+(:mod:`rlinf_algos.parallel`). The host joins the learner group, creates the weight broadcast
+(rank 0) and publishes every new version, saves and restores the learner with this process's
+random stream, and turns a failed collective into the exit of the whole group. The body the flow
+gives it holds the model and its optimiser and runs the update: an embodied flow's learner side
+(:class:`~rlinf_algos.flow.LearnerSide`), the language-model learner.
+
+The body: ``build(spec, state, init)``, ``version``, ``weights()`` (what a publish carries;
+every rank calls, rank 0's is complete), ``train(gen, **kw)`` (the iteration's metrics, or
+``{"aborted": True, ...}``), ``state()`` / ``load(state)``, ``policy()`` (the final policy
+record) and ``parameters()`` (trainable and total counts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from rlinf_algos.runtime.transport import create_weights
+from rlinf_algos.runtime.workers.base import RoleWorker
+from rlinf_core.errors import ChannelError, RlinfError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ActorWorker", "digest"]
+
+
+def digest(obj: Any) -> str:
+    """A content hash of nested dicts/lists of tensors, arrays and scalars (keys sorted, tensors by
+    dtype, shape and bytes), equal for equal states wherever they were built."""
+    import torch
+
+    h = hashlib.sha256()
+
+    def walk(x: Any) -> None:
+        if isinstance(x, dict):
+            h.update(b"{")
+            for k in sorted(x, key=repr):
+                h.update(repr(k).encode())
+                walk(x[k])
+            h.update(b"}")
+        elif isinstance(x, list | tuple):
+            h.update(b"[")
+            for v in x:
+                walk(v)
+            h.update(b"]")
+        elif isinstance(x, torch.Tensor):
+            t = x.detach().cpu().contiguous()
+            h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        elif isinstance(x, np.ndarray):
+            h.update(f"A{x.dtype}{x.shape}".encode())
+            h.update(np.ascontiguousarray(x).tobytes())
+        else:
+            h.update(repr(x).encode())
+
+    walk(obj)
+    return h.hexdigest()[:16]
+
+
+class ActorWorker(RoleWorker):
+    """The learner's process (see the module docstring). Placed on N processes, the N workers
+    form one ``torch.distributed`` group: the driver calls every method on every rank; rank 0
+    takes the batches, publishes the weights and answers ``state``/``policy`` (the other ranks
+    take part in the gathering and return ``None``). A collective that fails (a rank died) ends
+    this process too, so the whole group goes down and the driver restarts it from the newest
+    checkpoint.
+
+    Options: ``strategy`` (``ddp`` or ``fsdp``), ``micro_batch_size``, ``device`` (``runner.device``).
+    """
+
+    role = "actor"
+
+    def setup(self) -> None:
+        import torch
+
+        from rlinf_algos.parallel import DataParallel, resolve_device
+
+        try:  # torch optimisers import torch._dynamo on first use (seconds): do it now, in parallel
+            import torch._dynamo
+        except Exception:  # pragma: no cover - a torch without dynamo
+            pass
+        torch.manual_seed(self.seed)
+        opts = self.options
+        self.dp = DataParallel.start(
+            self.rank,
+            self.world_size,
+            strategy=str(opts.get("strategy") or "ddp"),
+            device=resolve_device(str(opts.get("device") or "cpu")),
+            micro_batch_size=opts.get("micro_batch_size"),
+            # a rank waits for rank 0, which waits on the channel first: twice the channel wait
+            timeout=2 * self.timeout + 30.0,
+        )
+        self.wb: Any = None
+        self.published = -1
+        self.publish_s = 0.0
+        super().setup()
+
+    def teardown(self) -> None:
+        super().teardown()
+        dp = getattr(self, "dp", None)
+        if dp is not None:
+            dp.close()
+
+    def _collective(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(...)`` on a learner group: when it fails in a collective or an arrival (another
+        rank died or is stuck), this rank exits too, so no rank is left waiting and the driver
+        sees the group die (and restarts it); on a group of one, errors propagate as usual."""
+        if self.dp.world == 1:
+            return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs)
+        except (RuntimeError, RlinfError) as err:
+            if isinstance(err, ChannelError) or type(err).__name__ == "ConfigError":
+                raise
+            log.exception("actor rank %d: the learner group failed (%s); this rank exits", self.rank, err)
+            os._exit(70)
+
+    def configure(
+        self,
+        spec: dict[str, Any] | None = None,
+        weights: str | None = None,
+        state: dict[str, Any] | None = None,
+        init: dict[str, Any] | None = None,
+    ) -> int:
+        """Build the learner (for ``spec``), create the weight broadcast and publish its first
+        version: 0, or with ``state`` (:meth:`state` output: a restarted learner) the
+        checkpoint's weights at their version. ``weights``: the broadcast's name (default the
+        constructor's). ``init``: weights to start from (a warm start's), loaded before version 0
+        is published. Returns the published version."""
+        import torch
+
+        if weights is not None:
+            self.weights_name = weights
+        self.spec = spec
+        self._collective(self.body.build, spec, state, init)
+        if state is not None and "torch_rng" in state:
+            torch.set_rng_state(state["torch_rng"])
+        self.wb = create_weights(self.weights_name, self.timeout) if self.dp.is_main else None
+        self.published = -1
+        self.publish_s = 0.0
+        self._collective(self.publish)
+        return self.published
+
+    def publish(self) -> None:
+        """Publish the body's weights if its version moved on (every rank takes part: FSDP
+        gathers them; rank 0 publishes)."""
+        v = int(self.body.version)
+        if v > self.published:
+            t0 = time.perf_counter()
+            weights = self.body.weights()
+            if self.wb is not None:
+                self.wb.publish(weights, version=v)
+            self.published = v
+            self.publish_s += time.perf_counter() - t0
+
+    def version(self) -> int:
+        return int(self.body.version)
+
+    def train(self, gen: int | str, **kw: Any) -> dict[str, Any]:
+        """One iteration of learning on the data of generation ``gen``; publishes the new
+        weights. Returns the body's metrics (with ``publish_s``), or ``aborted``."""
+        self.publish_s = 0.0
+        try:
+            metrics = self._collective(self.body.train, gen, **kw)
+        except ChannelError as err:
+            return {"aborted": True, "error": str(err)}
+        if not metrics.get("aborted"):
+            self._collective(self.publish)
+            metrics["publish_s"] = self.publish_s
+            if self.dp.world > 1:
+                metrics.setdefault("allreduce_s", self.dp.take_comm_s())
+        return metrics
+
+    # -- state ---------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any] | None:
+        """What a checkpoint holds of the learner (weights, optimiser, RNG, statistics, buffers);
+        ``None`` on ranks other than 0."""
+        import torch
+
+        state = self._collective(self.body.state)
+        if not self.dp.is_main:
+            return None  # rank 0 answers for the group
+        return {**state, "torch_rng": torch.get_rng_state()}
+
+    def load(self, state: dict[str, Any]) -> int:
+        """Restore :meth:`state` output (written by a group of any size), publish the restored
+        weights; returns their version."""
+        import torch
+
+        self._collective(self.body.load, state)
+        if "torch_rng" in state:
+            torch.set_rng_state(state["torch_rng"])
+        self._collective(self.publish)
+        return int(self.body.version)
+
+    def digest(self) -> str:
+        """A short hash of :meth:`state` (tests compare it with the checkpoint's)."""
+        state = self.state()
+        return digest(state) if state is not None else ""
+
+    def policy(self) -> dict[str, Any] | None:
+        """The final policy record (``None`` on ranks other than 0)."""
+        record = self._collective(self.body.policy)
+        return record if self.dp.is_main else None
+
+    def world(self) -> dict[str, Any]:
+        """The learner group: ``{"world_size", "strategy", "device", "parameters"}`` (the policy's
+        trainable and total parameters)."""
+        return {
+            "world_size": self.dp.world,
+            "strategy": self.dp.strategy,
+            "device": str(self.dp.device),
+            "parameters": self.body.parameters(),
+        }
