@@ -431,50 +431,66 @@ def test_a_tool_plugin_package_is_found_by_its_entry_point(
     assert eps.metrics[0]["tool_calls/atlas"] == 1.0 and eps.failures == [""]
 
 
-def test_one_grpo_iteration_of_the_tools_task_in_process(
-    world_dir: Path, model_dir: Path, tmp_path: Path
+def test_one_grpo_iteration_of_the_tools_task_then_rlinf_eval(
+    world_dir: Path, model_dir: Path, tmp_path: Path, host: Any, invoke: Any
 ) -> None:
-    from rlinf_algos.lm.flow import train_lm
+    """``rlinf train`` takes a tools section and writes the tool figures per iteration;
+    ``rlinf eval RUN`` replays the run's episodes and reports success and tool use per
+    data_source."""
+    import yaml
 
-    run = load_lm_sections(
-        {
-            "algorithm": {
-                "name": "grpo_lm",
-                "group_size": 2,
-                "prompts_per_iter": 2,
-                "iterations": 1,
-                "max_new_tokens": 12,
-                "max_turns": 2,
-                "max_response_tokens": 64,
-                "minibatch_size": 4,
-                "kl_coef": 0.0,
-            },
-            "model": {"path": str(model_dir)},
-            "data": {
-                "train_files": [str(world_dir / "train.jsonl")],
-                "val_files": [str(world_dir / "val.jsonl")],
-                "max_samples": 3,
-            },
-            "reward": {"name": "exact_match", "kwargs": {"normalize": True, "pattern": ANSWER_PATTERN}},
-            "tools": [_search_entry(world_dir)],
-            "runner": {"scheduler": "local", "loggers": ["csv"], "checkpoint_interval": 0},
-        }
-    )
-    summary = train_lm(run, tmp_path / "run")
+    config = {
+        "algorithm": {
+            "name": "grpo_lm",
+            "group_size": 2,
+            "prompts_per_iter": 2,
+            "iterations": 1,
+            "max_new_tokens": 12,
+            "max_turns": 2,
+            "max_response_tokens": 64,
+            "minibatch_size": 4,
+            "kl_coef": 0.0,
+        },
+        "model": {"path": str(model_dir)},
+        "data": {
+            "train_files": [str(world_dir / "train.jsonl")],
+            "val_files": [str(world_dir / "val.jsonl")],
+            "max_samples": 3,
+        },
+        "reward": {"name": "exact_match", "kwargs": {"normalize": True, "pattern": ANSWER_PATTERN}},
+        "tools": [_search_entry(world_dir)],
+        "runner": {"scheduler": "local", "loggers": ["csv"], "checkpoint_interval": 0},
+    }
+    (tmp_path / "grpo.yaml").write_text(yaml.safe_dump(config))
+    run_dir = tmp_path / "run"
+    res = invoke(host, "train", str(tmp_path / "grpo.yaml"), "--run-dir", str(run_dir))
+    assert res.exit_code == 0, (res.output, res.exception)
+    summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["mode"] == "tools" and summary["iterations"] == 1 and summary["eval_size"] == 3
-    (row,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    (row,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert row["sequences"] == 4 and 1.0 <= row["turns"] <= 2.0
     for key in ("answer_rate", "tool_calls", "tool_errors", "tool_timeouts", "tool_malformed", "success"):
         assert key in row
-    header = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0].split(",")
+    header = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"turns", "tool_calls/search", "tool_errors", "success"} <= set(header)
-    assert (tmp_path / "run" / "policy" / "config.json").is_file()
+    assert (run_dir / "policy" / "config.json").is_file()
     # rlinf eval RUN plays the same episodes from the run's config.yaml, with the tool figures
-    from rlinf_algos.lm.evaluate import evaluate_lm_run
-
-    res = evaluate_lm_run(tmp_path / "run")
-    assert res["problems"] == 3 and 1.0 <= res["tools"]["turns"] <= 2.0
-    assert set(res["per_data_source"]) <= {"rlinf/multihop_birth_city", "rlinf/multihop_country"}
+    res = invoke(host, "eval", str(run_dir), "--json")
+    assert res.exit_code == 0, (res.output, res.exception)
+    ev = json.loads(res.output)
+    assert ev["problems"] == 3 and 1.0 <= ev["tools"]["turns"] <= 2.0
+    sources = ev["per_data_source"]
+    assert set(sources) <= {"rlinf/multihop_birth_city", "rlinf/multihop_country"}
+    for fig in sources.values():
+        assert {"success", "turns", "tool_calls/search", "tool_errors", "tool_timeouts"} <= set(fig["tools"])
+        assert fig["tools"]["success"] == fig["accuracy"]
+    res = invoke(host, "eval", str(run_dir))
+    assert res.exit_code == 0, (res.output, res.exception)
+    lines = res.output.splitlines()
+    assert len(lines) == 1 + len(sources)
+    for line, src in zip(lines[1:], sources, strict=True):
+        assert line.startswith(f"  {src} (") and "turns and" in line and "(search " in line
+        assert " errors, " in line and " timeouts, " in line
 
 
 def test_the_tools_section_is_checked() -> None:

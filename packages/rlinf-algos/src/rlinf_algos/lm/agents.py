@@ -268,6 +268,7 @@ class ToolAgent:
             return [_trim(list(r), pad) for r in out]
 
         out = EpisodeBatch()
+        names = [f"tool_calls/{n}" for n in self.task.toolbox.tools]
         convs = []
         for p in problems:
             msgs, answer = self.task.messages(p), self.task.answer_of(p)
@@ -286,7 +287,8 @@ class ToolAgent:
             out.final_responses.append(ep.final_ids)
             out.failures.append("" if ep.stop == "answer" else f"stopped on {ep.stop} after {ep.turns} turns")
             out.generated_tokens += sum(ep.loss_mask)
-            out.metrics.append(ep.metrics())
+            # every tool of the run has its column, 0 where this episode did not call it
+            out.metrics.append({**dict.fromkeys(names, 0.0), **ep.metrics()})
         return out
 
 

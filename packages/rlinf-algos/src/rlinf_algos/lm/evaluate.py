@@ -167,6 +167,21 @@ def _source_of(task: Any, problem: Any) -> str:
     return str(value) if value is not None else "unknown"
 
 
+def tool_use(t: dict[str, Any]) -> str:
+    """A tools run's episode figures (:func:`~rlinf_algos.lm.agents.episode_metrics`) in one
+    phrase: success, turns and calls per episode, calls per tool, errors, timeouts, malformed
+    and unknown calls (totals), answer rate."""
+    per_tool = ", ".join(
+        f"{k.split('/', 1)[1]} {v:.2f}" for k, v in sorted(t.items()) if k.startswith("tool_calls/")
+    )
+    return (
+        f"success {t.get('success', 0.0):.3f}, {t['turns']:.2f} turns and {t['tool_calls']:.2f} tool calls "
+        f"per episode ({per_tool or 'none'}), {int(t['tool_errors'])} errors, {int(t['tool_timeouts'])} "
+        f"timeouts, {int(t['tool_malformed'])} malformed, {int(t['tool_unknown'])} unknown, answer rate "
+        f"{t['answer_rate']:.3f}"
+    )
+
+
 def lm_eval_lines(run_dir: Path, data: Path | None, samples: int, seed: int, as_json: bool) -> list[str]:
     """What ``rlinf eval RUN_DIR`` prints for a language-model run: one JSON line with
     ``--json``, else the overall figures and one line per ``data_source``."""
@@ -177,7 +192,8 @@ def lm_eval_lines(run_dir: Path, data: Path | None, samples: int, seed: int, as_
         return [json.dumps(res)]
 
     def figures(r: dict[str, Any]) -> str:
-        return f"score {r['score']:.3f}, accuracy {r['accuracy']:.3f}, pass@{samples} {r['pass_at_k']:.3f}"
+        out = f"score {r['score']:.3f}, accuracy {r['accuracy']:.3f}, pass@{samples} {r['pass_at_k']:.3f}"
+        return out + (f"; {tool_use(r['tools'])}" if "tools" in r else "")
 
     lines = [
         f"{res['problems']} prompts of {res['data']}, {samples} response(s) each (temperature "
