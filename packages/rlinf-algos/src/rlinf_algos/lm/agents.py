@@ -268,7 +268,7 @@ class ToolAgent:
             return [_trim(list(r), pad) for r in out]
 
         out = EpisodeBatch()
-        names = [f"tool_calls/{n}" for n in self.task.toolbox.tools]
+        names = [f"tool_calls/{e.name}" for e in self.task.run.tools.entries]  # the run's tools section
         convs = []
         for p in problems:
             msgs, answer = self.task.messages(p), self.task.answer_of(p)

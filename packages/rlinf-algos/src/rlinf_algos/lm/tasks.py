@@ -271,6 +271,20 @@ class ToolTask(DatasetTask):
         tools: where episodes get their tools (:class:`~rlinf_algos.lm.agentic.ToolProvider`);
             default: a :class:`~rlinf_algos.tools.ToolBox` of the ``tools`` section in this
             process. A runtime that places tool workers passes its client here.
+
+    How a runtime gets episodes from it (the interface placed agent and tool roles keep):
+    ``make_task(run)`` returns this task and ``make_agent(task, tok, task.max_new_tokens(),
+    run.task.max_calls, context_length(run.model))`` a :class:`~rlinf_algos.lm.agents.ToolAgent`;
+    ``agent.run(problems, group_size, generate)`` (blocking) or ``await agent.arun(...)`` plays
+    ``group_size`` episodes per problem, where ``generate(contexts, max_new_tokens, stop_ids)``
+    returns the sampled ids per context (sync or async: the in-process rollout engine in
+    ``lm/local.py``, a :class:`~rlinf_algos.lm.remote_generate.ChannelGenerate` over the rollout
+    workers in ``lm/placed.py`` and ``lm/roles.py``), and the tools come from ``tools=`` (above)
+    or the agent's own ``tools``. It returns an :class:`~rlinf_algos.lm.agents.EpisodeBatch`: one
+    training sequence per episode with its loss mask (sampled ids 1, inserted ids 0),
+    ``episode_index``, ``final_responses`` (the last turn, what
+    :class:`~rlinf_algos.lm.reward.Verifier` scores against ``answers``) and ``metrics`` (per
+    episode; :func:`~rlinf_algos.lm.agents.episode_metrics` sums them for a metrics row).
     """
 
     mode = "tools"
