@@ -93,7 +93,9 @@ def one_seed(
     """Warm start, its held-out success, GRPO, the held-out success after: one row."""
     data = make_data(work)
     sft_dir, grpo_dir = work / f"sft-{seed}", work / f"grpo-{seed}"
-    sft_args = ["sft", str(EXAMPLE / "sft.yaml"), f"runner.seed={seed}"]
+    # train.eval_generate=0: the held-out success below is the warm start's figure; sft.yaml's
+    # turn-by-turn greedy check of 200 conversations, before and after, only costs time here
+    sft_args = ["sft", str(EXAMPLE / "sft.yaml"), f"runner.seed={seed}", "train.eval_generate=0"]
     sft_args += [f"train.steps={sft_steps}"] if sft_steps else []
     sft_s = _run(
         [_bin("rlinf"), *sft_args, *data_overrides(data, sft=True), "--run-dir", str(sft_dir), "--quiet"],
