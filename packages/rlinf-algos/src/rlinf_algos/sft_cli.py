@@ -39,10 +39,11 @@ def sft_cmd(
     quiet: bool,
     dry_run: bool,
 ) -> None:
-    """Fine-tune a model folder on the prompt-response pairs of CONFIG.yaml.
+    """Fine-tune a model folder on the prompt-response pairs (or conversations) of CONFIG.yaml.
 
     CONFIG has the sections `model` (`path: DIR`, or `init` to build a small model), `data`
-    (`train_files`, `val_files`, `prompt_key`, `response_key`...), `train` and `runner`.
+    (`train_files`, `val_files`, `prompt_key`, `response_key`... or `messages_key` for TRL-format
+    conversations with tool calls, whose schemas come from a `tools` section), `train` and `runner`.
     OVERRIDES are dotted `key=value` settings applied on top (values are YAML):
     `rlinf sft examples/grpo_verl_format/sft.yaml train.steps=50 runner.seed=1`.
 

@@ -12,6 +12,8 @@ run as many small processes.
   lead sums their answers. Every agent samples from the same policy. Every sequence of an
   episode (the lead's and each subagent's) is returned for training with the episode's index, so
   one GRPO loss runs over the whole hierarchical trace.
+- :class:`ToolAgent` (``mode: tools``): multi-turn episodes that call tools (search, python, a
+  user's) between turns, token in and token out (:mod:`rlinf_algos.lm.agentic`).
 
 The result of both is an :class:`EpisodeBatch`, plain lists that serialise as they are.
 """
@@ -25,7 +27,15 @@ from typing import Any
 from rlinf_algos.lm.task import combine_prompt, final_answer, parse_calls
 from rlinf_algos.lm.tokens import LMTokenizer
 
-__all__ = ["EpisodeBatch", "GenerateFn", "HierarchicalAgent", "SingleAgent", "make_agent"]
+__all__ = [
+    "EpisodeBatch",
+    "GenerateFn",
+    "HierarchicalAgent",
+    "SingleAgent",
+    "ToolAgent",
+    "episode_metrics",
+    "make_agent",
+]
 
 GenerateFn = Callable[[list[list[int]], int, Sequence[int]], list[list[int]]]
 """``generate(prompts, max_new_tokens, stop_ids) -> responses``: token ids in, token ids out."""
@@ -57,6 +67,9 @@ class EpisodeBatch:
     answers: list[Any] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     generated_tokens: int = 0
+    metrics: list[dict[str, float]] = field(default_factory=list)
+    """Per episode, its figures (tool-calling episodes: :meth:`~rlinf_algos.lm.agentic.Episode.metrics`;
+    empty for the other agents)."""
 
     @property
     def num_episodes(self) -> int:
@@ -197,11 +210,123 @@ class HierarchicalAgent:
         return out
 
 
+class ToolAgent:
+    """Multi-turn tool-calling episodes (``mode: tools``, a :class:`~rlinf_algos.lm.tasks.ToolTask`):
+    the policy's turns are parsed for tool calls in its chat template's format, the calls run,
+    their results are inserted as ``tool`` messages, until an answer, ``algorithm.max_turns`` or
+    the token budget (:func:`~rlinf_algos.lm.agentic.run_episodes`). Each episode is one training
+    sequence, token in and token out: the sampled ids (mask 1) and the inserted ones (mask 0).
+    Its final response is the last turn's ids; :attr:`EpisodeBatch.metrics` holds its turns and
+    tool use.
+
+    ``tools`` (here or per :meth:`run` call): where the calls run, any
+    :class:`~rlinf_algos.lm.agentic.ToolProvider`; default the task's own in-process
+    :class:`~rlinf_algos.tools.ToolBox`.
+    """
+
+    def __init__(
+        self, task: Any, tokenizer: LMTokenizer, max_new_tokens: int, max_context: int, tools: Any = None
+    ) -> None:
+        self.task = task
+        self.tok = tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.max_context = max_context
+        self.tools = tools
+
+    def run(
+        self, problems: Sequence[Any], group_size: int, generate: GenerateFn, tools: Any = None
+    ) -> EpisodeBatch:
+        """Play ``group_size`` episodes of every problem (episodes of one problem adjacent),
+        blocking. Called from a thread whose event loop is running (the driver's loop calling the
+        in-process components), the episodes' own loop runs in a helper thread; ``await``
+        :meth:`arun` instead to share the caller's loop."""
+        import asyncio
+
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.arun(problems, group_size, generate, tools))
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1, thread_name_prefix="tool-episodes") as pool:
+            return pool.submit(asyncio.run, self.arun(problems, group_size, generate, tools)).result()
+
+    async def arun(
+        self, problems: Sequence[Any], group_size: int, generate: Any, tools: Any = None
+    ) -> EpisodeBatch:
+        """:meth:`run` as a coroutine; ``generate`` may be ``async``."""
+        import inspect
+
+        from rlinf_algos.lm.agentic import run_episodes
+
+        pad = self.tok.pad_id
+
+        async def gen(contexts: list[list[int]], n: int, stop: Sequence[int]) -> list[list[int]]:
+            out = generate(contexts, n, stop)
+            if inspect.isawaitable(out):
+                out = await out
+            return [_trim(list(r), pad) for r in out]
+
+        out = EpisodeBatch()
+        names = [f"tool_calls/{e.name}" for e in self.task.run.tools.entries]  # the run's tools section
+        convs = []
+        for p in problems:
+            msgs, answer = self.task.messages(p), self.task.answer_of(p)
+            for _ in range(group_size):
+                convs.append(msgs)
+                out.answers.append(answer)
+        episodes = await run_episodes(
+            convs,
+            generate=gen,
+            toolbox=tools or self.tools or self.task.toolbox,
+            chat=self.task.chat,
+            config=self.task.episode_config(self.max_context),
+        )
+        for e, ep in enumerate(episodes):
+            out.add(ep.sequence, [0] * len(ep.prompt_ids) + ep.loss_mask, e, "agent")
+            out.final_responses.append(ep.final_ids)
+            out.failures.append("" if ep.stop == "answer" else f"stopped on {ep.stop} after {ep.turns} turns")
+            out.generated_tokens += sum(ep.loss_mask)
+            # every tool of the run has its column, 0 where this episode did not call it
+            out.metrics.append({**dict.fromkeys(names, 0.0), **ep.metrics()})
+        return out
+
+
+def episode_metrics(batch: EpisodeBatch, correct: Sequence[Any] | None = None) -> dict[str, float]:
+    """The tool figures of a batch's episodes (empty when they have none): means per episode of
+    ``turns``, ``answer_rate``, ``tool_calls`` and ``tool_calls/NAME``; totals of ``tool_errors``,
+    ``tool_timeouts``, ``tool_malformed`` and ``tool_unknown``; ``tool_latency_mean_s`` per call;
+    and ``success`` (the fraction of ``correct``) when given."""
+    rows = batch.metrics
+    if not rows:
+        return {}
+    n = len(rows)
+    calls = sum(r["tool_calls"] for r in rows)
+    out = {
+        "turns": sum(r["turns"] for r in rows) / n,
+        "answer_rate": sum(r["answered"] for r in rows) / n,
+        "tool_calls": calls / n,
+        "tool_errors": sum(r["tool_errors"] for r in rows),
+        "tool_timeouts": sum(r["tool_timeouts"] for r in rows),
+        "tool_malformed": sum(r["tool_malformed"] for r in rows),
+        "tool_unknown": sum(r["tool_unknown"] for r in rows),
+        "tool_latency_mean_s": sum(r["tool_latency_s"] for r in rows) / calls if calls else 0.0,
+    }
+    for name in sorted({k for r in rows for k in r if k.startswith("tool_calls/")}):
+        out[name] = sum(r.get(name, 0.0) for r in rows) / n
+    if correct is not None:
+        out["success"] = sum(bool(c) for c in correct) / max(len(correct), 1)
+    return out
+
+
 def make_agent(
     task: Any, tokenizer: LMTokenizer, max_new_tokens: int, max_calls: int, max_context: int
-) -> SingleAgent | HierarchicalAgent:
+) -> SingleAgent | HierarchicalAgent | ToolAgent:
     """The agent of ``task.mode`` (``task``: an :class:`~rlinf_algos.lm.tasks.LMTask`):
-    hierarchical for ``multiagent``, single otherwise; ``max_context`` is the longest sequence."""
+    hierarchical for ``multiagent``, tool-calling for ``tools``, single otherwise;
+    ``max_context`` is the longest sequence."""
     if task.mode == "multiagent":
         return HierarchicalAgent(task, tokenizer, max_new_tokens, max_calls, max_context)
+    if task.mode == "tools":
+        return ToolAgent(task, tokenizer, max_new_tokens, max_context)
     return SingleAgent(task, tokenizer, max_new_tokens)

@@ -43,6 +43,7 @@ SECTIONS = (
     "critic",
     "actor",
     "rollout",
+    "tools",
 )
 
 

@@ -32,6 +32,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    RootModel,
     SerializeAsAny,
     field_validator,
     model_validator,
@@ -40,6 +41,7 @@ from pydantic import (
 from rlinf_algos.config import ActorConfig, LoraConfig
 from rlinf_algos.config.validated import carried_sections
 from rlinf_algos.lm.data import DataConfig
+from rlinf_algos.tools.registry import ToolEntry
 from rlinf_algos.weight_sync import WeightSyncMode, weight_sync_field
 from rlinf_core.config import ConfigSection, validate_model
 from rlinf_core.errors import ConfigError, ConfigProblem
@@ -56,6 +58,7 @@ __all__ = [
     "LoraConfig",
     "ModelInitConfig",
     "SFTConfig",
+    "ToolsConfig",
     "load_lm_sections",
     "resolved_lm_config",
     "validate_lm_sections",
@@ -105,6 +108,18 @@ class LMGRPOConfig(ConfigSection):
         None,
         ge=1,
         description="cap on generated tokens per agent turn; null: the task's longest solution + 8",
+    )
+    max_turns: int = Field(
+        4,
+        ge=1,
+        description="assistant turns an episode of a tools run may take (the last turn's tool calls are not "
+        "run); only with a tools section",
+    )
+    max_response_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="token budget of an episode of a tools run: sampled plus inserted (tool results, turn "
+        "markers) ids after the prompt, all turns together; null: up to the model's context",
     )
     share_prefix: bool = Field(
         True,
@@ -230,6 +245,43 @@ class LMModelConfig(ConfigSection):
         if self.path is None and self.init is None:
             self.init = ModelInitConfig()
         return self
+
+
+class ToolsConfig(RootModel[list[ToolEntry]]):
+    """``tools`` section: the tools a policy may call between turns, one entry each, a name or
+    ``{name, path, kwargs, timeout_s}`` (:class:`~rlinf_algos.tools.ToolEntry`)::
+
+        tools:
+          - {name: search, kwargs: {corpus: data/corpus.jsonl, top_k: 3}}   # built in
+          - {path: my_tools.py, name: lookup, timeout_s: 5}                 # a function in a file
+          - python                                                          # a bare name
+
+    In a ``grpo_lm`` run (with a ``data`` section) each episode is a multi-turn tool-calling
+    conversation (``algorithm.max_turns``, ``algorithm.max_response_tokens``); in ``rlinf sft``
+    the tools' JSON schemas are what the chat template renders for a conversation's tools.
+    Relative paths (``path``, a corpus) are resolved against the working directory."""
+
+    @field_validator("root", mode="before")
+    @classmethod
+    def _names(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"name": v} if isinstance(v, str) else v for v in value]
+        return value
+
+    @field_validator("root")
+    @classmethod
+    def _some(cls, value: list[ToolEntry]) -> list[ToolEntry]:
+        if not value:
+            raise ValueError("lists no tool; remove the section or name at least one tool")
+        names = [e.name for e in value]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"names {', '.join(map(repr, twice))} twice")
+        return value
+
+    @property
+    def entries(self) -> list[ToolEntry]:
+        return list(self.root)
 
 
 class ArithTaskConfig(ConfigSection):
@@ -507,6 +559,7 @@ class LMRunConfig(BaseModel):
     critic: CriticConfig = Field(default_factory=lambda: CriticConfig())
     actor: ActorConfig = Field(default_factory=lambda: ActorConfig())
     rollout: LMRolloutConfig = Field(default_factory=lambda: LMRolloutConfig())
+    tools: ToolsConfig | None = None
 
 
 _SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
@@ -520,10 +573,11 @@ _SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("critic", CriticConfig),
     ("actor", ActorConfig),
     ("rollout", LMRolloutConfig),
+    ("tools", ToolsConfig),
 )
 ALGORITHM_CONFIGS: dict[str, type[LMGRPOConfig]] = {"grpo_lm": LMGRPOConfig, "ppo_lm": LMPPOConfig}
 """The ``algorithm`` section's model for each language-model algorithm name."""
-_OPTIONAL = ("data", "reward")
+_OPTIONAL = ("data", "reward", "tools")
 
 
 def load_lm_sections(run_config: Mapping[str, Any] | Any) -> LMRunConfig:
@@ -593,6 +647,14 @@ def validate_lm_sections(
             )
     elif has("reward"):
         problems.append(ConfigProblem("reward", "a reward scores a data set's prompts: add a data section"))
+    if has("tools") and not has("data"):
+        problems.append(
+            ConfigProblem(
+                "tools",
+                "tool-calling episodes start from a data set's prompts (chat messages) and are scored by "
+                "its reward: add a data section (and a reward section)",
+            )
+        )
     if problems:
         raise ConfigError(problems)
     if "data" in out and "sft" in out and not has("sft"):

@@ -32,7 +32,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rlinf_core.errors import ConfigError, RlinfError
 
-__all__ = ["DataConfig", "PromptDataset", "Sample", "check_data_files", "load_dataset", "lookup"]
+__all__ = [
+    "Conversation",
+    "DataConfig",
+    "PromptDataset",
+    "Sample",
+    "check_data_files",
+    "check_messages",
+    "load_conversations",
+    "load_dataset",
+    "lookup",
+]
 
 _STRICT = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
@@ -330,6 +340,119 @@ def check_data_files(cfg: DataConfig, split: Literal["train", "val"], sample_row
                 return
     if files and not seen:
         raise ConfigError(f"no rows in {', '.join(map(str, files))}; the {split} split needs prompts", key)
+
+
+# -- conversations ------------------------------------------------------------------------------
+
+
+@dataclass
+class Conversation:
+    """One row of a conversational data set (TRL's format): its checked ``messages``, the row's
+    other columns and where it came from (``file:N``, as :attr:`Sample.source`)."""
+
+    messages: list[dict[str, Any]]
+    columns: dict[str, Any]
+    source: str
+
+
+def load_conversations(
+    cfg: DataConfig, split: Literal["train", "val"], messages_key: str, *, root: str | Path | None = None
+) -> tuple[list[Conversation], int]:
+    """The conversations of one split (the column ``messages_key`` of each row, checked by
+    :func:`check_messages`) and the rows read; ``data.max_samples`` applies.
+
+    Raises:
+        ConfigError: at ``data.<split>_files`` for a file problem, at ``data.messages_key`` for
+            a row without the column or with messages that are not a conversation (the file and
+            row named).
+    """
+    key = f"data.{split}_files"
+    base = Path(root) if root is not None else Path.cwd()
+    files = [_resolve(base, f) for f in (cfg.train_files if split == "train" else cfg.val_files)]
+    out: list[Conversation] = []
+    rows = 0
+    for i, path in enumerate(files):
+        where = f"{key}[{i}]" if len(files) > 1 else key
+        for row, source in _read_rows(path, where):
+            if cfg.max_samples is not None and rows >= cfg.max_samples:
+                break
+            rows += 1
+            value = lookup(row, messages_key, _MISSING)
+            if value is _MISSING:
+                raise ConfigError(
+                    f"{source}: no {messages_key!r} in this row (it has {_keys(row)}); set data.messages_key to "
+                    "the column holding the conversation",
+                    "data.messages_key",
+                )
+            msgs = check_messages(value, source)
+            out.append(Conversation(msgs, {k: v for k, v in row.items() if k != messages_key}, source))
+    if files and not rows:
+        raise ConfigError(
+            f"no rows in {', '.join(map(str, files))}; the {split} split needs conversations", key
+        )
+    return out, rows
+
+
+def check_messages(value: Any, source: str, key: str = "data.messages_key") -> list[dict[str, Any]]:
+    """``value`` as a conversation in TRL's format, or a :class:`ConfigError` at ``key`` naming
+    ``source`` and the message: a non-empty list of ``{role, content}`` objects; an assistant
+    message may have ``tool_calls`` (``[{type: function, function: {name, arguments}}]``, the
+    arguments an object or a JSON string of one) and then no content; a ``tool`` message holds
+    its result as ``content`` (and may have a ``name``); at least one assistant message, after
+    at least one other."""
+
+    def bad(i: int | None, why: str) -> ConfigError:
+        at = f"message {i}: " if i is not None else ""
+        return ConfigError(f"{source}: {at}{why}", key)
+
+    if not isinstance(value, list) or not value:
+        raise bad(None, f"a conversation must be a non-empty list of messages, got {_short(value)}")
+    out = []
+    for i, m in enumerate(value):
+        if not isinstance(m, Mapping):
+            raise bad(i, f"must be an object with role and content, got {_short(m)}")
+        role = m.get("role")
+        if not isinstance(role, str) or not role:
+            raise bad(i, f"no role string (got {_short(role)}); roles are system, user, assistant, tool")
+        msg = dict(m)
+        calls = msg.get("tool_calls")
+        if calls is not None:
+            if role != "assistant":
+                raise bad(i, f"only assistant messages have tool_calls, not {role!r} ones")
+            if not isinstance(calls, list) or not calls:
+                raise bad(i, f"tool_calls must be a non-empty list, got {_short(calls)}")
+            msg["tool_calls"] = [_check_call(c, lambda why, i=i: bad(i, why)) for c in calls]
+        content = msg.get("content")
+        if content is None and calls is not None:
+            msg["content"] = ""
+        elif not isinstance(content, str):
+            raise bad(i, f"content must be a string, got {_short(content)}")
+        if role == "tool" and "name" in msg and not isinstance(msg["name"], str):
+            raise bad(i, f"a tool message's name must be a string, got {_short(msg['name'])}")
+        out.append(msg)
+    roles = [m["role"] for m in out]
+    if "assistant" not in roles:
+        raise bad(None, "the conversation has no assistant message to train on")
+    if roles[0] == "assistant":
+        raise bad(0, "the conversation starts with an assistant message; it needs a prompt before it")
+    return out
+
+
+def _check_call(call: Any, bad: Any) -> dict[str, Any]:
+    fn = call.get("function", call) if isinstance(call, Mapping) else None
+    if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str) or not fn["name"]:
+        raise bad(
+            f"a tool call must be {{type: function, function: {{name, arguments}}}}, got {_short(call)}"
+        )
+    args = fn.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as err:
+            raise bad(f"the arguments of tool call {fn['name']!r} are not valid JSON ({err.msg})") from None
+    if not isinstance(args, Mapping):
+        raise bad(f"the arguments of tool call {fn['name']!r} must be an object, got {_short(args)}")
+    return {"type": "function", "function": {"name": fn["name"], "arguments": dict(args)}}
 
 
 # -- reading files ------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Any
 
 from rlinf_core.errors import ConfigError, RlinfError
 
-__all__ = ["evaluate_lm_run", "is_lm_run", "lm_eval_lines"]
+__all__ = ["evaluate_lm_run", "evaluate_policy", "is_lm_run", "lm_eval_lines"]
 
 
 def is_lm_run(run_dir: str | Path) -> bool:
@@ -51,14 +51,7 @@ def evaluate_lm_run(
 ) -> dict[str, Any]:
     """Evaluate ``run_dir/policy`` (see the module docstring); ``data``: a prompt file in the
     run's ``data`` format instead of its held-out set (a data set run only)."""
-    import numpy as np
-    import torch
-
-    from rlinf_algos.lm.agents import make_agent
-    from rlinf_algos.lm.engines import make_rollout
-    from rlinf_algos.lm.folder import context_length
-    from rlinf_algos.lm.reward import Verifier
-    from rlinf_algos.lm.tasks import is_arith, make_task, task_tokenizer
+    from rlinf_algos.lm.tasks import is_arith
 
     if samples < 1:
         raise RlinfError("--samples must be at least 1")
@@ -82,6 +75,33 @@ def evaluate_lm_run(
         run = run.model_copy(
             update={"data": run.data.model_copy(update={"train_files": files, "val_files": files})}
         )
+    out = evaluate_policy(run, samples=samples, seed=seed, temperature=temperature, chunk=chunk)
+    return {
+        "run_dir": str(run_dir),
+        "policy": str(run_dir / "policy"),
+        "data": str(data) if data is not None else "the run's held-out set",
+        **out,
+    }
+
+
+def evaluate_policy(
+    run: Any, *, samples: int = 1, seed: int = 10_000, temperature: float | None = None, chunk: int = 64
+) -> dict[str, Any]:
+    """Score the policy of ``run.model.path`` on the held-out set of ``run`` (validated sections),
+    as :func:`evaluate_lm_run` describes, in this process: the run's agent (tool-calling
+    episodes with a ``tools`` section) with the ``hf`` rollout engine. Returns ``score``,
+    ``accuracy``, ``pass_at_k``, ``well_formed``, ``per_data_source`` and, for tool-calling
+    episodes, ``tools`` (turns, calls per tool, errors, timeouts, latency, answer rate,
+    success: :func:`~rlinf_algos.lm.agents.episode_metrics`)."""
+    import numpy as np
+    import torch
+
+    from rlinf_algos.lm.agents import EpisodeBatch, episode_metrics, make_agent
+    from rlinf_algos.lm.engines import make_rollout
+    from rlinf_algos.lm.folder import context_length
+    from rlinf_algos.lm.reward import Verifier
+    from rlinf_algos.lm.tasks import make_task, task_tokenizer
+
     temp = (0.0 if samples == 1 else run.algorithm.temperature) if temperature is None else temperature
     torch.manual_seed(seed)
     tok = task_tokenizer(run)
@@ -89,7 +109,7 @@ def evaluate_lm_run(
     problems = task.heldout()
     if not problems:
         raise RlinfError(
-            f"{run_dir}: the run has no held-out set (no data.val_files); give a prompt file with --data FILE"
+            "the run has no held-out set (no data.val_files); give a prompt file with --data FILE"
         )
     rollout = make_rollout(run, seed=seed, pad_id=tok.pad_id)
     agent = make_agent(task, tok, task.max_new_tokens(), run.task.max_calls, context_length(run.model))
@@ -101,30 +121,33 @@ def evaluate_lm_run(
     rewards: list[float] = []
     correct: list[bool] = []
     formed: list[bool] = []
+    played = EpisodeBatch()
     for i in range(0, len(problems), chunk):
         eps = agent.run(problems[i : i + chunk], samples, gen)
         r = reward.compute({"response_ids": eps.final_responses, "answers": eps.answers})
         rewards += [float(x) for x in r["rewards"]]
         correct += [bool(c) for c in r["correct"]]
         formed += [bool(w) for w in r["well_formed"]]
+        played.metrics += eps.metrics
     by_source: dict[str, list[int]] = defaultdict(list)
     for i, p in enumerate(problems):
         by_source[_source_of(task, p)].append(i)
 
     def figures(idx: list[int]) -> dict[str, Any]:
         resp = [i * samples + j for i in idx for j in range(samples)]
-        return {
+        out = {
             "problems": len(idx),
             "score": float(np.mean([rewards[k] for k in resp])),
             "accuracy": float(np.mean([correct[k] for k in resp])),
             "pass_at_k": float(np.mean([any(correct[i * samples + j] for j in range(samples)) for i in idx])),
             "well_formed": float(np.mean([formed[k] for k in resp])),
         }
+        if played.metrics:
+            sub = EpisodeBatch(metrics=[played.metrics[k] for k in resp])
+            out["tools"] = episode_metrics(sub, [correct[k] for k in resp])
+        return out
 
-    out = {
-        "run_dir": str(run_dir),
-        "policy": str(run_dir / "policy"),
-        "data": str(data) if data is not None else "the run's held-out set",
+    return {
         "samples": samples,
         "k": samples,
         "temperature": temp,
@@ -132,7 +155,6 @@ def evaluate_lm_run(
         **figures(list(range(len(problems)))),
         "per_data_source": {src: figures(idx) for src, idx in sorted(by_source.items())},
     }
-    return out
 
 
 def _source_of(task: Any, problem: Any) -> str:
@@ -145,6 +167,21 @@ def _source_of(task: Any, problem: Any) -> str:
     return str(value) if value is not None else "unknown"
 
 
+def tool_use(t: dict[str, Any]) -> str:
+    """A tools run's episode figures (:func:`~rlinf_algos.lm.agents.episode_metrics`) in one
+    phrase: success, turns and calls per episode, calls per tool, errors, timeouts, malformed
+    and unknown calls (totals), answer rate."""
+    per_tool = ", ".join(
+        f"{k.split('/', 1)[1]} {v:.2f}" for k, v in sorted(t.items()) if k.startswith("tool_calls/")
+    )
+    return (
+        f"success {t.get('success', 0.0):.3f}, {t['turns']:.2f} turns and {t['tool_calls']:.2f} tool calls "
+        f"per episode ({per_tool or 'none'}), {int(t['tool_errors'])} errors, {int(t['tool_timeouts'])} "
+        f"timeouts, {int(t['tool_malformed'])} malformed, {int(t['tool_unknown'])} unknown, answer rate "
+        f"{t['answer_rate']:.3f}"
+    )
+
+
 def lm_eval_lines(run_dir: Path, data: Path | None, samples: int, seed: int, as_json: bool) -> list[str]:
     """What ``rlinf eval RUN_DIR`` prints for a language-model run: one JSON line with
     ``--json``, else the overall figures and one line per ``data_source``."""
@@ -155,7 +192,8 @@ def lm_eval_lines(run_dir: Path, data: Path | None, samples: int, seed: int, as_
         return [json.dumps(res)]
 
     def figures(r: dict[str, Any]) -> str:
-        return f"score {r['score']:.3f}, accuracy {r['accuracy']:.3f}, pass@{samples} {r['pass_at_k']:.3f}"
+        out = f"score {r['score']:.3f}, accuracy {r['accuracy']:.3f}, pass@{samples} {r['pass_at_k']:.3f}"
+        return out + (f"; {tool_use(r['tools'])}" if "tools" in r else "")
 
     lines = [
         f"{res['problems']} prompts of {res['data']}, {samples} response(s) each (temperature "

@@ -1,6 +1,6 @@
 """Supervised fine-tuning of a causal language model on prompt-response pairs (``rlinf sft``).
 
-The run YAML has four sections: ``model`` (:class:`~rlinf_algos.lm.config.LMModelConfig`: a
+The run YAML has four sections (five with ``tools``): ``model`` (:class:`~rlinf_algos.lm.config.LMModelConfig`: a
 model folder, or ``init`` to build one), ``data`` (:class:`SFTDataConfig`: the ``data`` section
 of a GRPO run plus ``response_key``), ``train`` (:class:`SFTTrainConfig`) and ``runner``
 (:class:`SFTRunnerConfig`). :func:`train_sft` trains and writes ``RUN_DIR``:
@@ -27,6 +27,11 @@ prompt text as is otherwise (the response is appended without a separator). Prom
 are encoded separately, exactly as a rollout encodes the prompt and then generates. An example
 longer than ``train.max_length`` tokens is left out and counted, never cut.
 
+With ``data.messages_key`` a row is a whole conversation in TRL's format (assistant
+``tool_calls``, ``tool`` results; the ``tools`` section's schemas rendered by the template):
+:func:`conversation_example` lays it out as a played tool-calling episode is laid out, every
+assistant turn trained (through its end-of-turn token), everything else context.
+
 Reproducible from ``runner.seed`` (the model ``init``, LoRA's initial weights, dropout) and
 ``data.seed`` (the order of the examples: a fresh permutation every epoch, drawn from both seeds).
 """
@@ -42,13 +47,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SerializeAsAny, model_validator
-
-from rlinf_algos.lm.config import LMModelConfig, Loggers, require_wandb
+from rlinf_algos.lm.config import require_wandb
 from rlinf_algos.lm.data import DataConfig, Sample, load_dataset, lookup
-from rlinf_algos.models import validate_model_section
-from rlinf_core.config import ConfigSection, validate_model
-from rlinf_core.errors import ConfigError, ConfigProblem
+from rlinf_algos.lm.sft_config import (
+    SFTDataConfig,
+    SFTRunConfig,
+    SFTRunnerConfig,
+    SFTTrainConfig,
+    load_sft_config,
+)
+from rlinf_core.errors import ConfigError
 
 __all__ = [
     "METRIC_COLUMNS",
@@ -59,11 +67,13 @@ __all__ = [
     "SFTRunConfig",
     "SFTRunnerConfig",
     "SFTTrainConfig",
+    "conversation_example",
     "encode_example",
     "load_examples",
     "load_sft_config",
     "lr_at",
     "token_nll",
+    "tool_schemas",
     "train_sft",
 ]
 
@@ -72,167 +82,6 @@ METRIC_COLUMNS = ("step", "loss", "lr", "tokens", "grad_norm", "wall_s", "val_lo
 the response tokens trained on so far, ``val_loss`` is set on the rows of
 ``train.eval_interval`` (empty otherwise), ``val_exact_match`` on those rows when
 ``train.stop_at_exact_match`` is set."""
-
-
-# -- configuration -------------------------------------------------------------------------------
-
-
-class SFTDataConfig(DataConfig):
-    """``data`` section of ``rlinf sft``: the files and keys of a GRPO run's ``data`` section
-    (verl's parquet and RLinf's JSON lines load unchanged) and where each row's target response is.
-
-    ``data.answer_key`` is read only when ``response_key`` is null; ``shuffle`` and ``seed`` give
-    the order of the examples, ``max_prompt_length`` filters on the prompt alone (see also
-    ``train.max_length``)."""
-
-    response_key: str | None = Field(
-        "response",
-        min_length=1,
-        description="dotted path to the target response (a string) of each row; null: train on "
-        "the reference answer (data.answer_key), for data sets whose answers are the whole response",
-    )
-    append_eos: bool = Field(
-        True,
-        description="end every response with the tokenizer's eos token (not twice when it already ends "
-        "with it); false: train on each response exactly as written, for responses that end their turn "
-        "with a marker of their own (a tool call, a hand-over) rather than eos",
-    )
-
-
-class SFTTrainConfig(ConfigSection):
-    """``train`` section of ``rlinf sft``: AdamW, linear warm-up then cosine decay, loss on the
-    response tokens only."""
-
-    epochs: int | None = Field(
-        None, ge=1, description="passes over the training examples; null: 1 unless steps is set"
-    )
-    steps: int | None = Field(None, ge=1, description="gradient steps (instead of epochs)")
-    batch_size: int = Field(32, ge=1, description="examples per gradient step")
-    micro_batch_size: int | None = Field(
-        None,
-        ge=1,
-        description="examples per forward/backward pass (gradients are accumulated over the batch; "
-        "the loss is the same); null: the whole batch at once",
-    )
-    lr: float = Field(1e-4, gt=0.0, description="peak AdamW learning rate")
-    adam_betas: tuple[float, float] = Field(
-        (0.9, 0.999), description="AdamW's (beta1, beta2), each in [0, 1)"
-    )
-    warmup_steps: int = Field(10, ge=0, description="steps of linear warm-up from 0 to lr")
-    min_lr_ratio: float = Field(
-        0.1, ge=0.0, le=1.0, description="the cosine decay ends at lr * min_lr_ratio on the last step"
-    )
-    weight_decay: float = Field(
-        0.0, ge=0.0, description="AdamW decoupled weight decay (matrices only; not biases or norms)"
-    )
-    max_length: int | None = Field(
-        None,
-        ge=2,
-        description="leave out (and count) examples longer than this many tokens (prompt + response "
-        "+ eos), never cut; null: model.max_seq_len, else the model's context",
-    )
-    grad_clip: float | None = Field(1.0, gt=0.0, description="clip the gradient norm; null: no clipping")
-    eval_batch_size: int = Field(32, ge=1, description="examples per forward pass of the validation loss")
-    eval_interval: int = Field(
-        0, ge=0, description="steps between validation losses in metrics.csv; 0: before and after only"
-    )
-    eval_generate: int = Field(
-        0,
-        ge=0,
-        description="greedy-decode the first N validation prompts before and after training and report "
-        "the fraction whose output equals the response (whitespace stripped); 0 turns it off",
-    )
-    max_new_tokens: int | None = Field(
-        None, ge=1, description="tokens eval_generate may generate; null: the longest response + 8"
-    )
-    stop_at_exact_match: float | None = Field(
-        None,
-        gt=0.0,
-        le=1.0,
-        description="stop early once the greedy exact match on the eval_generate validation prompts "
-        "reaches this fraction, checked every eval_interval steps (needs both); null: train every step",
-    )
-
-    @model_validator(mode="after")
-    def _one_budget(self) -> SFTTrainConfig:
-        if self.epochs is not None and self.steps is not None:
-            raise ValueError("set train.epochs or train.steps, not both")
-        if any(not 0.0 <= b < 1.0 for b in self.adam_betas):
-            raise ValueError(f"train.adam_betas must each be in [0, 1), got {list(self.adam_betas)}")
-        if self.stop_at_exact_match is not None and not (self.eval_generate and self.eval_interval):
-            raise ValueError(
-                "train.stop_at_exact_match needs train.eval_generate (validation prompts to decode) and "
-                "train.eval_interval (steps between checks) above 0"
-            )
-        return self
-
-
-class SFTRunnerConfig(ConfigSection):
-    """``runner`` section of ``rlinf sft``."""
-
-    seed: int = Field(
-        0, ge=0, description="seeds the model init, LoRA's initial weights, dropout and the order"
-    )
-    torch_threads: int = Field(2, ge=1, description="torch CPU threads")
-    log_interval: int = Field(10, ge=1, description="steps between metrics rows and log lines")
-    device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto", description="where the model trains; auto: cuda when available, else cpu"
-    )
-    loggers: Loggers = Field(
-        default_factory=lambda: ["csv", "tensorboard"],
-        description="metrics backends: csv (metrics.csv), tensorboard (RUN_DIR/tensorboard), wandb "
-        "(needs the wandb package; WANDB_MODE=offline works without a network); the same scalars go to each",
-    )
-
-
-class SFTRunConfig(BaseModel):
-    """The validated sections of an ``rlinf sft`` YAML."""
-
-    model: SerializeAsAny[LMModelConfig]
-    data: SFTDataConfig
-    train: SFTTrainConfig
-    runner: SFTRunnerConfig
-
-
-_SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
-    ("model", LMModelConfig),
-    ("data", SFTDataConfig),
-    ("train", SFTTrainConfig),
-    ("runner", SFTRunnerConfig),
-)
-
-
-def load_sft_config(data: Mapping[str, Any]) -> SFTRunConfig:
-    """Validate an ``rlinf sft`` YAML (a mapping of sections; ``model`` by the model of its
-    ``model.type``, :func:`~rlinf_algos.models.validate_model_section`). ``model`` and ``data`` are
-    required; ``train`` and ``runner`` take their defaults when absent. Every problem of every
-    section is reported in one :class:`ConfigError`, each with its YAML path."""
-    problems: list[ConfigProblem] = []
-    out: dict[str, BaseModel] = {}
-    known = {name for name, _ in _SECTIONS}
-    for key in data:
-        if key not in known:
-            problems.append(
-                ConfigProblem(str(key), f"unknown section; rlinf sft reads {', '.join(sorted(known))}")
-            )
-    for name, model in _SECTIONS:
-        section = data.get(name)
-        if section is None:
-            if name in ("model", "data"):
-                what = "model.path (a model folder) or model.init" if name == "model" else "data.train_files"
-                problems.append(ConfigProblem(name, f"missing section (needs at least {what})"))
-                continue
-            section = {}
-        try:
-            if name == "model":
-                out[name] = validate_model_section(section, LMModelConfig, prefix=name)
-            else:
-                out[name] = validate_model(model, section, prefix=name)
-        except ConfigError as err:
-            problems.extend(err.problems)
-    if problems:
-        raise ConfigError(problems)
-    return SFTRunConfig(**out)  # type: ignore[arg-type]
 
 
 # -- examples ------------------------------------------------------------------------------------
@@ -248,6 +97,9 @@ class Example:
     source: str
     response: str
     prompt_len: int
+    turns: list[tuple[int, int]] = field(default_factory=list)
+    """A conversation's assistant turns as ``(start, end)`` spans of ``ids`` (empty for a
+    prompt-response row): what the exact match checks turn by turn."""
 
 
 @dataclass
@@ -339,10 +191,29 @@ def _reading_config(cfg: SFTDataConfig, *, plain: bool) -> DataConfig:
     return DataConfig.model_validate({**fields, **update})
 
 
-def read_texts(cfg: SFTDataConfig, split: Literal["train", "val"]) -> list[tuple[str, str]]:
+def tool_schemas(run: SFTRunConfig) -> list[dict[str, Any]] | None:
+    """The JSON schemas of the ``tools`` section (``None`` without one); a tool file or name
+    that does not load is a :class:`ConfigError` at ``tools[i]``."""
+    if run.tools is None:
+        return None
+    from rlinf_algos.tools import load_run_tools
+
+    return load_run_tools(run.tools.entries).schemas
+
+
+def read_texts(
+    cfg: SFTDataConfig, split: Literal["train", "val"], schemas: Sequence[dict[str, Any]] | None = None
+) -> list[tuple[str, str]]:
     """``(prompt text, response)`` of every row of a split, without a tokenizer (no chat template,
     no length filter): checks the files and keys, and is the corpus of a ``model.init`` bpe
-    tokenizer."""
+    tokenizer. A conversation (``data.messages_key``) gives ``(its rendering, "")``: the text
+    a :func:`~rlinf_algos.lm.tokens.bpe_tokenizer`'s template writes for it with ``schemas``."""
+    if cfg.messages_key:
+        from rlinf_algos.lm.data import load_conversations
+        from rlinf_algos.lm.tokens import chatml_text
+
+        convs, _ = load_conversations(cfg, split, cfg.messages_key)
+        return [(t, "") for t in chatml_text([c.messages for c in convs], schemas)]
     ds = load_dataset(_reading_config(cfg, plain=True), split)
     return [(s.prompt_text, _response_of(cfg, s)) for s in ds]
 
@@ -353,38 +224,81 @@ def load_examples(
     tok: Any,
     hf_tokenizer: Any,
     max_length: int,
+    schemas: Sequence[dict[str, Any]] | None = None,
 ) -> ExampleSet:
-    """The encoded examples of a split (:func:`encode_example`); prompts longer than
-    ``data.max_prompt_length`` and examples longer than ``max_length`` are left out and counted.
+    """The encoded examples of a split (:func:`encode_example`; a conversation as
+    :func:`conversation_example` lays it out); prompts longer than ``data.max_prompt_length``
+    and examples longer than ``max_length`` are left out and counted.
 
     Raises:
         ConfigError: a file, row, prompt or response problem (path = the YAML key, message = the
             file and row), or no training example left (path ``train.max_length``).
     """
-    ds = load_dataset(_reading_config(cfg, plain=False), split, hf_tokenizer)
-    out = ExampleSet([], split, rows=ds.rows, filtered=ds.filtered)
-    out.filter_reasons.update(ds.filter_reasons)
-    out.filtered_sources.extend(ds.filtered_sources)
-    bos = wants_bos(tok)
-    too_long = f"longer than train.max_length={max_length} tokens (prompt + response + eos)"
+    too_long = f"longer than train.max_length={max_length} tokens"
+    if cfg.messages_key:
+        from rlinf_algos.lm.data import load_conversations
+
+        chat = _chat_format(hf_tokenizer, schemas)
+        convs, rows = load_conversations(cfg, split, cfg.messages_key)
+        out = ExampleSet([], split, rows=rows)
+        encoded = [(conversation_example(chat, c.messages, c.source), c.source) for c in convs]
+    else:
+        ds = load_dataset(_reading_config(cfg, plain=False), split, hf_tokenizer)
+        out = ExampleSet([], split, rows=ds.rows, filtered=ds.filtered)
+        out.filter_reasons.update(ds.filter_reasons)
+        out.filtered_sources.extend(ds.filtered_sources)
+        bos = wants_bos(tok)
+        too_long += " (prompt + response + eos)"
+        encoded = []
+        for s in ds:
+            response = _response_of(cfg, s)
+            ids, mask, plen = _encode(s.prompt_text, response, tok, bos, cfg.append_eos)
+            encoded.append((Example(ids, mask, s.source, response, plen), s.source))
     shortest = None
-    for s in ds:
-        response = _response_of(cfg, s)
-        ids, mask, plen = _encode(s.prompt_text, response, tok, bos, cfg.append_eos)
-        if len(ids) > max_length:
+    for ex, source in encoded:
+        if len(ex.ids) > max_length:
             out.filtered += 1
             out.filter_reasons[too_long] = out.filter_reasons.get(too_long, 0) + 1
-            out.filtered_sources.append(s.source)
-            shortest = len(ids) if shortest is None else min(shortest, len(ids))
+            out.filtered_sources.append(source)
+            shortest = len(ex.ids) if shortest is None else min(shortest, len(ex.ids))
             continue
-        out.examples.append(Example(ids, mask, s.source, response, plen))
-    if not out.examples and ds.samples:
+        out.examples.append(ex)
+    if not out.examples and encoded:
         raise ConfigError(
-            f"every one of the {len(ds)} {split} examples is {too_long} (the shortest has {shortest}); "
+            f"every one of the {len(encoded)} {split} examples is {too_long} (the shortest has {shortest}); "
             "raise train.max_length (within the model's context) or shorten the data",
             "train.max_length",
         )
     return out
+
+
+def _chat_format(hf_tokenizer: Any, schemas: Sequence[dict[str, Any]] | None) -> Any:
+    from rlinf_algos.lm.agentic import ChatFormat
+    from rlinf_core.errors import RlinfError
+
+    try:
+        return ChatFormat(hf_tokenizer, schemas)
+    except RlinfError as err:
+        raise ConfigError(
+            f"conversations need the model's chat template: {err}", "data.messages_key"
+        ) from None
+
+
+def conversation_example(chat: Any, messages: Sequence[Mapping[str, Any]], source: str) -> Example:
+    """One conversation as a training example, token for token the layout of a played episode
+    (:meth:`~rlinf_algos.lm.agentic.ChatFormat.encode_conversation`): the prompt, then each
+    assistant turn (trained: mask 1, through its end-of-turn token) and what the template inserts
+    between turns (tool results, turn markers: mask 0)."""
+    from rlinf_core.errors import RlinfError
+
+    try:
+        ep = chat.encode_conversation(messages, where=source)
+    except RlinfError as err:
+        raise ConfigError(str(err), "data.messages_key") from None
+    plen = len(ep.prompt_ids)
+    turns = [(plen + s, plen + e) for kind, s, e in ep.segments if kind == "sampled"]
+    texts = [chat.decode(ep.sequence[s:e]) for s, e in turns]
+    return Example(ep.sequence, [0] * plen + ep.loss_mask, source, "\n".join(texts), plen, turns)
 
 
 # -- maths ---------------------------------------------------------------------------------------
@@ -446,27 +360,30 @@ def _exact_match(
     """Greedy outputs of ``model`` on the prompts of ``examples`` and the fraction that match:
     whose tokens begin with the example's response tokens (which end with eos, so the output
     stopped there too; or, with ``data.append_eos: false``, with the response's own end marker,
-    so the turn is right whatever follows it)."""
+    so the turn is right whatever follows it). A conversation matches when every assistant turn
+    does, each generated from the conversation up to it (teacher-forced context)."""
     from rlinf_algos.lm.hf import generate
 
-    outputs: list[str] = []
-    hits = 0
-    for i in range(0, len(examples), batch_size):
-        chunk = examples[i : i + batch_size]
+    jobs: list[tuple[int, list[int], list[int]]] = []  # (example, context, target)
+    for k, e in enumerate(examples):
+        spans = e.turns or [(e.prompt_len, len(e.ids))]
+        jobs += [(k, e.ids[:s], e.ids[s:t]) for s, t in spans]
+    stops = sorted({tok.eos_id, *(e.ids[t - 1] for e in examples for _, t in e.turns)})
+    hit = [True] * len(examples)
+    texts: list[list[str]] = [[] for _ in examples]
+    # similar lengths pad little; a conversation's turns keep their order (their contexts grow)
+    order = sorted(range(len(jobs)), key=lambda j: len(jobs[j][1]))
+    for i in range(0, len(order), batch_size):
+        chunk = [jobs[j] for j in order[i : i + batch_size]]
         res = generate(
-            model,
-            [e.ids[: e.prompt_len] for e in chunk],
-            max_new_tokens,
-            [tok.eos_id],
-            pad_id=tok.pad_id,
-            temperature=0.0,
+            model, [c for _, c, _ in chunk], max_new_tokens, stops, pad_id=tok.pad_id, temperature=0.0
         )
-        for e, ids in zip(chunk, res.tokens, strict=True):
+        for (k, _, target), ids in zip(chunk, res.tokens, strict=True):
             ids = [int(t) for t in ids]
-            target = e.ids[e.prompt_len :]
-            hits += ids[: len(target)] == target
-            outputs.append(tok.decode([t for t in ids if t != tok.eos_id]))
-    return hits / max(len(examples), 1), outputs
+            hit[k] &= ids[: len(target)] == target
+            texts[k].append(tok.decode([t for t in ids if t not in stops]))
+    outputs = ["\n".join(t) for t in texts]
+    return sum(hit) / max(len(examples), 1), outputs
 
 
 # -- the run -------------------------------------------------------------------------------------
@@ -490,9 +407,16 @@ def check_sft_sources(run: SFTRunConfig) -> list[tuple[str, str]]:
     the device and the loggers. Returns the training split's ``(prompt, response)`` texts."""
     from rlinf_algos.lm.folder import check_model_files, check_model_folder
 
-    texts = read_texts(run.data, "train")
+    schemas = tool_schemas(run)
+    texts = read_texts(run.data, "train", schemas)
     if run.data.val_files:
-        read_texts(run.data, "val")
+        read_texts(run.data, "val", schemas)
+    if run.data.messages_key and run.model.init is not None and run.model.init.tokenizer != "bpe":
+        raise ConfigError(
+            "conversations are rendered by a chat template, which the arith tokenizer has none of: "
+            "use model.init.tokenizer: bpe (ChatML with tool calls) or a model folder (model.path)",
+            "model.init.tokenizer",
+        )
     if run.model.path is not None:
         check_model_folder(run.model.path, "model.path")
         check_model_files(run.model.path, "model.path", run.model.trust_remote_code)
@@ -574,8 +498,13 @@ def train_sft(
     if max_length > context:
         key = "train.max_length" if tcfg.max_length else "model.max_seq_len"
         raise ConfigError(f"{max_length} exceeds the model's context of {context} tokens ({folder})", key)
-    train_set = load_examples(dcfg, "train", tok, hf_tok, max_length)
-    val_set = load_examples(dcfg, "val", tok, hf_tok, max_length) if dcfg.val_files else ExampleSet([], "val")
+    schemas = tool_schemas(run)
+    train_set = load_examples(dcfg, "train", tok, hf_tok, max_length, schemas)
+    val_set = (
+        load_examples(dcfg, "val", tok, hf_tok, max_length, schemas)
+        if dcfg.val_files
+        else ExampleSet([], "val")
+    )
     # config.yaml marks the directory as a run's: written once nothing but training can fail
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(run.model_dump(mode="json"), sort_keys=False))
     for ds in (train_set, val_set):
@@ -596,7 +525,8 @@ def train_sft(
 
     val = val_set.examples
     gen_set = [e for e in val if e.prompt_len > 0][: tcfg.eval_generate]
-    max_new = tcfg.max_new_tokens or (max((len(e.ids) - e.prompt_len for e in gen_set), default=0) + 8)
+    longest = max((t - s for e in gen_set for s, t in (e.turns or [(e.prompt_len, len(e.ids))])), default=0)
+    max_new = tcfg.max_new_tokens or longest + 8
     t_eval = time.perf_counter()
     val_before, val_tokens = token_nll(model, val, tok.pad_id, tcfg.eval_batch_size)
     em_before, out_before = (

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from rlinf_algos.lm import hf
-from rlinf_algos.lm.agents import EpisodeBatch, make_agent
+from rlinf_algos.lm.agents import EpisodeBatch, episode_metrics, make_agent
 from rlinf_algos.lm.config import LMRunConfig
 from rlinf_algos.lm.engines import make_rollout
 from rlinf_algos.lm.folder import context_length
@@ -104,6 +104,7 @@ class LocalComponents:
             "stats": stats,
             "phase": phase,
             **({"reward_failures": int(r["failures"])} if "failures" in r else {}),
+            "agent_metrics": episode_metrics(eps, r["correct"]),  # tool-calling episodes' figures
         }
 
     def evaluate(self, problems: Sequence[Any], temperature: float = 0.0) -> dict[str, list[Any]]:

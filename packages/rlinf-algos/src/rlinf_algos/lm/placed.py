@@ -31,7 +31,7 @@ from typing import Any
 
 from rlinf_algos.channels import ABORT, Aborted
 from rlinf_algos.flow import await_call
-from rlinf_algos.lm.agents import make_agent
+from rlinf_algos.lm.agents import EpisodeBatch, episode_metrics, make_agent
 from rlinf_algos.lm.folder import context_length
 from rlinf_algos.lm.remote_generate import ChannelGenerate, play
 from rlinf_algos.lm.roles import STOP
@@ -342,6 +342,10 @@ class LMPlacedRun(LMRun):
             "generated_tokens": sum(int(s["generated_tokens"]) for s in res["agent_stats"]),
             "stats": actor["stats"],
             "reward_failures": res["reward_failures"],
+            "agent_metrics": episode_metrics(
+                EpisodeBatch(metrics=[m for s in res["agent_stats"] for m in s.get("metrics", [])]),
+                res["correct"],
+            ),
             "phase": {
                 "generate": res["generate_s"],
                 "reward": res["reward_s"],

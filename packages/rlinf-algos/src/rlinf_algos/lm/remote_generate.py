@@ -118,4 +118,5 @@ def play(
         "episodes": eps.num_episodes,
         "generated_tokens": eps.generated_tokens,
         "generate_s": time.perf_counter() - t0,
+        "metrics": eps.metrics,  # per episode: tool-calling episodes' figures, else empty
     }

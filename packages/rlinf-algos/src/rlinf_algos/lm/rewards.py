@@ -61,6 +61,7 @@ __all__ = [
     "last_boxed",
     "load_reward",
     "math_equal",
+    "normalize_answer",
 ]
 
 
@@ -95,20 +96,53 @@ class ExactMatchReward(_PerSample):
 
     Args:
         ignore_case: compare case-insensitively.
+        normalize: compare :func:`normalize_answer`'s forms (SQuAD's: lower-cased, punctuation
+            and the articles a, an, the dropped, whitespace collapsed), so ``"The Kesh."`` matches
+            ``kesh``.
+        pattern: a regular expression: the completion's answer is the first group of its last
+            match (``"answer is (.+)"`` reads ``The answer is Kesh.``); a completion without a
+            match scores 0. Default: the whole completion.
     """
 
     PLUGIN_NAME: ClassVar[str] = "exact_match"
     description: ClassVar[str] = "the completion equals the answer (whitespace normalised)"
 
-    def __init__(self, ignore_case: bool = False) -> None:
+    def __init__(
+        self, ignore_case: bool = False, normalize: bool = False, pattern: str | None = None
+    ) -> None:
         self.ignore_case = bool(ignore_case)
+        self.normalize = bool(normalize)
+        try:
+            self.pattern = re.compile(pattern) if pattern is not None else None
+        except (re.error, TypeError) as err:
+            raise ValueError(f"pattern {pattern!r} is not a regular expression ({err})") from None
+        if self.pattern is not None and self.pattern.groups < 1:
+            raise ValueError(f"pattern {pattern!r} has no group; put the answer in one: 'answer is (.+)'")
 
     def _norm(self, text: str) -> str:
+        if self.normalize:
+            return normalize_answer(text)
         text = " ".join(text.split())
         return text.casefold() if self.ignore_case else text
 
     def score(self, completion: str, answer: str) -> float:
+        if self.pattern is not None:
+            found = self.pattern.findall(completion)
+            if not found:
+                return 0.0
+            last = found[-1]
+            completion = last[0] if isinstance(last, tuple) else last
         return 1.0 if self._norm(completion) == self._norm(answer) else 0.0
+
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD's answer normalisation: lower-case, drop punctuation and the articles a, an and the,
+    collapse whitespace (``"The  Kesh."`` -> ``"kesh"``)."""
+    text = "".join(ch for ch in text.casefold() if ch.isalnum() or ch.isspace())
+    return " ".join(_ARTICLES.sub(" ", text).split())
 
 
 class MathReward(_PerSample):

@@ -60,7 +60,17 @@ class LMRun(FlowRun):
         return (
             "step", "iteration", "wall_s", "reward_mean", "train_accuracy", "well_formed", "sequences",
             "generated_tokens", "response_length", "tokens_per_s", "publish_bytes", "reward_failures",
-            *stats, *(f"{k}_s" for k in PHASES), "heldout_accuracy",
+            *stats, *self.tool_columns(), *(f"{k}_s" for k in PHASES), "heldout_accuracy",
+        )  # fmt: skip
+
+    def tool_columns(self) -> tuple[str, ...]:
+        """The columns of a tools run's episode figures (:func:`~rlinf_algos.lm.agents.episode_metrics`)."""
+        tools = getattr(self.config_run, "tools", None)
+        if tools is None:
+            return ()
+        return (
+            "turns", "answer_rate", "tool_calls", *(f"tool_calls/{e.name}" for e in tools.root),
+            "tool_errors", "tool_timeouts", "tool_malformed", "tool_unknown", "tool_latency_mean_s", "success",
         )  # fmt: skip
 
     # -- what the in-process and placed runs give ------------------------------------------------
@@ -157,7 +167,10 @@ class LMRun(FlowRun):
         d, rcfg = self.driver, self.run.runner
         if d.steps >= self.run.algorithm.iterations:
             return True
-        if rcfg.time_limit_s is not None and self.grpo0 + time.perf_counter() - self.t_grpo > rcfg.time_limit_s:
+        if (
+            rcfg.time_limit_s is not None
+            and self.grpo0 + time.perf_counter() - self.t_grpo > rcfg.time_limit_s
+        ):
             if not self.stopped_early:
                 self.stopped_early = True
                 self.say(
@@ -189,6 +202,7 @@ class LMRun(FlowRun):
             "publish_bytes": self.comps.publish_bytes(),
             **({"reward_failures": res["reward_failures"]} if "reward_failures" in res else {}),
             **{k: round(v, 6) for k, v in st.items()},
+            **res.get("agent_metrics", {}),
             **{f"{k}_s": round(phase[k], 4) for k in PHASES},
         }
         if rcfg.eval_interval and it % rcfg.eval_interval == 0 and it != alg.iterations:

@@ -1,13 +1,15 @@
 """What a language-model GRPO run trains on: a task turns problems into prompt ids and scores the
 responses (pure Python, no torch, so agents and the reward component stay light processes).
 
-Two tasks share one interface, :class:`LMTask`:
+Three tasks share one interface, :class:`LMTask`:
 
 - :class:`ArithTask` (``task`` section): the generated arithmetic family with its exact verifier,
   single-agent, multi-agent (lead + subagents) or flat;
 - :class:`DatasetTask` (``data`` and ``reward`` sections): prompts from JSONL or parquet files
   (RLinf's and verl's layouts) scored by a reward function (a built-in, a plugin's, or the
-  user's ``compute_score`` file).
+  user's ``compute_score`` file);
+- :class:`ToolTask` (``data``, ``reward`` and ``tools`` sections): the same prompts played as
+  multi-turn tool-calling episodes (:class:`~rlinf_algos.lm.agents.ToolAgent`).
 
 A problem crosses process boundaries as itself (an arithmetic :class:`~rlinf_algos.lm.task.Problem`)
 or as a :class:`SampleRef` (split and row); each process holding the task resolves it.
@@ -32,14 +34,23 @@ from rlinf_algos.lm.task import (
 from rlinf_algos.lm.tokens import ARITH_MARKERS, LMTokenizer
 from rlinf_core.errors import RlinfError
 
-__all__ = ["ArithTask", "DatasetTask", "LMTask", "SampleRef", "is_arith", "make_task", "task_tokenizer"]
+__all__ = [
+    "ArithTask",
+    "DatasetTask",
+    "LMTask",
+    "SampleRef",
+    "ToolTask",
+    "is_arith",
+    "make_task",
+    "task_tokenizer",
+]
 
 
 class LMTask(Protocol):
     """The interface the agents, the reward component and the loop use."""
 
     mode: str
-    """``single``, ``multiagent`` or ``flat`` (datasets are ``single``)."""
+    """``single``, ``multiagent`` or ``flat`` (datasets are ``single``; with tools ``tools``)."""
 
     def heldout(self) -> list[Any]:
         """The evaluation problems (fixed across runs)."""
@@ -242,6 +253,122 @@ class DatasetTask:
         return {"prompt": s.prompt_text, "answer": s.answer, "source": s.source}
 
 
+class ToolTask(DatasetTask):
+    """A data set's prompts played as multi-turn tool-calling episodes (``mode: tools``): the run
+    has a ``tools`` section. Each prompt (chat messages) is rendered by the model's chat template
+    with the tools' schemas; the policy's turns are parsed for tool calls, which run, and their
+    results go back as ``tool`` messages, until an answer, ``algorithm.max_turns`` or the token
+    budget (:mod:`rlinf_algos.lm.agentic.episode`). The reward scores the last turn's text.
+
+    The tools and the chat format are built when first used, so a reward process that only
+    scores never loads the tools (a search index, say).
+
+    Args:
+        run: the validated sections (``data``, ``reward``, ``tools``, ``algorithm``, ``model``).
+        tok: the model's tokenizer.
+        hf_tokenizer: the ``transformers`` tokenizer (its chat template); default: loaded from
+            ``model.path``.
+        tools: where episodes get their tools (:class:`~rlinf_algos.lm.agentic.ToolProvider`);
+            default: a :class:`~rlinf_algos.tools.ToolBox` of the ``tools`` section in this
+            process. A runtime that places tool workers passes its client here.
+
+    How a runtime gets episodes from it (the interface placed agent and tool roles keep):
+    ``make_task(run)`` returns this task and ``make_agent(task, tok, task.max_new_tokens(),
+    run.task.max_calls, context_length(run.model))`` a :class:`~rlinf_algos.lm.agents.ToolAgent`;
+    ``agent.run(problems, group_size, generate)`` (blocking) or ``await agent.arun(...)`` plays
+    ``group_size`` episodes per problem, where ``generate(contexts, max_new_tokens, stop_ids)``
+    returns the sampled ids per context (sync or async: the in-process rollout engine in
+    ``lm/local.py``, a :class:`~rlinf_algos.lm.remote_generate.ChannelGenerate` over the rollout
+    workers in ``lm/placed.py`` and ``lm/roles.py``), and the tools come from ``tools=`` (above)
+    or the agent's own ``tools``. It returns an :class:`~rlinf_algos.lm.agents.EpisodeBatch`: one
+    training sequence per episode with its loss mask (sampled ids 1, inserted ids 0),
+    ``episode_index``, ``final_responses`` (the last turn, what
+    :class:`~rlinf_algos.lm.reward.Verifier` scores against ``answers``) and ``metrics`` (per
+    episode; :func:`~rlinf_algos.lm.agents.episode_metrics` sums them for a metrics row).
+    """
+
+    mode = "tools"
+
+    def __init__(
+        self,
+        run: Any,
+        tok: LMTokenizer,
+        hf_tokenizer: Any = None,
+        reward_log: Any = None,
+        tools: Any = None,
+    ) -> None:
+        if hf_tokenizer is None:
+            from transformers import AutoTokenizer
+
+            hf_tokenizer = AutoTokenizer.from_pretrained(
+                run.model.path, trust_remote_code=run.model.trust_remote_code
+            )
+        super().__init__(run, tok, hf_tokenizer, reward_log)
+        self.hf_tokenizer = hf_tokenizer
+        self._toolbox = tools
+        self._chat: Any = None
+        self._messages: dict[SampleRef, list[dict[str, Any]]] = {}
+
+    @property
+    def toolbox(self) -> Any:
+        """The tools episodes call (loaded from the ``tools`` section on first use)."""
+        if self._toolbox is None:
+            from rlinf_algos.tools import load_run_tools
+
+            self._toolbox = load_run_tools(self.run.tools.entries)
+        return self._toolbox
+
+    @property
+    def chat(self) -> Any:
+        """The :class:`~rlinf_algos.lm.agentic.ChatFormat` of the model's template and the tools."""
+        if self._chat is None:
+            from rlinf_algos.lm.agentic import ChatFormat
+            from rlinf_algos.tools import load_run_tools
+
+            box = self._toolbox if hasattr(self._toolbox, "schemas") else None
+            schemas = (box or load_run_tools(self.run.tools.entries)).schemas
+            self._chat = ChatFormat(self.hf_tokenizer, schemas)
+        return self._chat
+
+    def messages(self, problem: SampleRef) -> list[dict[str, Any]]:
+        """The chat messages an episode of ``problem`` starts from."""
+        msgs = self._messages.get(problem)
+        if msgs is None:
+            s = self.sample(problem)
+            msgs = s.messages if s.messages is not None else [{"role": "user", "content": s.prompt_text}]
+            self._messages[problem] = [dict(m) for m in msgs]
+        return self._messages[problem]
+
+    def prompt_ids(self, problem: SampleRef) -> list[int]:
+        ids = self._prompts.get(problem)
+        if ids is None:
+            ids = self._prompts[problem] = self.chat.prompt_ids(self.messages(problem))
+        return ids
+
+    def episode_config(self, max_context: int) -> Any:
+        """The episodes' limits: ``algorithm.max_turns``, ``max_new_tokens`` per turn,
+        ``max_response_tokens`` (default: the context) and the model's context ``max_context``."""
+        from rlinf_algos.lm.agentic import EpisodeConfig
+
+        alg = self.run.algorithm
+        return EpisodeConfig(
+            max_turns=alg.max_turns,
+            max_new_tokens=self.max_new_tokens(),
+            max_response_tokens=alg.max_response_tokens or max_context,
+            stop_ids=self.chat.stop_ids,
+            max_sequence_tokens=max_context,
+        )
+
+    def score(self, responses: Sequence[Sequence[int]], answers: Sequence[Any]) -> dict[str, Any]:
+        """The reward of each episode's last turn (its end-of-turn token dropped); well formed:
+        the turn ended with an end-of-turn token (it was not cut)."""
+        stops = set(self.chat.stop_ids)
+        trimmed = [[t for t in r if t not in stops] for r in responses]
+        out = super().score(trimmed, answers)
+        out["well_formed"] = np.asarray([bool(r) and r[-1] in stops for r in responses], dtype=bool)
+        return out
+
+
 def _wants_bos(tok: LMTokenizer) -> bool:
     """Whether the tokenizer's post-processor would add its bos token (Llama-style) to text."""
     backend = tok.backend
@@ -272,5 +399,10 @@ def task_tokenizer(run: Any) -> LMTokenizer:
 
 def make_task(run: Any, tok: LMTokenizer, reward_log: Any = None) -> ArithTask | DatasetTask:
     """The task of a validated run: :class:`DatasetTask` when it has a ``data`` section (its
-    reward's output going to ``reward_log``, e.g. ``RUN/logs/reward-<worker>.log``)."""
-    return ArithTask(run, tok) if is_arith(run) else DatasetTask(run, tok, reward_log=reward_log)
+    reward's output going to ``reward_log``, e.g. ``RUN/logs/reward-<worker>.log``),
+    :class:`ToolTask` when it also has a ``tools`` section."""
+    if is_arith(run):
+        return ArithTask(run, tok)
+    if getattr(run, "tools", None) is not None:
+        return ToolTask(run, tok, reward_log=reward_log)
+    return DatasetTask(run, tok, reward_log=reward_log)

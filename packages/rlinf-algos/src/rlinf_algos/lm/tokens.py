@@ -30,6 +30,7 @@ __all__ = [
     "TokenizerError",
     "arith_tokenizer",
     "bpe_tokenizer",
+    "chatml_text",
 ]
 
 ARITH_SPECIALS: tuple[str, ...] = ("<pad>", "<bos>", "<eos>", "<step>", "<ans>", "<call>", "<ret>")
@@ -253,10 +254,49 @@ def arith_tokenizer() -> Any:
 
 
 CHATML_TEMPLATE = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-    "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\n<tools>' }}{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
+    '{{- \'\\n</tools>\\nCall a tool as <tool_call>\\n{"name": <function-name>, "arguments": '
+    "<args-json-object>}\\n</tool_call><|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'system' and loop.first and tools %}"
+    "{%- elif message.role == 'assistant' and message.tool_calls %}"
+    "{{- '<|im_start|>assistant' }}{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}"
+    "{%- for call in message.tool_calls %}{%- if call.function is defined %}{%- set call = call.function %}{%- endif %}"
+    '{{- \'\\n<tool_call>\\n{"name": "\' + call.name + \'", "arguments": \' }}'
+    "{%- if call.arguments is string %}{{- call.arguments }}{%- else %}{{- call.arguments | tojson }}{%- endif %}"
+    "{{- '}\\n</tool_call>' }}{%- endfor %}{{- '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- else %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
-"""Qwen's ChatML layout: ``<|im_start|>role\\ncontent<|im_end|>\\n`` per message."""
+"""Qwen's ChatML layout: ``<|im_start|>role\\ncontent<|im_end|>\\n`` per message; with tools, Qwen2.5's
+tool format (the Hermes one): the tools' JSON schemas in a system turn (after the system message,
+if any), an assistant's ``tool_calls`` as ``<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>``
+blocks, and consecutive ``tool`` messages as ``<tool_response>`` blocks of one user turn. A
+conversation without tools or tool messages renders as plain ChatML."""
+
+
+def chatml_text(
+    conversations: Iterable[Sequence[dict[str, Any]]], tools: Sequence[dict[str, Any]] | None = None
+) -> list[str]:
+    """``conversations`` rendered by :data:`CHATML_TEMPLATE` (with ``tools``' schemas), as a
+    :func:`bpe_tokenizer` folder's tokenizer renders them: the texts its merges are learnt from
+    when the training data are conversations."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    bare = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.BPE()))
+    bare.chat_template = CHATML_TEMPLATE
+    tools = [dict(t) for t in tools] if tools else None
+    return [
+        str(bare.apply_chat_template([dict(m) for m in conv], tools=tools, tokenize=False))
+        for conv in conversations
+    ]
 
 
 def bpe_tokenizer(corpus: Iterable[str], vocab_size: int = 512) -> Any:

@@ -32,6 +32,7 @@ from rlinf_algos.tools.registry import (
     ToolResult,
     ToolStats,
     function_schema,
+    load_run_tools,
     load_tools,
     tools_from,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "ToolSet",
     "ToolStats",
     "function_schema",
+    "load_run_tools",
     "load_tools",
     "tools_from",
 ]

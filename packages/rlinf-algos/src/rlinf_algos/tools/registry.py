@@ -43,8 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from rlinf_core.config import ConfigSection
 from rlinf_core.errors import ConfigError, PluginError
 from rlinf_core.tools import ToolSet
 
@@ -57,6 +58,7 @@ __all__ = [
     "ToolResult",
     "ToolStats",
     "function_schema",
+    "load_run_tools",
     "load_tools",
     "tools_from",
 ]
@@ -73,10 +75,8 @@ SCHEMA_HELP = (
 )
 
 
-class ToolEntry(BaseModel):
-    """One item of the ``tools`` list."""
-
-    model_config = ConfigDict(extra="forbid")
+class ToolEntry(ConfigSection):
+    """One item of the ``tools`` list (numbers strict, unknown keys refused)."""
 
     name: str = Field(
         description="The tool's name: a function or ToolSet class in `path`, or (without `path`) a built-in "
@@ -84,13 +84,13 @@ class ToolEntry(BaseModel):
     )
     path: str | None = Field(
         default=None,
-        description="A Python file defining `name` (relative to the run YAML's directory).",
+        description="A Python file defining `name` (relative to the working directory, as data files are).",
     )
     kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Keyword arguments of a ToolSet class's constructor."
     )
     timeout_s: float | None = Field(
-        default=None, gt=0, description="Per-call timeout of this entry's tools (default: the ToolBox's)."
+        default=None, gt=0, description="Per-call timeout of this entry's tools, in seconds (default: 10)."
     )
 
 
@@ -251,7 +251,8 @@ def load_tools(
 
     Args:
         entries: names, dicts (``{path, name, kwargs, timeout_s}``) or :class:`ToolEntry`.
-        root: the directory relative ``path`` values are resolved against (the run YAML's).
+        root: the directory relative ``path`` values are resolved against (default: the working
+            directory).
         plugins: a :class:`~rlinf_core.plugins.PluginHost` whose ``tools`` registry is searched
             for names without ``path`` before the built-ins.
         timeout_s: default per-call timeout.
@@ -304,6 +305,15 @@ def load_tools(
                 raise ConfigError(f"two tools are named {t.name!r}: from {clash.where} and from {t.where}", k)
             tools.append(t)
     return ToolBox(tools, kwargs_of, timeout_s=timeout_s, max_result_chars=max_result_chars)
+
+
+def load_run_tools(entries: Sequence[str | Mapping[str, Any] | ToolEntry], **kwargs: Any) -> ToolBox:
+    """:func:`load_tools` of a run's ``tools`` section: names are looked up among the installed
+    plugins' ``rlinf_register_tools`` tools, then the built-ins (``kwargs`` as :func:`load_tools`
+    takes them)."""
+    from rlinf_core.plugins import load_plugins
+
+    return load_tools(entries, plugins=load_plugins(), **kwargs)
 
 
 def _check_kwargs(cls: type, kwargs: Mapping[str, Any], key: str) -> None:

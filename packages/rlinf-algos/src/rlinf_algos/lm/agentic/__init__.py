@@ -10,7 +10,10 @@ without a tokenizer. Here, where the tokenizer is:
   trained sequence is the sampled ids plus the ids the chat template inserts between turns
   (computed as a difference of renderings), the loss mask covers sampled ids only; it stops on an
   answer, ``max_turns`` or a token budget. ``generate`` is passed in, so the same loop runs
-  against the rollout engine or a scripted policy.
+  against the rollout engine or a scripted policy; :meth:`ChatFormat.encode_conversation` lays
+  a whole conversation out the same way for ``rlinf sft``;
+- :mod:`~rlinf_algos.lm.agentic.multihop`: the search example's made-up world, its two-hop
+  questions and a teacher's traces (``examples/search_agent``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from rlinf_algos.lm.agentic.episode import (
     ChatFormat,
     Episode,
     EpisodeConfig,
+    EpisodeToolCalls,
     GenerateFn,
+    ToolProvider,
     play_episodes,
     run_episodes,
 )
@@ -29,8 +34,10 @@ __all__ = [
     "ChatFormat",
     "Episode",
     "EpisodeConfig",
+    "EpisodeToolCalls",
     "GenerateFn",
     "ToolCall",
+    "ToolProvider",
     "parse_tool_calls",
     "play_episodes",
     "run_episodes",

@@ -26,13 +26,42 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from rlinf_algos.lm.agentic.calls import ToolCall, parse_tool_calls
-from rlinf_algos.tools.registry import EpisodeTools, ToolBox, ToolResult, ToolStats
+from rlinf_algos.tools.registry import ToolResult, ToolStats
 from rlinf_core.errors import RlinfError
 
-__all__ = ["ChatFormat", "Episode", "EpisodeConfig", "GenerateFn", "play_episodes", "run_episodes"]
+__all__ = [
+    "ChatFormat",
+    "Episode",
+    "EpisodeConfig",
+    "EpisodeToolCalls",
+    "GenerateFn",
+    "ToolProvider",
+    "play_episodes",
+    "run_episodes",
+]
+
+
+class EpisodeToolCalls(Protocol):
+    """What an episode calls its tools through: :class:`~rlinf_algos.tools.EpisodeTools` in
+    process, or a client of tool processes placed elsewhere."""
+
+    stats: ToolStats
+
+    async def call(self, name: Any, arguments: Any) -> ToolResult: ...
+
+    def malformed(self, text: str, name: str = "(unparsed)") -> ToolResult: ...
+
+
+class ToolProvider(Protocol):
+    """Where episodes get their tools: a :class:`~rlinf_algos.tools.ToolBox`, or any object whose
+    :meth:`episode` gives one :class:`EpisodeToolCalls` per episode (tool sets with episode state
+    built and reset), e.g. a client of placed tool workers."""
+
+    def episode(self) -> EpisodeToolCalls: ...
+
 
 GenerateFn = Callable[[list[list[int]], int, Sequence[int]], "list[list[int]] | Awaitable[list[list[int]]]"]
 """``generate(contexts, max_new_tokens, stop_ids) -> sampled``: ids in, sampled ids out (the
@@ -80,6 +109,11 @@ class ChatFormat:
         if closing_ids and closing_ids[0] in special:
             stop.add(closing_ids[0])
         self.stop_ids: list[int] = sorted(stop)
+        self.end_of_turn_id: int | None = (
+            closing_ids[0] if closing_ids and closing_ids[0] in stop else tokenizer.eos_token_id
+        )
+        """The id a policy ends its turn with: the template's end-of-turn token (``<|im_end|>``)
+        when its closing starts with one, else the eos token."""
 
     def render(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool) -> str:
         try:
@@ -147,6 +181,73 @@ class ChatFormat:
                 trailer = self.closing[len(stop_text) :]
         return self.encode(trailer + with_new[len(without) :])
 
+    def encode_conversation(self, messages: Sequence[Mapping[str, Any]], where: str = "") -> Episode:
+        """A whole conversation laid out as a played episode would be: what ``rlinf sft`` trains
+        on, so a warm start sees exactly the token layout its episodes will have.
+
+        The prompt is every message before the first assistant turn (rendered with the generation
+        prompt); each assistant turn is ``encode(its text) + [end_of_turn_id]``, its text being
+        what the template writes for it (its ``tool_calls`` as the template renders them, so the
+        policy learns to write calls that :func:`~rlinf_algos.lm.agentic.calls.parse_tool_calls`
+        reads back); the messages between two assistant turns are :meth:`insertion_ids`. Messages
+        after the last assistant turn are left out (nothing would be trained on them).
+
+        Returns:
+            an :class:`Episode` whose ``loss_mask`` is 1 on the assistant turns' ids only.
+
+        Raises:
+            RlinfError: no assistant message, nothing before the first one, or a template that
+                re-renders earlier turns (``where`` names the conversation).
+        """
+        msgs = [_renderable(m) for m in messages]
+        at = f"{where}: " if where else ""
+        first = next((i for i, m in enumerate(msgs) if m.get("role") == "assistant"), None)
+        if first is None:
+            raise RlinfError(f"{at}the conversation has no assistant message to train on")
+        if first == 0:
+            raise RlinfError(
+                f"{at}the conversation starts with an assistant message; it needs a prompt before it"
+            )
+        last = max(i for i, m in enumerate(msgs) if m.get("role") == "assistant")
+        history = msgs[:first]
+        ep = Episode(prompt_ids=self.prompt_ids(history), messages=[dict(m) for m in msgs[: last + 1]])
+        i = first
+        while i <= last:
+            turn = msgs[i]
+            before = self.render(history, add_generation_prompt=True)
+            after = self.render([*history, turn], add_generation_prompt=False)
+            if not after.startswith(before) or not after.endswith(self.closing):
+                raise RlinfError(
+                    f"{at}the chat template does not render assistant message {i} as its generation prompt "
+                    f"followed by the turn and {self.closing!r}; rlinf sft on conversations needs one that does"
+                )
+            text = after[len(before) : len(after) - len(self.closing)]
+            stop = self.end_of_turn_id
+            ep._add("sampled", [*self.encode(text), *([stop] if stop is not None else [])])
+            ep.turns += 1
+            j = i + 1
+            while j <= last and msgs[j].get("role") != "assistant":
+                j += 1
+            if j <= last:
+                try:
+                    ins = self.insertion_ids(history, turn, msgs[i + 1 : j], stopped_with=stop)
+                except RlinfError as err:
+                    raise RlinfError(f"{at}{err}") from None
+                ep._add("inserted", ins)
+            history = [*history, turn, *msgs[i + 1 : j]]
+            i = j
+        ep.stop = "answer"
+        return ep
+
+
+def _renderable(message: Mapping[str, Any]) -> dict[str, Any]:
+    """``message`` with ``content`` set (``""`` for an assistant message of tool calls only):
+    templates concatenate it."""
+    out = dict(message)
+    if out.get("content") is None:
+        out["content"] = ""
+    return out
+
 
 @dataclass
 class EpisodeConfig:
@@ -160,11 +261,22 @@ class EpisodeConfig:
     """Token budget: sampled plus inserted ids after the prompt, all turns together."""
     stop_ids: Sequence[int] | None = None
     """Ids that end a turn; default the tokenizer's eos and the template's end-of-turn token."""
+    max_sequence_tokens: int | None = None
+    """Prompt plus response at most (the model's context): an episode's budget is
+    ``min(max_response_tokens, max_sequence_tokens - len(prompt))``; ``None``: no such cap."""
 
     def __post_init__(self) -> None:
         for name in ("max_turns", "max_new_tokens", "max_response_tokens"):
             if int(getattr(self, name)) < 1:
                 raise RlinfError(f"{name} must be at least 1, got {getattr(self, name)!r}")
+        if self.max_sequence_tokens is not None and int(self.max_sequence_tokens) < 2:
+            raise RlinfError(f"max_sequence_tokens must be at least 2, got {self.max_sequence_tokens!r}")
+
+    def budget(self, prompt_len: int) -> int:
+        """Response ids an episode whose prompt has ``prompt_len`` ids may have."""
+        if self.max_sequence_tokens is None:
+            return int(self.max_response_tokens)
+        return max(0, min(int(self.max_response_tokens), int(self.max_sequence_tokens) - prompt_len))
 
 
 @dataclass
@@ -203,6 +315,32 @@ class Episode:
         last = next((m for m in reversed(self.messages) if m.get("role") == "assistant"), None)
         return str(last["content"]) if last else ""
 
+    @property
+    def final_ids(self) -> list[int]:
+        """The ids of the last sampled turn (what a verifier scores), its stop id included."""
+        last = next(((s, e) for kind, s, e in reversed(self.segments) if kind == "sampled"), None)
+        return self.response_ids[last[0] : last[1]] if last else []
+
+    def metrics(self) -> dict[str, float]:
+        """This episode's figures: ``turns``, ``answered`` (1 when it ended on a turn without a
+        tool call), ``tool_calls`` and ``tool_calls/NAME``, ``tool_errors``, ``tool_timeouts``,
+        ``tool_malformed`` (calls that did not parse or had bad arguments), ``tool_unknown``
+        and ``tool_latency_s`` (summed)."""
+        st = self.stats
+        out = {
+            "turns": float(self.turns),
+            "answered": 1.0 if self.stop == "answer" else 0.0,
+            "tool_calls": float(sum(st.calls.values())),
+            "tool_errors": float(sum(st.errors.values())),
+            "tool_timeouts": float(sum(st.timeouts.values())),
+            "tool_malformed": float(st.malformed),
+            "tool_unknown": float(st.unknown),
+            "tool_latency_s": float(st.latency_s),
+        }
+        for name, n in sorted(st.calls.items()):
+            out[f"tool_calls/{name}"] = float(n)
+        return out
+
     def _add(self, kind: str, ids: Sequence[int]) -> None:
         start = len(self.response_ids)
         self.response_ids.extend(int(i) for i in ids)
@@ -214,11 +352,12 @@ class Episode:
 class _State:
     episode: Episode
     history: list[dict[str, Any]]
-    tools: EpisodeTools
+    tools: EpisodeToolCalls
+    budget: int
     done: bool = False
 
 
-async def _run_calls(tools: EpisodeTools, calls: Sequence[ToolCall]) -> list[ToolResult]:
+async def _run_calls(tools: EpisodeToolCalls, calls: Sequence[ToolCall]) -> list[ToolResult]:
     async def one(call: ToolCall) -> ToolResult:
         if call.error is not None:
             return tools.malformed(call.error, call.name or "(unparsed)")
@@ -231,7 +370,7 @@ async def run_episodes(
     conversations: Sequence[Sequence[Mapping[str, Any]]],
     *,
     generate: GenerateFn,
-    toolbox: ToolBox,
+    toolbox: ToolProvider,
     chat: ChatFormat,
     config: EpisodeConfig | None = None,
 ) -> list[Episode]:
@@ -250,14 +389,15 @@ async def run_episodes(
     for conv in conversations:
         history = [dict(m) for m in conv]
         ep = Episode(prompt_ids=chat.prompt_ids(history), messages=list(history))
-        states.append(_State(ep, history, toolbox.episode()))
+        state = _State(ep, history, toolbox.episode(), cfg.budget(len(ep.prompt_ids)))
+        if state.budget < 1:  # the prompt alone fills the context
+            state.done, ep.stop = True, "budget"
+        states.append(state)
     while True:
         active = [s for s in states if not s.done]
         if not active:
             break
-        caps = [
-            min(cfg.max_new_tokens, cfg.max_response_tokens - len(s.episode.response_ids)) for s in active
-        ]
+        caps = [min(cfg.max_new_tokens, s.budget - len(s.episode.response_ids)) for s in active]
         out = generate([s.episode.sequence for s in active], max(caps), stop_ids)
         if inspect.isawaitable(out):
             out = await out
@@ -284,7 +424,7 @@ async def run_episodes(
                 s.done, ep.stop = True, ("answer" if stopped_with is not None else "length")
             elif ep.turns >= cfg.max_turns:
                 s.done, ep.stop = True, "max_turns"
-            elif len(ep.response_ids) >= cfg.max_response_tokens:
+            elif len(ep.response_ids) >= s.budget:
                 s.done, ep.stop = True, "budget"
             else:
                 pending.append((s, assistant, calls, stopped_with))
@@ -296,7 +436,7 @@ async def run_episodes(
             ins = chat.insertion_ids(s.history, assistant, tool_msgs, stopped_with=stopped_with)
             s.history.extend([assistant, *tool_msgs])
             ep.messages.extend(tool_msgs)
-            if len(ep.response_ids) + len(ins) >= cfg.max_response_tokens:
+            if len(ep.response_ids) + len(ins) >= s.budget:
                 s.done, ep.stop = True, "budget"
                 continue
             ep._add("inserted", ins)
@@ -309,7 +449,7 @@ def play_episodes(
     conversations: Sequence[Sequence[Mapping[str, Any]]],
     *,
     generate: GenerateFn,
-    toolbox: ToolBox,
+    toolbox: ToolProvider,
     chat: ChatFormat,
     config: EpisodeConfig | None = None,
 ) -> list[Episode]:
