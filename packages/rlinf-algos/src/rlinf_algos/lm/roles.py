@@ -362,6 +362,8 @@ class AgentPlayer:
         self.agent = make_agent(
             task, tok, task.max_new_tokens(), run.task.max_calls, context_length(run.model)
         )
+        if task.mode == "tools":
+            task.chat  # noqa: B018 - the tools' schemas and the chat format, built at start
 
     def play(
         self,
