@@ -648,3 +648,57 @@ def test_episodes_with_placed_tools_are_the_in_process_ones(world_dir: Path, mod
     searched = sum(m["tool_calls/search"] for m in there.metrics)
     assert searched >= 4 and server.box.stats.calls["search"] == searched
     assert episode_metrics(there)["tool_malformed"] >= 2 and server.box.stats.malformed < searched
+
+
+def test_the_seeds_agent_placement_plans_as_written_with_a_tool_component(
+    world_dir: Path, model_dir: Path, tmp_path: Path, host: Any, invoke: Any
+) -> None:
+    """Seed 002's ``agent: {node_group: node, placement: "0-1:0-199,2-3:200-399"}`` beside a tool
+    component on the CPU nodes: ``rlinf train --dry-run`` on a 4-node CPU inventory shows 400 agent
+    processes, 100 per node, and the tool processes where they were put; a tool component
+    without a tools section is refused naming its YAML path."""
+    import yaml
+
+    config = {
+        "cluster": {
+            "num_nodes": 4,
+            "component_placement": {
+                "actor": {"node_group": "node", "placement": "0"},
+                "rollout": {"node_group": "node", "placement": "0"},
+                "reward": {"node_group": "node", "placement": "1"},
+                "agent": {"node_group": "node", "placement": "0-1:0-199,2-3:200-399"},
+                "tool": {"node_group": "node", "placement": "2-3:0-3"},
+            },
+        },
+        "algorithm": {"name": "grpo_lm", "group_size": 2, "kl_coef": 0.0},
+        "model": {"path": str(model_dir)},
+        "data": {"train_files": [str(world_dir / "train.jsonl")]},
+        "reward": {"name": "exact_match", "kwargs": {"normalize": True, "pattern": ANSWER_PATTERN}},
+        "tools": [_search_entry(world_dir)],
+    }
+    (tmp_path / "grpo.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "inv.yaml").write_text("nodes:\n  - node_ranks: 0-3\n    gpus: 0\n")
+    res = invoke(
+        host, "train", str(tmp_path / "grpo.yaml"), "--dry-run", "--inventory", str(tmp_path / "inv.yaml")
+    )
+    assert res.exit_code == 0, (res.output, res.exception)
+    assert "agent: 400 processes on nodes 0-3" in res.output, res.output
+    assert "tool: 4 processes on nodes 2-3" in res.output, res.output
+    assert "nothing was started" in res.output
+    from collections import Counter
+
+    from rlinf_scheduler.placement import Inventory, plan_placement
+
+    plan = plan_placement(
+        config["cluster"], Inventory.from_data({"nodes": [{"node_ranks": "0-3", "gpus": 0}]}, 4)
+    )
+    assert Counter(p.node_rank for p in plan["agent"]) == {0: 100, 1: 100, 2: 100, 3: 100}
+    assert [p.node_rank for p in plan["tool"]] == [2, 2, 3, 3]
+    assert all(not p.visible_accelerators for p in [*plan["agent"], *plan["tool"]])
+    del config["tools"]
+    (tmp_path / "grpo.yaml").write_text(yaml.safe_dump(config))
+    res = invoke(
+        host, "train", str(tmp_path / "grpo.yaml"), "--dry-run", "--inventory", str(tmp_path / "inv.yaml")
+    )
+    assert isinstance(res.exception, ConfigError), (res.output, res.exception)
+    assert "cluster.component_placement.tool: a `tool` component serves the run's tools" in str(res.exception)
