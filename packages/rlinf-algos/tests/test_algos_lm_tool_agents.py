@@ -541,7 +541,7 @@ def test_tools_episodes_on_placed_agents_and_a_tool_component(
 ) -> None:
     """The seed's agent placement at a scaled-down size, on a real embedded Ray: four agent
     processes play the tools task's episodes, one tool process serves the search index, for one
-    GRPO iteration; its figures have the same names as a run whose driver plays the episodes and
+    GRPO iteration; the tool process killed in the run is restarted in place; its figures have the same names as a run whose driver plays the episodes and
     runs the tools itself."""
     from rlinf_algos.runtime.training import run_training
     from rlinf_scheduler.runtime.cluster import Cluster
@@ -573,15 +573,36 @@ def test_tools_episodes_on_placed_agents_and_a_tool_component(
         "agent": {"node_group": "node", "placement": "0:0-3"},
         "tool": {"node_group": "node", "placement": "0"},
     }
+    import os
+    import signal
+
+    killed: list[int] = []
+
+    def on_generating(comps: Any, it: int, report: dict[str, Any]) -> None:
+        # iteration 1 has started on the workers: the tool process dies inside it
+        if it == 1 and not killed:
+            killed.append(comps.pids["tool"][0])
+            os.kill(killed[0], signal.SIGKILL)
+
     rows = {}
     cluster = Cluster(1, ray_init={"num_cpus": 2})
     try:
-        summary = run_training(config(placed), run_dir=tmp_path / "placed")
+        summary = run_training(
+            config(placed), run_dir=tmp_path / "placed", callbacks={"on_generating": on_generating}
+        )
     finally:
         cluster.shutdown()
     assert summary["mode"] == "tools" and summary["iterations"] == 1
     assert summary["placement"]["agent"]["processes"] == 4
     assert summary["placement"]["tool"]["processes"] == 1
+    # the dead tool process was named and restarted in place (in the iteration, its batch dropped
+    # and played again, or in the evaluation after it when the iteration ended first: its episodes
+    # make no tool call), and the run went on to its end
+    events = "\n".join(summary["events"])
+    assert killed and f"tool rank 0, pid {killed[0]} failed in serve()" in events, events
+    assert "restarted tool rank(s) [0]" in events and summary["restarts"] == 1, events
+    assert summary["dropped_batches"] in (0, 1) and summary["learner_restarts"] == []
+    assert (tmp_path / "placed" / "policy" / "config.json").is_file()
     # the same run with the driver playing the episodes and running the tools, in process
     local = config(base)
     local["runner"]["scheduler"] = "local"
