@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -164,3 +165,24 @@ def test_search_is_indexed_once_by_the_server_and_answers_as_in_process(tmp_path
     finally:
         ch.put(TOOL_STOP, "req")
         thread.join(30)
+
+
+def test_an_idle_tool_server_keeps_serving(tmp_path: Path) -> None:
+    """No call for longer than the worker timeout is not a failure of the tool process (a policy
+    may call no tool for a while); it answers the next call."""
+    (tmp_path / "t.py").write_text(TOOLS)
+    entries = [{"path": str(tmp_path / "t.py"), "name": "slow"}]
+    ch = LocalChannel("tools", default_timeout=30.0)
+    host = Host(ch)
+    host.timeout = 0.05
+    server = ToolServer(host, entries, box=load_tools(entries))
+    out: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: out.update(server.serve()), daemon=True)
+    thread.start()
+    time.sleep(0.5)  # ten worker timeouts without a call
+    assert thread.is_alive()
+    got = asyncio.run(PlacedTools(ch, "a/tools", timeout=30.0).episode().call("slow", {"seconds": 0}))
+    assert got.ok and got.text == "awake"
+    ch.put(TOOL_STOP, "req")
+    thread.join(30)
+    assert out["calls"] == 1
