@@ -387,5 +387,12 @@ class Driver(Recovery):
             with ThreadPoolExecutor(len(self.groups)) as pool:
                 list(pool.map(stop, self.groups.values()))
         if self._loop is not None:
+            # calls an aborted iteration cancelled still need one turn of the loop to end
+            # (otherwise "Task was destroyed but it is pending!" at exit)
+            pending = asyncio.all_tasks(self._loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                self._loop.run_until_complete(asyncio.wait(pending, timeout=5.0))
             self._loop.close()
             self._loop = None
