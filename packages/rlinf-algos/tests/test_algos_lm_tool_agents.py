@@ -529,3 +529,197 @@ def test_teacher_trace_shape() -> None:
     assert q.company in q.queries[0] and q.bridge in q.queries[1]
     # the verifier reads the answer sentence, normalised; nothing else scores
     assert answer_matches("So the answer is the  kesh!", "Kesh") and not answer_matches("Kesh", "Kesh")
+
+
+# -- placed agents and tools (issue 40, item 3) -------------------------------------------------
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_tools_episodes_on_placed_agents_and_a_tool_component(
+    world_dir: Path, model_dir: Path, tmp_path: Path
+) -> None:
+    """The seed's agent placement at a scaled-down size, on a real embedded Ray: four agent
+    processes play the tools task's episodes, one tool process serves the search index, for one
+    GRPO iteration; the tool process killed in the run is restarted in place; its figures have the same names as a run whose driver plays the episodes and
+    runs the tools itself."""
+    from rlinf_algos.runtime.training import run_training
+    from rlinf_scheduler.runtime.cluster import Cluster
+
+    def config(placement: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "cluster": {"num_nodes": 1, "component_placement": placement},
+            "algorithm": {
+                "name": "grpo_lm", "group_size": 2, "prompts_per_iter": 4, "iterations": 1,
+                "max_new_tokens": 12, "max_turns": 2, "max_response_tokens": 64,
+                "minibatch_size": 8, "kl_coef": 0.0,
+            },
+            "model": {"path": str(model_dir)},
+            "data": {
+                "train_files": [str(world_dir / "train.jsonl")],
+                "val_files": [str(world_dir / "val.jsonl")],
+                "max_samples": 2,
+            },
+            "reward": {"name": "exact_match", "kwargs": {"normalize": True, "pattern": ANSWER_PATTERN}},
+            "tools": [_search_entry(world_dir)],
+            "runner": {
+                "scheduler": "ray", "loggers": ["csv"], "checkpoint_interval": 0, "worker_timeout": 120,
+            },
+        }  # fmt: skip
+
+    base = {c: {"node_group": "node", "placement": "0"} for c in ("actor", "rollout", "reward")}
+    placed = {
+        **base,
+        "agent": {"node_group": "node", "placement": "0:0-3"},
+        "tool": {"node_group": "node", "placement": "0"},
+    }
+    import os
+    import signal
+
+    killed: list[int] = []
+
+    def on_generating(comps: Any, it: int, report: dict[str, Any]) -> None:
+        # iteration 1 has started on the workers: the tool process dies inside it
+        if it == 1 and not killed:
+            killed.append(comps.pids["tool"][0])
+            os.kill(killed[0], signal.SIGKILL)
+
+    rows = {}
+    cluster = Cluster(1, ray_init={"num_cpus": 2})
+    try:
+        summary = run_training(
+            config(placed), run_dir=tmp_path / "placed", callbacks={"on_generating": on_generating}
+        )
+    finally:
+        cluster.shutdown()
+    assert summary["mode"] == "tools" and summary["iterations"] == 1
+    assert summary["placement"]["agent"]["processes"] == 4
+    assert summary["placement"]["tool"]["processes"] == 1
+    # the dead tool process was named and restarted in place (in the iteration, its batch dropped
+    # and played again, or in the evaluation after it when the iteration ended first: its episodes
+    # make no tool call), and the run went on to its end
+    events = "\n".join(summary["events"])
+    assert killed and f"tool rank 0, pid {killed[0]} failed in serve()" in events, events
+    assert "restarted tool rank(s) [0]" in events and summary["restarts"] == 1, events
+    assert summary["dropped_batches"] in (0, 1) and summary["learner_restarts"] == []
+    assert (tmp_path / "placed" / "policy" / "config.json").is_file()
+    # the same run with the driver playing the episodes and running the tools, in process
+    local = config(base)
+    local["runner"]["scheduler"] = "local"
+    del local["cluster"]
+    run_training(local, run_dir=tmp_path / "driver")
+    for name in ("placed", "driver"):
+        (rows[name],) = [
+            json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        ]
+    figures = {"turns", "answer_rate", "tool_calls", "tool_calls/search", "tool_errors", "tool_timeouts"}
+    figures |= {"tool_malformed", "tool_unknown", "tool_latency_mean_s", "success"}
+    assert figures <= set(rows["placed"])
+    episode_keys = {k for k in rows["driver"] if k in figures or k.startswith("tool")}
+    assert episode_keys == {k for k in rows["placed"] if k in figures or k.startswith("tool")}
+    assert rows["placed"]["sequences"] == rows["driver"]["sequences"] == 8
+    assert 1.0 <= rows["placed"]["turns"] <= 2.0
+
+
+def test_episodes_with_placed_tools_are_the_in_process_ones(world_dir: Path, model_dir: Path) -> None:
+    """The same policy plays the same episodes, token for token and figure for figure (but the
+    latency), whether its tools run in the agent's process or on a tool server it reaches over a
+    channel (:mod:`rlinf_algos.tools.placed`)."""
+    import threading
+
+    from rlinf_algos.tools.placed import TOOL_STOP, PlacedTools, ToolServer
+    from rlinf_core.channel import LocalChannel
+
+    run = _run(world_dir, model_dir, [_search_entry(world_dir)], max_turns=3)
+    task = make_task(run, task_tokenizer(run))
+    agent = ToolAgent(task, task.tok, 64, 1024)
+    calls = [
+        '<tool_call>\n{"name": "search", "arguments": {"query": "founder"}}\n</tool_call>',
+        '<tool_call>\n{"name": "search", "arguments": {"query": 3}}\n</tool_call><tool_call>{bad',
+        "So the answer is Kesh.",
+    ]
+    problems = task.heldout()[:2]
+    here = agent.run(problems, 2, Scripted(task.chat, calls))
+
+    class Host:
+        rank, timeout = 0, 30.0
+
+        def __init__(self, ch: LocalChannel) -> None:
+            self.ch = ch
+
+        def channel(self, name: str) -> LocalChannel:
+            return self.ch
+
+    ch = LocalChannel("tools", default_timeout=30.0)
+    server = ToolServer(Host(ch), run.tools.entries)
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    try:
+        there = agent.run(problems, 2, Scripted(task.chat, calls), tools=PlacedTools(ch, "a0/k/tools", 30.0))
+    finally:
+        ch.put(TOOL_STOP, "req")
+        thread.join(30)
+    assert there.sequences == here.sequences and there.loss_masks == here.loss_masks
+    assert there.final_responses == here.final_responses and there.failures == here.failures
+    drop = "tool_latency_s"
+    assert [{k: v for k, v in m.items() if k != drop} for m in there.metrics] == [
+        {k: v for k, v in m.items() if k != drop} for m in here.metrics
+    ]
+    # every call that parsed ran on the server (once); the unparsable block was answered here
+    searched = sum(m["tool_calls/search"] for m in there.metrics)
+    assert searched >= 4 and server.box.stats.calls["search"] == searched
+    assert episode_metrics(there)["tool_malformed"] >= 2 and server.box.stats.malformed < searched
+
+
+def test_the_seeds_agent_placement_plans_as_written_with_a_tool_component(
+    world_dir: Path, model_dir: Path, tmp_path: Path, host: Any, invoke: Any
+) -> None:
+    """Seed 002's ``agent: {node_group: node, placement: "0-1:0-199,2-3:200-399"}`` beside a tool
+    component on the CPU nodes: ``rlinf train --dry-run`` on a 4-node CPU inventory shows 400 agent
+    processes, 100 per node, and the tool processes where they were put; a tool component
+    without a tools section is refused naming its YAML path."""
+    import yaml
+
+    config = {
+        "cluster": {
+            "num_nodes": 4,
+            "component_placement": {
+                "actor": {"node_group": "node", "placement": "0"},
+                "rollout": {"node_group": "node", "placement": "0"},
+                "reward": {"node_group": "node", "placement": "1"},
+                "agent": {"node_group": "node", "placement": "0-1:0-199,2-3:200-399"},
+                "tool": {"node_group": "node", "placement": "2-3:0-3"},
+            },
+        },
+        "algorithm": {"name": "grpo_lm", "group_size": 2, "kl_coef": 0.0},
+        "model": {"path": str(model_dir)},
+        "data": {"train_files": [str(world_dir / "train.jsonl")]},
+        "reward": {"name": "exact_match", "kwargs": {"normalize": True, "pattern": ANSWER_PATTERN}},
+        "tools": [_search_entry(world_dir)],
+    }
+    (tmp_path / "grpo.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "inv.yaml").write_text("nodes:\n  - node_ranks: 0-3\n    gpus: 0\n")
+    res = invoke(
+        host, "train", str(tmp_path / "grpo.yaml"), "--dry-run", "--inventory", str(tmp_path / "inv.yaml")
+    )
+    assert res.exit_code == 0, (res.output, res.exception)
+    assert "agent: 400 processes on nodes 0-3" in res.output, res.output
+    assert "tool: 4 processes on nodes 2-3" in res.output, res.output
+    assert "nothing was started" in res.output
+    from collections import Counter
+
+    from rlinf_scheduler.placement import Inventory, plan_placement
+
+    plan = plan_placement(
+        config["cluster"], Inventory.from_data({"nodes": [{"node_ranks": "0-3", "gpus": 0}]}, 4)
+    )
+    assert Counter(p.node_rank for p in plan["agent"]) == {0: 100, 1: 100, 2: 100, 3: 100}
+    assert [p.node_rank for p in plan["tool"]] == [2, 2, 3, 3]
+    assert all(not p.visible_accelerators for p in [*plan["agent"], *plan["tool"]])
+    del config["tools"]
+    (tmp_path / "grpo.yaml").write_text(yaml.safe_dump(config))
+    res = invoke(
+        host, "train", str(tmp_path / "grpo.yaml"), "--dry-run", "--inventory", str(tmp_path / "inv.yaml")
+    )
+    assert isinstance(res.exception, ConfigError), (res.output, res.exception)
+    assert "cluster.component_placement.tool: a `tool` component serves the run's tools" in str(res.exception)

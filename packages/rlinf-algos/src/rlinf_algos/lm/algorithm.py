@@ -49,11 +49,11 @@ SECTIONS = (
 
 class GRPOLM(Algorithm):
     """GRPO on a language policy with an exact verifier; components rollout, reward, reference,
-    actor (and agent in multi-agent mode)."""
+    actor (and agent: multi-agent and tool-calling episodes; tool: a tools run's tools)."""
 
     PLUGIN_NAME: ClassVar[str] = "grpo_lm"
     config_model: ClassVar[type[BaseModel]] = LMGRPOConfig
-    components: ClassVar[tuple[str, ...]] = ("rollout", "reward", "reference", "actor", "agent")
+    components: ClassVar[tuple[str, ...]] = ("rollout", "reward", "reference", "actor", "agent", "tool")
     required_components: ClassVar[tuple[str, ...]] = ("rollout", "reward", "actor")
     """The ``reference`` is required too when ``algorithm.kl_coef > 0`` (its KL term uses it):
     :meth:`run_config_problems` checks that."""
@@ -104,6 +104,16 @@ class GRPOLM(Algorithm):
                         "cluster.component_placement",
                         "task.mode multiagent runs its lead and subagents as `agent` processes: place them, "
                         'e.g. agent: {node_group: node, placement: "0:0-15"}',
+                    )
+                )
+        if isinstance(placement, Mapping) and run.tools is None:
+            placed = {x.strip() for key in placement for x in str(key).split(",")}
+            if "tool" in placed:
+                problems.append(
+                    ConfigProblem(
+                        "cluster.component_placement.tool",
+                        "a `tool` component serves the run's tools, but the run has no `tools` section: "
+                        "add one, or remove the `tool` component",
                     )
                 )
         if (

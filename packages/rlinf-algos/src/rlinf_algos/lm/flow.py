@@ -99,6 +99,7 @@ class LMFlow(Flow):
             "reference": roles.LMReference,
             "actor": roles.LMActor,
             "agent": roles.AgentPlayer,
+            "tool": roles.tool_server,
         }
         if role not in bodies:
             raise RlinfError(f"a language-model run has no {role!r} role (it has {', '.join(bodies)})")

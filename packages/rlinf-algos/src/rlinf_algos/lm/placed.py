@@ -9,14 +9,18 @@ The warm start runs in the driver before the workers start; the actor loads the 
 folder and publishes version 0, which the reference freezes. Agents and the reward worker import
 no torch: they are light processes (the multi-agent example places 16 agent processes with
 ``agent: {node_group: node, placement: "0:0-15"}``). Without an ``agent`` component the driver
-plays the (single) agent itself.
+plays the agent itself. A tools run (``mode: tools``) may place a ``tool`` component: its ranks
+load the ``tools`` section once each (the search index) and serve the episodes' calls over the
+``rlinf-<run id>-tools`` channel (:mod:`rlinf_algos.tools.placed`); without one, tools run where
+the episodes are played (the agent processes, or the driver).
 
 Worker deaths are the driver's (:mod:`rlinf_algos.runtime.recovery`): a dead rollout, reward or
-agent worker is restarted and its iteration's partial batch dropped (unless the actor had already
+agent or tool worker is restarted and its iteration's partial batch dropped (unless the actor had already
 trained on the whole batch: then the update is kept); the death of the actor or the reference
 ends the run naming it, and ``--resume`` continues it from the newest checkpoint. Fault tests hook
 ``on_generating(run, k, {"rank", "pid"})`` (a rollout rank took a request of iteration ``k``;
-evaluations: negative ``k``) and ``on_scoring`` (a reward rank took its episodes).
+evaluations: negative ``k``), ``on_scoring`` (a reward rank took its episodes) and ``on_tool_call``
+(a tool rank took a call).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class LMPlacedRun(LMRun):
         "rollout": "in_place",
         "reward": "in_place",
         "agent": "in_place",
+        "tool": "in_place",
         "actor": "never",
         "reference": "never",
     }
@@ -59,7 +64,9 @@ class LMPlacedRun(LMRun):
     def __init__(self, driver: Any, flow: Any) -> None:
         super().__init__(driver, flow)
         self.timeout = driver.timeout
-        self.serving: dict[int, Any] = {}
+        self.serving: dict[tuple[str, int], Any] = {}
+        self.tools_ch: Any = None
+        self.n_tool = 0
         self.watched: dict[tuple[str, int], asyncio.Future[Any]] = {}
         self.version = 0
         self.evals_done = 0
@@ -101,7 +108,10 @@ class LMPlacedRun(LMRun):
             ]
             self.gen, self.episodes_ch, self.scored, self.refq = (f.result() for f in futs)
         flow = self.flow.with_run(run)  # the workers load the run's policy folder
-        use_agents = d.plan("agent") is not None and self.task.mode == "multiagent"
+        use_agents = d.plan("agent") is not None and self.task.mode in ("multiagent", "tools")
+        use_tools = d.plan("tool") is not None and self.task.mode == "tools"
+        if use_tools:
+            self.tools_ch = d.channel(f"rlinf-{uid}-tools", "tool", default_timeout=self.timeout)
         n_rollout = d.world("rollout") or 1
         common = {"timeout": self.timeout, "seed": run.runner.seed}
         threads = run.runner.torch_threads
@@ -121,11 +131,14 @@ class LMPlacedRun(LMRun):
             launches["reference"] = {
                 **common, "weights": self.weights, "threads": threads, "channels": {"refq": self.refq},
             }  # fmt: skip
+        tools_channel = {"tools": self.tools_ch} if use_tools else {}
         if use_agents:
             launches["agent"] = {
-                **common, "threads": 0, "channels": {"gen": self.gen, "episodes": self.episodes_ch},
-                "n_rollout": n_rollout,
+                **common, "threads": 0, "n_rollout": n_rollout,
+                "channels": {"gen": self.gen, "episodes": self.episodes_ch, **tools_channel},
             }  # fmt: skip
+        if use_tools:
+            launches["tool"] = {**common, "threads": 0, "channels": tools_channel}
         t0 = time.perf_counter()
         d.launch({name: (WORKERS[name], (flow,), kw) for name, kw in launches.items()})
         groups = self.groups
@@ -133,8 +146,11 @@ class LMPlacedRun(LMRun):
             plan = d.plan(name)  # the PlacementPlan protocol; a scheduler that places nothing has none
             nodes = sorted({p.node_rank for p in plan.processes}) if plan is not None else []
             self.placement[name] = {"processes": group.world_size, "nodes": nodes}
+        if self.task.mode == "tools" and not use_tools:
+            where = "the agent processes" if use_agents else "the driver"
+            self.placement["tool"] = {"processes": 0, "where": where}
         if not use_agents:
-            self.placement["agent"] = {"processes": 0, "where": "the driver (single agent per episode)"}
+            self.placement["agent"] = {"processes": 0, "where": "the driver"}
             self.local_agent = make_agent(
                 self.task, self.tok, self.task.max_new_tokens(), run.task.max_calls, context_length(run.model)
             )
@@ -146,18 +162,20 @@ class LMPlacedRun(LMRun):
         self.n_rollout = groups["rollout"].world_size
         self.n_reward = groups["reward"].world_size
         self.n_agent = groups["agent"].world_size if use_agents else 0
+        self.n_tool = groups["tool"].world_size if use_tools else 0
         groups["actor"].configure().wait(self.timeout)
         if "reference" in groups:
             groups["reference"].configure().wait(self.timeout)
-        for r in range(self.n_rollout):
-            self.serving[r] = groups["rollout"].on(r).serve()
+        for role, n in (("rollout", self.n_rollout), ("tool", self.n_tool)):
+            for r in range(n):
+                self.serving[(role, r)] = groups[role].on(r).serve()
         return self
 
     def after_restart(self, role: str, ranks: list[int], configure: bool) -> str | None:
-        if role == "rollout":
+        if role in ("rollout", "tool"):
             for r in ranks:
-                self.serving[r] = self.groups["rollout"].on(r).serve()
-                self.watched.pop(("rollout", r), None)
+                self.serving[(role, r)] = self.groups[role].on(r).serve()
+                self.watched.pop((role, r), None)
         return None
 
     # -- an iteration (or an evaluation) on the workers --------------------------------------------
@@ -175,10 +193,11 @@ class LMPlacedRun(LMRun):
         threading.Thread(target=wait, name=f"rlinf-{hook}", daemon=True).start()
 
     def _serve_futures(self) -> dict[tuple[str, int], asyncio.Future[Any]]:
-        """The rollout ranks' serve loops as futures of the driver's loop (made once per loop)."""
-        for r, call in self.serving.items():
-            if ("rollout", r) not in self.watched:
-                self.watched[("rollout", r)] = asyncio.ensure_future(await_call(call))
+        """The rollout and tool ranks' serve loops as futures of the driver's loop (made once per
+        loop)."""
+        for rank, call in self.serving.items():
+            if rank not in self.watched:
+                self.watched[rank] = asyncio.ensure_future(await_call(call))
         return dict(self.watched)
 
     async def _drive(
@@ -196,6 +215,9 @@ class LMPlacedRun(LMRun):
         d = self.driver
         generating = f"{key}/generating" if "on_generating" in d.callbacks else None
         scoring = f"{key}/scoring" if "on_scoring" in d.callbacks else None
+        tooling = f"{key}/tooling" if "on_tool_call" in d.callbacks and self.n_tool else None
+        if tooling is not None:
+            self._watch_key(self.tools_ch, tooling, "on_tool_call", it)
         if generating is not None:
             self._watch_key(self.gen, generating, "on_generating", it)
         if scoring is not None:
@@ -208,7 +230,9 @@ class LMPlacedRun(LMRun):
             keys = [f"{key}/a{r}" for r in range(len(chunks))]
             for r, (k, c) in enumerate(zip(keys, chunks, strict=True)):
                 calls[("agent", r)] = (
-                    self.groups["agent"].on(r).play(k, c, group_size, temperature, self.version, generating)
+                    self.groups["agent"]
+                    .on(r)
+                    .play(k, c, group_size, temperature, self.version, generating, tooling)
                 )
         else:
             keys = [f"{key}/a0"]
@@ -228,6 +252,9 @@ class LMPlacedRun(LMRun):
         reply = f"driver/{key}"
         targets = [(self.gen, f"agent{r}/{key}") for r in range(self.n_agent)] + [(self.gen, reply)]
         targets += [(self.episodes_ch, k) for k in keys] + [(self.scored, f"{key}/r{r}") for r in by_reward]
+        if self.n_tool:  # the agents' (or the driver's) tool replies
+            targets += [(self.tools_ch, f"agent{r}/{k}/tools") for r, k in enumerate(keys[: self.n_agent])]
+            targets += [(self.tools_ch, f"{reply}/tools")]
         if ref_key is not None:
             targets += [(self.refq, ref_key), (self.refq, ref_key + "/lp")]
 
@@ -245,7 +272,14 @@ class LMPlacedRun(LMRun):
             generate = ChannelGenerate(
                 self.gen, self.n_rollout, reply, temperature, self.version, self.timeout, report=generating
             )
-            local = loop.run_in_executor(None, self._play_here, problems, group_size, generate, keys[0])
+            tools = None
+            if self.n_tool:
+                from rlinf_algos.tools.placed import PlacedTools
+
+                tools = PlacedTools(self.tools_ch, f"{reply}/tools", self.timeout, report=tooling)
+            local = loop.run_in_executor(
+                None, self._play_here, problems, group_size, generate, keys[0], tools
+            )
         gathering = asyncio.ensure_future(d.gather(calls, abort=abort, watch=self._serve_futures()))
         agent_stats: list[dict[str, Any]] = []
         generate_s = 0.0
@@ -282,12 +316,13 @@ class LMPlacedRun(LMRun):
         return out, results, dead, fatal
 
     def _play_here(
-        self, problems: Sequence[Any], group_size: int, generate: Any, key: str
+        self, problems: Sequence[Any], group_size: int, generate: Any, key: str, tools: Any = None
     ) -> dict[str, Any] | None:
-        """The driver plays the single agent; the episodes go to the reward ranks. ``None`` when
-        the driver ended the iteration."""
+        """The driver plays the agent (its tools from ``tools``, the tool ranks' client, when
+        given); the episodes go to the reward ranks. ``None`` when the driver ended the
+        iteration."""
         try:
-            eps, stats = play(self.local_agent, problems, group_size, generate)
+            eps, stats = play(self.local_agent, problems, group_size, generate, tools)
         except Aborted:
             return None
         self.episodes_ch.put(eps.to_dict(), key, timeout=self.timeout)
@@ -394,12 +429,18 @@ class LMPlacedRun(LMRun):
         return cause if isinstance(cause, RlinfError) and getattr(err, "remote_traceback", None) else err
 
     def close(self) -> None:
-        """End the serve loops (a :data:`~rlinf_algos.lm.roles.STOP` per rollout rank); the
-        driver stops the worker groups."""
+        """End the serve loops (a :data:`~rlinf_algos.lm.roles.STOP` per rollout rank, a
+        :data:`~rlinf_algos.tools.placed.TOOL_STOP` per tool rank); the driver stops the worker
+        groups."""
         if self.serving:
+            from rlinf_algos.tools.placed import TOOL_STOP
+
             try:
-                for _ in self.serving:
-                    self.gen.put(STOP, "req", timeout=5.0)
+                for role, _ in self.serving:
+                    if role == "tool":
+                        self.tools_ch.put(TOOL_STOP, "req", timeout=5.0)
+                    else:
+                        self.gen.put(STOP, "req", timeout=5.0)
                 for call in self.serving.values():
                     call.wait(10.0)
             except Exception:  # a worker already failed: its error was reported

@@ -109,11 +109,17 @@ def play(
     problems: Sequence[Any],
     group_size: int,
     generate: ChannelGenerate,
+    tools: Any = None,
 ) -> tuple[EpisodeBatch, dict[str, Any]]:
-    """Play ``group_size`` episodes of each problem through ``generate``; returns the episodes and
-    ``{"episodes", "generated_tokens", "generate_s"}``."""
+    """Play ``group_size`` episodes of each problem through ``generate`` (tool-calling episodes:
+    their tools from ``tools``, a :class:`~rlinf_algos.tools.placed.PlacedTools` when a ``tool``
+    component is placed, else the agent's own); returns the episodes and
+    ``{"episodes", "generated_tokens", "generate_s", "metrics"}``."""
     t0 = time.perf_counter()
-    eps = agent.run(list(problems), group_size, generate)
+    if tools is not None:
+        eps = agent.run(list(problems), group_size, generate, tools=tools)
+    else:
+        eps = agent.run(list(problems), group_size, generate)
     return eps, {
         "episodes": eps.num_episodes,
         "generated_tokens": eps.generated_tokens,

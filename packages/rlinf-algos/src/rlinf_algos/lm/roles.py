@@ -15,7 +15,9 @@ workers over the run's channels)::
 - :class:`LMScorer`: the verifier (or the user's reward) over an iteration's episodes;
 - :class:`LMReference`: the frozen warm start's log-probabilities;
 - :class:`LMActor`: the learner (:mod:`rlinf_algos.lm.learner`) on the scored episodes;
-- :class:`AgentPlayer`: the task's episodes (single, lead and subagents) against the rollouts.
+- :class:`AgentPlayer`: the task's episodes (single, lead and subagents, tool-calling) against
+  the rollouts, their tools on the ``tool`` ranks when placed (:func:`placed_tools`);
+- :func:`tool_server`: the ``tool`` ranks' body (:class:`~rlinf_algos.tools.placed.ToolServer`).
 
 The reward and agent bodies import no torch: they are light processes. This module imports no
 torch at import time.
@@ -35,7 +37,16 @@ from rlinf_algos.lm.remote_generate import ChannelGenerate, play
 from rlinf_algos.lm.tasks import make_task, task_tokenizer
 from rlinf_core.errors import RlinfError
 
-__all__ = ["STOP", "AgentPlayer", "LMActor", "LMReference", "LMRollout", "LMScorer"]
+__all__ = [
+    "STOP",
+    "AgentPlayer",
+    "LMActor",
+    "LMReference",
+    "LMRollout",
+    "LMScorer",
+    "placed_tools",
+    "tool_server",
+]
 
 STOP = "__rlinf_lm_stop__"
 """Put on the ``gen`` channel's ``req`` key once per rollout rank to end its serve loop."""
@@ -315,11 +326,34 @@ class LMActor:
         return {"trainable": trainable, "total": total}
 
 
+def tool_server(host: Any, run: Any) -> Any:
+    """The ``tool`` component's body: the run's ``tools`` section loaded once in this process."""
+    from rlinf_algos.tools.placed import ToolServer
+
+    if run.tools is None:
+        raise RlinfError("a `tool` component is placed but the run has no `tools` section")
+    return ToolServer(host, run.tools.entries)
+
+
+def placed_tools(host: Any, reply: str, report: str | None = None) -> Any:
+    """A client of the ``tool`` ranks under the reply key ``reply`` when the host was given the
+    run's ``tools`` channel (a ``tool`` component is placed), else ``None`` (the agent runs its
+    tools itself)."""
+    ch = host.channels.get("tools")
+    if ch is None:
+        return None
+    from rlinf_algos.tools.placed import PlacedTools
+
+    return PlacedTools(ch, reply, host.timeout, report=report)
+
+
 class AgentPlayer:
-    """The agent body (no model, no torch): plays single or hierarchical episodes by asking the
-    rollout ranks for generations over the ``gen`` channel, and puts the episodes on the
-    ``episodes`` channel for the reward component. The episode is the task's
-    (:func:`~rlinf_algos.lm.agents.make_agent`)."""
+    """The agent body (no model, no torch): plays single, hierarchical or tool-calling episodes
+    by asking the rollout ranks for generations over the ``gen`` channel, and puts the episodes
+    on the ``episodes`` channel for the reward component. The episode is the task's
+    (:func:`~rlinf_algos.lm.agents.make_agent`); a tool-calling episode's calls go to the
+    ``tool`` ranks when a ``tool`` component is placed (the host has a ``tools`` channel), else
+    run in this process."""
 
     def __init__(self, host: Any, run: Any) -> None:
         self.host = host
@@ -328,6 +362,8 @@ class AgentPlayer:
         self.agent = make_agent(
             task, tok, task.max_new_tokens(), run.task.max_calls, context_length(run.model)
         )
+        if task.mode == "tools":
+            task.chat  # noqa: B018 - the tools' schemas and the chat format, built at start
 
     def play(
         self,
@@ -337,16 +373,20 @@ class AgentPlayer:
         temperature: float | None,
         min_version: int,
         report: str | None = None,
+        tool_report: str | None = None,
     ) -> dict[str, Any]:
         """Play ``group_size`` episodes of each of ``problems``; put them on the ``episodes``
-        channel at ``key``; return counts and seconds (``aborted`` when the driver ended it)."""
+        channel at ``key``; return counts and seconds (``aborted`` when the driver ended it).
+        ``report`` / ``tool_report``: keys the first rollout / tool rank that takes a request
+        reports on (fault tests)."""
         host = self.host
         gen = ChannelGenerate(
             host.channel("gen"), int(host.options.get("n_rollout", 1)), f"agent{host.rank}/{key}",
             temperature, min_version, host.timeout, report=report,
         )  # fmt: skip
+        tools = placed_tools(host, f"agent{host.rank}/{key}/tools", tool_report)
         try:
-            eps, stats = play(self.agent, problems, group_size, gen)
+            eps, stats = play(self.agent, problems, group_size, gen, tools)
         except Aborted:
             return {"aborted": True}
         host.channel("episodes").put(eps.to_dict(), key, timeout=host.timeout)

@@ -19,6 +19,9 @@ Modules:
   (numpy, built in memory at start, no network).
 - :mod:`~rlinf_algos.tools.sandbox`: ``python``, code in a subprocess with CPU-time, memory and
   wall-clock limits and no network.
+- :mod:`~rlinf_algos.tools.placed`: tools as a placed ``tool`` component: a
+  :class:`~rlinf_algos.tools.placed.ToolServer` per tool process serving calls over a Channel,
+  and the agents' :class:`~rlinf_algos.tools.placed.PlacedTools` client.
 """
 
 from __future__ import annotations
