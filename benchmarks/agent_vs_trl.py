@@ -59,7 +59,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import json
 import os
@@ -77,13 +76,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from grpo_lm_vs_trl import (  # noqa: E402
+    bench_args,
+    machine,
     read_jsonl,
     rlinf_algorithm,
     run_child,
     score_at,
     spread,
     trl_args,
-    versions,
     watch_rlinf,
     watch_trl,
 )
@@ -483,14 +483,7 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         child_main(sys.argv[2:])
         return
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="one seed, one iteration each side: a smoke")
-    ap.add_argument(
-        "--json", type=Path, default=None, help=f"write the figures here (default {DEFAULT_JSON})"
-    )
-    ap.add_argument("--no-json", action="store_true", help="write no JSON")
-    ap.add_argument("--seeds", type=str, default=None, help="comma-separated seeds (default 0,1,2)")
-    ap.add_argument("--iterations", type=int, default=None, help="GRPO iterations per run and side")
+    ap = bench_args(__doc__.splitlines()[0], DEFAULT_JSON, "one seed, one iteration each side: a smoke")
     ap.add_argument("--eval-every", type=int, default=None, help="held-out evaluation every N iterations")
     ap.add_argument(
         "--sft-steps",
@@ -602,13 +595,7 @@ def main() -> None:
         "title": "Search agent GRPO: rlinf grpo_lm tools task beside TRL GRPOTrainer(tools=[search]), "
         "same warm start, questions, tool, reward and settings" + (" (--quick)" if args.quick else ""),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "load_at_start": [round(x, 2) for x in load_start],
-            "load_at_end": [round(x, 2) for x in load_end],
-            "threads": "OMP_NUM_THREADS=1, torch.set_num_threads(1), each side in its own process",
-            "versions": versions(),
-        },
+        "machine": machine(load_start, load_end),
         "conditions": (
             f"Qwen2 d{cfg['model']['hidden_size']} x {cfg['model']['num_layers']} layers, BPE vocab "
             f"{cfg['model']['vocab_size']}, warm-started ({cfg['sft']['steps']} SFT steps of sft.yaml); "

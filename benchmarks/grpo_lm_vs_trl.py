@@ -795,18 +795,36 @@ def versions() -> dict[str, str | None]:
     return out
 
 
-def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child_main(sys.argv[2:])
-        return
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="one seed, 4 iterations: a ~2-minute smoke")
+def machine(load_start: tuple[float, ...], load_end: tuple[float, ...]) -> dict[str, Any]:
+    """The JSON's ``machine`` block: CPUs, load averages, threads, package versions."""
+    return {
+        "cpus": os.cpu_count(),
+        "load_at_start": [round(x, 2) for x in load_start],
+        "load_at_end": [round(x, 2) for x in load_end],
+        "threads": "OMP_NUM_THREADS=1, torch.set_num_threads(1), each side in its own process",
+        "versions": versions(),
+    }
+
+
+def bench_args(description: str, default_json: Path, quick_help: str) -> argparse.ArgumentParser:
+    """The options both side-by-side LM benchmarks take: --quick, --json, --no-json, --seeds,
+    --iterations."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--quick", action="store_true", help=quick_help)
     ap.add_argument(
-        "--json", type=Path, default=None, help=f"write the figures here (default {DEFAULT_JSON})"
+        "--json", type=Path, default=None, help=f"write the figures here (default {default_json})"
     )
     ap.add_argument("--no-json", action="store_true", help="write no JSON")
     ap.add_argument("--seeds", type=str, default=None, help="comma-separated seeds (default 0,1,2)")
     ap.add_argument("--iterations", type=int, default=None, help="GRPO iterations per run")
+    return ap
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child_main(sys.argv[2:])
+        return
+    ap = bench_args(__doc__.splitlines()[0], DEFAULT_JSON, "one seed, 4 iterations: a ~2-minute smoke")
     ap.add_argument(
         "--rlinf-iterations",
         type=int,
@@ -932,13 +950,7 @@ def main() -> None:
         "title": "LLM GRPO: rlinf train_lm beside TRL GRPOTrainer, same model folder, data, reward and settings"
         + (" (--quick)" if args.quick else ""),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "load_at_start": [round(x, 2) for x in load_start],
-            "load_at_end": [round(x, 2) for x in load_end],
-            "threads": "OMP_NUM_THREADS=1, torch.set_num_threads(1), each side in its own process",
-            "versions": versions(),
-        },
+        "machine": machine(load_start, load_end),
         "conditions": (
             f"Qwen2 d{cfg['model']['hidden_size']} x {cfg['model']['num_layers']} layers, BPE vocab "
             f"{cfg['model']['vocab_size']}, warm-started ({cfg['sft']['steps']} SFT steps); "
