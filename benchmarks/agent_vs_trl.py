@@ -45,7 +45,10 @@ Where the sides cannot be made identical (also in the JSON's ``notes``):
   recognise by name (``add_response_schema`` matches templates by their text), so the benchmark
   sets TRL's own Qwen parser (``trl.chat_template_utils.qwen3_template``) on the tokenizer; a
   call the parser rejects is plain text (an answer) for TRL, and a malformed-call error message
-  returned to the model for rlinf.
+  returned to the model for rlinf, whose episode goes on (and whose ``tool_calls`` count it). A
+  weakly warm-started policy writes many broken calls (of 24 first turns of the 120-step warm
+  start sampled at temperature 1, rlinf's parser found a call block in 24, TRL's a valid call in
+  20, the other 4 being invalid JSON), so TRL's episodes end sooner and it runs fewer tools.
 - Token in, token out: both train on the sampled ids with the inserted tool-result ids masked
   out; rlinf appends the template's insertion ids to the sampled ids, TRL does the same from
   its ``_get_tool_suffix_ids``.
@@ -474,6 +477,12 @@ NOTES = [
     "add_response_schema does not recognise the model folder's ChatML template by its text. "
     "same_prompt_ids (per TRL run) checks that both sides render the first prompts with the tool "
     "schema to the same ids.",
+    "Malformed calls: rlinf answers a call block that is not valid JSON with an error message and "
+    "counts it among its tool calls; TRL's parser turns it into plain text, which ends the episode. "
+    "With a weak warm start this alone gives rlinf more calls and turns per episode.",
+    "A warm start that never answers right (success 0 on every held-out question) gives every group "
+    "equal rewards, zero advantages and no learning on either side: success at equal wall time "
+    "then compares nothing; the throughput figures still hold.",
     "Both sides keep groups with equal rewards (rlinf skip_uniform_groups: false), no KL, one "
     "optimiser step per batch, the shared settings of grpo_lm_vs_trl.py (rlinf_algorithm / trl_args).",
 ]
@@ -588,9 +597,10 @@ def main() -> None:
     if args.no_json:
         return
     path = args.json or DEFAULT_JSON
-    cmd = "uv run --group bench python benchmarks/agent_vs_trl.py" + (
-        " " + shlex.join(a for a in sys.argv[1:] if a not in ("--reuse-warm-start",)) if sys.argv[1:] else ""
-    )
+    # the command without this machine's paths (--keep's and --json's folders)
+    argv = [a for a in sys.argv[1:] if a != "--reuse-warm-start"]
+    argv = ["DIR" if i and argv[i - 1] in ("--keep", "--json") else a for i, a in enumerate(argv)]
+    cmd = "uv run --group bench python benchmarks/agent_vs_trl.py" + (" " + shlex.join(argv) if argv else "")
     report = {
         "title": "Search agent GRPO: rlinf grpo_lm tools task beside TRL GRPOTrainer(tools=[search]), "
         "same warm start, questions, tool, reward and settings" + (" (--quick)" if args.quick else ""),
