@@ -255,14 +255,34 @@ class Evaluator:
         return {"score": sum(scores) / n, "exact": sum(s >= 1.0 for s in scores) / n}
 
 
+def rlinf_algorithm(cfg: dict[str, Any], lr: float) -> dict[str, Any]:
+    """rlinf's ``algorithm`` section for the shared settings ``cfg`` (TRL's are :func:`trl_args`)."""
+    return {
+        "name": "grpo_lm",
+        "group_size": cfg["group_size"],
+        "prompts_per_iter": cfg["prompts_per_iter"],
+        "iterations": cfg["rlinf_iterations"],
+        "lr": lr,
+        "lr_warmup_iters": 0,
+        "update_epochs": 1,
+        "minibatch_size": cfg["group_size"] * cfg["prompts_per_iter"],
+        "kl_coef": 0.0,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "max_new_tokens": cfg["max_new_tokens"],
+        "clip_low": 0.2,
+        "clip_high": 0.28,
+        "scale_advantages": True,
+        "skip_uniform_groups": False,
+        "max_grad_norm": 1.0,
+    }
+
+
 def child_rlinf(spec: dict[str, Any], t_process: float) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
-    from rlinf_algos.lm import learner as lm_workers
-    from rlinf_algos.lm import local as lm_local
     from rlinf_algos.lm.config import load_lm_sections
-    from rlinf_algos.lm.flow import train_lm
 
     cfg, mode, seed = spec["settings"], spec["mode"], spec["seed"]
     model: dict[str, Any] = {"path": spec["folder"], "dtype": "float32"}
@@ -270,25 +290,7 @@ def child_rlinf(spec: dict[str, Any], t_process: float) -> dict[str, Any]:
         model["lora"] = cfg["lora"]
     run = load_lm_sections(
         {
-            "algorithm": {
-                "name": "grpo_lm",
-                "group_size": cfg["group_size"],
-                "prompts_per_iter": cfg["prompts_per_iter"],
-                "iterations": cfg["rlinf_iterations"],
-                "lr": cfg["lr"][mode],
-                "lr_warmup_iters": 0,
-                "update_epochs": 1,
-                "minibatch_size": cfg["group_size"] * cfg["prompts_per_iter"],
-                "kl_coef": 0.0,
-                "temperature": 1.0,
-                "top_p": 1.0,
-                "max_new_tokens": cfg["max_new_tokens"],
-                "clip_low": 0.2,
-                "clip_high": 0.28,
-                "scale_advantages": True,
-                "skip_uniform_groups": False,
-                "max_grad_norm": 1.0,
-            },
+            "algorithm": rlinf_algorithm(cfg, cfg["lr"][mode]),
             "model": model,
             "data": {
                 "train_files": [spec["files"]["train"]],
@@ -309,6 +311,18 @@ def child_rlinf(spec: dict[str, Any], t_process: float) -> dict[str, Any]:
         }
     )
     evaluator = Evaluator(spec["folder"], spec["files"], cfg["max_new_tokens"])
+    return watch_rlinf(run, spec, evaluator, t_process)
+
+
+def watch_rlinf(run: Any, spec: dict[str, Any], evaluator: Any, t_process: float) -> dict[str, Any]:
+    """Run ``train_lm(run)`` as ``rlinf train`` does and watch it: per-iteration times and
+    counts (tool calls too, for a ``tools`` task), and ``evaluator(policy)`` every
+    ``eval_every`` iterations off the training clock."""
+    from rlinf_algos.lm import learner as lm_workers
+    from rlinf_algos.lm import local as lm_local
+    from rlinf_algos.lm.flow import train_lm
+
+    cfg = spec["settings"]
     state: dict[str, Any] = {"evals": [], "iters": []}
 
     class Watched(lm_local.LocalComponents):
@@ -339,6 +353,8 @@ def child_rlinf(spec: dict[str, Any], t_process: float) -> dict[str, Any]:
                 "train_s": state["train_s"],
                 "samples": int(row["sequences"]),
                 "generated_tokens": int(row["generated_tokens"]),
+                # tools tasks: calls per episode in the row
+                "tool_calls": float(row.get("tool_calls", 0.0)) * int(row["sequences"]),
                 "generate_s": row["generate_s"],
                 "reward_s": row["reward_s"],
                 "update_s": row["update_s"] + row.get("reference_s", 0.0),
@@ -384,9 +400,9 @@ def child_trl(spec: dict[str, Any], t_process: float) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
@@ -407,8 +423,30 @@ def child_trl(spec: dict[str, Any], t_process: float) -> dict[str, Any]:
             target_modules=lc["target_modules"],
             task_type="CAUSAL_LM",
         )
-    args = GRPOConfig(
-        output_dir=str(Path(spec["run_dir"]) / "trl_out"),
+    args = trl_args(cfg, cfg["lr"][mode], spec["run_dir"], seed)
+    evaluator = Evaluator(spec["folder"], spec["files"], cfg["max_new_tokens"])
+
+    def make_trainer(callbacks: list[Any]) -> Any:
+        return GRPOTrainer(
+            model=model,
+            reward_funcs=load_reward_fn(spec["files"]["reward"]),
+            args=args,
+            train_dataset=dataset,
+            processing_class=tok,
+            peft_config=peft_config,
+            callbacks=callbacks,
+        )
+
+    return watch_trl(make_trainer, spec, evaluator, t_process)
+
+
+def trl_args(cfg: dict[str, Any], lr: float, run_dir: str, seed: int, **extra: Any) -> Any:
+    """TRL's ``GRPOConfig`` for the shared settings ``cfg`` (rlinf's are :func:`rlinf_algorithm`);
+    ``extra``: more of its fields."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(Path(run_dir) / "trl_out"),
         use_cpu=True,
         bf16=False,
         fp16=False,
@@ -425,7 +463,7 @@ def child_trl(spec: dict[str, Any], t_process: float) -> dict[str, Any]:
         num_generations=cfg["group_size"],
         num_iterations=1,
         max_completion_length=cfg["max_new_tokens"],
-        learning_rate=cfg["lr"][mode],
+        learning_rate=lr,
         lr_scheduler_type="constant",
         warmup_steps=0,
         adam_beta1=0.9,
@@ -442,10 +480,19 @@ def child_trl(spec: dict[str, Any], t_process: float) -> dict[str, Any]:
         scale_rewards="group",
         log_completions=False,
         dataloader_num_workers=0,
+        **extra,
     )
-    evaluator = Evaluator(spec["folder"], spec["files"], cfg["max_new_tokens"])
+
+
+def watch_trl(make_trainer: Any, spec: dict[str, Any], evaluator: Any, t_process: float) -> dict[str, Any]:
+    """Train ``make_trainer(callbacks)`` (a ``GRPOTrainer``) and watch it as :func:`watch_rlinf`
+    watches rlinf: per-step times split into generation, scoring and update, sampled tokens (tool
+    results left out), tool calls, and ``evaluator(model)`` every ``eval_every`` steps."""
+    from transformers import TrainerCallback
+
+    cfg = spec["settings"]
     state: dict[str, Any] = {"evals": [], "iters": [], "logs": [], "gen_s": 0.0, "score_s": 0.0}
-    state["tokens"] = 0
+    state["tokens"] = state["tool_calls"] = 0
 
     class Watch(TrainerCallback):
         def on_train_begin(self, args: Any, st: Any, control: Any, **kw: Any) -> None:
@@ -464,6 +511,7 @@ def child_trl(spec: dict[str, Any], t_process: float) -> dict[str, Any]:
                     "train_s": state["train_s"],
                     "samples": cfg["group_size"] * cfg["prompts_per_iter"],
                     "generated_tokens": state["tokens"],
+                    "tool_calls": state["tool_calls"],
                     "generate_s": state["gen_s"],
                     "reward_s": state["score_s"],
                     # from the end of generate-and-score to the end of the step: the loss's
@@ -472,7 +520,7 @@ def child_trl(spec: dict[str, Any], t_process: float) -> dict[str, Any]:
                     "recompute_s": 0.0,
                 }
             )
-            state["tokens"], state["gen_s"], state["score_s"] = 0, 0.0, 0.0
+            state["tokens"], state["tool_calls"], state["gen_s"], state["score_s"] = 0, 0, 0.0, 0.0
             if it % cfg["eval_every"] == 0 or it == cfg["iterations"]:
                 state["evals"].append(
                     {"iteration": it, "train_s": state["train_s"], **evaluator(trainer.model)}
@@ -483,15 +531,7 @@ def child_trl(spec: dict[str, Any], t_process: float) -> dict[str, Any]:
             if logs:
                 state["logs"].append({k: v for k, v in logs.items() if isinstance(v, int | float)})
 
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=load_reward_fn(spec["files"]["reward"]),
-        args=args,
-        train_dataset=dataset,
-        processing_class=tok,
-        peft_config=peft_config,
-        callbacks=[Watch()],
-    )
+    trainer = make_trainer([Watch()])
     # split a step: generation (tokenise, generate, decode) vs the rest of
     # _generate_and_score_completions (rewards, advantages) vs the update (forward, backward, step)
     gen, gen_and_score = trainer._generate, trainer._generate_and_score_completions
@@ -500,7 +540,16 @@ def child_trl(spec: dict[str, Any], t_process: float) -> dict[str, Any]:
         t = time.perf_counter()
         out = gen(*a, **k)
         state["gen_s"] += time.perf_counter() - t
-        state["tokens"] += sum(len(ids) for ids in out[1])
+        # out: prompt ids, completion ids, tool mask (None without tools: every id was sampled)
+        mask = out[2] if len(out) > 2 else None
+        state["tokens"] += sum(len(ids) for ids in out[1]) if mask is None else sum(sum(m) for m in mask)
+        return out
+
+    loop = getattr(trainer, "_tool_call_loop", None)
+
+    def counted_tool_loop(*a: Any, **k: Any) -> Any:
+        out = loop(*a, **k)  # type: ignore[misc]
+        state["tool_calls"] += int(out[4])  # (mask, completions, ids, logprobs, calls, failures, images)
         return out
 
     def timed_gen_and_score(*a: Any, **k: Any) -> Any:
@@ -513,6 +562,8 @@ def child_trl(spec: dict[str, Any], t_process: float) -> dict[str, Any]:
 
     trainer._generate = timed_generate  # type: ignore[method-assign]
     trainer._generate_and_score_completions = timed_gen_and_score  # type: ignore[method-assign]
+    if loop is not None:
+        trainer._tool_call_loop = counted_tool_loop  # type: ignore[method-assign]
     state["evals"].append({"iteration": 0, "train_s": 0.0, **evaluator(trainer.model)})
     trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in trainer.model.parameters())
@@ -542,13 +593,16 @@ def child_main(argv: list[str]) -> None:
     out.write_text(json.dumps(res, default=str))
 
 
-def run_child(spec: dict[str, Any], work: Path, name: str, timeout: float) -> dict[str, Any]:
+def run_child(
+    spec: dict[str, Any], work: Path, name: str, timeout: float, script: Path | None = None
+) -> dict[str, Any]:
+    """Run ``script --child SPEC OUT`` (default: this file) with one thread; its result dict."""
     spec_file, out_file = work / f"{name}.spec.json", work / f"{name}.out.json"
     spec_file.write_text(json.dumps(spec))
     env = {**os.environ, **THREAD_ENV}
     t = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--child", str(spec_file), str(out_file)],
+        [sys.executable, str(script or Path(__file__).resolve()), "--child", str(spec_file), str(out_file)],
         env=env,
         timeout=timeout,
         stdout=None if spec["kind"] == "sft" else subprocess.PIPE,
@@ -741,18 +795,36 @@ def versions() -> dict[str, str | None]:
     return out
 
 
-def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child_main(sys.argv[2:])
-        return
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="one seed, 4 iterations: a ~2-minute smoke")
+def machine(load_start: tuple[float, ...], load_end: tuple[float, ...]) -> dict[str, Any]:
+    """The JSON's ``machine`` block: CPUs, load averages, threads, package versions."""
+    return {
+        "cpus": os.cpu_count(),
+        "load_at_start": [round(x, 2) for x in load_start],
+        "load_at_end": [round(x, 2) for x in load_end],
+        "threads": "OMP_NUM_THREADS=1, torch.set_num_threads(1), each side in its own process",
+        "versions": versions(),
+    }
+
+
+def bench_args(description: str, default_json: Path, quick_help: str) -> argparse.ArgumentParser:
+    """The options both side-by-side LM benchmarks take: --quick, --json, --no-json, --seeds,
+    --iterations."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--quick", action="store_true", help=quick_help)
     ap.add_argument(
-        "--json", type=Path, default=None, help=f"write the figures here (default {DEFAULT_JSON})"
+        "--json", type=Path, default=None, help=f"write the figures here (default {default_json})"
     )
     ap.add_argument("--no-json", action="store_true", help="write no JSON")
     ap.add_argument("--seeds", type=str, default=None, help="comma-separated seeds (default 0,1,2)")
     ap.add_argument("--iterations", type=int, default=None, help="GRPO iterations per run")
+    return ap
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child_main(sys.argv[2:])
+        return
+    ap = bench_args(__doc__.splitlines()[0], DEFAULT_JSON, "one seed, 4 iterations: a ~2-minute smoke")
     ap.add_argument(
         "--rlinf-iterations",
         type=int,
@@ -878,13 +950,7 @@ def main() -> None:
         "title": "LLM GRPO: rlinf train_lm beside TRL GRPOTrainer, same model folder, data, reward and settings"
         + (" (--quick)" if args.quick else ""),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "load_at_start": [round(x, 2) for x in load_start],
-            "load_at_end": [round(x, 2) for x in load_end],
-            "threads": "OMP_NUM_THREADS=1, torch.set_num_threads(1), each side in its own process",
-            "versions": versions(),
-        },
+        "machine": machine(load_start, load_end),
         "conditions": (
             f"Qwen2 d{cfg['model']['hidden_size']} x {cfg['model']['num_layers']} layers, BPE vocab "
             f"{cfg['model']['vocab_size']}, warm-started ({cfg['sft']['steps']} SFT steps); "
