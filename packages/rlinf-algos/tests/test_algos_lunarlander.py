@@ -72,20 +72,16 @@ def test_dry_run_names_the_box2d_extra_when_box2d_is_missing(
     assert "Traceback" not in proc.stderr
 
 
-# The learning check of issue 41. 1M env steps take minutes per seed (3-6 on the shared 2-core
-# machine), beyond CI's budget: opt in with RLINF_LUNARLANDER_SEEDS=0,1,2 (or one seed). The
-# record, beside SB3 at the same settings and in the same run, is
+# The learning check of issue 41. 1M env steps take about 75 s per seed on the idle 2-core
+# machine: CI's learning suite runs seed 1 (a regression fails CI); RLINF_LUNARLANDER_SEEDS=0,1,2
+# runs the recorded seeds. The record, beside SB3 at the same settings and in the same run, is
 # benchmarks/results/lunarlander_ppo_vs_sb3_3seeds.json (benchmarks/discrete_vs_sb3.py).
-LUNARLANDER_SEEDS = [int(s) for s in os.environ.get("RLINF_LUNARLANDER_SEEDS", "").split(",") if s.strip()]
+LUNARLANDER_SEEDS = [int(s) for s in os.environ.get("RLINF_LUNARLANDER_SEEDS", "1").split(",") if s.strip()]
 
 
 @pytest.mark.slow
 @pytest.mark.learning
-@pytest.mark.skipif(
-    not LUNARLANDER_SEEDS,
-    reason="minutes per seed: set RLINF_LUNARLANDER_SEEDS=0,1,2 (the recorded seeds) or one seed",
-)
-@pytest.mark.parametrize("seed", LUNARLANDER_SEEDS or [0])
+@pytest.mark.parametrize("seed", LUNARLANDER_SEEDS)
 def test_lunarlander_example_reaches_200_within_1m_steps(seed: int, tmp_path: Path) -> None:
     """``examples/lunarlander.yaml`` (PPO, 999,424 env steps, in one process): mean return of 20
     deterministic evaluation episodes (seeds 10000..10019) at least 200."""
