@@ -98,7 +98,10 @@ def test_the_actor_worker_reports_out_of_memory_and_stays(monkeypatch: pytest.Mo
     worker.bind(WorkerInfo(component="actor", rank=1, world_size=2))
     for world in (1, 2):
         worker.dp = DataParallel(rank=0, world=1)
-        worker.dp.world = world  # a group of two: the rank would exit on another error
+        worker.dp.world, worker.dp.distributed = (
+            world,
+            world > 1,
+        )  # a group of two: the rank would exit on another error
         with pytest.raises(
             LearnerOutOfMemory, match=r"actor rank 1 ran out of memory on cpu in train\(\): CUDA"
         ):

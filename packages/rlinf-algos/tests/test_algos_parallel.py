@@ -62,6 +62,22 @@ def _run_group(
     return torch.load(out, weights_only=False)
 
 
+def _two_ranks(helper: str, *args: str, timeout: float = 120) -> None:
+    """Run ranks 0 and 1 of ``helpers/<helper> RANK 2 PORT ARGS...``; both must succeed."""
+    port = _free_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(HELPERS / helper), str(r), "2", str(port), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    logs = [p.communicate(timeout=timeout)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(logs)
+
+
 def _assert_close(a: dict, b: dict, tol: float = 1e-5) -> None:
     assert a.keys() == b.keys()
     for k in a:
@@ -222,19 +238,8 @@ def test_gradients_are_summed_bucket_by_bucket(tmp_path: Path, cap: int) -> None
     in place), where before every gradient was copied into one buffer (2.4 KiB here)."""
     from rlinf_algos.parallel import grad_buckets
 
-    port = _free_port()
     out = tmp_path / f"sync-{cap}.pt"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(HELPERS / "sync_rank.py"), str(r), "2", str(port), str(cap), str(out)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in range(2)
-    ]
-    logs = [p.communicate(timeout=120)[0] for p in procs]
-    assert all(p.returncode == 0 for p in procs), "\n".join(logs)
+    _two_ranks("sync_rank.py", str(cap), str(out))
     got = torch.load(out, weights_only=False)
     shapes = [(4, 4), (3,), (64, 8), (5,), (2, 2), (7,)]
     for i, shape in enumerate(shapes):
@@ -250,6 +255,34 @@ def test_gradients_are_summed_bucket_by_bucket(tmp_path: Path, cap: int) -> None
         assert grad_buckets([torch.zeros(s) for s in shapes], 200) == [[0, 1], [2], [3, 4, 5]]
     else:
         assert got["max_cat"] == sum(torch.zeros(s).numel() for s in shapes) * 4 + flags  # one bucket
+
+
+@pytest.mark.network
+def test_fsdp_ranks_shard_before_they_load(tmp_path: Path) -> None:
+    """``wrap_loaded`` under ``fsdp`` on 2 Gloo ranks: only rank 0 reads the folder's weights;
+    rank 1 builds the model on the meta device and holds only its shards; gathered back, the
+    sharded weights and the buffers (rotary frequencies, in no state dict) equal the folder's
+    model loaded in one process (before: every rank loaded the whole model and moved it to its
+    device before sharding). Every weight trained, then with LoRA adapters."""
+    from rlinf_algos.lm import hf
+    from rlinf_algos.lm.config import LMModelConfig, LoraConfig, ModelInitConfig
+
+    init = ModelInitConfig(hidden_size=32, num_layers=2, num_heads=2, max_position_embeddings=64)
+    folder = hf.new_model_folder(tmp_path / "model", init)
+    out = tmp_path / "load"
+    _two_ranks("sharded_load_rank.py", str(folder), str(out), timeout=180)
+    for lora in (0, 1):
+        zero, one = (torch.load(f"{out}.{r}.{lora}", weights_only=False) for r in range(2))
+        assert (zero["loads"], one["loads"]) == (1, 0)
+        assert zero["skeleton_on"] == one["skeleton_on"] == ["meta"]
+        for name, (local, full) in one["shards"].items():
+            assert local <= (full + 1) // 2 or full < 2, name  # rank 1 holds its shard, never the whole
+        torch.manual_seed(7)
+        plain = hf.load_causal_lm(LMModelConfig(path=str(folder), lora=LoraConfig(rank=4) if lora else None))
+        want = plain.state_dict()
+        assert zero["state"].keys() == want.keys()
+        _assert_close(zero["state"], dict(want), tol=0.0)
+        _assert_close(zero["buffers"], dict(plain.named_buffers()), tol=0.0)
 
 
 def test_a_rendezvous_names_the_ranks_that_did_not_arrive() -> None:

@@ -375,6 +375,11 @@ class DataParallel:
         device: the torch device the model lives on.
         micro_batch_size: samples per forward/backward on one rank (``None``: the whole shard).
         timeout: seconds any rendezvous, arrival or collective may take.
+
+    ``distributed`` says whether a process group is on: always for ``world > 1``, and for a
+    group of one only when :meth:`start` was asked for it (``group=True``: the device check
+    runs a one-rank NCCL learner through every collective the runtime uses); ``sharded``
+    whether FSDP shards the model (``fsdp`` on a process group).
     """
 
     def __init__(
@@ -392,6 +397,7 @@ class DataParallel:
                 f"unknown strategy {strategy!r}; choose {' or '.join(STRATEGIES)}", "actor.strategy"
             )
         self.rank, self.world, self.strategy = rank, world, strategy
+        self.distributed = world > 1
         self.device = torch.device(device)
         configure_precision(self.device)  # TF32 for float32 matmuls on a GPU
         self.micro_batch_size = micro_batch_size
@@ -417,12 +423,15 @@ class DataParallel:
         addr: str | None = None,
         port: int | None = None,
         what: str = "actor",
+        group: bool = False,
     ) -> DataParallel:
-        """Join the learner group (a plain single-process context when ``world == 1``).
+        """Join the learner group (a plain single-process context when ``world == 1``, unless
+        ``group``: then a process group of one, with its collectives and FSDP).
         ``addr``/``port`` default to ``MASTER_ADDR``/``MASTER_PORT``."""
         dp = cls(rank, world, strategy, device, micro_batch_size, timeout)
-        if world == 1:
+        if world == 1 and not group:
             return dp
+        dp.distributed = True
         import torch.distributed as dist
 
         addr = addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
@@ -446,7 +455,7 @@ class DataParallel:
 
     def close(self) -> None:
         """Leave the process group (no-op on a group of one)."""
-        if self.world > 1:
+        if self.distributed:
             import gc
 
             import torch.distributed as dist
@@ -466,7 +475,12 @@ class DataParallel:
                 pass
             del store
             gc.collect()
-            self.world = 1
+            self.world, self.distributed = 1, False
+
+    @property
+    def sharded(self) -> bool:
+        """Whether FSDP shards the model (``fsdp`` on a process group)."""
+        return self.distributed and self.strategy == "fsdp"
 
     @property
     def is_main(self) -> bool:
@@ -477,37 +491,82 @@ class DataParallel:
         (``methods``: the model's methods besides ``forward`` that run the parameters).
         Build optimisers after this: FSDP replaces the parameters."""
         model = model.to(self.device)
-        if self.world > 1:  # every rank starts from rank 0's weights, however it built them
+        if self.distributed:  # every rank starts from rank 0's weights, however it built them
             import torch.distributed as dist
 
             with torch.no_grad():
                 for t in [*model.parameters(), *model.buffers()]:
                     dist.broadcast(t.data, 0)
-        if self.world > 1 and self.strategy == "fsdp":
-            from torch.distributed.device_mesh import init_device_mesh
-            from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
-
-            mesh = init_device_mesh(self.device.type, (self.world,))
-            blocks = set(getattr(model, "_no_split_modules", None) or ())
-            units = [sub for sub in model.modules() if sub is not model and type(sub).__name__ in blocks]
-            for sub in units:
-                fully_shard(sub, mesh=mesh)
-            if not units and self.rank == 0:
-                log.warning(
-                    "actor.strategy fsdp: %s has no blocks to shard one by one (_no_split_modules), so it "
-                    "is one unit, gathered whole for every forward and reduce-scattered every step; on a "
-                    "model this small ddp is faster (benchmarks/learner_scaling.py)",
-                    type(model).__name__,
-                )
-            # the root's parameters are needed again at once by the backward: keep them gathered
-            fully_shard(model, mesh=mesh, reshard_after_forward=False)
-            for name in methods:
-                if callable(getattr(model, name, None)):
-                    register_fsdp_forward_method(model, name)
-            # the learners never modify their outputs in place (the case this warns about)
-            warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
+        if self.sharded:
+            self._shard(model, methods)
         self.module = model
         return model
+
+    def wrap_loaded(
+        self,
+        load: Callable[[], nn.Module],
+        skeleton: Callable[[], nn.Module],
+        methods: Sequence[str] = (),
+    ) -> nn.Module:
+        """The model ``load()`` returns, on the device and wrapped (:meth:`wrap`), without a
+        full copy of it on any device when FSDP shards it: then only rank 0 calls ``load()``
+        (its host copy); every rank builds ``skeleton()``, the same model on the meta device
+        (shapes, no storage), shards it, allocates its own shards on its device and receives
+        their values from rank 0's weights, one tensor at a time
+        (``set_model_state_dict(..., broadcast_from_rank0=True)``); buffers (not sharded, and
+        some, such as rotary frequencies, in no state dict) are rank 0's, broadcast. Without
+        sharding every rank loads the model and :meth:`wrap` broadcasts rank 0's weights."""
+        if not self.sharded:
+            return self.wrap(load(), methods)
+        import torch.distributed as dist
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        host = load() if self.is_main else None
+        model = skeleton()
+        where = sorted({t.device.type for t in [*model.parameters(), *model.buffers()]})
+        if where != ["meta"]:
+            raise RlinfError(
+                f"the model skeleton of a sharded learner must be on the meta device, not {where}"
+            )
+        self._shard(model, methods)
+        model.to_empty(device=self.device)
+        full = host.state_dict() if host is not None else {}
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        set_model_state_dict(model, full, options=options)
+        source = dict(host.named_buffers()) if host is not None else {}
+        with torch.no_grad():
+            for name, buf in model.named_buffers():
+                if host is not None:
+                    buf.copy_(source[name])
+                dist.broadcast(buf, 0)
+        del host, full, source
+        self.module = model
+        return model
+
+    def _shard(self, model: nn.Module, methods: Sequence[str]) -> None:
+        """FSDP2 over the group: each transformer block a unit, then the root."""
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+
+        mesh = init_device_mesh(self.device.type, (self.world,))
+        blocks = set(getattr(model, "_no_split_modules", None) or ())
+        units = [sub for sub in model.modules() if sub is not model and type(sub).__name__ in blocks]
+        for sub in units:
+            fully_shard(sub, mesh=mesh)
+        if not units and self.rank == 0:
+            log.warning(
+                "actor.strategy fsdp: %s has no blocks to shard one by one (_no_split_modules), so it "
+                "is one unit, gathered whole for every forward and reduce-scattered every step; on a "
+                "model this small ddp is faster (benchmarks/learner_scaling.py)",
+                type(model).__name__,
+            )
+        # the root's parameters are needed again at once by the backward: keep them gathered
+        fully_shard(model, mesh=mesh, reshard_after_forward=False)
+        for name in methods:
+            if callable(getattr(model, name, None)):
+                register_fsdp_forward_method(model, name)
+        # the learners never modify their outputs in place (the case this warns about)
+        warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
 
     # -- splitting a batch -----------------------------------------------------------------------
     def span(self, n: int) -> tuple[int, int]:
@@ -525,7 +584,7 @@ class DataParallel:
     def arrive(self, tag: str) -> None:
         """Every rank reaches ``tag`` (once per update) within the timeout, or a
         :class:`RlinfError` names the ranks that did not."""
-        if self.world == 1:
+        if not self.distributed:
             return
         self._arrivals += 1
         prefix = f"rlinf/at/{self._arrivals}"
@@ -540,7 +599,7 @@ class DataParallel:
 
     def broadcast_object(self, obj: Any) -> Any:
         """Rank 0's ``obj`` on every rank (pickled once, sent over the Gloo control group)."""
-        if self.world == 1:
+        if not self.distributed:
             return obj
         import torch.distributed as dist
 
@@ -558,7 +617,7 @@ class DataParallel:
     def from_main(self, fn: Callable[[], Any]) -> Any:
         """``fn()`` run on rank 0, its result (or the exception it raised, raised on every rank)
         handed to every rank: how a group takes an iteration's data off a channel once."""
-        if self.world == 1:
+        if not self.distributed:
             return fn()
         got: Any = None
         if self.is_main:
@@ -576,7 +635,7 @@ class DataParallel:
         """``(loss * share).backward()``: ``share`` is the micro-batch's part of the minibatch's
         denominator, so the gradients summed over micro-batches and ranks are the minibatch's.
         ``last``: the last micro-batch of the step on this rank (FSDP reduces its gradients then)."""
-        if self.world > 1 and self.strategy == "fsdp":
+        if self.sharded:
             self.module.set_requires_gradient_sync(last)  # type: ignore[union-attr, operator]
             share = share * self.world  # FSDP averages over ranks; the shares are already global
         (loss if isinstance(share, float) and share == 1.0 else loss * share).backward()
@@ -585,7 +644,7 @@ class DataParallel:
         """Sum the gradients of ``params`` over the ranks (``ddp``; FSDP did it in the backward),
         bucket by bucket (:func:`grad_buckets`): the extra memory is one bucket, never a copy of
         every gradient."""
-        if self.world == 1 or self.strategy == "fsdp":
+        if not self.distributed or self.strategy == "fsdp":
             return
         import torch.distributed as dist
 
@@ -626,7 +685,7 @@ class DataParallel:
 
     def clip_grad_norm(self, params: Sequence[Tensor], max_norm: float) -> Tensor:
         """Clip the global gradient norm (over every shard); returns the norm before clipping."""
-        if self.world > 1 and self.strategy == "fsdp":
+        if self.sharded:
             norm = torch.nn.utils.clip_grad_norm_(list(params), max_norm)
             return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
         from rlinf_algos.optim import clip_grads_
@@ -635,7 +694,7 @@ class DataParallel:
 
     def mean(self, t: Tensor) -> Tensor:
         """The mean of ``t`` over the ranks (metrics)."""
-        if self.world == 1:
+        if not self.distributed:
             return t
         import torch.distributed as dist
 
@@ -655,7 +714,7 @@ class DataParallel:
         published without gathering the base model)."""
         if only is not None:
             return self._parameters(model, only)
-        if self.world > 1 and self.strategy == "fsdp":
+        if self.sharded:
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
             return get_model_state_dict(
@@ -669,7 +728,7 @@ class DataParallel:
         """``{name: parameter on the CPU}`` of the parameters ``only`` accepts; under ``fsdp`` each
         is gathered alone (every rank calls, in the same order; rank 0 keeps them)."""
         out: dict[str, Any] = {}
-        sharded = self.world > 1 and self.strategy == "fsdp"
+        sharded = self.sharded
         for name, p in model.named_parameters():
             if not only(name):
                 continue
@@ -682,7 +741,7 @@ class DataParallel:
 
     def load_state_dict(self, model: nn.Module, state: dict[str, Any]) -> None:
         """Load a full state dict (every rank holds it) into ``model``."""
-        if self.world > 1 and self.strategy == "fsdp":
+        if self.sharded:
             from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
             set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
@@ -693,7 +752,7 @@ class DataParallel:
         """The optimiser's state in the single-process format (parameters by position), gathered
         with ``fsdp`` (a collective; on rank 0, the others get an empty dict), so any number of
         ranks can load it."""
-        if not (self.world > 1 and self.strategy == "fsdp"):
+        if not self.sharded:
             return optimizer.state_dict()
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
@@ -710,7 +769,7 @@ class DataParallel:
         self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]
     ) -> None:
         """Load :meth:`optim_state_dict` output (written by any number of ranks)."""
-        if not (self.world > 1 and self.strategy == "fsdp"):
+        if not self.sharded:
             optimizer.load_state_dict(state)
             return
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict

@@ -37,6 +37,11 @@ def model(lora: bool) -> torch.nn.Module:
     return m
 
 
+def meta_model(lora: bool) -> torch.nn.Module:
+    with torch.device("meta"):
+        return model(lora)
+
+
 def batch() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(9)
     lengths = torch.randint(6, T + 1, (N,), generator=g)
@@ -64,7 +69,8 @@ def main(argv: list[str]) -> None:
         addr="127.0.0.1", port=port,
     )  # fmt: skip
     cfg = LMGRPOConfig(group_size=4, minibatch_size=8, update_epochs=2, lr=1e-2, kl_coef=0.05)
-    actor = LMLearner(dp.wrap(model(lora)), cfg, seed=3, dp=dp)
+    # under fsdp only rank 0 builds the weights; the ranks shard a meta skeleton and receive theirs
+    actor = LMLearner(dp.wrap_loaded(lambda: model(lora), lambda: meta_model(lora)), cfg, seed=3, dp=dp)
     stats = actor.update(batch())
     gathered = []  # the elements FSDP gathers to publish (the adapter alone under LoRA)
     full_tensor = DTensor.full_tensor

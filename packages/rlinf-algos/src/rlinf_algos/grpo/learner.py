@@ -116,7 +116,7 @@ class GRPOLearner:
                 # a learner group splits the minibatch's sequences; each part's loss counts by
                 # its share of the loss's denominator (see rlinf_algos.parallel)
                 pieces = dp.micro_spans(*dp.span(len(idx)))
-                plain = dp.world == 1 and len(pieces) == 1
+                plain = not dp.distributed and len(pieces) == 1
                 self.optimizer.zero_grad(set_to_none=True)
                 for j, (u, v) in enumerate(pieces):
                     sub = idx[u:v]
@@ -154,7 +154,7 @@ class GRPOLearner:
                 sums[3] += gn
                 n += 1
         self.version += 1
-        if dp.world > 1:  # each rank summed its parts' shares
+        if dp.distributed:  # each rank summed its parts' shares
             sums[:3] = dp.mean(sums[:3]) * dp.world
         s = (sums / max(n, 1)).tolist()
         return {"policy_loss": s[0], "kl_ref": s[1], "clip_fraction": s[2], "grad_norm": s[3]}

@@ -158,13 +158,20 @@ def add_tokens_folder(
     return missing
 
 
-def _from_pretrained(folder: Path, **kwargs: Any) -> Any:
-    """``AutoModelForCausalLM.from_pretrained(folder)``; a folder transformers cannot load (a
-    config.json that does not match the weights, a damaged file, code it would have to run) is a
-    one-line :class:`ConfigError` at ``model.path`` naming the folder and transformers' reason."""
-    from transformers import AutoModelForCausalLM
+def _from_pretrained(folder: Path, meta: bool = False, **kwargs: Any) -> Any:
+    """``AutoModelForCausalLM.from_pretrained(folder)`` (``meta``: the model of its config.json
+    built on the meta device instead, shapes without storage, no weight read); a folder
+    transformers cannot load (a config.json that does not match the weights, a damaged file,
+    code it would have to run) is a one-line :class:`ConfigError` at ``model.path`` naming the
+    folder and transformers' reason."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     try:
+        if meta:
+            remote = bool(kwargs.get("trust_remote_code", False))
+            config = AutoConfig.from_pretrained(str(folder), trust_remote_code=remote)
+            with torch.device("meta"):
+                return AutoModelForCausalLM.from_config(config, **kwargs)
         return AutoModelForCausalLM.from_pretrained(str(folder), **kwargs)
     except ValueError as err:
         if "trust_remote_code" in str(err):
@@ -226,11 +233,14 @@ def load_causal_lm(
     *,
     trainable: bool = True,
     device: torch.device | str | None = None,
+    meta: bool = False,
 ) -> Any:
     """The model of the ``model`` section (from ``path`` when given, e.g. a built ``init``
     folder, else ``model.path``), in ``model.dtype``, with LoRA adapters when ``model.lora`` is
     set (then only they require gradients). ``trainable=False`` freezes every parameter.
-    ``device``: where it then lives (``None``: the CPU, where it loads).
+    ``device``: where it then lives (``None``: the CPU, where it loads). ``meta``: the same
+    model on the meta device, its weights not read (what the ranks of a sharded learner build
+    before FSDP gives them their shards, :meth:`~rlinf_algos.parallel.DataParallel.wrap_loaded`).
 
     A trainable model without LoRA in ``bfloat16`` or ``float16`` keeps float32 master weights
     and computes its forward passes under autocast to ``model.dtype``
@@ -242,6 +252,7 @@ def load_causal_lm(
     master = trainable and spec.lora is None and spec.dtype != "float32"
     model = _from_pretrained(
         folder,
+        meta,
         dtype=torch.float32 if master else DTYPES[spec.dtype],
         trust_remote_code=spec.trust_remote_code,
     )
@@ -249,7 +260,11 @@ def load_causal_lm(
     if master:
         model.rlinf_compute_dtype = DTYPES[spec.dtype]
     if spec.lora is not None:
-        model = apply_lora(model, spec.lora)
+        if meta:
+            with torch.device("meta"):
+                model = apply_lora(model, spec.lora)
+        else:
+            model = apply_lora(model, spec.lora)
     if not trainable:
         for p in model.parameters():
             p.requires_grad_(False)

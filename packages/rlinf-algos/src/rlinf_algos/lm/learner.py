@@ -203,7 +203,7 @@ class LMLearner:
         learner group with FSDP the full weights are gathered first, or with LoRA the adapter's
         alone (every rank calls; rank 0 gets them, the others an empty dict)."""
         only = (lambda name: "lora_" in name) if hf.is_lora(self.model) else None
-        full = self.dp.state_dict(self.model, only) if self.dp.world > 1 else None
+        full = self.dp.state_dict(self.model, only) if self.dp.distributed else None
         state = hf.sync_state(self.model, full) if full is None or full else {}
         self.publish_bytes = hf.state_bytes(state)
         return state, self.version
@@ -224,7 +224,7 @@ class LMLearner:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a :meth:`state_dict` (every rank of a learner group calls with it)."""
         weights = dict(state["weights"])
-        if self.dp.world > 1 and self.dp.strategy == "fsdp":
+        if self.dp.sharded:
             if hf.is_lora(self.model):
                 raise RlinfError(
                     "resuming a LoRA actor on an fsdp learner group is not supported yet: "
@@ -246,9 +246,7 @@ class LMLearner:
     def share_prefix(self) -> bool:
         """Whether the forwards run shared prompts once (``algorithm.share_prefix``; never under
         FSDP, whose hooks expect one forward per backward)."""
-        return bool(getattr(self.cfg, "share_prefix", True)) and not (
-            self.dp.world > 1 and self.dp.strategy == "fsdp"
-        )
+        return bool(getattr(self.cfg, "share_prefix", True)) and not (self.dp.sharded)
 
     def compute_log_probs(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """``{"log_probs": [N, T]}`` of every token under the current policy, no gradient (on
@@ -295,7 +293,7 @@ class LMLearner:
         # a learner group splits the minibatch's sequences (in micro-batches); each part's loss
         # counts by its share of the loss's denominator (see rlinf_algos.parallel)
         pieces = dp.micro_spans(*dp.span(ids.shape[0]))
-        plain = dp.world == 1 and len(pieces) == 1
+        plain = not dp.distributed and len(pieces) == 1
         self.opt.zero_grad(set_to_none=True)
         for j, (u, v) in enumerate(pieces):
             lp = log_probs_of(self.model, ids[u:v], mask[u:v] if self.share_prefix else None, cfg.temperature)
@@ -377,7 +375,7 @@ class LMLearner:
                     stats,
                 )
                 n_steps += 1
-        if self.dp.world > 1:  # each rank summed its parts' shares
+        if self.dp.distributed:  # each rank summed its parts' shares
             keys = ("loss", "kl", "clip_fraction")
             total = self.dp.mean(torch.tensor([stats[k] for k in keys], dtype=torch.float64, device="cpu"))
             total = total * self.dp.world

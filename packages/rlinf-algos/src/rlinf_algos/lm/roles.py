@@ -221,12 +221,17 @@ class LMActor:
 
     def build(self, spec: Any, state: dict[str, Any] | None, init: Any) -> None:
         """Load the policy (the warm-started folder when the run had a warm start: the driver ran
-        it before launching the workers) on every rank; with ``state``, continue from it."""
+        it before launching the workers) on every rank, or under FSDP on rank 0 alone, the
+        others building it on the meta device and receiving their shards
+        (:meth:`~rlinf_algos.parallel.DataParallel.wrap_loaded`); with ``state``, continue from it."""
         from rlinf_algos.lm.learner import make_learner
         from rlinf_algos.lm.trainer import policy_to_train
 
-        model, self.tok = policy_to_train(self.run)
-        model = self.host.dp.wrap(model)
+        def load(meta: bool) -> Any:
+            model, self.tok = policy_to_train(self.run, meta=meta)
+            return model
+
+        model = self.host.dp.wrap_loaded(lambda: load(False), lambda: load(True))
         self.learner = make_learner(model, self.run, dp=self.host.dp)
         if state is not None:
             self.learner.load_state_dict(state)

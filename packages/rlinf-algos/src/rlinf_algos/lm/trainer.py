@@ -151,12 +151,14 @@ def resolve_model(run: LMRunConfig, run_dir: Path, log: Callable[[str], None] | 
     return run.model_copy(update={"model": model})
 
 
-def policy_to_train(run: LMRunConfig) -> tuple[Any, LMTokenizer]:
+def policy_to_train(run: LMRunConfig, meta: bool = False) -> tuple[Any, LMTokenizer]:
     """The model folder ``run.model`` (the warm-started one, see :func:`warm_start`) and its
-    tokenizer, loaded for training; torch and ``random`` are seeded from ``runner.seed`` first."""
+    tokenizer, loaded for training; torch and ``random`` are seeded from ``runner.seed`` first.
+    ``meta``: the model built on the meta device, its weights not read (a sharded learner's
+    skeleton, :meth:`~rlinf_algos.parallel.DataParallel.wrap_loaded`)."""
     torch.manual_seed(run.runner.seed)
     random.seed(run.runner.seed)
-    return hf.load_causal_lm(run.model), task_tokenizer(run)
+    return hf.load_causal_lm(run.model, meta=meta), task_tokenizer(run)
 
 
 def prepare_models(

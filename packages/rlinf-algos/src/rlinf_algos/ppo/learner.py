@@ -116,7 +116,7 @@ class PPOLearner:
         # the gradients summed over ranks are the whole minibatch's (see rlinf_algos.parallel)
         lo, hi = dp.span(mb)
         pieces = dp.micro_spans(lo, hi)
-        plain = dp.world == 1 and len(pieces) == 1
+        plain = not dp.distributed and len(pieces) == 1
         # a model with an auxiliary loss (vla's predict_privileged) adds it to each minibatch's
         has_aux = callable(getattr(model, "auxiliary_loss", None)) and bool(getattr(model, "aux_coef", 0))
         aux_sum = torch.zeros((), device=dev)
@@ -171,11 +171,11 @@ class PPOLearner:
                 n_mb += 1
             epochs += 1
             if cfg.target_kl is not None:
-                last = ratios[n_mb - 1] if dp.world == 1 else dp.mean(ratios[n_mb - 1]) * dp.world
+                last = ratios[n_mb - 1] if not dp.distributed else dp.mean(ratios[n_mb - 1]) * dp.world
                 if float(F.approx_kl(last)) > cfg.target_kl:  # the same on every rank
                     break
         self.version += 1
-        if dp.world > 1:  # every rank's part of the statistics (each holds its shard's)
+        if dp.distributed:  # every rank's part of the statistics (each holds its shard's)
             stats[:n_mb, :3] = dp.mean(stats[:n_mb, :3]) * dp.world
             ratios[:n_mb] = dp.mean(ratios[:n_mb]) * dp.world
         with torch.no_grad():
@@ -187,7 +187,7 @@ class PPOLearner:
         explained = float("nan") if var_y == 0 else 1.0 - float((y - yhat).var()) / var_y
         out_aux = {}
         if has_aux:
-            total = dp.mean(aux_sum) * dp.world if dp.world > 1 else aux_sum
+            total = dp.mean(aux_sum) * dp.world if dp.distributed else aux_sum
             out_aux["aux_loss"] = float(total) / max(n_mb, 1)
         return {
             **out_aux,

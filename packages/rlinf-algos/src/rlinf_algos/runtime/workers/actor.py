@@ -120,7 +120,7 @@ class ActorWorker(RoleWorker):
         from rlinf_algos.parallel import LearnerOutOfMemory
 
         try:
-            if self.dp.world == 1:
+            if not self.dp.distributed:
                 return fn(*args, **kwargs)
             return self._group_call(fn, *args, **kwargs)
         except torch.OutOfMemoryError as err:
@@ -194,7 +194,7 @@ class ActorWorker(RoleWorker):
         if not metrics.get("aborted"):
             self._collective(self.publish)
             metrics["publish_s"] = self.publish_s
-            if self.dp.world > 1:
+            if self.dp.distributed:
                 metrics.setdefault("allreduce_s", self.dp.take_comm_s())
         return metrics
 
