@@ -22,6 +22,8 @@ def test_gpu_check_cpu_mode_passes_and_writes_its_report(
     report = tmp_path / "report.json"
     assert mod.main(["--cpu", "--report", str(report)]) == 0, capsys.readouterr().out
     data = json.loads(report.read_text())
-    assert data["device"] == "cpu" and len(data["steps"]) == 9
+    assert data["device"] == "cpu" and len(data["steps"]) == 12
     assert all(s["ok"] for s in data["steps"]) and "torch_cuda" in data
-    assert "PASS  cpu vs device" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "PASS  cpu vs device" in out and "PASS  fsdp learner of one" in out
+    assert "gloo, fsdp" in out and "PASS  sft bf16" in out

@@ -25,9 +25,27 @@ Steps (each passes or fails on its own; the exit status is 1 when one fails):
 - ``grpo embodied``: an embodied GRPO update (MLP, k3 KL to the frozen copy) on the device;
 - ``out of memory``: an in-process PPO run whose third update allocates more than the device
   has (``--cpu``: raises ``torch.OutOfMemoryError`` itself, as no CPU allocation raises it)
-  ends with ``RunFailed`` naming the knobs, keeps the checkpoint before it and restarts nothing.
+  ends with ``RunFailed`` naming the knobs, keeps the checkpoint before it and restarts nothing;
+- ``sft bf16``: ``rlinf sft``'s training (``train_sft``, what the command runs) with
+  ``model.dtype: bfloat16`` on the device, 5 steps on one fixed batch: the loss is finite and
+  falls;
+- ``learner group of one``: the language-model actor in a ``torch.distributed`` process group
+  of one rank (NCCL on the GPU, Gloo with ``--cpu``; a TCP store on 127.0.0.1) started,
+  wrapped and closed as the runtime's actor workers do it (``DataParallel.start``, ``ddp``: the
+  weights broadcast, the gradients all-reduced in buckets), one update: the log-probs after it
+  equal the group-less update's within ``GROUP_ATOL`` (float32 ``1e-3``), and the group is gone
+  after ``close()``;
+- ``fsdp learner of one``: the same with ``actor.strategy: fsdp`` in bf16: the model built on
+  the meta device, sharded, its shards filled from the loaded weights
+  (``DataParallel.wrap_loaded``), FSDP2's gather and reduce-scatter on the device, the weights
+  gathered to publish (bf16 tolerance ``2e-2``).
 
-Not covered yet (issue 39): ``rlinf sft``'s step, a one-rank NCCL learner group, FSDP.
+Not covered: two or more ranks (one GPU here; ``test_algos_parallel.py`` runs 2 ranks on 2 GPUs
+where there are), vLLM/SGLang engines (not part of rlinf), the weight-sync collective to a
+rollout process (``benchmarks/weight_sync.py``, Gloo), Ray itself (the check runs without it).
+
+Without a network (only torch, transformers, peft, pyarrow, pluggy, click, rich and pyyaml
+installed), ``tools/gpu_check.sh`` runs it with the wheels it brings (see that script).
 """
 
 from __future__ import annotations
@@ -152,6 +170,109 @@ def _cpu_vs_device(spec: LMModelConfig, dev: torch.device) -> str:
     if diff > CPU_VS_DEVICE_ATOL:
         raise RuntimeError(f"log-probs after one update differ by {diff:.2e} (> {CPU_VS_DEVICE_ATOL:g})")
     return f"max |log-prob difference| {diff:.2e} (tolerance {CPU_VS_DEVICE_ATOL:g})"
+
+
+GROUP_ATOL = {"float32": 1e-3, "bfloat16": 2e-2}
+"""How far the log-probs after a learner group's update may be from those after the same update
+without a group (the same maths: prompts not shared, as FSDP never shares them; on the CPU they
+agree exactly): on a GPU, kernels that sum in another order, which Adam's normalised step (lr
+1e-2) can make a weight's move; in bf16, about one rounding of a log-prob near -3.5."""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _learner_group(spec: LMModelConfig, dev: torch.device, strategy: str) -> str:
+    """One GRPO update of the language-model actor in a learner group of one rank, through
+    ``torch.distributed`` (NCCL on a GPU, Gloo on the CPU) as the runtime starts it
+    (:meth:`DataParallel.start` on a ``tcp://127.0.0.1`` store, :meth:`DataParallel.wrap_loaded`:
+    under ``fsdp`` a meta skeleton sharded, then its shards from the loaded weights), against
+    the same update without a group: the log-probs after it agree within ``GROUP_ATOL`` (of
+    ``model.dtype``), while the update itself moved them by at least ten times that."""
+    import torch.distributed as dist
+
+    cfg = LMGRPOConfig(
+        group_size=2,
+        minibatch_size=2,
+        update_epochs=2,
+        kl_coef=0.0,
+        lr_warmup_iters=0,
+        lr=1e-2,
+        share_prefix=False,
+    )
+    batch, tol = _batch(), GROUP_ATOL[spec.dtype]
+    plain = LMLearner(hf.load_causal_lm(spec, device=dev), cfg, dp=DataParallel(device=dev))
+    before = plain.compute_log_probs(batch)["log_probs"]
+    plain.update(batch)
+    want = plain.compute_log_probs(batch)["log_probs"]
+    moved = float((want - before).abs().max())
+    del plain
+    dp = DataParallel.start(
+        0, 1, strategy=strategy, device=dev, timeout=60.0, addr="127.0.0.1", port=_free_port(),
+        what="gpu check learner", group=True,
+    )  # fmt: skip
+    try:
+        backend = dist.get_backend()
+        model = dp.wrap_loaded(lambda: hf.load_causal_lm(spec), lambda: hf.load_causal_lm(spec, meta=True))
+        sharded = sum(hasattr(p, "to_local") for p in model.parameters())
+        actor = LMLearner(model, cfg, dp=dp)
+        stats = actor.update(batch)
+        got = actor.compute_log_probs(batch)["log_probs"]
+        weights, _ = actor.get_weights()  # gathered under fsdp
+    finally:
+        dp.close()
+    if dist.is_initialized():
+        raise RuntimeError("the process group is still up after close()")
+    if strategy == "fsdp" and not sharded:
+        raise RuntimeError("fsdp left every parameter unsharded")
+    if not np.isfinite(stats["loss"]) or not weights:
+        raise RuntimeError(f"loss {stats['loss']}, {len(weights)} weights published")
+    diff = float((want - got).abs().max())
+    if diff > tol or moved < 10 * tol:
+        raise RuntimeError(
+            f"log-probs after the group's update differ by {diff:.2e} (> {tol:g}?) from the plain update's, "
+            f"which moved them by {moved:.2e} (< {10 * tol:g}?)"
+        )
+    return (
+        f"{backend}, {strategy}, {spec.dtype}{f', {sharded} sharded parameters' if sharded else ''}: "
+        f"max |log-prob difference| {diff:.2e} against no group (tolerance {tol:g}; the update moved them {moved:.2f})"
+    )
+
+
+def _sft(folder: str, dev: torch.device, tmp: Path) -> str:
+    """``rlinf sft``'s training (:func:`rlinf_algos.lm.finetune.train_sft`, the code the command
+    runs) in bf16 on the device: 5 steps on one fixed batch of 6 examples at a constant
+    learning rate; the loss is finite and falls."""
+    import csv
+
+    from rlinf_algos.lm.finetune import load_sft_config, train_sft
+
+    pairs = [(3, 4), (12, 5), (7, 7), (20, 1), (9, 9), (6, 2)]
+    data = tmp / "sft.jsonl"
+    data.write_text(
+        "".join(json.dumps({"prompt": f"{a}+{b}=", "response": str(a + b)}) + "\n" for a, b in pairs)
+    )
+    run = load_sft_config(
+        {
+            "model": {"path": folder, "dtype": "bfloat16"},
+            "data": {"train_files": str(data), "response_key": "response", "shuffle": False},
+            "train": {"steps": 5, "batch_size": 6, "lr": 1e-2, "warmup_steps": 0, "min_lr_ratio": 1.0},
+            "runner": {"device": dev.type, "log_interval": 1, "loggers": ["csv"]},
+        }
+    )
+    res = train_sft(run, tmp / "sft", log=None)
+    with open(tmp / "sft" / "metrics.csv", encoding="utf-8") as f:
+        losses = [float(r["loss"]) for r in csv.DictReader(f)]
+    if res.summary["device"] != dev.type:
+        raise RuntimeError(f"trained on {res.summary['device']}, not {dev.type}")
+    if len(losses) != 5 or not all(np.isfinite(losses)) or not losses[-1] < losses[0]:
+        raise RuntimeError(f"losses {losses}")
+    return f"bf16, loss {losses[0]:.3f} -> {losses[-1]:.3f} over 5 steps"
 
 
 VLA_SPACE = {
@@ -324,6 +445,9 @@ def run(cpu: bool, report: Path | None) -> int:
         ("ppo vla cpu vs device", lambda: _ppo_vla_cpu_vs_device(dev)),
         ("grpo embodied", lambda: _grpo_embodied(dev)),
         ("out of memory", lambda: _out_of_memory(dev, tmp)),
+        ("sft bf16", lambda: _sft(folder, dev, tmp)),
+        ("learner group of one", lambda: _learner_group(fp32, dev, "ddp")),
+        ("fsdp learner of one", lambda: _learner_group(bf16, dev, "fsdp")),
     ]
     results = []
     for name, fn in steps:
