@@ -46,6 +46,10 @@ def prepare_gl() -> None:
         pass
     try:
         import mujoco  # noqa: F401  (loads the GL backend MUJOCO_GL names)
+    except ModuleNotFoundError as err:
+        if err.name != "mujoco":
+            raise
+        return  # no MuJoCo (the device check's machine): no MuJoCo env, and gymnasium says so if one is made
     except (ImportError, RuntimeError) as err:
         if "MUJOCO_GL" not in str(err):
             raise
