@@ -147,8 +147,14 @@ def ray_cluster() -> Any:
     [
         ("grpo_arith.yaml", "single", ["cluster.component_placement.rollout.placement=0:0-1"]),
         ("grpo_multiagent.yaml", "multiagent", ["cluster.component_placement.agent.placement=0:0-2"]),
+        # the actor as 2 FSDP ranks: rank 1 shards a meta skeleton and receives its shards
+        (
+            "grpo_arith.yaml",
+            "single",
+            ["cluster.component_placement.actor.placement=0:0-1", "actor.strategy=fsdp"],
+        ),
     ],
-    ids=["single-2-rollout", "multiagent-3-agents"],
+    ids=["single-2-rollout", "multiagent-3-agents", "single-2-fsdp-actors"],
 )
 @pytest.mark.slow
 def test_distributed_run_places_every_component(
@@ -163,7 +169,9 @@ def test_distributed_run_places_every_component(
     assert summary["scheduler"] == "ray"
     for comp in ("actor", "reward", "reference", "rollout"):
         assert placed[comp]["processes"] >= 1, comp
+    if "actor.strategy=fsdp" in extra:
+        assert (placed["actor"]["processes"], summary["learner_world_size"]) == (2, 2), (placed, summary)
     if mode == "multiagent":
         assert placed["agent"]["processes"] == 3
-    else:
+    elif any("rollout.placement" in e for e in extra):
         assert placed["rollout"]["processes"] == 2
