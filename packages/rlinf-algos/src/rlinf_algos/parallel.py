@@ -36,8 +36,10 @@ Strategies (``actor.strategy``):
   over the ranks (each transformer block is its own unit for Hugging Face models); the
   learners' extra methods are registered as forward methods so they gather the parameters too.
   Publishing and checkpoints gather the full state dict once (a collective: every rank calls).
+  :meth:`DataParallel.wrap_loaded` shards a meta-device skeleton before any weight is loaded.
 
-A group of one process uses neither: the learner runs exactly as it did before.
+A group of one process uses neither (unless :meth:`DataParallel.start` is asked for a group):
+the learner runs exactly as it did before.
 """
 
 from __future__ import annotations
