@@ -78,7 +78,7 @@ if [[ ! -f "$WHEELS/requirements.txt" ]]; then
     echo "no wheelhouse at $WHEELS: run tools/gpu_check.sh --prepare on a machine with uv and a network, then copy .whl/ here" >&2
     exit 2
 fi
-SITE="$(mktemp -d "${TMPDIR:-/tmp}/rlinf-gpu-check-site.XXXXXX")"
+SITE="$(mktemp -d -t rlinf-gpu-check-site.XXXXXX)"
 trap 'rm -rf "$SITE"' EXIT
 "${PIP[@]}" install --quiet --no-index --no-deps \
     --find-links "$WHEELS" --target "$SITE" -r "$WHEELS/requirements.txt"
