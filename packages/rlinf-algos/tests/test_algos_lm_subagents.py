@@ -269,6 +269,54 @@ def test_the_lead_reward_and_group_advantage_are_shared_by_its_subagents(
     assert batch["loss_mask"].shape[0] == 12
 
 
+def test_subagents_with_their_tools_on_a_tool_server_are_the_in_process_ones(
+    world_dir: Path, model_dir: Path
+) -> None:
+    """Placed agents: a lead's subagents reach the tools the way a placed agent does, through a
+    :class:`~rlinf_algos.tools.placed.PlacedTools` client of a tool server over a channel, and
+    play the same episodes token for token as with the tools in process."""
+    import threading
+
+    from rlinf_algos.tools.placed import TOOL_STOP, PlacedTools, ToolServer
+    from rlinf_core.channel import LocalChannel
+
+    task = _task(world_dir, model_dir, {"max_turns": 2}, max_new_tokens=200)
+    company = _questions(world_dir)[0].company
+    lead = [_call("ask", {"question": f"Who founded {company}?"}) + _call("ask", {"question": "x"}), "Done."]
+    sub = [_call("search", {"query": f"founder of {company}"}), "The answer is someone."]
+    agent = ToolAgent(task, task.tok, 200, 1024)
+    here = agent.run(task.heldout()[:2], 2, ByRole(task, lead, sub))
+
+    class Host:
+        rank, timeout = 0, 30.0
+
+        def __init__(self, ch: LocalChannel) -> None:
+            self.ch = ch
+
+        def channel(self, name: str) -> LocalChannel:
+            return self.ch
+
+    ch = LocalChannel("tools", default_timeout=30.0)
+    server = ToolServer(Host(ch), task.run.tools.entries)
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    try:
+        there = agent.run(
+            task.heldout()[:2], 2, ByRole(task, lead, sub), tools=PlacedTools(ch, "a0/k/tools", 30.0)
+        )
+    finally:
+        ch.put(TOOL_STOP, "req")
+        thread.join(30)
+    assert there.sequences == here.sequences and there.loss_masks == here.loss_masks
+    assert there.agent_kind == here.agent_kind == ["lead", "sub", "sub"] * 4
+    assert f"{company} is a company" in task.chat.decode(there.sequences[1])
+    assert server.box.stats.calls["search"] == 8  # every subagent's search ran on the server
+    drop = "tool_latency_s"
+    assert [{k: v for k, v in m.items() if k != drop} for m in there.metrics] == [
+        {k: v for k, v in m.items() if k != drop} for m in here.metrics
+    ]
+
+
 def test_the_subagents_section_is_checked(world_dir: Path, model_dir: Path) -> None:
     base = _config(world_dir, model_dir)
     for sub, why in (

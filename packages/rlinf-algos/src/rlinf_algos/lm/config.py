@@ -182,8 +182,8 @@ class LMGRPOConfig(ConfigSection):
     )
     subagents: SubagentsConfig | None = Field(
         None,
-        description="a lead agent whose tool plays subagent episodes with the same policy (WideSeek-R1; "
-        "only with a tools section): see the algorithm.subagents table",
+        description="a lead agent whose tool plays subagent episodes with the same policy in contexts of "
+        "their own (WideSeek-R1; only with a tools section); null: single-agent episodes",
     )
     share_prefix: bool = Field(
         True,
