@@ -270,16 +270,11 @@ def test_the_lead_reward_and_group_advantage_are_shared_by_its_subagents(
 
 
 def test_subagents_with_their_tools_on_a_tool_server_are_the_in_process_ones(
-    world_dir: Path, model_dir: Path
+    world_dir: Path, model_dir: Path, tool_server: Any
 ) -> None:
     """Placed agents: a lead's subagents reach the tools the way a placed agent does, through a
     :class:`~rlinf_algos.tools.placed.PlacedTools` client of a tool server over a channel, and
     play the same episodes token for token as with the tools in process."""
-    import threading
-
-    from rlinf_algos.tools.placed import TOOL_STOP, PlacedTools, ToolServer
-    from rlinf_core.channel import LocalChannel
-
     task = _task(world_dir, model_dir, {"max_turns": 2}, max_new_tokens=200)
     company = _questions(world_dir)[0].company
     lead = [_call("ask", {"question": f"Who founded {company}?"}) + _call("ask", {"question": "x"}), "Done."]
@@ -287,26 +282,8 @@ def test_subagents_with_their_tools_on_a_tool_server_are_the_in_process_ones(
     agent = ToolAgent(task, task.tok, 200, 1024)
     here = agent.run(task.heldout()[:2], 2, ByRole(task, lead, sub))
 
-    class Host:
-        rank, timeout = 0, 30.0
-
-        def __init__(self, ch: LocalChannel) -> None:
-            self.ch = ch
-
-        def channel(self, name: str) -> LocalChannel:
-            return self.ch
-
-    ch = LocalChannel("tools", default_timeout=30.0)
-    server = ToolServer(Host(ch), task.run.tools.entries)
-    thread = threading.Thread(target=server.serve, daemon=True)
-    thread.start()
-    try:
-        there = agent.run(
-            task.heldout()[:2], 2, ByRole(task, lead, sub), tools=PlacedTools(ch, "a0/k/tools", 30.0)
-        )
-    finally:
-        ch.put(TOOL_STOP, "req")
-        thread.join(30)
+    with tool_server(task.run.tools.entries) as (client, server):
+        there = agent.run(task.heldout()[:2], 2, ByRole(task, lead, sub), tools=client)
     assert there.sequences == here.sequences and there.loss_masks == here.loss_masks
     assert there.agent_kind == here.agent_kind == ["lead", "sub", "sub"] * 4
     assert f"{company} is a company" in task.chat.decode(there.sequences[1])
