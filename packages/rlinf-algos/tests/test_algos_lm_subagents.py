@@ -94,6 +94,7 @@ class Recorder:
         return self.policy(contexts, n, stop)
 
 
+@pytest.mark.timeout(300)  # a deadlock (every lead waiting on its subagents) fails, never hangs
 def test_lead_and_subagents_play_token_in_token_out(world_dir: Path, model_dir: Path) -> None:
     task = _task(world_dir, model_dir)
     sub = task.subagents
@@ -375,14 +376,11 @@ def test_one_grpo_iteration_through_rlinf_train_then_rlinf_eval(
     assert "subagent calls per episode" in text
 
 
-@pytest.mark.slow
-def test_rlinf_sft_then_one_grpo_iteration_then_rlinf_eval(
-    world_dir: Path, tmp_path: Path, host: Any, invoke: Any
-) -> None:
-    """``rlinf sft`` warm-starts one policy on the lead's and the subagents' traces (each row
-    rendered with its own tools); ``rlinf train`` plays leads that call subagents and trains on
-    their sequences; ``rlinf eval`` reports the subagent figures."""
-    import yaml
+@pytest.fixture(scope="module")
+def warm_policy(world_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``rlinf sft`` of a tiny model on 24 rows of the lead's and the subagents' traces (each
+    row rendered with its own tools, ``data.tools_key``): a policy whose leads call ``ask``."""
+    from rlinf_algos.lm.finetune import load_sft_config, train_sft
 
     sft = {
         "model": {
@@ -399,12 +397,19 @@ def test_rlinf_sft_then_one_grpo_iteration_then_rlinf_eval(
         "train": {"steps": 150, "batch_size": 8, "lr": 3e-3, "eval_generate": 0, "max_length": 512},
         "runner": {"log_interval": 50, "loggers": ["csv"], "torch_threads": 2},
     }  # fmt: skip
-    (tmp_path / "sft.yaml").write_text(yaml.safe_dump(sft))
-    res = invoke(host, "sft", str(tmp_path / "sft.yaml"), "--run-dir", str(tmp_path / "sft"))
-    assert res.exit_code == 0, (res.output, res.exception)
-    summary = json.loads((tmp_path / "sft" / "summary.json").read_text())
-    assert summary["train_examples"] == 24
-    config = _config(world_dir, tmp_path / "sft" / "policy", {"max_turns": 2, "max_response_tokens": 160})
+    out = tmp_path_factory.mktemp("sft") / "run"
+    res = train_sft(load_sft_config(sft), out, log=None)
+    assert res.summary["train_examples"] == 24
+    return out / "policy"
+
+
+@pytest.mark.slow
+def test_a_warm_policy_trains_leads_and_subagents_then_rlinf_eval(
+    world_dir: Path, warm_policy: Path, tmp_path: Path, host: Any, invoke: Any
+) -> None:
+    """After the warm start, ``rlinf train`` plays leads that call subagents and trains on their
+    sequences; ``rlinf eval`` reports the subagent figures."""
+    config = _config(world_dir, warm_policy, {"max_turns": 2, "max_response_tokens": 160})
     row, ev, _ = _train_and_eval(config, tmp_path, host, invoke)
     assert row["subagent_calls"] > 0 and row["sequences"] > 4, row  # leads and their subagents trained on
     assert ev["tools"]["subagent_calls"] > 0
