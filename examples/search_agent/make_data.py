@@ -1,7 +1,7 @@
 """Write the search example's data into examples/search_agent/data/ (or --out DIR): a corpus about
 a made-up world, two-hop questions (train / held-out), and a teacher's tool-calling traces.
 
-    python examples/search_agent/make_data.py [--seed 0] [--slip 0.5] [--out DIR]
+    python examples/search_agent/make_data.py [--seed 0] [--slip 0.5] [--out DIR] [--wideseek]
 
 See :mod:`rlinf_algos.lm.agentic.multihop` for what the world, the questions and the traces are.
 The files are the same on every machine for one seed (a few seconds to write):
@@ -14,6 +14,10 @@ The files are the same on every machine for one seed (a few seconds to write):
   one search with probability ``--slip``), the warm start's data; ``sft_val.jsonl``: a careful
   teacher's traces of the held-out questions.
 
+With ``--wideseek`` it also writes ``wideseek_sft_train.jsonl`` / ``wideseek_sft_val.jsonl``: a
+lead's traces (it asks a subagent each hop) and its subagents' (one search each), for
+wideseek_sft.yaml and wideseek.yaml (:mod:`rlinf_algos.lm.agentic.wideseek`).
+
 The traces hold the real results of the built-in search tool with ``--top-k`` passages: keep it
 equal to the ``top_k`` of the YAMLs' ``tools`` section.
 """
@@ -25,6 +29,7 @@ import json
 from pathlib import Path
 
 from rlinf_algos.lm.agentic.multihop import write_dataset
+from rlinf_algos.lm.agentic.wideseek import write_wideseek
 
 
 def main() -> None:
@@ -35,9 +40,16 @@ def main() -> None:
         "--slip", type=float, default=0.5, help="how often the teacher answers after one search"
     )
     parser.add_argument("--top-k", type=int, default=3, help="passages per search (the tool's top_k)")
+    parser.add_argument(
+        "--wideseek",
+        action="store_true",
+        help="also write the lead-and-subagents traces (wideseek_sft_*.jsonl)",
+    )
     args = parser.parse_args()
     counts = write_dataset(args.out, seed=args.seed, slip=args.slip, top_k=args.top_k)
     print(json.dumps(counts))
+    if args.wideseek:  # the same world, played by a lead and its subagents (wideseek_sft.yaml)
+        print(json.dumps(write_wideseek(args.out, seed=args.seed, slip=args.slip, top_k=args.top_k)))
     print(f"wrote {args.out}")
 
 

@@ -49,3 +49,39 @@ def rlinf_script() -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+@pytest.fixture
+def tool_server() -> Any:
+    """``with tool_server(entries) as (client, server):`` a
+    :class:`~rlinf_algos.tools.placed.ToolServer` of ``entries`` serving in a thread over a
+    local channel, and a :class:`~rlinf_algos.tools.placed.PlacedTools` client of it (what a
+    placed agent calls its tools through); the server is stopped on leaving."""
+    import contextlib
+    import threading
+
+    from rlinf_algos.tools.placed import TOOL_STOP, PlacedTools, ToolServer
+    from rlinf_core.channel import LocalChannel
+
+    class Host:
+        rank, timeout = 0, 30.0
+
+        def __init__(self, ch: LocalChannel) -> None:
+            self.ch = ch
+
+        def channel(self, name: str) -> LocalChannel:
+            return self.ch
+
+    @contextlib.contextmanager
+    def serve(entries: Any) -> Any:
+        ch = LocalChannel("tools", default_timeout=30.0)
+        server = ToolServer(Host(ch), entries)
+        thread = threading.Thread(target=server.serve, daemon=True)
+        thread.start()
+        try:
+            yield PlacedTools(ch, "a0/k/tools", 30.0), server
+        finally:
+            ch.put(TOOL_STOP, "req")
+            thread.join(30)
+
+    return serve

@@ -621,15 +621,12 @@ def test_tools_episodes_on_placed_agents_and_a_tool_component(
     assert 1.0 <= rows["placed"]["turns"] <= 2.0
 
 
-def test_episodes_with_placed_tools_are_the_in_process_ones(world_dir: Path, model_dir: Path) -> None:
+def test_episodes_with_placed_tools_are_the_in_process_ones(
+    world_dir: Path, model_dir: Path, tool_server: Any
+) -> None:
     """The same policy plays the same episodes, token for token and figure for figure (but the
     latency), whether its tools run in the agent's process or on a tool server it reaches over a
     channel (:mod:`rlinf_algos.tools.placed`)."""
-    import threading
-
-    from rlinf_algos.tools.placed import TOOL_STOP, PlacedTools, ToolServer
-    from rlinf_core.channel import LocalChannel
-
     run = _run(world_dir, model_dir, [_search_entry(world_dir)], max_turns=3)
     task = make_task(run, task_tokenizer(run))
     agent = ToolAgent(task, task.tok, 64, 1024)
@@ -641,24 +638,8 @@ def test_episodes_with_placed_tools_are_the_in_process_ones(world_dir: Path, mod
     problems = task.heldout()[:2]
     here = agent.run(problems, 2, Scripted(task.chat, calls))
 
-    class Host:
-        rank, timeout = 0, 30.0
-
-        def __init__(self, ch: LocalChannel) -> None:
-            self.ch = ch
-
-        def channel(self, name: str) -> LocalChannel:
-            return self.ch
-
-    ch = LocalChannel("tools", default_timeout=30.0)
-    server = ToolServer(Host(ch), run.tools.entries)
-    thread = threading.Thread(target=server.serve, daemon=True)
-    thread.start()
-    try:
-        there = agent.run(problems, 2, Scripted(task.chat, calls), tools=PlacedTools(ch, "a0/k/tools", 30.0))
-    finally:
-        ch.put(TOOL_STOP, "req")
-        thread.join(30)
+    with tool_server(run.tools.entries) as (client, server):
+        there = agent.run(problems, 2, Scripted(task.chat, calls), tools=client)
     assert there.sequences == here.sequences and there.loss_masks == here.loss_masks
     assert there.final_responses == here.final_responses and there.failures == here.failures
     drop = "tool_latency_s"

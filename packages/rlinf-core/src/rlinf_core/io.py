@@ -17,13 +17,20 @@ import contextlib
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
 from rlinf_core.errors import RlinfError
 
-__all__ = ["MAX_USER_FILE_BYTES", "atomic_open", "atomic_path", "atomic_write_text", "read_user_text"]
+__all__ = [
+    "MAX_USER_FILE_BYTES",
+    "atomic_open",
+    "atomic_path",
+    "atomic_write_jsonl",
+    "atomic_write_text",
+    "read_user_text",
+]
 
 MAX_USER_FILE_BYTES = 16 * 2**20
 """The largest config or inventory file rlinf reads (16 MiB; real ones are a few KiB)."""
@@ -100,6 +107,17 @@ def atomic_write_text(
     with atomic_open(path, "w", perms=perms, fsync=fsync) as f:
         f.write(text)
     return Path(path)
+
+
+def atomic_write_jsonl(path: str | os.PathLike[str], rows: Iterable[Any]) -> int:
+    """Write ``rows`` as JSON lines (UTF-8, non-ASCII kept) to ``path`` atomically, its folder
+    made; return how many."""
+    import json
+
+    lines = [json.dumps(r, ensure_ascii=False) + "\n" for r in rows]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, "".join(lines))
+    return len(lines)
 
 
 def _size(n: int) -> str:

@@ -269,6 +269,9 @@ class ToolAgent:
 
         out = EpisodeBatch()
         names = [f"tool_calls/{e.name}" for e in self.task.run.tools.entries]  # the run's tools section
+        sub = self.task.subagents
+        if sub is not None:
+            names.append(f"tool_calls/{sub.tool}")
         convs = []
         for p in problems:
             msgs, answer = self.task.messages(p), self.task.answer_of(p)
@@ -278,17 +281,28 @@ class ToolAgent:
         episodes = await run_episodes(
             convs,
             generate=gen,
-            toolbox=tools or self.tools or self.task.toolbox,
+            toolbox=self.task.episode_tools(tools or self.tools or self.task.toolbox),
             chat=self.task.chat,
             config=self.task.episode_config(self.max_context),
         )
         for e, ep in enumerate(episodes):
-            out.add(ep.sequence, [0] * len(ep.prompt_ids) + ep.loss_mask, e, "agent")
+            # a lead's sequence, then its subagents' (each its own context and mask): one episode
+            out.add(
+                ep.sequence, [0] * len(ep.prompt_ids) + ep.loss_mask, e, "agent" if sub is None else "lead"
+            )
+            for child in ep.subagents:
+                out.add(child.sequence, [0] * len(child.prompt_ids) + child.loss_mask, e, "sub")
+                out.generated_tokens += sum(child.loss_mask)
             out.final_responses.append(ep.final_ids)
             out.failures.append("" if ep.stop == "answer" else f"stopped on {ep.stop} after {ep.turns} turns")
             out.generated_tokens += sum(ep.loss_mask)
             # every tool of the run has its column, 0 where this episode did not call it
-            out.metrics.append({**dict.fromkeys(names, 0.0), **ep.metrics()})
+            row = {**dict.fromkeys(names, 0.0), **ep.metrics()}
+            if sub is not None:
+                from rlinf_algos.lm.agentic.subagents import subagent_figures
+
+                row.update(subagent_figures(ep, sub.tools))
+            out.metrics.append(row)
         return out
 
 
@@ -296,7 +310,10 @@ def episode_metrics(batch: EpisodeBatch, correct: Sequence[Any] | None = None) -
     """The tool figures of a batch's episodes (empty when they have none): means per episode of
     ``turns``, ``answer_rate``, ``tool_calls`` and ``tool_calls/NAME``; totals of ``tool_errors``,
     ``tool_timeouts``, ``tool_malformed`` and ``tool_unknown``; ``tool_latency_mean_s`` per call;
-    and ``success`` (the fraction of ``correct``) when given."""
+    and ``success`` (the fraction of ``correct``) when given. A lead's episodes
+    (``algorithm.subagents``) add ``subagent_calls`` per lead episode, then per subagent
+    ``subagent_turns``, ``subagent_tool_calls`` (and per tool), ``subagent_answer_rate``, and the
+    total ``subagent_tool_errors``."""
     rows = batch.metrics
     if not rows:
         return {}
@@ -314,6 +331,17 @@ def episode_metrics(batch: EpisodeBatch, correct: Sequence[Any] | None = None) -
     }
     for name in sorted({k for r in rows for k in r if k.startswith("tool_calls/")}):
         out[name] = sum(r.get(name, 0.0) for r in rows) / n
+    if any("subagent_calls" in r for r in rows):  # a lead's episodes: per lead, then per subagent
+        subs = sum(r.get("subagent_calls", 0.0) for r in rows)
+        out["subagent_calls"] = subs / n
+        for key in ("subagent_turns", "subagent_tool_calls"):
+            out[key] = sum(r.get(key, 0.0) for r in rows) / subs if subs else 0.0
+        out["subagent_answer_rate"] = (
+            sum(r.get("subagent_answered", 0.0) for r in rows) / subs if subs else 0.0
+        )
+        out["subagent_tool_errors"] = sum(r.get("subagent_tool_errors", 0.0) for r in rows)
+        for name in sorted({k for r in rows for k in r if k.startswith("subagent_tool_calls/")}):
+            out[name] = sum(r.get(name, 0.0) for r in rows) / subs if subs else 0.0
     if correct is not None:
         out["success"] = sum(bool(c) for c in correct) / max(len(correct), 1)
     return out

@@ -58,6 +58,7 @@ __all__ = [
     "LoraConfig",
     "ModelInitConfig",
     "SFTConfig",
+    "SubagentsConfig",
     "ToolsConfig",
     "load_lm_sections",
     "resolved_lm_config",
@@ -65,6 +66,64 @@ __all__ = [
 ]
 
 _STRICT = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
+
+
+ASK_DESCRIPTION = (
+    "Ask a subagent one self-contained question. The subagent searches in a context of its own "
+    "and answers; its answer comes back as this call's result."
+)
+"""The default description of the lead's subagent tool (what its schema says)."""
+
+
+class SubagentsConfig(ConfigSection):
+    """``algorithm.subagents``: a lead agent whose tool is a subagent (WideSeek-R1's shape, seed
+    003). The lead's episodes (the ``data`` prompts) may call ``tool`` (``ask(question)``) in
+    their chat template's tool-call format; each call plays a subagent episode with the same
+    policy in a fresh context (its own user message, the question; its own tools and limits)
+    whose final answer comes back to the lead as the call's ``tool`` message. Calls of one turn
+    run concurrently, their turns batched with every other episode's. The lead's and every
+    subagent's sequences are trained on, sharing the lead's reward and group advantage
+    (:mod:`rlinf_algos.lm.agentic.subagents`)::
+
+        algorithm:
+          subagents: {tool: ask, tools: [search], max_turns: 3, max_response_tokens: 256}
+    """
+
+    model_config = _STRICT
+
+    tool: str = Field(
+        "ask",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="the name of the lead's tool that starts a subagent (its one argument: question)",
+    )
+    description: str = Field(
+        ASK_DESCRIPTION,
+        min_length=1,
+        description="the tool's description in the schema the lead's chat template renders (keep it equal "
+        "to the warm start's traces)",
+    )
+    tools: list[str] | None = Field(
+        None,
+        description="the tools (names of the tools section's tools) a subagent may call; null: all of them",
+    )
+    lead_tools: list[str] = Field(
+        default_factory=list,
+        description="tools of the tools section the lead may also call itself; default none (the lead only "
+        "delegates)",
+    )
+    max_calls: int = Field(
+        4, ge=1, description="subagent calls per lead episode; later calls are answered with an error"
+    )
+    max_turns: int = Field(3, ge=1, description="assistant turns a subagent episode may take")
+    max_new_tokens: int | None = Field(
+        None, ge=1, description="sampled ids per subagent turn; null: algorithm.max_new_tokens"
+    )
+    max_response_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="token budget of a subagent episode (sampled and inserted ids after its prompt); null: "
+        "up to the model's context",
+    )
 
 
 class LMGRPOConfig(ConfigSection):
@@ -120,6 +179,11 @@ class LMGRPOConfig(ConfigSection):
         ge=1,
         description="token budget of an episode of a tools run: sampled plus inserted (tool results, turn "
         "markers) ids after the prompt, all turns together; null: up to the model's context",
+    )
+    subagents: SubagentsConfig | None = Field(
+        None,
+        description="a lead agent whose tool plays subagent episodes with the same policy in contexts of "
+        "their own (WideSeek-R1; only with a tools section); null: single-agent episodes",
     )
     share_prefix: bool = Field(
         True,
@@ -655,6 +719,7 @@ def validate_lm_sections(
                 "its reward: add a data section (and a reward section)",
             )
         )
+    problems += _subagent_problems(out.get("algorithm"), out.get("tools"), has("tools"))
     if problems:
         raise ConfigError(problems)
     if "data" in out and "sft" in out and not has("sft"):
@@ -662,6 +727,41 @@ def validate_lm_sections(
     if "data" in out and "reward" not in out:
         out["reward"] = RewardConfig()
     return LMRunConfig(**out)
+
+
+def _subagent_problems(alg: Any, tools: Any, has_tools: bool) -> list[ConfigProblem]:
+    """What is wrong with ``algorithm.subagents`` given the ``tools`` section (the tool names a
+    ToolSet defines are checked when the tools load, :func:`~rlinf_algos.lm.agentic.subagents.lead_setup`)."""
+    sub = getattr(alg, "subagents", None)
+    if sub is None:
+        return []
+    key = "algorithm.subagents"
+    if not has_tools:
+        return [
+            ConfigProblem(
+                key,
+                "subagents search with the run's tools: add a tools section (e.g. tools: [{name: search, "
+                "kwargs: {corpus: docs.jsonl}}])",
+            )
+        ]
+    if tools is None:
+        return []  # the tools section has problems of its own
+    names = [e.name for e in tools.entries]
+    if sub.tool in names:
+        return [
+            ConfigProblem(
+                f"{key}.tool",
+                f"{sub.tool!r} is also a tool of the tools section; name the subagent tool something else",
+            )
+        ]
+    out = []
+    for field_name, value in (("tools", sub.tools or []), ("lead_tools", sub.lead_tools)):
+        for i, name in enumerate(value):
+            if name == sub.tool:
+                out.append(ConfigProblem(f"{key}.{field_name}[{i}]", f"{name!r} is the subagent tool itself"))
+    if sub.tools is not None and not sub.tools:
+        out.append(ConfigProblem(f"{key}.tools", "a subagent needs at least one tool (null: all of them)"))
+    return out
 
 
 def resolved_lm_config(run: LMRunConfig, cluster: Mapping[str, Any] | None = None) -> dict[str, Any]:

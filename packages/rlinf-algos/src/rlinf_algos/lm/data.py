@@ -393,6 +393,34 @@ def load_conversations(
     return out, rows
 
 
+def row_tool_schemas(
+    conv: Conversation, key: str | None, default: Sequence[Mapping[str, Any]] | None
+) -> list[dict[str, Any]] | None:
+    """The tool schemas a conversation is rendered with: its own (the column ``key``, TRL's
+    ``tools`` column) when it has them, else ``default`` (the tools section's).
+
+    Raises:
+        ConfigError: at ``data.tools_key``, naming the row, when the column is not a list of
+            ``{type: function, function: {name, ...}}`` objects.
+    """
+    value = conv.columns.get(key, _MISSING) if key else _MISSING
+    if value is _MISSING or value is None:
+        return [dict(t) for t in default] if default else None
+    ok = isinstance(value, list) and all(
+        isinstance(t, Mapping)
+        and isinstance(t.get("function"), Mapping)
+        and isinstance(t["function"].get("name"), str)
+        for t in value
+    )
+    if not ok:
+        raise ConfigError(
+            f"{conv.source}: {key!r} must be a list of tool schemas ({{type: function, function: {{name, "
+            f"description, parameters}}}}), got {_short(value)}",
+            "data.tools_key",
+        )
+    return [dict(t) for t in value]
+
+
 def check_messages(value: Any, source: str, key: str = "data.messages_key") -> list[dict[str, Any]]:
     """``value`` as a conversation in TRL's format, or a :class:`ConfigError` at ``key`` naming
     ``source`` and the message: a non-empty list of ``{role, content}`` objects; an assistant

@@ -170,15 +170,23 @@ def _source_of(task: Any, problem: Any) -> str:
 def tool_use(t: dict[str, Any]) -> str:
     """A tools run's episode figures (:func:`~rlinf_algos.lm.agents.episode_metrics`) in one
     phrase: success, turns and calls per episode, calls per tool, errors, timeouts, malformed
-    and unknown calls (totals), answer rate."""
+    and unknown calls (totals), answer rate; a lead's, its subagents' calls, turns, tool calls,
+    tool errors and answer rate."""
     per_tool = ", ".join(
         f"{k.split('/', 1)[1]} {v:.2f}" for k, v in sorted(t.items()) if k.startswith("tool_calls/")
+    )
+    subagents = (
+        f"; {t['subagent_calls']:.2f} subagent calls per episode ({t['subagent_turns']:.2f} turns and "
+        f"{t['subagent_tool_calls']:.2f} tool calls each, {int(t['subagent_tool_errors'])} tool errors, answer "
+        f"rate {t['subagent_answer_rate']:.3f})"
+        if "subagent_calls" in t
+        else ""
     )
     return (
         f"success {t.get('success', 0.0):.3f}, {t['turns']:.2f} turns and {t['tool_calls']:.2f} tool calls "
         f"per episode ({per_tool or 'none'}), {int(t['tool_errors'])} errors, {int(t['tool_timeouts'])} "
         f"timeouts, {int(t['tool_malformed'])} malformed, {int(t['tool_unknown'])} unknown, answer rate "
-        f"{t['answer_rate']:.3f}"
+        f"{t['answer_rate']:.3f}{subagents}"
     )
 
 

@@ -209,11 +209,19 @@ def read_texts(
     tokenizer. A conversation (``data.messages_key``) gives ``(its rendering, "")``: the text
     a :func:`~rlinf_algos.lm.tokens.bpe_tokenizer`'s template writes for it with ``schemas``."""
     if cfg.messages_key:
-        from rlinf_algos.lm.data import load_conversations
+        from rlinf_algos.lm.data import load_conversations, row_tool_schemas
         from rlinf_algos.lm.tokens import chatml_text
 
         convs, _ = load_conversations(cfg, split, cfg.messages_key)
-        return [(t, "") for t in chatml_text([c.messages for c in convs], schemas)]
+        groups: dict[str, tuple[Any, list[int]]] = {}  # rendered per set of tool schemas, in row order
+        for i, c in enumerate(convs):
+            own = row_tool_schemas(c, cfg.tools_key, schemas)
+            groups.setdefault(json.dumps(own, sort_keys=True), (own, []))[1].append(i)
+        texts = [""] * len(convs)
+        for own, idx in groups.values():
+            for i, text in zip(idx, chatml_text([convs[i].messages for i in idx], own), strict=True):
+                texts[i] = text
+        return [(t, "") for t in texts]
     ds = load_dataset(_reading_config(cfg, plain=True), split)
     return [(s.prompt_text, _response_of(cfg, s)) for s in ds]
 
@@ -236,12 +244,20 @@ def load_examples(
     """
     too_long = f"longer than train.max_length={max_length} tokens"
     if cfg.messages_key:
-        from rlinf_algos.lm.data import load_conversations
+        from rlinf_algos.lm.data import load_conversations, row_tool_schemas
 
-        chat = _chat_format(hf_tokenizer, schemas)
+        chats: dict[str, Any] = {}  # one chat format per set of tool schemas
+
+        def chat_of(c: Any) -> Any:
+            own = row_tool_schemas(c, cfg.tools_key, schemas)
+            key = json.dumps(own, sort_keys=True)
+            if key not in chats:
+                chats[key] = _chat_format(hf_tokenizer, own)
+            return chats[key]
+
         convs, rows = load_conversations(cfg, split, cfg.messages_key)
         out = ExampleSet([], split, rows=rows)
-        encoded = [(conversation_example(chat, c.messages, c.source), c.source) for c in convs]
+        encoded = [(conversation_example(chat_of(c), c.messages, c.source), c.source) for c in convs]
     else:
         ds = load_dataset(_reading_config(cfg, plain=False), split, hf_tokenizer)
         out = ExampleSet([], split, rows=ds.rows, filtered=ds.filtered)

@@ -68,9 +68,17 @@ class LMRun(FlowRun):
         tools = getattr(self.config_run, "tools", None)
         if tools is None:
             return ()
+        sub = self.config_run.algorithm.subagents
+        lead = (f"tool_calls/{sub.tool}",) if sub is not None else ()
+        subagents = (
+            "subagent_calls", "subagent_turns", "subagent_tool_calls",
+            *(f"subagent_tool_calls/{n}" for n in (sub.tools or [e.name for e in tools.root])),
+            "subagent_answer_rate", "subagent_tool_errors",
+        ) if sub is not None else ()  # fmt: skip
         return (
-            "turns", "answer_rate", "tool_calls", *(f"tool_calls/{e.name}" for e in tools.root),
+            "turns", "answer_rate", "tool_calls", *(f"tool_calls/{e.name}" for e in tools.root), *lead,
             "tool_errors", "tool_timeouts", "tool_malformed", "tool_unknown", "tool_latency_mean_s", "success",
+            *subagents,
         )  # fmt: skip
 
     # -- what the in-process and placed runs give ------------------------------------------------

@@ -45,6 +45,14 @@ class SFTDataConfig(DataConfig):
         "assistant turn is trained on, the rest is context rendered by the chat template with the tools "
         "section's schemas (prompt_key and response_key are not read); null: prompt-response rows",
     )
+    tools_key: str | None = Field(
+        None,
+        min_length=1,
+        description="with messages_key: the column of each conversation's own tool schemas (TRL's tools "
+        "column: a list of {type: function, function: {name, description, parameters}}); a row that has it "
+        "is rendered with those instead of the tools section's (a lead's and its subagents' traces in one "
+        "data set); null: every conversation gets the tools section's",
+    )
     append_eos: bool = Field(
         True,
         description="end every response with the tokenizer's eos token (not twice when it already ends "
@@ -196,6 +204,13 @@ def load_sft_config(data: Mapping[str, Any]) -> SFTRunConfig:
                 "tools",
                 "tool schemas are rendered for conversations: set data.messages_key (e.g. messages) to the "
                 "column of TRL-format conversations, or remove the tools section",
+            )
+        )
+    if data_cfg is not None and data_cfg.tools_key and not data_cfg.messages_key:
+        problems.append(
+            ConfigProblem(
+                "data.tools_key",
+                "per-row tool schemas go with conversations: set data.messages_key (e.g. messages) too",
             )
         )
     if data_cfg is not None and data_cfg.messages_key and data_cfg.apply_chat_template is False:

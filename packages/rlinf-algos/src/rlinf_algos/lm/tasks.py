@@ -307,6 +307,7 @@ class ToolTask(DatasetTask):
         self.hf_tokenizer = hf_tokenizer
         self._toolbox = tools
         self._chat: Any = None
+        self._subagents: Any = None
         self._messages: dict[SampleRef, list[dict[str, Any]]] = {}
 
     @property
@@ -320,15 +321,43 @@ class ToolTask(DatasetTask):
 
     @property
     def chat(self) -> Any:
-        """The :class:`~rlinf_algos.lm.agentic.ChatFormat` of the model's template and the tools."""
+        """The :class:`~rlinf_algos.lm.agentic.ChatFormat` of the model's template and the tools
+        (the lead's: its subagent tool and ``lead_tools``, with ``algorithm.subagents``)."""
         if self._chat is None:
             from rlinf_algos.lm.agentic import ChatFormat
             from rlinf_algos.tools import load_run_tools
 
             box = self._toolbox if hasattr(self._toolbox, "schemas") else None
             schemas = (box or load_run_tools(self.run.tools.entries)).schemas
+            sub = self.run.algorithm.subagents
+            if sub is not None:
+                from rlinf_algos.lm.agentic.subagents import lead_setup
+                from rlinf_algos.lm.folder import context_length
+
+                schemas, self._subagents = lead_setup(
+                    self.hf_tokenizer,
+                    schemas,
+                    sub,
+                    max_new_tokens=self.max_new_tokens(),
+                    max_context=context_length(self.run.model),
+                )
             self._chat = ChatFormat(self.hf_tokenizer, schemas)
         return self._chat
+
+    @property
+    def subagents(self) -> Any:
+        """The :class:`~rlinf_algos.lm.agentic.subagents.SubagentSetup` of ``algorithm.subagents``
+        (``None`` without): the lead's episodes call subagents."""
+        if self.run.algorithm.subagents is None:
+            return None
+        self.chat  # noqa: B018 - built with the chat format
+        return self._subagents
+
+    def episode_tools(self, provider: Any) -> Any:
+        """Where an episode's calls go, given where the run's tools run (``provider``): there,
+        or for a lead the subagent tool over them (:class:`~rlinf_algos.lm.agentic.subagents.LeadTools`)."""
+        sub = self.subagents
+        return provider if sub is None else sub.lead(provider)
 
     def messages(self, problem: SampleRef) -> list[dict[str, Any]]:
         """The chat messages an episode of ``problem`` starts from."""

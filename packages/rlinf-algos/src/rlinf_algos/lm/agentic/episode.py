@@ -14,6 +14,12 @@ token (ChatML's ``\\n`` after ``<|im_end|>``): only those inserted characters ar
 trained sequence is ``prompt + sampled_1 + inserted_1 + sampled_2 + ...`` exactly, the context of
 turn ``k`` is that sequence's prefix, and the loss mask is 1 on sampled ids only.
 
+**Batches.** Episodes are played concurrently, each at its own pace; a batch is one ``generate``
+call for every episode ready to sample, sent when none is between turns (:class:`_Batcher`).
+Without subagents these are the lock-step turns (turn ``k`` of every episode still running). A
+tool may play episodes of its own in the same batches (:class:`EpisodeSlot`: a lead's subagents,
+:mod:`~rlinf_algos.lm.agentic.subagents`); an episode waiting on them holds no batch back.
+
 An episode stops on a turn without a tool call (``answer``), after ``max_turns`` turns (``max_turns``:
 the last turn's calls are not run), when the response (sampled plus inserted ids) would pass
 ``max_response_tokens`` (``budget``), or on a turn cut by ``max_new_tokens`` without a call
@@ -23,8 +29,9 @@ the last turn's calls are not run), when the response (sampled plus inserted ids
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -36,6 +43,7 @@ __all__ = [
     "ChatFormat",
     "Episode",
     "EpisodeConfig",
+    "EpisodeSlot",
     "EpisodeToolCalls",
     "GenerateFn",
     "ToolProvider",
@@ -293,6 +301,10 @@ class Episode:
         stop: ``answer``, ``max_turns``, ``budget`` or ``length``.
         results: every tool result, in order.
         stats: this episode's tool counters.
+        subagents: the episodes its subagent tool played, in call order (each in a context of its
+            own: :mod:`~rlinf_algos.lm.agentic.subagents`).
+        key: where it was played: ``(e,)`` for the ``e``-th episode of :func:`run_episodes`,
+            ``(e, j)`` for its ``j``-th subagent.
     """
 
     prompt_ids: list[int]
@@ -304,6 +316,8 @@ class Episode:
     stop: str = ""
     results: list[ToolResult] = field(default_factory=list)
     stats: ToolStats = field(default_factory=ToolStats)
+    subagents: list[Episode] = field(default_factory=list)
+    key: tuple[int, ...] = ()
 
     @property
     def sequence(self) -> list[int]:
@@ -357,6 +371,17 @@ class _State:
     done: bool = False
 
 
+def _start(
+    conversation: Sequence[Mapping[str, Any]], tools: EpisodeToolCalls, chat: ChatFormat, cfg: EpisodeConfig
+) -> _State:
+    history = [dict(m) for m in conversation]
+    ep = Episode(prompt_ids=chat.prompt_ids(history), messages=list(history))
+    state = _State(ep, history, tools, cfg.budget(len(ep.prompt_ids)))
+    if state.budget < 1:  # the prompt alone fills the context
+        state.done, ep.stop = True, "budget"
+    return state
+
+
 async def _run_calls(tools: EpisodeToolCalls, calls: Sequence[ToolCall]) -> list[ToolResult]:
     async def one(call: ToolCall) -> ToolResult:
         if call.error is not None:
@@ -364,6 +389,208 @@ async def _run_calls(tools: EpisodeToolCalls, calls: Sequence[ToolCall]) -> list
         return await tools.call(call.name, call.arguments)
 
     return list(await asyncio.gather(*(one(c) for c in calls)))
+
+
+class _Batcher:
+    """One ``generate`` call for the turns of every episode ready to sample.
+
+    Every episode being played (a lead's, a subagent's) has a key (a tuple: ``(e,)`` for the
+    ``e``-th episode of :func:`run_episodes`, ``(e, j)`` for its ``j``-th subagent) and is in one
+    of three states: ``running`` (between turns: parsing, calling tools), ``pending`` (its
+    context is waiting for a sample) or ``waiting`` (on subagent episodes it started). A batch
+    goes out when no episode is running and some are pending: all of them, in key order, so the
+    batches (and the sampler's draws) do not depend on how long the tools took. An episode
+    waiting on subagents never holds a batch back (no deadlock when every lead waits); one in a
+    tool call does (each call has its own timeout), so without subagents the batches are the
+    lock-step turns: turn ``k`` of every episode still running.
+    """
+
+    def __init__(self, generate: GenerateFn, stop_ids: Sequence[int]) -> None:
+        self.generate = generate
+        self.stop_ids = list(stop_ids)
+        self.calls = 0
+        """``generate`` calls made."""
+        self._state: dict[tuple[int, ...], str] = {}
+        self._waits: dict[tuple[int, ...], int] = {}
+        self._requests: dict[tuple[int, ...], tuple[list[int], int, asyncio.Future[list[int]]]] = {}
+        self._changed = asyncio.Event()
+
+    def join(self, key: tuple[int, ...]) -> None:
+        if key in self._state:
+            raise RlinfError(f"episode {key} is already being played")
+        self._state[key] = "running"
+
+    def leave(self, key: tuple[int, ...]) -> None:
+        self._state.pop(key, None)
+        self._changed.set()
+
+    async def sample(self, key: tuple[int, ...], context: list[int], cap: int) -> list[int]:
+        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        self._requests[key] = (context, cap, future)
+        self._state[key] = "pending"
+        self._changed.set()
+        return await future
+
+    @contextlib.contextmanager
+    def waiting(self, key: tuple[int, ...]) -> Iterator[None]:
+        """``key`` waits on episodes it started (they joined before): it holds no batch back."""
+        self._waits[key] = self._waits.get(key, 0) + 1
+        self._state[key] = "waiting"
+        self._changed.set()
+        try:
+            yield
+        finally:
+            self._waits[key] -= 1
+            if not self._waits[key]:
+                del self._waits[key]
+                if key in self._state:
+                    self._state[key] = "running"
+            self._changed.set()
+
+    def _ready(self) -> bool:
+        states = set(self._state.values())
+        if "running" in states:
+            return False
+        if "pending" not in states and states:
+            waiting = sorted(self._state)
+            raise RlinfError(
+                f"episodes {waiting} all wait on subagents that are not being played (an internal error: "
+                "a subagent episode must join before its lead waits)"
+            )
+        return "pending" in states
+
+    async def serve(self) -> None:
+        """Send batches until every episode has ended."""
+        while self._state:
+            await self._changed.wait()
+            self._changed.clear()
+            if not self._ready():
+                continue
+            for _ in range(2):  # episodes woken in this pass (a lead's other calls) join first
+                await asyncio.sleep(0)
+            if self._ready():
+                await self._flush()
+
+    async def _flush(self) -> None:
+        keys = sorted(k for k, s in self._state.items() if s == "pending")
+        reqs = [self._requests.pop(k) for k in keys]
+        for k in keys:
+            self._state[k] = "running"
+        self.calls += 1
+        try:
+            out = self.generate([r[0] for r in reqs], max(r[1] for r in reqs), self.stop_ids)
+            if inspect.isawaitable(out):
+                out = await out
+            if not isinstance(out, list | tuple) or len(out) != len(reqs):
+                raise RlinfError(
+                    f"generate returned {type(out).__name__} of length "
+                    f"{len(out) if hasattr(out, '__len__') else '?'} for {len(reqs)} contexts; it must "
+                    "return one list of token ids per context"
+                )
+        except BaseException as err:
+            for _, _, future in reqs:
+                if future.done():
+                    continue
+                if isinstance(err, Exception):
+                    future.set_exception(err)
+                else:
+                    future.cancel()
+            raise
+        for (_, _, future), sampled in zip(reqs, out, strict=True):
+            if not future.done():
+                future.set_result(list(sampled))
+
+
+class EpisodeSlot:
+    """Where one episode is being played: what a tool that plays episodes of its own (a
+    subagent, :mod:`~rlinf_algos.lm.agentic.subagents`) is handed through its optional
+    ``bind(slot)`` method, to start them in the same batches."""
+
+    def __init__(self, batcher: _Batcher, key: tuple[int, ...], episode: Episode) -> None:
+        self._batcher, self.key, self.episode = batcher, key, episode
+
+    async def spawn(
+        self,
+        conversation: Sequence[Mapping[str, Any]],
+        *,
+        index: int,
+        tools: EpisodeToolCalls,
+        chat: ChatFormat,
+        config: EpisodeConfig,
+    ) -> Episode:
+        """Play a child episode (key ``slot.key + (index,)``) from ``conversation``, its turns
+        sampled in the batches of every other episode; this episode waits meanwhile. The child
+        is added to :attr:`Episode.subagents` (in index order) and returned."""
+        state = _start(conversation, tools, chat, config)
+        key = (*self.key, int(index))
+        state.episode.key = key
+        self._batcher.join(key)  # before this episode waits: the batcher never sees neither
+        with self._batcher.waiting(self.key):
+            child = await _play(state, chat, config, self._batcher, key)
+        self.episode.subagents.append(child)
+        self.episode.subagents.sort(key=lambda c: c.key)
+        return child
+
+
+async def _play(
+    s: _State, chat: ChatFormat, cfg: EpisodeConfig, batcher: _Batcher, key: tuple[int, ...]
+) -> Episode:
+    """Play one episode to its end, its turns sampled through ``batcher`` (it has joined)."""
+    ep = s.episode
+    stops = set(cfg.stop_ids) if cfg.stop_ids is not None else set(chat.stop_ids)
+    try:
+        bind = getattr(s.tools, "bind", None)
+        if bind is not None:
+            bind(EpisodeSlot(batcher, key, ep))
+        while not s.done:
+            cap = min(cfg.max_new_tokens, s.budget - len(ep.response_ids))
+            sampled = await batcher.sample(key, ep.sequence, cap)
+            ids = [int(i) for i in list(sampled)[:cap]]
+            cut = next((k for k, i in enumerate(ids) if i in stops), None)
+            if cut is not None:
+                ids = ids[: cut + 1]
+            stopped_with = ids[-1] if ids and ids[-1] in stops else None
+            ep._add("sampled", ids)
+            ep.turns += 1
+            text = chat.decode(ids[:-1] if stopped_with is not None else ids)
+            assistant = {"role": "assistant", "content": text}
+            ep.messages.append(assistant)
+            calls = parse_tool_calls(text)
+            if not calls:
+                s.done, ep.stop = True, ("answer" if stopped_with is not None else "length")
+                break
+            if ep.turns >= cfg.max_turns:
+                s.done, ep.stop = True, "max_turns"
+                break
+            if len(ep.response_ids) >= s.budget:
+                s.done, ep.stop = True, "budget"
+                break
+            res = await _run_calls(s.tools, calls)
+            ep.results.extend(res)
+            tool_msgs = [{"role": "tool", "name": r.name, "content": r.text} for r in res]
+            ins = chat.insertion_ids(s.history, assistant, tool_msgs, stopped_with=stopped_with)
+            s.history.extend([assistant, *tool_msgs])
+            ep.messages.extend(tool_msgs)
+            if len(ep.response_ids) + len(ins) >= s.budget:
+                s.done, ep.stop = True, "budget"
+                break
+            ep._add("inserted", ins)
+    finally:
+        batcher.leave(key)
+    ep.stats = s.tools.stats
+    return ep
+
+
+async def _together(coros: Sequence[Awaitable[Any]]) -> list[Any]:
+    """Run ``coros`` concurrently; the first to raise cancels the others."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 async def run_episodes(
@@ -374,8 +601,9 @@ async def run_episodes(
     chat: ChatFormat,
     config: EpisodeConfig | None = None,
 ) -> list[Episode]:
-    """Play one episode per conversation, in lock step: one ``generate`` call per turn for all
-    episodes still running, their tool calls run concurrently.
+    """Play one episode per conversation, concurrently: each batch is one ``generate`` call for
+    every episode ready to sample (see :class:`_Batcher`; without subagents, turn ``k`` of every
+    episode still running), their tool calls run concurrently.
 
     Raises:
         RlinfError: ``generate`` returned something else than one list of ids per context, or
@@ -384,64 +612,12 @@ async def run_episodes(
     """
     cfg = config or EpisodeConfig()
     stop_ids = list(cfg.stop_ids) if cfg.stop_ids is not None else list(chat.stop_ids)
-    stops = set(stop_ids)
-    states = []
-    for conv in conversations:
-        history = [dict(m) for m in conv]
-        ep = Episode(prompt_ids=chat.prompt_ids(history), messages=list(history))
-        state = _State(ep, history, toolbox.episode(), cfg.budget(len(ep.prompt_ids)))
-        if state.budget < 1:  # the prompt alone fills the context
-            state.done, ep.stop = True, "budget"
-        states.append(state)
-    while True:
-        active = [s for s in states if not s.done]
-        if not active:
-            break
-        caps = [min(cfg.max_new_tokens, s.budget - len(s.episode.response_ids)) for s in active]
-        out = generate([s.episode.sequence for s in active], max(caps), stop_ids)
-        if inspect.isawaitable(out):
-            out = await out
-        if not isinstance(out, list | tuple) or len(out) != len(active):
-            raise RlinfError(
-                f"generate returned {type(out).__name__} of length {len(out) if hasattr(out, '__len__') else '?'} "
-                f"for {len(active)} contexts; it must return one list of token ids per context"
-            )
-        pending: list[tuple[_State, dict[str, Any], list[ToolCall], int | None]] = []
-        for s, sampled, cap in zip(active, out, caps, strict=True):
-            ids = [int(i) for i in list(sampled)[:cap]]
-            cut = next((k for k, i in enumerate(ids) if i in stops), None)
-            if cut is not None:
-                ids = ids[: cut + 1]
-            stopped_with = ids[-1] if ids and ids[-1] in stops else None
-            ep = s.episode
-            ep._add("sampled", ids)
-            ep.turns += 1
-            text = chat.decode(ids[:-1] if stopped_with is not None else ids)
-            assistant = {"role": "assistant", "content": text}
-            ep.messages.append(assistant)
-            calls = parse_tool_calls(text)
-            if not calls:
-                s.done, ep.stop = True, ("answer" if stopped_with is not None else "length")
-            elif ep.turns >= cfg.max_turns:
-                s.done, ep.stop = True, "max_turns"
-            elif len(ep.response_ids) >= s.budget:
-                s.done, ep.stop = True, "budget"
-            else:
-                pending.append((s, assistant, calls, stopped_with))
-        results = await asyncio.gather(*(_run_calls(s.tools, calls) for s, _, calls, _ in pending))
-        for (s, assistant, _, stopped_with), res in zip(pending, results, strict=True):
-            ep = s.episode
-            ep.results.extend(res)
-            tool_msgs = [{"role": "tool", "name": r.name, "content": r.text} for r in res]
-            ins = chat.insertion_ids(s.history, assistant, tool_msgs, stopped_with=stopped_with)
-            s.history.extend([assistant, *tool_msgs])
-            ep.messages.extend(tool_msgs)
-            if len(ep.response_ids) + len(ins) >= s.budget:
-                s.done, ep.stop = True, "budget"
-                continue
-            ep._add("inserted", ins)
-    for s in states:
-        s.episode.stats = s.tools.stats
+    batcher = _Batcher(generate, stop_ids)
+    states = [_start(conv, toolbox.episode(), chat, cfg) for conv in conversations]
+    for i, s in enumerate(states):
+        s.episode.key = (i,)
+        batcher.join((i,))
+    await _together([batcher.serve(), *(_play(s, chat, cfg, batcher, (i,)) for i, s in enumerate(states))])
     return [s.episode for s in states]
 
 
