@@ -87,12 +87,12 @@ def held_out(policy: Path, data: Path, out: Path, seed: int = 10_000) -> dict[st
     return json.loads(out.read_text())
 
 
-def one_seed(
-    seed: int, work: Path, sft_steps: int | None = None, grpo_s: float | None = None
-) -> dict[str, Any]:
-    """Warm start, its held-out success, GRPO, the held-out success after: one row."""
-    data = make_data(work)
-    sft_dir, grpo_dir = work / f"sft-{seed}", work / f"grpo-{seed}"
+def warm_start(seed: int, work: Path, sft_steps: int | None = None) -> tuple[Path, float]:
+    """``rlinf sft`` of sft.yaml with ``runner.seed=seed`` into ``work/sft-SEED`` (reused when a
+    previous run left its policy there): the policy folder and the seconds it took."""
+    data, sft_dir = make_data(work), work / f"sft-{seed}"
+    if (sft_dir / "policy" / "config.json").is_file():
+        return sft_dir / "policy", 0.0
     # train.eval_generate=0: the held-out success below is the warm start's figure; sft.yaml's
     # turn-by-turn greedy check of 200 conversations, before and after, only costs time here
     sft_args = ["sft", str(EXAMPLE / "sft.yaml"), f"runner.seed={seed}", "train.eval_generate=0"]
@@ -102,12 +102,34 @@ def one_seed(
         work / f"sft-{seed}.log",
         ["rlinf", *sft_args],
     )
-    before = held_out(sft_dir / "policy", data, work / f"sft-{seed}-heldout.json")
+    return sft_dir / "policy", sft_s
+
+
+def one_seed(
+    seed: int,
+    work: Path,
+    sft_steps: int | None = None,
+    grpo_s: float | None = None,
+    warm_seed: int | None = None,
+) -> dict[str, Any]:
+    """Warm start (``runner.seed=warm_seed``, default ``seed``; one warm start serves every seed
+    that names it), its held-out success, GRPO with ``runner.seed=seed``, the held-out success
+    after: one row."""
+    data = make_data(work)
+    grpo_dir = work / f"grpo-{seed}"
+    warm_seed = seed if warm_seed is None else warm_seed
+    policy, sft_s = warm_start(warm_seed, work, sft_steps)
+    heldout_before = work / f"sft-{warm_seed}-heldout.json"
+    before = (
+        json.loads(heldout_before.read_text())
+        if heldout_before.is_file()
+        else held_out(policy, data, heldout_before)
+    )
     grpo_args = ["train", str(EXAMPLE / "grpo.yaml"), "runner.scheduler=local", f"runner.seed={seed}"]
     grpo_args += [f"runner.time_limit_s={grpo_s}"] if grpo_s else []
     load0 = os.getloadavg()[0]
     grpo_wall = _run(
-        [_bin("rlinf"), *grpo_args, f"model.path={sft_dir / 'policy'}", *data_overrides(data, sft=False),
+        [_bin("rlinf"), *grpo_args, f"model.path={policy}", *data_overrides(data, sft=False),
          "--run-dir", str(grpo_dir), "--quiet"],
         work / f"grpo-{seed}.log",
         ["rlinf", *grpo_args],
@@ -118,6 +140,7 @@ def one_seed(
     gain = 100 * (after["accuracy"] - before["accuracy"])
     row = {
         "seed": seed,
+        "warm start seed": warm_seed,
         "warm start success": round(before["accuracy"], 3),
         "after GRPO success": round(after["accuracy"], 3),
         "gain points": round(gain, 1),
@@ -127,7 +150,7 @@ def one_seed(
         ),
         "per data_source after": {k: round(v["accuracy"], 3) for k, v in after["per_data_source"].items()},
         "iterations": summary.get("iterations"),
-        "sft wall s": round(sft_s, 1),
+        "sft wall s (0: shared, trained for an earlier row)": round(sft_s, 1),
         "grpo wall s": round(grpo_wall, 1),
         "load average during GRPO (start, end)": f"{load0:.1f}, {load1:.1f}",
     }
@@ -148,6 +171,12 @@ def main() -> None:
     ap.add_argument(
         "--grpo-s", type=float, default=None, help="runner.time_limit_s of GRPO (default grpo.yaml's)"
     )
+    ap.add_argument(
+        "--warm-seed",
+        type=int,
+        default=None,
+        help="one warm start (rlinf sft with this runner.seed) for every GRPO seed (default: one per seed)",
+    )
     ap.add_argument("--keep", type=Path, default=None, help="keep the run directories here")
     ap.add_argument("--json", type=Path, default=None, help="write the record here")
     args = ap.parse_args()
@@ -156,7 +185,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rlinf-search-agent-") as tmp:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        rows = [one_seed(s, work, args.sft_steps, args.grpo_s) for s in seeds]
+        rows = [one_seed(s, work, args.sft_steps, args.grpo_s, args.warm_seed) for s in seeds]
     gains = [r["gain points"] for r in rows]
     spread = f" +- {statistics.stdev(gains):.1f}" if len(gains) > 1 else ""
     print(

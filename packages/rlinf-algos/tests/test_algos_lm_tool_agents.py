@@ -208,6 +208,14 @@ def test_rlinf_sft_on_conversations(world_dir: Path, tmp_path: Path) -> None:
         ep = chat.encode_conversation(row["messages"])
         assert ex.ids == ep.sequence and ex.mask == [0] * len(ep.prompt_ids) + ep.loss_mask
         assert len(ex.turns) == (2 if row["slip"] else 3)
+    # assistant_only_loss: false (TRL's assistant_only_loss=False): every token after the first
+    everything = load_sft_config({**cfg, "data": {**cfg["data"], "assistant_only_loss": False}})
+    all_tokens = load_examples(
+        everything.data, "train", LMTokenizer.from_folder(folder), hf_tok, 512, schemas
+    )
+    for ex, only in zip(all_tokens.examples, examples.examples, strict=True):
+        assert ex.ids == only.ids and ex.turns == only.turns
+        assert ex.mask == [0] + [1] * (len(ex.ids) - 1) and sum(only.mask) < sum(ex.mask)
     # the configuration and the data are checked, with their YAML paths and rows
     bad = {**cfg, "data": {**cfg["data"], "messages_key": None}}
     with pytest.raises(ConfigError, match=r"tools: tool schemas are rendered for conversations"):

@@ -257,7 +257,10 @@ def load_examples(
 
         convs, rows = load_conversations(cfg, split, cfg.messages_key)
         out = ExampleSet([], split, rows=rows)
-        encoded = [(conversation_example(chat_of(c), c.messages, c.source), c.source) for c in convs]
+        encoded = [
+            (conversation_example(chat_of(c), c.messages, c.source, cfg.assistant_only_loss), c.source)
+            for c in convs
+        ]
     else:
         ds = load_dataset(_reading_config(cfg, plain=False), split, hf_tokenizer)
         out = ExampleSet([], split, rows=ds.rows, filtered=ds.filtered)
@@ -300,11 +303,14 @@ def _chat_format(hf_tokenizer: Any, schemas: Sequence[dict[str, Any]] | None) ->
         ) from None
 
 
-def conversation_example(chat: Any, messages: Sequence[Mapping[str, Any]], source: str) -> Example:
+def conversation_example(
+    chat: Any, messages: Sequence[Mapping[str, Any]], source: str, assistant_only: bool = True
+) -> Example:
     """One conversation as a training example, token for token the layout of a played episode
     (:meth:`~rlinf_algos.lm.agentic.ChatFormat.encode_conversation`): the prompt, then each
     assistant turn (trained: mask 1, through its end-of-turn token) and what the template inserts
-    between turns (tool results, turn markers: mask 0)."""
+    between turns (tool results, turn markers: mask 0; 1 like every token after the first when
+    not ``assistant_only``)."""
     from rlinf_core.errors import RlinfError
 
     try:
@@ -314,7 +320,8 @@ def conversation_example(chat: Any, messages: Sequence[Mapping[str, Any]], sourc
     plen = len(ep.prompt_ids)
     turns = [(plen + s, plen + e) for kind, s, e in ep.segments if kind == "sampled"]
     texts = [chat.decode(ep.sequence[s:e]) for s, e in turns]
-    return Example(ep.sequence, [0] * plen + ep.loss_mask, source, "\n".join(texts), plen, turns)
+    mask = [0] * plen + ep.loss_mask if assistant_only else [0] + [1] * (len(ep.sequence) - 1)
+    return Example(ep.sequence, mask, source, "\n".join(texts), plen, turns)
 
 
 # -- maths ---------------------------------------------------------------------------------------

@@ -53,6 +53,13 @@ class SFTDataConfig(DataConfig):
         "is rendered with those instead of the tools section's (a lead's and its subagents' traces in one "
         "data set); null: every conversation gets the tools section's",
     )
+    assistant_only_loss: bool = Field(
+        True,
+        description="with data.messages_key: train on the assistant turns only (the tokens a played "
+        "episode samples); false: on every token of the conversation after its first (system prompt, "
+        "questions and tool results too, TRL's SFTConfig(assistant_only_loss=False)): more to learn "
+        "from per conversation for a model built from scratch",
+    )
     append_eos: bool = Field(
         True,
         description="end every response with the tokenizer's eos token (not twice when it already ends "

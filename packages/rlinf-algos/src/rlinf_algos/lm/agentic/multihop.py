@@ -57,30 +57,12 @@ __all__ = [
 DATA_SOURCES = {"birth": "rlinf/multihop_birth_city", "country": "rlinf/multihop_country"}
 """The ``data_source`` of each question kind (``rlinf eval`` reports per data source)."""
 
-_ONSETS = (
-    "b",
-    "d",
-    "f",
-    "g",
-    "h",
-    "k",
-    "l",
-    "m",
-    "n",
-    "p",
-    "r",
-    "s",
-    "t",
-    "v",
-    "z",
-    "br",
-    "dr",
-    "gr",
-    "st",
-    "tr",
-)
-_VOWELS = ("a", "e", "i", "o", "u", "ai", "ei", "ou")
-_CODAS = ("", "", "n", "r", "l", "s", "x", "m")
+_SYLLABLES = tuple(c + v for c in "bdfgklmnprstvz" for v in "aeiou")
+"""The 70 syllables every name is built from (two syllables and a suffix; a person, two such
+words): few enough that each is frequent in the training traces, so a tokenizer trained on them
+spells a name in about three pieces, the same wherever the name stands after a space, while the
+held-out questions' names are new combinations. A search agent copies names from the question
+and the documents into its queries and its answer, piece for piece."""
 _COMPANY_SUFFIXES = ("ix", "ora", "tek", "ium", "ano", "ex")
 _CITY_SUFFIXES = ("ford", "heim", "grad", "mouth", "ton", "vik")
 _COUNTRY_SUFFIXES = ("ia", "land", "stan", "ria")
@@ -158,15 +140,16 @@ class World:
     dropped: dict[str, int] = field(default_factory=dict)
 
 
-def _namer(rng: random.Random, used: set[str]) -> Callable[[int, int, Sequence[str]], str]:
-    def name(lo: int, hi: int, suffixes: Sequence[str] = ("",)) -> str:
+def _namer(rng: random.Random, used: set[str]) -> Callable[..., str]:
+    def word(syllables: int, suffixes: Sequence[str]) -> str:
+        return ("".join(rng.choice(_SYLLABLES) for _ in range(syllables)) + rng.choice(suffixes)).capitalize()
+
+    def name(syllables: int, suffixes: Sequence[str] = ("",), words: int = 1) -> str:
         for _ in range(10_000):
-            n = rng.randint(lo, hi)
-            word = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(n))
-            word = (word + rng.choice(list(suffixes))).capitalize()
-            if word.casefold() not in used and len(word) <= 14:
-                used.add(word.casefold())
-                return word
+            full = " ".join(word(syllables, suffixes) for _ in range(words))
+            if full.casefold() not in used:
+                used.add(full.casefold())
+                return full
         raise RuntimeError("ran out of fresh names; lower the world's sizes")
 
     return name
@@ -182,9 +165,9 @@ def answer_matches(response: str, answer: str) -> bool:
 
 def make_world(
     seed: int = 0,
-    companies: int = 1500,
+    companies: int = 4000,
     heldout_companies: int = 100,
-    cities: int = 600,
+    cities: int = 1200,
     heldout_cities: int = 60,
     countries: int = 16,
     top_k: int = 3,
@@ -202,7 +185,7 @@ def make_world(
     rng = random.Random(f"rlinf-multihop:{seed}")
     used: set[str] = set()
     name = _namer(rng, used)
-    country_names = [name(2, 2, _COUNTRY_SUFFIXES) for _ in range(countries)]
+    country_names = [name(2, _COUNTRY_SUFFIXES) for _ in range(countries)]
     docs: list[dict[str, str]] = []
     facts: dict[str, dict[str, str]] = {}  # entity -> its facts
 
@@ -214,7 +197,7 @@ def make_world(
     def make_cities(n: int) -> list[str]:
         out = []
         for _ in range(n):
-            city, country = name(1, 2, _CITY_SUFFIXES), rng.choice(country_names)
+            city, country = name(2, _CITY_SUFFIXES), rng.choice(country_names)
             facts[city] = {"country": country, "doc": add_doc(_CITY_DOC.format(city=city, country=country))}
             out.append(city)
         return out
@@ -222,8 +205,8 @@ def make_world(
     def make_companies(n: int, city_pool: list[str]) -> list[str]:
         out = []
         for _ in range(n):
-            company = name(2, 3, _COMPANY_SUFFIXES)
-            person = f"{name(1, 2)} {name(2, 2)}"
+            company = name(2, _COMPANY_SUFFIXES)
+            person = name(2, words=2)  # a first name and a surname, each may recur
             hq, birth = rng.sample(city_pool, 2)
             job = rng.choice(_JOBS)
             p_doc = add_doc(rng.choice(_PERSON_DOCS).format(p=person, job=job, city=birth))
