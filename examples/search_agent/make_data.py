@@ -40,16 +40,19 @@ def main() -> None:
         "--slip", type=float, default=0.5, help="how often the teacher answers after one search"
     )
     parser.add_argument("--top-k", type=int, default=3, help="passages per search (the tool's top_k)")
+    parser.add_argument("--companies", type=int, default=4000, help="training companies (two questions each)")
+    parser.add_argument("--cities", type=int, default=1200, help="cities of the training companies")
     parser.add_argument(
         "--wideseek",
         action="store_true",
         help="also write the lead-and-subagents traces (wideseek_sft_*.jsonl)",
     )
     args = parser.parse_args()
-    counts = write_dataset(args.out, seed=args.seed, slip=args.slip, top_k=args.top_k)
-    print(json.dumps(counts))
+    world = {"seed": args.seed, "slip": args.slip, "top_k": args.top_k}
+    sizes = {"companies": args.companies, "cities": args.cities}
+    print(json.dumps(write_dataset(args.out, **world, **sizes)))
     if args.wideseek:  # the same world, played by a lead and its subagents (wideseek_sft.yaml)
-        print(json.dumps(write_wideseek(args.out, seed=args.seed, slip=args.slip, top_k=args.top_k)))
+        print(json.dumps(write_wideseek(args.out, **world, **sizes)))
     print(f"wrote {args.out}")
 
 
