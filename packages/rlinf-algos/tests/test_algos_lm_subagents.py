@@ -413,3 +413,39 @@ def test_a_warm_policy_trains_leads_and_subagents_then_rlinf_eval(
     row, ev, _ = _train_and_eval(config, tmp_path, host, invoke)
     assert row["subagent_calls"] > 0 and row["sequences"] > 4, row  # leads and their subagents trained on
     assert ev["tools"]["subagent_calls"] > 0
+
+
+def test_subagents_on_placed_agent_processes_are_refused_up_front(
+    world_dir: Path, model_dir: Path, tmp_path: Path, host: Any, invoke: Any
+) -> None:
+    """Until placed agents are proven with subagents, ``rlinf train --dry-run`` refuses a run
+    that places an ``agent`` component beside ``algorithm.subagents``, naming the keys and what
+    works; without the ``agent`` component (the driver plays the leads, a ``tool`` component
+    serves the tools) the same run plans."""
+    import yaml
+
+    placement = {c: {"node_group": "node", "placement": "0"} for c in ("actor", "rollout", "reward", "tool")}
+    config = _config(world_dir, model_dir, {"max_turns": 2}, kl_coef=0.0)
+    config["cluster"] = {
+        "num_nodes": 1,
+        "component_placement": {**placement, "agent": {"node_group": "node", "placement": "0:0-1"}},
+    }
+    (tmp_path / "grpo.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "inv.yaml").write_text("nodes:\n  - node_ranks: 0\n    gpus: 0\n")
+    dry = ["train", str(tmp_path / "grpo.yaml"), "--dry-run", "--inventory", str(tmp_path / "inv.yaml")]
+    res = invoke(host, *dry)
+    assert isinstance(res.exception, ConfigError), (res.output, res.exception)
+    msg = str(res.exception)
+    assert "cluster.component_placement.agent: algorithm.subagents does not run on placed `agent`" in msg
+    assert "remove the `agent` component" in msg
+    config["cluster"]["component_placement"] = placement
+    (tmp_path / "grpo.yaml").write_text(yaml.safe_dump(config))
+    res = invoke(host, *dry)
+    assert res.exit_code == 0, (res.output, res.exception)
+    assert "nothing was started" in res.output
+    # the local scheduler ignores the placement: the agent component there is no problem
+    config["cluster"]["component_placement"]["agent"] = {"node_group": "node", "placement": "0:0-1"}
+    config["runner"] = {"scheduler": "local"}
+    (tmp_path / "grpo.yaml").write_text(yaml.safe_dump(config))
+    res = invoke(host, "train", str(tmp_path / "grpo.yaml"), "--dry-run")
+    assert res.exit_code == 0, (res.output, res.exception)

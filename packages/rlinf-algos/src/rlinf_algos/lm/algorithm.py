@@ -79,7 +79,8 @@ class GRPOLM(Algorithm):
         (:func:`~rlinf_algos.lm.config.validate_lm_sections`; the ``algorithm`` section's own
         problems are the runner's), and every problem of the ``model``, ``task``, ``sft`` and
         ``runner`` sections, unknown sections, an ``agent`` component missing from the placement
-        of a multi-agent run, a ``reference`` missing while ``algorithm.kl_coef > 0``, and a
+        of a multi-agent run, a ``reference`` missing while ``algorithm.kl_coef > 0``, an ``agent``
+        component in a run with ``algorithm.subagents`` (not proven on placed agents yet), and a
         ``rollout.engine`` that is not registered or ``rollout.options`` it does not take."""
         problems = [
             ConfigProblem(str(key), f"unknown section; a grpo_lm run has {', '.join(SECTIONS)}")
@@ -96,41 +97,45 @@ class GRPOLM(Algorithm):
         scheduler = run.runner.scheduler or "ray"
         cluster = run_config.get("cluster")
         placement = cluster.get("component_placement") if isinstance(cluster, Mapping) else None
-        if scheduler != "local" and run.task.mode == "multiagent" and isinstance(placement, Mapping):
-            placed = {x.strip() for key in placement for x in str(key).split(",")}
-            if "agent" not in placed:
-                problems.append(
-                    ConfigProblem(
-                        "cluster.component_placement",
-                        "task.mode multiagent runs its lead and subagents as `agent` processes: place them, "
-                        'e.g. agent: {node_group: node, placement: "0:0-15"}',
-                    )
+        placed = (
+            {x.strip() for key in placement for x in str(key).split(",")}
+            if isinstance(placement, Mapping)
+            else set()
+        )
+        multiagent = run.task.mode == "multiagent"
+        if scheduler != "local" and multiagent and isinstance(placement, Mapping) and "agent" not in placed:
+            problems.append(
+                ConfigProblem(
+                    "cluster.component_placement",
+                    "task.mode multiagent runs its lead and subagents as `agent` processes: place them, "
+                    'e.g. agent: {node_group: node, placement: "0:0-15"}',
                 )
-        if isinstance(placement, Mapping) and run.tools is None:
-            placed = {x.strip() for key in placement for x in str(key).split(",")}
-            if "tool" in placed:
-                problems.append(
-                    ConfigProblem(
-                        "cluster.component_placement.tool",
-                        "a `tool` component serves the run's tools, but the run has no `tools` section: "
-                        "add one, or remove the `tool` component",
-                    )
+            )
+        if run.tools is None and "tool" in placed:
+            problems.append(
+                ConfigProblem(
+                    "cluster.component_placement.tool",
+                    "a `tool` component serves the run's tools, but the run has no `tools` section: "
+                    "add one, or remove the `tool` component",
                 )
-        if (
-            scheduler != "local"
-            and run.algorithm.kl_coef > 0
-            and isinstance(placement, Mapping)
-            and placement
-        ):
-            placed = {x.strip() for key in placement for x in str(key).split(",")}
-            if "reference" not in placed:
-                problems.append(
-                    ConfigProblem(
-                        "cluster.component_placement",
-                        f"algorithm.kl_coef is {run.algorithm.kl_coef:g}: its KL term needs the reference "
-                        "policy: place a `reference` component, or set algorithm.kl_coef: 0",
-                    )
+            )
+        if scheduler != "local" and run.algorithm.kl_coef > 0 and placed and "reference" not in placed:
+            problems.append(
+                ConfigProblem(
+                    "cluster.component_placement",
+                    f"algorithm.kl_coef is {run.algorithm.kl_coef:g}: its KL term needs the reference "
+                    "policy: place a `reference` component, or set algorithm.kl_coef: 0",
                 )
+            )
+        if scheduler != "local" and run.algorithm.subagents is not None and "agent" in placed:
+            problems.append(
+                ConfigProblem(
+                    "cluster.component_placement.agent",
+                    "algorithm.subagents does not run on placed `agent` processes yet (not proven on Ray): "
+                    "remove the `agent` component (the driver plays leads and subagents; a `tool` "
+                    "component may still serve their tools), or use runner.scheduler: local",
+                )
+            )
         problems += _device_problems(run, placement)
         problems += rollout_problems(run)
         return run, problems
