@@ -230,6 +230,55 @@ def test_subagent_max_turns_malformed_and_surplus_calls(world_dir: Path, model_d
     assert [len(c) for c in policy.calls] == [1, 2, 2, 1]
 
 
+class HangingTools:
+    """A tool provider whose calls never return (what a bug in a tool or its transport would
+    do): the episodes must fail naming what they waited on, not hang."""
+
+    def __init__(self) -> None:
+        from rlinf_algos.tools.registry import ToolStats
+
+        self.stats = ToolStats()
+
+    def episode(self) -> HangingTools:
+        return self
+
+    def malformed(self, text: str, name: str = "(unparsed)") -> Any:
+        raise AssertionError("no malformed call is written here")
+
+    async def call(self, name: Any, arguments: Any) -> Any:
+        import asyncio
+
+        await asyncio.Event().wait()  # never set
+
+
+@pytest.mark.timeout(120)  # without the bound it hangs: fail on the timeout instead
+def test_a_tool_call_that_never_returns_fails_naming_what_each_episode_waits_on(
+    world_dir: Path, model_dir: Path
+) -> None:
+    """A lead waits on its subagent, whose search never returns: within the episodes' stall
+    timeout (``runner.worker_timeout`` plus the longest tool ``timeout_s``) the play fails with
+    one line naming each episode's state, instead of the batcher waiting forever."""
+    import time
+
+    from rlinf_core.errors import RlinfError
+
+    config = _config(world_dir, model_dir, {"max_turns": 2}, max_new_tokens=200)
+    config["tools"][0]["timeout_s"] = 0.5
+    config["runner"] = {"worker_timeout": 1.0}
+    run = load_lm_sections(config)
+    task = make_task(run, task_tokenizer(run))
+    assert task.episode_config(1024).stall_timeout_s == 1.5
+    lead = [_call("ask", {"question": "Who founded Veltrix?"}), "The answer is Kesh."]
+    sub = [_call("search", {"query": "founder of Veltrix"})]
+    t0 = time.perf_counter()
+    with pytest.raises(RlinfError, match=r"no episode changed state within 1.5 s") as err:
+        ToolAgent(task, task.tok, 200, 1024).run(
+            task.heldout()[:1], 1, ByRole(task, lead, sub), HangingTools()
+        )
+    assert "(0,): waiting on subagents; (0, 0): in a tool call" in str(err.value)
+    assert time.perf_counter() - t0 < 30
+
+
 def test_the_lead_reward_and_group_advantage_are_shared_by_its_subagents(
     world_dir: Path, model_dir: Path
 ) -> None:
