@@ -464,37 +464,55 @@ def test_a_warm_policy_trains_leads_and_subagents_then_rlinf_eval(
     assert ev["tools"]["subagent_calls"] > 0
 
 
-def test_subagents_on_placed_agent_processes_are_refused_up_front(
-    world_dir: Path, model_dir: Path, tmp_path: Path, host: Any, invoke: Any
+@pytest.mark.network
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # a wait without a bound fails the test, never hangs CI
+def test_leads_and_subagents_on_placed_agents_and_a_tool_component(
+    world_dir: Path, warm_policy: Path, tmp_path: Path, host: Any, invoke: Any
 ) -> None:
-    """Until placed agents are proven with subagents, ``rlinf train --dry-run`` refuses a run
-    that places an ``agent`` component beside ``algorithm.subagents``, naming the keys and what
-    works; without the ``agent`` component (the driver plays the leads, a ``tool`` component
-    serves the tools) the same run plans."""
+    """On a real embedded Ray: ``rlinf train --dry-run`` plans two agent processes beside
+    ``algorithm.subagents``; then they play the leads and their subagents against the rollout
+    worker, the subagents' searches go to a tool process, for one GRPO iteration on the leads'
+    and the subagents' sequences."""
     import yaml
 
-    placement = {c: {"node_group": "node", "placement": "0"} for c in ("actor", "rollout", "reward", "tool")}
-    config = _config(world_dir, model_dir, {"max_turns": 2}, kl_coef=0.0)
+    from rlinf_algos.runtime.training import run_training
+    from rlinf_scheduler.runtime.cluster import Cluster
+
+    config = _config(world_dir, warm_policy, {"max_turns": 2, "max_response_tokens": 160})
+    config["algorithm"].update(
+        prompts_per_iter=2, iterations=1, max_turns=3, max_response_tokens=200, minibatch_size=8,
+        kl_coef=0.0, temperature=0.5,
+    )  # fmt: skip
+    config["data"].update(train_files=[str(world_dir / "val.jsonl")], max_samples=2)
+    node = {"node_group": "node", "placement": "0"}
     config["cluster"] = {
         "num_nodes": 1,
-        "component_placement": {**placement, "agent": {"node_group": "node", "placement": "0:0-1"}},
+        "component_placement": {
+            "actor": node, "rollout": node, "reward": node, "tool": node,
+            "agent": {"node_group": "node", "placement": "0:0-1"},
+        },
+    }  # fmt: skip
+    config["runner"] = {
+        "scheduler": "ray",
+        "loggers": ["csv"],
+        "checkpoint_interval": 0,
+        "worker_timeout": 120,
     }
     (tmp_path / "grpo.yaml").write_text(yaml.safe_dump(config))
     (tmp_path / "inv.yaml").write_text("nodes:\n  - node_ranks: 0\n    gpus: 0\n")
-    dry = ["train", str(tmp_path / "grpo.yaml"), "--dry-run", "--inventory", str(tmp_path / "inv.yaml")]
-    res = invoke(host, *dry)
-    assert isinstance(res.exception, ConfigError), (res.output, res.exception)
-    msg = str(res.exception)
-    assert "cluster.component_placement.agent: algorithm.subagents does not run on placed `agent`" in msg
-    assert "remove the `agent` component" in msg
-    config["cluster"]["component_placement"] = placement
-    (tmp_path / "grpo.yaml").write_text(yaml.safe_dump(config))
-    res = invoke(host, *dry)
+    res = invoke(
+        host, "train", str(tmp_path / "grpo.yaml"), "--dry-run", "--inventory", str(tmp_path / "inv.yaml")
+    )
     assert res.exit_code == 0, (res.output, res.exception)
-    assert "nothing was started" in res.output
-    # the local scheduler ignores the placement: the agent component there is no problem
-    config["cluster"]["component_placement"]["agent"] = {"node_group": "node", "placement": "0:0-1"}
-    config["runner"] = {"scheduler": "local"}
-    (tmp_path / "grpo.yaml").write_text(yaml.safe_dump(config))
-    res = invoke(host, "train", str(tmp_path / "grpo.yaml"), "--dry-run")
-    assert res.exit_code == 0, (res.output, res.exception)
+    assert "agent: 2 processes on nodes 0 " in res.output, res.output
+    cluster = Cluster(1, ray_init={"num_cpus": 2})
+    try:
+        summary = run_training(config, run_dir=tmp_path / "run")
+    finally:
+        cluster.shutdown()
+    assert summary["placement"]["agent"]["processes"] == 2
+    assert summary["placement"]["tool"]["processes"] == 1
+    assert summary["iterations"] == 1 and summary["events"] == [], summary["events"]
+    (row,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert row["subagent_calls"] > 0 and row["sequences"] == 4 * (1 + row["subagent_calls"]), row

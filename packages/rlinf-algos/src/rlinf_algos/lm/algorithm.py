@@ -79,8 +79,7 @@ class GRPOLM(Algorithm):
         (:func:`~rlinf_algos.lm.config.validate_lm_sections`; the ``algorithm`` section's own
         problems are the runner's), and every problem of the ``model``, ``task``, ``sft`` and
         ``runner`` sections, unknown sections, an ``agent`` component missing from the placement
-        of a multi-agent run, a ``reference`` missing while ``algorithm.kl_coef > 0``, an ``agent``
-        component in a run with ``algorithm.subagents`` (not proven on placed agents yet), and a
+        of a multi-agent run, a ``reference`` missing while ``algorithm.kl_coef > 0``, and a
         ``rollout.engine`` that is not registered or ``rollout.options`` it does not take."""
         problems = [
             ConfigProblem(str(key), f"unknown section; a grpo_lm run has {', '.join(SECTIONS)}")
@@ -125,15 +124,6 @@ class GRPOLM(Algorithm):
                     "cluster.component_placement",
                     f"algorithm.kl_coef is {run.algorithm.kl_coef:g}: its KL term needs the reference "
                     "policy: place a `reference` component, or set algorithm.kl_coef: 0",
-                )
-            )
-        if scheduler != "local" and run.algorithm.subagents is not None and "agent" in placed:
-            problems.append(
-                ConfigProblem(
-                    "cluster.component_placement.agent",
-                    "algorithm.subagents does not run on placed `agent` processes yet (not proven on Ray): "
-                    "remove the `agent` component (the driver plays leads and subagents; a `tool` "
-                    "component may still serve their tools), or use runner.scheduler: local",
                 )
             )
         problems += _device_problems(run, placement)
