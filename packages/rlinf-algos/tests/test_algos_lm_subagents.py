@@ -230,6 +230,55 @@ def test_subagent_max_turns_malformed_and_surplus_calls(world_dir: Path, model_d
     assert [len(c) for c in policy.calls] == [1, 2, 2, 1]
 
 
+class HangingTools:
+    """A tool provider whose calls never return (what a bug in a tool or its transport would
+    do): the episodes must fail naming what they waited on, not hang."""
+
+    def __init__(self) -> None:
+        from rlinf_algos.tools.registry import ToolStats
+
+        self.stats = ToolStats()
+
+    def episode(self) -> HangingTools:
+        return self
+
+    def malformed(self, text: str, name: str = "(unparsed)") -> Any:
+        raise AssertionError("no malformed call is written here")
+
+    async def call(self, name: Any, arguments: Any) -> Any:
+        import asyncio
+
+        await asyncio.Event().wait()  # never set
+
+
+@pytest.mark.timeout(120)  # without the bound it hangs: fail on the timeout instead
+def test_a_tool_call_that_never_returns_fails_naming_what_each_episode_waits_on(
+    world_dir: Path, model_dir: Path
+) -> None:
+    """A lead waits on its subagent, whose search never returns: within the episodes' stall
+    timeout (``runner.worker_timeout`` plus the longest tool ``timeout_s``) the play fails with
+    one line naming each episode's state, instead of the batcher waiting forever."""
+    import time
+
+    from rlinf_core.errors import RlinfError
+
+    config = _config(world_dir, model_dir, {"max_turns": 2}, max_new_tokens=200)
+    config["tools"][0]["timeout_s"] = 0.5
+    config["runner"] = {"worker_timeout": 1.0}
+    run = load_lm_sections(config)
+    task = make_task(run, task_tokenizer(run))
+    assert task.episode_config(1024).stall_timeout_s == 1.5
+    lead = [_call("ask", {"question": "Who founded Veltrix?"}), "The answer is Kesh."]
+    sub = [_call("search", {"query": "founder of Veltrix"})]
+    t0 = time.perf_counter()
+    with pytest.raises(RlinfError, match=r"no episode changed state within 1.5 s") as err:
+        ToolAgent(task, task.tok, 200, 1024).run(
+            task.heldout()[:1], 1, ByRole(task, lead, sub), HangingTools()
+        )
+    assert "(0,): waiting on subagents; (0, 0): in a tool call" in str(err.value)
+    assert time.perf_counter() - t0 < 30
+
+
 def test_the_lead_reward_and_group_advantage_are_shared_by_its_subagents(
     world_dir: Path, model_dir: Path
 ) -> None:
@@ -413,3 +462,57 @@ def test_a_warm_policy_trains_leads_and_subagents_then_rlinf_eval(
     row, ev, _ = _train_and_eval(config, tmp_path, host, invoke)
     assert row["subagent_calls"] > 0 and row["sequences"] > 4, row  # leads and their subagents trained on
     assert ev["tools"]["subagent_calls"] > 0
+
+
+@pytest.mark.network
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # a wait without a bound fails the test, never hangs CI
+def test_leads_and_subagents_on_placed_agents_and_a_tool_component(
+    world_dir: Path, warm_policy: Path, tmp_path: Path, host: Any, invoke: Any
+) -> None:
+    """On a real embedded Ray: ``rlinf train --dry-run`` plans two agent processes beside
+    ``algorithm.subagents``; then they play the leads and their subagents against the rollout
+    worker, the subagents' searches go to a tool process, for one GRPO iteration on the leads'
+    and the subagents' sequences."""
+    import yaml
+
+    from rlinf_algos.runtime.training import run_training
+    from rlinf_scheduler.runtime.cluster import Cluster
+
+    config = _config(world_dir, warm_policy, {"max_turns": 2, "max_response_tokens": 160})
+    config["algorithm"].update(
+        prompts_per_iter=2, iterations=1, max_turns=3, max_response_tokens=200, minibatch_size=8,
+        kl_coef=0.0, temperature=0.5,
+    )  # fmt: skip
+    config["data"].update(train_files=[str(world_dir / "val.jsonl")], max_samples=2)
+    node = {"node_group": "node", "placement": "0"}
+    config["cluster"] = {
+        "num_nodes": 1,
+        "component_placement": {
+            "actor": node, "rollout": node, "reward": node, "tool": node,
+            "agent": {"node_group": "node", "placement": "0:0-1"},
+        },
+    }  # fmt: skip
+    config["runner"] = {
+        "scheduler": "ray",
+        "loggers": ["csv"],
+        "checkpoint_interval": 0,
+        "worker_timeout": 120,
+    }
+    (tmp_path / "grpo.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "inv.yaml").write_text("nodes:\n  - node_ranks: 0\n    gpus: 0\n")
+    res = invoke(
+        host, "train", str(tmp_path / "grpo.yaml"), "--dry-run", "--inventory", str(tmp_path / "inv.yaml")
+    )
+    assert res.exit_code == 0, (res.output, res.exception)
+    assert "agent: 2 processes on nodes 0 " in res.output, res.output
+    cluster = Cluster(1, ray_init={"num_cpus": 2})
+    try:
+        summary = run_training(config, run_dir=tmp_path / "run")
+    finally:
+        cluster.shutdown()
+    assert summary["placement"]["agent"]["processes"] == 2
+    assert summary["placement"]["tool"]["processes"] == 1
+    assert summary["iterations"] == 1 and summary["events"] == [], summary["events"]
+    (row,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert row["subagent_calls"] > 0 and row["sequences"] == 4 * (1 + row["subagent_calls"]), row

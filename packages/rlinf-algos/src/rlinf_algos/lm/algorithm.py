@@ -96,41 +96,36 @@ class GRPOLM(Algorithm):
         scheduler = run.runner.scheduler or "ray"
         cluster = run_config.get("cluster")
         placement = cluster.get("component_placement") if isinstance(cluster, Mapping) else None
-        if scheduler != "local" and run.task.mode == "multiagent" and isinstance(placement, Mapping):
-            placed = {x.strip() for key in placement for x in str(key).split(",")}
-            if "agent" not in placed:
-                problems.append(
-                    ConfigProblem(
-                        "cluster.component_placement",
-                        "task.mode multiagent runs its lead and subagents as `agent` processes: place them, "
-                        'e.g. agent: {node_group: node, placement: "0:0-15"}',
-                    )
+        placed = (
+            {x.strip() for key in placement for x in str(key).split(",")}
+            if isinstance(placement, Mapping)
+            else set()
+        )
+        multiagent = run.task.mode == "multiagent"
+        if scheduler != "local" and multiagent and isinstance(placement, Mapping) and "agent" not in placed:
+            problems.append(
+                ConfigProblem(
+                    "cluster.component_placement",
+                    "task.mode multiagent runs its lead and subagents as `agent` processes: place them, "
+                    'e.g. agent: {node_group: node, placement: "0:0-15"}',
                 )
-        if isinstance(placement, Mapping) and run.tools is None:
-            placed = {x.strip() for key in placement for x in str(key).split(",")}
-            if "tool" in placed:
-                problems.append(
-                    ConfigProblem(
-                        "cluster.component_placement.tool",
-                        "a `tool` component serves the run's tools, but the run has no `tools` section: "
-                        "add one, or remove the `tool` component",
-                    )
+            )
+        if run.tools is None and "tool" in placed:
+            problems.append(
+                ConfigProblem(
+                    "cluster.component_placement.tool",
+                    "a `tool` component serves the run's tools, but the run has no `tools` section: "
+                    "add one, or remove the `tool` component",
                 )
-        if (
-            scheduler != "local"
-            and run.algorithm.kl_coef > 0
-            and isinstance(placement, Mapping)
-            and placement
-        ):
-            placed = {x.strip() for key in placement for x in str(key).split(",")}
-            if "reference" not in placed:
-                problems.append(
-                    ConfigProblem(
-                        "cluster.component_placement",
-                        f"algorithm.kl_coef is {run.algorithm.kl_coef:g}: its KL term needs the reference "
-                        "policy: place a `reference` component, or set algorithm.kl_coef: 0",
-                    )
+            )
+        if scheduler != "local" and run.algorithm.kl_coef > 0 and placed and "reference" not in placed:
+            problems.append(
+                ConfigProblem(
+                    "cluster.component_placement",
+                    f"algorithm.kl_coef is {run.algorithm.kl_coef:g}: its KL term needs the reference "
+                    "policy: place a `reference` component, or set algorithm.kl_coef: 0",
                 )
+            )
         problems += _device_problems(run, placement)
         problems += rollout_problems(run)
         return run, problems

@@ -376,16 +376,20 @@ class ToolTask(DatasetTask):
 
     def episode_config(self, max_context: int) -> Any:
         """The episodes' limits: ``algorithm.max_turns``, ``max_new_tokens`` per turn,
-        ``max_response_tokens`` (default: the context) and the model's context ``max_context``."""
+        ``max_response_tokens`` (default: the context) and the model's context ``max_context``;
+        the episodes fail rather than hang when none changes state for ``runner.worker_timeout``
+        plus the longest tool timeout (a tool call, placed or here, ends within that)."""
         from rlinf_algos.lm.agentic import EpisodeConfig
 
         alg = self.run.algorithm
+        longest_tool = max((e.timeout_s or 10.0 for e in self.run.tools.entries), default=10.0)
         return EpisodeConfig(
             max_turns=alg.max_turns,
             max_new_tokens=self.max_new_tokens(),
             max_response_tokens=alg.max_response_tokens or max_context,
             stop_ids=self.chat.stop_ids,
             max_sequence_tokens=max_context,
+            stall_timeout_s=float(self.run.runner.worker_timeout) + float(longest_tool),
         )
 
     def score(self, responses: Sequence[Sequence[int]], answers: Sequence[Any]) -> dict[str, Any]:

@@ -272,11 +272,17 @@ class EpisodeConfig:
     max_sequence_tokens: int | None = None
     """Prompt plus response at most (the model's context): an episode's budget is
     ``min(max_response_tokens, max_sequence_tokens - len(prompt))``; ``None``: no such cap."""
+    stall_timeout_s: float = 600.0
+    """Seconds the episodes may go without any of them changing state (a turn asked for, a tool
+    call or a subagent ended) before :func:`run_episodes` raises naming what each waited on; more
+    than the longest tool call may take (each has its own timeout), so only a bug trips it."""
 
     def __post_init__(self) -> None:
         for name in ("max_turns", "max_new_tokens", "max_response_tokens"):
             if int(getattr(self, name)) < 1:
                 raise RlinfError(f"{name} must be at least 1, got {getattr(self, name)!r}")
+        if not float(self.stall_timeout_s) > 0:
+            raise RlinfError(f"stall_timeout_s must be positive, got {self.stall_timeout_s!r}")
         if self.max_sequence_tokens is not None and int(self.max_sequence_tokens) < 2:
             raise RlinfError(f"max_sequence_tokens must be at least 2, got {self.max_sequence_tokens!r}")
 
@@ -402,12 +408,15 @@ class _Batcher:
     batches (and the sampler's draws) do not depend on how long the tools took. An episode
     waiting on subagents never holds a batch back (no deadlock when every lead waits); one in a
     tool call does (each call has its own timeout), so without subagents the batches are the
-    lock-step turns: turn ``k`` of every episode still running.
+    lock-step turns: turn ``k`` of every episode still running. Between batches it waits at
+    most ``stall_s`` seconds for an episode to change state, then raises naming each episode's
+    state (no bug in a tool or in this class hangs a run).
     """
 
-    def __init__(self, generate: GenerateFn, stop_ids: Sequence[int]) -> None:
+    def __init__(self, generate: GenerateFn, stop_ids: Sequence[int], stall_s: float = 600.0) -> None:
         self.generate = generate
         self.stop_ids = list(stop_ids)
+        self.stall_s = float(stall_s)
         self.calls = 0
         """``generate`` calls made."""
         self._state: dict[tuple[int, ...], str] = {}
@@ -462,7 +471,10 @@ class _Batcher:
     async def serve(self) -> None:
         """Send batches until every episode has ended."""
         while self._state:
-            await self._changed.wait()
+            try:
+                await asyncio.wait_for(self._changed.wait(), self.stall_s)
+            except TimeoutError:
+                raise RlinfError(self._stalled()) from None
             self._changed.clear()
             if not self._ready():
                 continue
@@ -470,6 +482,18 @@ class _Batcher:
                 await asyncio.sleep(0)
             if self._ready():
                 await self._flush()
+
+    def _stalled(self) -> str:
+        what = {
+            "running": "in a tool call",
+            "pending": "waiting for a sample",
+            "waiting": "waiting on subagents",
+        }
+        states = "; ".join(f"{k}: {what.get(v, v)}" for k, v in sorted(self._state.items()))
+        return (
+            f"no episode changed state within {self.stall_s:g} s (EpisodeConfig.stall_timeout_s; in a run "
+            f"runner.worker_timeout plus the longest tool timeout_s), so no batch could be sent: {states}"
+        )
 
     async def _flush(self) -> None:
         keys = sorted(k for k, s in self._state.items() if s == "pending")
@@ -607,12 +631,13 @@ async def run_episodes(
 
     Raises:
         RlinfError: ``generate`` returned something else than one list of ids per context, or
-            the chat template cannot join turns (see :class:`ChatFormat`). Tool failures never
-            raise: they are answered and counted.
+            the chat template cannot join turns (see :class:`ChatFormat`), or no episode changed
+            state within ``config.stall_timeout_s`` (naming what each waited on). Tool failures
+            never raise: they are answered and counted.
     """
     cfg = config or EpisodeConfig()
     stop_ids = list(cfg.stop_ids) if cfg.stop_ids is not None else list(chat.stop_ids)
-    batcher = _Batcher(generate, stop_ids)
+    batcher = _Batcher(generate, stop_ids, cfg.stall_timeout_s)
     states = [_start(conv, toolbox.episode(), chat, cfg) for conv in conversations]
     for i, s in enumerate(states):
         s.episode.key = (i,)
