@@ -21,6 +21,7 @@ Usage::
     uv run python benchmarks/search_agent_seeds.py --seeds 0 --keep runs/sa      # one seed, kept
     uv run python benchmarks/search_agent_seeds.py --json benchmarks/results/search_agent_3seeds.json
     uv run python benchmarks/search_agent_seeds.py --sft-steps 400 --grpo-s 600  # a shorter budget
+    uv run python benchmarks/search_agent_seeds.py --warm-seed 0 --keep runs/sa  # one warm start for all
 
 The opt-in test ``tests/test_e2e_search_agent.py`` (``RLINF_SEARCH_AGENT_SEEDS=0,1,2``) runs
 :func:`one_seed` and asserts the gain.
