@@ -85,3 +85,22 @@ def tool_server() -> Any:
             thread.join(30)
 
     return serve
+
+
+@pytest.fixture(scope="session")
+def chat_model_folder() -> Callable[[Path, list[str]], Path]:
+    """``chat_model_folder(folder, corpus)``: a tiny Qwen2 model folder (random weights, seed 0)
+    whose bpe tokenizer (ChatML with tool calls) learnt ``corpus``, the rendered conversations a
+    tool-calling test plays."""
+    from rlinf_algos.lm import hf
+    from rlinf_algos.lm.config import ModelInitConfig
+
+    init = ModelInitConfig(
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        max_position_embeddings=512,
+        tokenizer="bpe",
+        vocab_size=400,
+    )
+    return lambda folder, corpus: hf.new_model_folder(folder, init, seed=0, corpus=corpus)

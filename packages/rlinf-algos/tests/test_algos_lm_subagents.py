@@ -15,12 +15,11 @@ from typing import Any
 
 import pytest
 
-from rlinf_algos.lm import hf
 from rlinf_algos.lm.agentic.multihop import ANSWER_PATTERN, write_dataset
 from rlinf_algos.lm.agentic.subagents import ask_schema
 from rlinf_algos.lm.agentic.wideseek import sub_questions, write_wideseek
 from rlinf_algos.lm.agents import ToolAgent, episode_metrics
-from rlinf_algos.lm.config import ModelInitConfig, load_lm_sections
+from rlinf_algos.lm.config import load_lm_sections
 from rlinf_algos.lm.tasks import make_task, task_tokenizer
 from rlinf_algos.lm.tokens import chatml_text
 from rlinf_core.errors import ConfigError
@@ -44,20 +43,12 @@ def _search(world: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def model_dir(world_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def model_dir(world_dir: Path, tmp_path_factory: pytest.TempPathFactory, chat_model_folder: Any) -> Path:
     """A tiny Qwen2 folder whose bpe tokenizer (ChatML with tool calls) learnt the lead's and the
     subagents' traces, each rendered with its own tools."""
     rows = _rows(world_dir / "wideseek_sft_train.jsonl")
     corpus = [t for r in rows for t in chatml_text([r["messages"]], r["tools"])]
-    init = ModelInitConfig(
-        hidden_size=32,
-        num_layers=2,
-        num_heads=2,
-        max_position_embeddings=512,
-        tokenizer="bpe",
-        vocab_size=400,
-    )
-    return hf.new_model_folder(tmp_path_factory.mktemp("m") / "model", init, seed=0, corpus=corpus)
+    return chat_model_folder(tmp_path_factory.mktemp("m") / "model", corpus)
 
 
 def _config(

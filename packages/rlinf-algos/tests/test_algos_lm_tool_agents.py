@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from rlinf_algos.lm import hf
 from rlinf_algos.lm.agentic import ChatFormat, parse_tool_calls
 from rlinf_algos.lm.agentic.multihop import (
     ANSWER_PATTERN,
@@ -27,7 +26,7 @@ from rlinf_algos.lm.agentic.multihop import (
     write_dataset,
 )
 from rlinf_algos.lm.agents import ToolAgent, episode_metrics
-from rlinf_algos.lm.config import ModelInitConfig, load_lm_sections
+from rlinf_algos.lm.config import load_lm_sections
 from rlinf_algos.lm.finetune import load_examples, load_sft_config, train_sft
 from rlinf_algos.lm.tasks import ToolTask, make_task, task_tokenizer
 from rlinf_algos.lm.tokens import LMTokenizer, bpe_tokenizer, chatml_text
@@ -55,21 +54,11 @@ def _search_entry(world: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def model_dir(world_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def model_dir(world_dir: Path, tmp_path_factory: pytest.TempPathFactory, chat_model_folder: Any) -> Path:
     """A tiny Qwen2 folder whose bpe tokenizer (ChatML with tool calls) learnt the traces."""
     schemas = load_tools([_search_entry(world_dir)]).schemas
     convs = [r["messages"] for r in _rows(world_dir / "sft_train.jsonl")]
-    init = ModelInitConfig(
-        hidden_size=32,
-        num_layers=2,
-        num_heads=2,
-        max_position_embeddings=512,
-        tokenizer="bpe",
-        vocab_size=400,
-    )
-    return hf.new_model_folder(
-        tmp_path_factory.mktemp("m") / "model", init, seed=0, corpus=chatml_text(convs, schemas)
-    )
+    return chat_model_folder(tmp_path_factory.mktemp("m") / "model", chatml_text(convs, schemas))
 
 
 # -- the search example's data ------------------------------------------------------------------
