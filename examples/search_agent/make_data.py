@@ -48,6 +48,8 @@ def main() -> None:
         help="also write the lead-and-subagents traces (wideseek_sft_*.jsonl)",
     )
     args = parser.parse_args()
+    if args.companies < 1 or args.cities < 2:
+        parser.error(f"--companies must be >= 1 and --cities >= 2, got {args.companies} and {args.cities}")
     world = {"seed": args.seed, "slip": args.slip, "top_k": args.top_k}
     sizes = {"companies": args.companies, "cities": args.cities}
     print(json.dumps(write_dataset(args.out, **world, **sizes)))
