@@ -127,8 +127,6 @@ def settings(quick: bool) -> dict[str, Any]:
         "val_rows": 32,
         "seeds": [0, 1, 2],
     }
-    # sft.yaml: 1500 steps of 32; a shorter warm start (it still writes the tool-call format)
-    s["sft"].update(steps=120, batch_size=8)
     if quick:
         s.update(group_size=4, prompts_per_iter=2, iterations=1, rlinf_iterations=1, eval_every=1)
         s.update(val_rows=4, seeds=[0])
@@ -498,7 +496,7 @@ def main() -> None:
         "--sft-steps",
         type=int,
         default=None,
-        help="warm-start steps (default 120 of 8; sft.yaml: 1500 of 32)",
+        help="warm-start steps (default sft.yaml's)",
     )
     ap.add_argument("--keep", type=Path, default=None, help="keep the data, model folders and run dirs here")
     ap.add_argument(

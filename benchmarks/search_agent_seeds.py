@@ -22,6 +22,7 @@ Usage::
     uv run python benchmarks/search_agent_seeds.py --json benchmarks/results/search_agent_3seeds.json
     uv run python benchmarks/search_agent_seeds.py --sft-steps 400 --grpo-s 600  # a shorter budget
     uv run python benchmarks/search_agent_seeds.py --warm-seed 0 --keep runs/sa  # one warm start for all
+    uv run python benchmarks/search_agent_seeds.py --warm-seed 0 --jobs 3        # the seeds at once
 
 The opt-in test ``tests/test_e2e_search_agent.py`` (``RLINF_SEARCH_AGENT_SEEDS=0,1,2``) runs
 :func:`one_seed` and asserts the gain.
@@ -38,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -106,6 +108,15 @@ def warm_start(seed: int, work: Path, sft_steps: int | None = None) -> tuple[Pat
     return sft_dir / "policy", sft_s
 
 
+def one_seed_before(warm_seed: int, work: Path, sft_steps: int | None = None) -> dict[str, Any]:
+    """The warm start of ``warm_seed`` (trained or reused) and its held-out figures (computed
+    once, kept as ``work/sft-SEED-heldout.json``)."""
+    data = make_data(work)
+    policy, _ = warm_start(warm_seed, work, sft_steps)
+    path = work / f"sft-{warm_seed}-heldout.json"
+    return json.loads(path.read_text()) if path.is_file() else held_out(policy, data, path)
+
+
 def one_seed(
     seed: int,
     work: Path,
@@ -120,12 +131,7 @@ def one_seed(
     grpo_dir = work / f"grpo-{seed}"
     warm_seed = seed if warm_seed is None else warm_seed
     policy, sft_s = warm_start(warm_seed, work, sft_steps)
-    heldout_before = work / f"sft-{warm_seed}-heldout.json"
-    before = (
-        json.loads(heldout_before.read_text())
-        if heldout_before.is_file()
-        else held_out(policy, data, heldout_before)
-    )
+    before = one_seed_before(warm_seed, work, sft_steps)
     grpo_args = ["train", str(EXAMPLE / "grpo.yaml"), "runner.scheduler=local", f"runner.seed={seed}"]
     grpo_args += [f"runner.time_limit_s={grpo_s}"] if grpo_s else []
     load0 = os.getloadavg()[0]
@@ -178,15 +184,29 @@ def main() -> None:
         default=None,
         help="one warm start (rlinf sft with this runner.seed) for every GRPO seed (default: one per seed)",
     )
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="GRPO seeds run at once, after the shared warm start (needs --warm-seed); several share "
+        "the cores, so each run gets less of the machine than its time budget assumes",
+    )
     ap.add_argument("--keep", type=Path, default=None, help="keep the run directories here")
     ap.add_argument("--json", type=Path, default=None, help="write the record here")
     args = ap.parse_args()
+    if args.jobs > 1 and args.warm_seed is None:
+        ap.error("--jobs > 1 needs --warm-seed (one warm start, trained before the seeds run)")
     seeds = [int(s) for s in args.seeds.split(",")]
     t0, load0 = time.perf_counter(), os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="rlinf-search-agent-") as tmp:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        rows = [one_seed(s, work, args.sft_steps, args.grpo_s, args.warm_seed) for s in seeds]
+        if args.jobs > 1 and args.warm_seed is not None:  # the shared warm start and its figure first
+            one_seed_before(args.warm_seed, work, args.sft_steps)
+        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            rows = list(
+                pool.map(lambda s: one_seed(s, work, args.sft_steps, args.grpo_s, args.warm_seed), seeds)
+            )
     gains = [r["gain points"] for r in rows]
     spread = f" +- {statistics.stdev(gains):.1f}" if len(gains) > 1 else ""
     print(
@@ -195,7 +215,8 @@ def main() -> None:
     record = {
         "title": "Issue 40: the search agent's held-out success after `rlinf sft` and after GRPO, over seeds",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": f"{os.cpu_count()}-CPU machine shared with other jobs, runs one after another",
+        "machine": f"{os.cpu_count()}-CPU machine shared with other jobs, "
+        + ("runs one after another" if args.jobs == 1 else f"{args.jobs} GRPO runs at once"),
         "conditions": f"load average {load0[0]:.1f} at start, {os.getloadavg()[0]:.1f} at end; "
         f"{time.perf_counter() - t0:.0f} s in all",
         "command": shlex.join(["uv", "run", "python", "benchmarks/search_agent_seeds.py", *sys.argv[1:]]),

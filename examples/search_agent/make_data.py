@@ -43,6 +43,9 @@ def main() -> None:
     parser.add_argument("--companies", type=int, default=4000, help="training companies (two questions each)")
     parser.add_argument("--cities", type=int, default=1200, help="cities of the training companies")
     parser.add_argument(
+        "--words", type=int, default=1200, help="name words every name is made of (two words each)"
+    )
+    parser.add_argument(
         "--wideseek",
         action="store_true",
         help="also write the lead-and-subagents traces (wideseek_sft_*.jsonl)",
@@ -51,8 +54,11 @@ def main() -> None:
     if args.companies < 1 or args.cities < 2:
         parser.error(f"--companies must be >= 1 and --cities >= 2, got {args.companies} and {args.cities}")
     world = {"seed": args.seed, "slip": args.slip, "top_k": args.top_k}
-    sizes = {"companies": args.companies, "cities": args.cities}
-    print(json.dumps(write_dataset(args.out, **world, **sizes)))
+    sizes = {"companies": args.companies, "cities": args.cities, "words": args.words}
+    try:
+        print(json.dumps(write_dataset(args.out, **world, **sizes)))
+    except ValueError as e:  # a world too large for its name words
+        parser.error(f"{e}: raise --words or lower --companies / --cities")
     if args.wideseek:  # the same world, played by a lead and its subagents (wideseek_sft.yaml)
         print(json.dumps(write_wideseek(args.out, **world, **sizes)))
     print(f"wrote {args.out}")

@@ -426,7 +426,7 @@ def warm_policy(world_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
         "model": {
             "init": {
                 "hidden_size": 64, "num_layers": 2, "num_heads": 2, "max_position_embeddings": 512,
-                "tokenizer": "bpe", "vocab_size": 400,
+                "tokenizer": "bpe", "vocab_size": 800,
             }
         },
         "data": {

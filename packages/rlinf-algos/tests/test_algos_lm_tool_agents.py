@@ -96,6 +96,17 @@ def test_the_generator_is_deterministic_and_every_question_needs_two_hops(
     assert not seen & {x for q in world.heldout for x in (q.company, q.bridge)}
     train_cities = {q.answer for q in world.train if q.kind == "birth"}
     assert not train_cities & {q.answer for q in world.heldout if q.kind == "birth"}
+    # ...but, in the default world, of words the training questions use (two words a name), and
+    # a company's first word never names a person
+    full = make_world(0)
+    known = {w for q in full.train for x in (q.company, q.bridge, q.answer) for w in x.split()}
+    held = [w for q in full.heldout for x in (q.company, q.bridge, q.answer) for w in x.split()]
+    assert sum(w in known for w in held) >= 0.99 * len(held)
+    assert all(len(q.company.split()) == len(q.bridge.split()) == 2 for q in full.heldout)
+    people = {w for q in full.train if q.kind == "birth" for w in q.bridge.split()}
+    assert not {q.company.split()[0] for q in full.train} & people
+    with pytest.raises(ValueError, match=r"400 companies need at least \d+ name words \(words\), got 60"):
+        make_world(3, companies=300, heldout_companies=100, words=60)
     # the traces hold the tool's real results; the careless ones stop after one search
     rows = _rows(world_dir / "sft_train.jsonl")
     assert {r["slip"] for r in rows} == {True, False}
@@ -167,7 +178,7 @@ def test_rlinf_sft_on_conversations(world_dir: Path, tmp_path: Path) -> None:
                 "num_heads": 2,
                 "max_position_embeddings": 512,
                 "tokenizer": "bpe",
-                "vocab_size": 400,
+                "vocab_size": 800,
             }
         },
         "data": {

@@ -1,20 +1,27 @@
 """A made-up world for search agents: a corpus, two-hop questions, a verifier and a teacher's
 tool-calling traces (*light*: no torch). What ``examples/search_agent`` trains on.
 
-Every name is invented from syllables (seeded), so no model can know an answer: it has to
-search. The world has companies, the people who founded them, cities and countries; each is one
-short document::
+Every name is invented (seeded), so no model can know an answer: it has to search. The world has
+companies, the people who founded them, cities and countries; each is one short document::
 
-    Veltrix is a company founded by Ada Morn. It is based in Kesh.
-    Ada Morn is a baker who was born in Lyonford.
-    Kesh is a city in Dravia.
+    Velo Labs is a company founded by Tade Nile. It is based in Kesh Harbor.
+    Tade Nile is a baker who was born in Lyon Falls.
+    Kesh Harbor is a city in Dravia.
+
+A name is two words: a company word and a kind (``Labs``, ``Foods``...), a first name and a
+surname, a city word and a kind (``Harbor``, ``Falls``...). The words come from pools of a few
+hundred each, so every word recurs across the training traces, as the names a pretrained model
+knows do, and a tokenizer trained on the traces spells it in one or two pieces; the names are
+fresh combinations, and the held-out questions' names never appear in a training question. What
+a search agent must learn is what a real one does: copy the names from the question and the
+documents into its queries and its answer.
 
 A question needs two searches: its first hop finds the company's document, which names the
 *bridge* (the founder, or the city the company is based in); the second finds the bridge's
 document, which holds the answer::
 
-    In which city was the founder of Veltrix born?   "founder of Veltrix" -> Ada Morn; "birthplace of Ada Morn" -> Lyonford
-    In which country is Veltrix based?              "location of Veltrix" -> Kesh;    "country of Kesh" -> Dravia
+    In which city was the founder of Velo Labs born?  "founder of Velo Labs" -> Tade Nile;    "birthplace of Tade Nile" -> Lyon Falls
+    In which country is Velo Labs based?             "location of Velo Labs" -> Kesh Harbor; "country of Kesh Harbor" -> Dravia
 
 :func:`make_world` checks this with the ``search`` tool's own BM25 index and keeps only the
 questions for which it holds: the question's text alone retrieves no document holding the
@@ -58,13 +65,20 @@ DATA_SOURCES = {"birth": "rlinf/multihop_birth_city", "country": "rlinf/multihop
 """The ``data_source`` of each question kind (``rlinf eval`` reports per data source)."""
 
 _SYLLABLES = tuple(c + v for c in "bdfgklmnprstvz" for v in "aeiou")
-"""The 70 syllables every name is built from (two syllables and a suffix; a person, two such
-words): few enough that each is frequent in the training traces, so a tokenizer trained on them
-spells a name in about three pieces, the same wherever the name stands after a space, while the
-held-out questions' names are new combinations. A search agent copies names from the question
-and the documents into its queries and its answer, piece for piece."""
-_COMPANY_SUFFIXES = ("ix", "ora", "tek", "ium", "ano", "ex")
-_CITY_SUFFIXES = ("ford", "heim", "grad", "mouth", "ton", "vik")
+"""The 70 syllables the world's name words are made of (two each: ``Tade``, ``Nile``)."""
+_COMPANY_KINDS = (
+    "Labs",
+    "Foods",
+    "Motors",
+    "Systems",
+    "Media",
+    "Works",
+    "Bank",
+    "Energy",
+    "Airways",
+    "Pharma",
+)
+_CITY_KINDS = ("Falls", "Harbor", "Springs", "Hills", "Bay", "Ridge", "Valley", "Port")
 _COUNTRY_SUFFIXES = ("ia", "land", "stan", "ria")
 _JOBS = ("baker", "painter", "pilot", "teacher", "farmer", "doctor", "writer", "sailor", "chemist", "tailor")
 _COMPANY_DOCS = (
@@ -81,7 +95,7 @@ _QUERIES = {
 written as the question and the documents write it (after a space; a tokenizer spells a word's
 first piece differently after a space or a quote, which a small model copies poorly)."""
 ANSWER_PATTERN = r"answer is (.+)"
-"""The answer sentence the teacher ends with (``The answer is Lyonford.``), for the verifier
+"""The answer sentence the teacher ends with (``The answer is Lyon Falls.``), for the verifier
 (``exact_match`` with ``pattern`` and ``normalize``)."""
 _QUESTIONS = {
     "birth": ("In which city was the founder of {c} born?", "Where was the person who founded {c} born?"),
@@ -140,17 +154,50 @@ class World:
     dropped: dict[str, int] = field(default_factory=dict)
 
 
-def _namer(rng: random.Random, used: set[str]) -> Callable[..., str]:
-    def word(syllables: int, suffixes: Sequence[str]) -> str:
-        return ("".join(rng.choice(_SYLLABLES) for _ in range(syllables)) + rng.choice(suffixes)).capitalize()
+_SHARES = {"company": 3, "first": 1, "surname": 1, "city": 1}
+"""How the name words are shared out among the pools (half of them for companies)."""
 
-    def name(syllables: int, suffixes: Sequence[str] = ("",), words: int = 1) -> str:
+
+def _pool_size(role: str, words: int) -> int:
+    return max(1, words * _SHARES[role] // sum(_SHARES.values()))
+
+
+def _word_pools(rng: random.Random, words: int) -> dict[str, list[str]]:
+    """The world's name words, ``words`` in all, disjoint pools: half for companies, a
+    sixth each for first names, surnames and cities. Apart, a word names one kind of entity, so
+    the search index never mistakes a founder's name for a company's."""
+    seen: set[str] = set()
+    pools: dict[str, list[str]] = {}
+    for role in _SHARES:
+        pools[role] = []
+        while len(pools[role]) < _pool_size(role, words):
+            word = (rng.choice(_SYLLABLES) + rng.choice(_SYLLABLES)).capitalize()
+            if word not in seen:
+                seen.add(word)
+                pools[role].append(word)
+    return pools
+
+
+def _namer(rng: random.Random, words: int) -> Callable[[str], str]:
+    """``name(role)``: a fresh two-word name: a company (``Velo Labs``: a company word and a
+    kind), a person (``Tade Nile``: a first name and a surname) or a city (``Kesh Harbor``). The
+    words recur across names (a small model knows each of them), the names do not."""
+    pools = _word_pools(rng, words)
+    parts = {
+        "company": (pools["company"], _COMPANY_KINDS),
+        "person": (pools["first"], pools["surname"]),
+        "city": (pools["city"], _CITY_KINDS),
+    }
+    used: set[str] = set()
+
+    def name(role: str) -> str:
+        first, second = parts[role]
         for _ in range(10_000):
-            full = " ".join(word(syllables, suffixes) for _ in range(words))
-            if full.casefold() not in used:
-                used.add(full.casefold())
+            full = f"{rng.choice(first)} {rng.choice(second)}"
+            if full not in used:
+                used.add(full)
                 return full
-        raise RuntimeError("ran out of fresh names; lower the world's sizes")
+        raise RuntimeError(f"ran out of fresh {role} names; raise `words` or lower the world's sizes")
 
     return name
 
@@ -170,6 +217,7 @@ def make_world(
     cities: int = 1200,
     heldout_cities: int = 60,
     countries: int = 16,
+    words: int = 1200,
     top_k: int = 3,
     search: Callable[[Sequence[dict[str, str]]], Callable[[str], list[dict[str, str]]]] | None = None,
 ) -> World:
@@ -177,15 +225,29 @@ def make_world(
     ``heldout_companies`` held-out ones, each with its founder (a person of its own) and a city,
     drawn from ``cities`` and ``heldout_cities`` apart; every city in one of ``countries``. Two
     questions per company (one of each kind), checked with the BM25 index at ``top_k`` (see the
-    module docstring); the failures are dropped and counted in :attr:`World.dropped`.
+    module docstring); the failures are dropped and counted in :attr:`World.dropped`. ``words``
+    name words make every name (see the module docstring); a world too large for them is refused
+    with the ``words`` it needs.
 
     ``search`` builds the retriever from the documents (default: the ``search`` tool's
     :class:`~rlinf_algos.tools.search.BM25Index`): ``search(docs)(query) -> top_k documents``.
     """
+    for what, n, role, kinds in (
+        ("companies", companies + heldout_companies, "company", _COMPANY_KINDS),
+        ("cities", cities + heldout_cities, "city", _CITY_KINDS),
+    ):
+        if n > 0.8 * _pool_size(role, words) * len(kinds):  # fresh names stay easy to draw
+            need = next(w for w in range(words, 100 * n + 100) if n <= 0.8 * _pool_size(role, w) * len(kinds))
+            raise ValueError(f"{n} {what} need at least {need} name words (words), got {words}")
     rng = random.Random(f"rlinf-multihop:{seed}")
-    used: set[str] = set()
-    name = _namer(rng, used)
-    country_names = [name(2, _COUNTRY_SUFFIXES) for _ in range(countries)]
+    name = _namer(rng, words)
+    country_names: list[str] = []
+    while len(country_names) < countries:  # one word each, apart from the name words
+        country = (
+            rng.choice(_SYLLABLES) + rng.choice(_SYLLABLES) + rng.choice(_COUNTRY_SUFFIXES)
+        ).capitalize()
+        if country not in country_names:
+            country_names.append(country)
     docs: list[dict[str, str]] = []
     facts: dict[str, dict[str, str]] = {}  # entity -> its facts
 
@@ -197,7 +259,7 @@ def make_world(
     def make_cities(n: int) -> list[str]:
         out = []
         for _ in range(n):
-            city, country = name(2, _CITY_SUFFIXES), rng.choice(country_names)
+            city, country = name("city"), rng.choice(country_names)
             facts[city] = {"country": country, "doc": add_doc(_CITY_DOC.format(city=city, country=country))}
             out.append(city)
         return out
@@ -205,8 +267,8 @@ def make_world(
     def make_companies(n: int, city_pool: list[str]) -> list[str]:
         out = []
         for _ in range(n):
-            company = name(2, _COMPANY_SUFFIXES)
-            person = name(2, words=2)  # a first name and a surname, each may recur
+            company = name("company")
+            person = name("person")
             hq, birth = rng.sample(city_pool, 2)
             job = rng.choice(_JOBS)
             p_doc = add_doc(rng.choice(_PERSON_DOCS).format(p=person, job=job, city=birth))
