@@ -478,9 +478,10 @@ NOTES = [
     "Malformed calls: rlinf answers a call block that is not valid JSON with an error message and "
     "counts it among its tool calls; TRL's parser turns it into plain text, which ends the episode. "
     "With a weak warm start this alone gives rlinf more calls and turns per episode.",
-    "A warm start that never answers right (success 0 on every held-out question) gives every group "
-    "equal rewards, zero advantages and no learning on either side: success at equal wall time "
-    "then compares nothing; the throughput figures still hold.",
+    "Greedy, the warm start answers no held-out question right (it takes the careless teacher's "
+    "one-search shortcut); sampled at temperature 1 it searches twice about half the time, so groups "
+    "differ in reward and both sides learn (success at start 0 on both). A warm start that never "
+    "answers right even sampled would give zero advantages and compare nothing but throughput.",
     "Both sides keep groups with equal rewards (rlinf skip_uniform_groups: false), no KL, one "
     "optimiser step per batch, the shared settings of grpo_lm_vs_trl.py (rlinf_algorithm / trl_args).",
 ]
