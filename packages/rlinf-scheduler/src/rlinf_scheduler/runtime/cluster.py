@@ -153,16 +153,41 @@ def _make_path_check() -> Any:
     return check
 
 
-def _make_free_port() -> Any:
+def make_free_port() -> Any:
+    """``free_port(ip)``: a port free on ``ip`` for a group's rendezvous, picked *below* the
+    kernel's ephemeral range (``ip_local_port_range``) and above Ray's worker ports (10002-19999
+    by default). The port is only used seconds later, when the group's rank 0 starts; a port the
+    kernel hands out itself (``bind(0)``) can meanwhile go to any process that binds or connects
+    (a starting Ray worker does both), which made a rendezvous fail with EADDRINUSE. Falls back
+    to ``bind(0)`` when that band is full or empty."""
+
     def free_port(ip: str) -> int:
+        import random
         import socket
 
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((ip, 0))
-            except OSError:
-                s.bind(("", 0))
-            return int(s.getsockname()[1])
+        def try_bind(port: int) -> int | None:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                for host in (ip, ""):
+                    try:
+                        s.bind((host, port))
+                        return int(s.getsockname()[1])
+                    except OSError:
+                        continue
+            return None
+
+        try:
+            with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+                ephemeral_low = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            ephemeral_low = 32768
+        band = range(20000, ephemeral_low)
+        for port in random.sample(band, min(len(band), 64)):
+            if try_bind(port) is not None:
+                return port
+        got = try_bind(0)
+        if got is None:
+            raise OSError(f"no free TCP port on {ip}")
+        return got
 
     return free_port
 
@@ -575,7 +600,7 @@ class Cluster:
 
     def free_port(self, rank: int) -> int:
         """A TCP port that is free on node ``rank`` now (for ``MASTER_PORT``)."""
-        return int(self._on_node(rank, _make_free_port(), self.node(rank).ip, what="finding a free port"))
+        return int(self._on_node(rank, make_free_port(), self.node(rank).ip, what="finding a free port"))
 
     def check_paths(self, rank: int, paths: Iterable[str]) -> dict[str, str | None]:
         """``{path: None}`` for each executable file on node ``rank``, ``{path: why}`` otherwise."""
