@@ -236,8 +236,12 @@ def make_world(
         ("companies", companies + heldout_companies, "company", _COMPANY_KINDS),
         ("cities", cities + heldout_cities, "city", _CITY_KINDS),
     ):
-        if n > 0.8 * _pool_size(role, words) * len(kinds):  # fresh names stay easy to draw
-            need = next(w for w in range(words, 100 * n + 100) if n <= 0.8 * _pool_size(role, w) * len(kinds))
+
+        def fits(w: int, n: int = n, role: str = role, kinds: tuple[str, ...] = kinds) -> bool:
+            return n <= 0.8 * _pool_size(role, w) * len(kinds)  # fresh names stay easy to draw
+
+        if not fits(words):
+            need = next(w for w in range(words, 100 * n + 100) if fits(w))
             raise ValueError(f"{n} {what} need at least {need} name words (words), got {words}")
     rng = random.Random(f"rlinf-multihop:{seed}")
     name = _namer(rng, words)
