@@ -27,6 +27,7 @@ def register(cli: click.Group) -> None:
     """Add ``train``, ``eval``, ``plot``, ``sft``, ``bench`` and ``convert`` to the ``rlinf`` command group."""
     from rlinf_algos.bench import bench
     from rlinf_algos.convert_cli import convert_cmd
+    from rlinf_algos.families.cli import env_group
     from rlinf_algos.sft_cli import sft_cmd
 
     cli.add_command(train_cmd)
@@ -35,6 +36,7 @@ def register(cli: click.Group) -> None:
     cli.add_command(sft_cmd)
     cli.add_command(bench)
     cli.add_command(convert_cmd)
+    cli.add_command(env_group)
 
 
 class _StopOnTerm:
@@ -424,6 +426,27 @@ def _run_dir_of(summary: dict[str, Any]) -> str:
     show_default=True,
     help="Language-model runs: responses per prompt, for pass@k (1: greedy).",
 )
+@click.option(
+    "--suite",
+    default=None,
+    help="FAMILY:SUITE (metaworld:MT10, metaworld:reach-v3): every task of the suite from its fixed "
+    "initial states, a success vector with 95% Wilson intervals. RUN_DIR may then be `expert` or `random`.",
+)
+@click.option(
+    "--episodes-per-task",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    help="With --suite: episodes per task (episode e starts from the task's fixed initial state e).",
+)
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="With --suite: write the result JSON here (default RUN_DIR/eval/<suite>-seed<SEED>.json).",
+)
+@click.option("--env-python", default=None, help="With --suite: the simulator's interpreter (env.python).")
 def eval_cmd(
     run_dir: Path,
     episodes: int,
@@ -434,6 +457,10 @@ def eval_cmd(
     video_dir: Path | None,
     data_file: Path | None = None,
     samples: int = 1,
+    suite: str | None = None,
+    episodes_per_task: int = 50,
+    out_file: Path | None = None,
+    env_python: str | None = None,
 ) -> None:
     """Run the final policy of RUN_DIR for N episodes (seeds SEED, SEED+1, ...): the return and
     length, and for envs that report info["success"] the success rates success_once (at some
@@ -441,7 +468,25 @@ def eval_cmd(
     gives the same numbers.
 
     A language-model run's policy/ is scored on its validation set or --data FILE: score,
-    accuracy, pass@k with --samples K, per data_source."""
+    accuracy, pass@k with --samples K, per data_source.
+
+    With --suite FAMILY:SUITE: each task of the suite for --episodes-per-task episodes, from the
+    task's fixed initial states; per task success_at_end and success_once with 95% Wilson
+    intervals, the mean over tasks; JSON with what produced it (RUN_DIR/eval/ or --out)."""
+    if suite is not None:
+        _eval_suite(
+            run_dir,
+            suite,
+            episodes_per_task,
+            seed,
+            stochastic,
+            warm_start,
+            as_json,
+            video_dir,
+            out_file,
+            env_python,
+        )
+        return
     from rlinf_algos.lm.evaluate import is_lm_run, lm_eval_lines
 
     if is_lm_run(run_dir):
@@ -473,6 +518,48 @@ def eval_cmd(
         click.echo("  " + line(f"{instruction!r} ({r['episodes']})", r))
     if video_dir is not None:
         click.echo(f"videos: {video_dir} ({len(res['per_episode'])} files)")
+
+
+def _eval_suite(
+    run_dir: Path,
+    suite: str,
+    episodes_per_task: int,
+    seed: int,
+    stochastic: bool,
+    warm_start: bool,
+    as_json: bool,
+    video_dir: Path | None,
+    out_file: Path | None,
+    env_python: str | None,
+) -> None:
+    from rlinf_algos.run_files import policy_file, warm_start_file
+    from rlinf_algos.suite_eval import BASELINES, evaluate_suite, summary_lines, write_result
+
+    baseline = str(run_dir) in BASELINES and not run_dir.exists()
+    policy: str | Path = (
+        str(run_dir) if baseline else (warm_start_file(run_dir) if warm_start else policy_file(run_dir))
+    )
+    res = evaluate_suite(
+        policy,
+        suite,
+        episodes_per_task=episodes_per_task,
+        seed=seed,
+        deterministic=not stochastic,
+        video_dir=video_dir,
+        python=env_python,
+        say=None if as_json else click.echo,
+    )
+    if out_file is None and not baseline:
+        out_file = run_dir / "eval" / f"{suite.replace(':', '_')}-seed{seed}.json"
+    if out_file is not None:
+        write_result(out_file, res)
+    if as_json:
+        click.echo(json.dumps({k: v for k, v in res.items() if k != "per_episode"}))
+        return
+    for text in summary_lines(res)[len(res["tasks"]) :]:
+        click.echo(text)
+    if out_file is not None:
+        click.echo(f"result: {out_file}")
 
 
 @click.command("plot")

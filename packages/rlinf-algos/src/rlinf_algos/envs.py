@@ -20,17 +20,26 @@ wraps exactly this.
 
 from __future__ import annotations
 
-import difflib
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
 from rlinf_algos import obs as obs_tree
+from rlinf_algos.families import SimulatorError
+from rlinf_algos.families.gymnasium import (
+    bare_env_id,
+    ensure_registered,
+    env_kwargs_problems,
+    missing_dependency_error,
+    probe_spaces,
+    resolve_wrappers,
+    wrapper_problems,
+)
 from rlinf_algos.obs import describe_space
-from rlinf_core.config import describe_value
-from rlinf_core.errors import ConfigError, ConfigProblem, join_path
+from rlinf_core.errors import ConfigError
 
 __all__ = [
     "EnvStep",
@@ -48,353 +57,6 @@ __all__ = [
 ]
 
 
-def ensure_registered(env_id: str, path: str = "env.id") -> None:
-    """Make sure gymnasium knows ``env_id``: if it does not, register the ids plugins contribute
-    (``rlinf_register_envs``) and look again. An unknown id is a :class:`ConfigError` at ``path``
-    naming the closest registered ids.
-
-    ``module:EnvName-vN`` (gymnasium's own form) imports ``module`` first, which registers the
-    env, as ``gymnasium.make`` does; the module must be importable here (and on every node that
-    runs envs)."""
-    import gymnasium
-
-    if ":" in env_id:
-        module, _, name = env_id.partition(":")
-        _import_env_module(module, env_id, path)
-        if name in gymnasium.registry:
-            return
-        close = difflib.get_close_matches(name, list(gymnasium.registry), n=5, cutoff=0.5)
-        hint = f"; did you mean {', '.join(repr(f'{module}:{c}') for c in close)}?" if close else ""
-        raise ConfigError(
-            f"module {module!r} was imported but registers no env {name!r}{hint} (it should call "
-            f"gymnasium.register(id={name!r}, entry_point=...) when imported)",
-            path=path,
-        )
-    if env_id in gymnasium.registry:
-        return
-    from rlinf_core.envs import register_with_gymnasium
-    from rlinf_core.plugins import load_plugins
-
-    register_with_gymnasium(load_plugins().envs.values())
-    if env_id in gymnasium.registry:
-        return
-    close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=5, cutoff=0.5)
-    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    raise ConfigError(
-        f"{env_id!r} is not a registered gymnasium environment id{hint} (MuJoCo ids look like "
-        f"'HalfCheetah-v5'; plugin ids are registered by installed rlinf plugins)",
-        path=path,
-    )
-
-
-def _import_env_module(module: str, env_id: str, path: str) -> None:
-    import importlib
-
-    if not module or not all(part.isidentifier() for part in module.split(".")):
-        raise ConfigError(
-            f"{env_id!r} is not of the form 'module:EnvName-vN' (module: a dotted Python module name)",
-            path=path,
-        )
-    try:
-        importlib.import_module(module)
-    except Exception as err:
-        why = f"{type(err).__name__}: {err}".splitlines()[0][:200]
-        raise ConfigError(
-            f"cannot import module {module!r} of {env_id!r} ({why}); 'module:EnvName-vN' needs the module "
-            "importable (installed, or on PYTHONPATH)",
-            path=path,
-        ) from None
-
-
-# gymnasium env families whose dependencies rlinf-algos ships as an optional extra:
-# entry-point module prefix -> (what they need, the extra)
-_ENV_EXTRAS = {"gymnasium.envs.box2d.": ("Box2D and pygame-ce", "box2d")}
-
-
-def missing_dependency_error(env_id: str, err: BaseException, path: str = "env.id") -> ConfigError:
-    """The one-line :class:`ConfigError` for an env that gymnasium cannot build because a package
-    it imports is missing (``gymnasium.error.DependencyNotInstalled``, ``err``): which module is
-    missing and what to install (rlinf-algos' extra for the envs it has one for, e.g.
-    ``box2d`` for ``LunarLander-v3``)."""
-    import gymnasium
-
-    cause = err.__cause__ or err.__context__
-    module = getattr(cause, "name", None)
-    missing = f"no module named {module!r}" if module else str(err).splitlines()[0][:160]
-    try:
-        entry = gymnasium.spec(bare_env_id(env_id)).entry_point
-    except Exception:
-        entry = None
-    for prefix, (needs, extra) in _ENV_EXTRAS.items():
-        if isinstance(entry, str) and entry.startswith(prefix):
-            return ConfigError(
-                f"{env_id!r} needs {needs}, which are not installed here ({missing}): install rlinf-algos' "
-                f"{extra} extra (`uv sync --all-packages` in the rlinf workspace, or "
-                f"`pip install 'rlinf-algos[{extra}]'`)",
-                path=path,
-            )
-    return ConfigError(
-        f"{env_id!r} cannot be built here: a package it needs is not installed ({missing}); install it "
-        "on every machine that runs envs",
-        path=path,
-    )
-
-
-def bare_env_id(env_id: str) -> str:
-    """``EnvName-vN`` of ``module:EnvName-vN`` (the id gymnasium registered); other ids as they are."""
-    return env_id.partition(":")[2] if ":" in env_id else env_id
-
-
-# -- env.wrappers --------------------------------------------------------------------------------
-
-
-def _wrapper_entry(entry: Any) -> tuple[str, dict[str, Any]]:
-    """``(import path, kwargs)`` of one ``env.wrappers`` entry (a string, or ``{path, kwargs}``,
-    a dict or the config model)."""
-    if isinstance(entry, str):
-        return entry, {}
-    if isinstance(entry, dict):
-        return str(entry.get("path")), dict(entry.get("kwargs") or {})
-    return str(entry.path), dict(entry.kwargs or {})
-
-
-def _load_wrapper(path: str, where: str) -> Any:
-    """The object ``module:Name`` (or ``module.Name``) names: a per-env gymnasium wrapper (a
-    class or a callable ``env -> env``). Raises :class:`ConfigError` at ``where``."""
-    import importlib
-
-    import gymnasium
-
-    form = "give 'module:Name' of a gymnasium wrapper, e.g. 'gymnasium.wrappers:ClipReward'"
-    if ":" in path:
-        module, _, name = path.partition(":")
-    else:
-        module, _, name = path.rpartition(".")
-    if not module or not name or not all(p.isidentifier() for p in [*module.split("."), *name.split(".")]):
-        raise ConfigError(f"{describe_value(path)} is not an import path: {form}", path=where)
-    try:
-        obj: Any = importlib.import_module(module)
-    except Exception as err:
-        why = f"{type(err).__name__}: {err}".splitlines()[0][:200]
-        raise ConfigError(
-            f"cannot import module {module!r} of {path!r} ({why}); {form}", path=where
-        ) from None
-    for attr in name.split("."):
-        if not hasattr(obj, attr):
-            names = [n for n in dir(obj) if not n.startswith("_")]
-            close = difflib.get_close_matches(attr, names, n=3, cutoff=0.6)
-            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-            raise ConfigError(f"module {module!r} has no {attr!r}{hint} ({form})", path=where)
-        obj = getattr(obj, attr)
-    if isinstance(obj, type) and issubclass(obj, gymnasium.vector.VectorWrapper):
-        raise ConfigError(
-            f"{path!r} is a vector wrapper; env.wrappers takes per-env wrappers (gymnasium.wrappers:..., "
-            "not gymnasium.wrappers.vector:...)",
-            path=where,
-        )
-    if not callable(obj):
-        raise ConfigError(f"{path!r} is not callable ({type(obj).__name__}); {form}", path=where)
-    return obj
-
-
-def wrapper_problems(wrappers: Any, path: str = "env.wrappers") -> list[ConfigProblem]:
-    """Every entry of ``env.wrappers`` that does not import, is no per-env wrapper, or whose
-    ``kwargs`` its signature does not take (each at its YAML path)."""
-    import inspect
-
-    problems: list[ConfigProblem] = []
-    for i, entry in enumerate(wrappers or []):
-        if isinstance(entry, dict) and not (
-            isinstance(entry.get("path"), str) and isinstance(entry.get("kwargs") or {}, dict)
-        ):
-            continue  # the config model reports its shape
-        if not isinstance(entry, (str, dict)) and not hasattr(entry, "path"):
-            continue
-        target, kwargs = _wrapper_entry(entry)
-        where = f"{path}[{i}]" if isinstance(entry, str) else f"{path}[{i}].path"
-        try:
-            obj = _load_wrapper(target, where)
-        except ConfigError as err:
-            problems.extend(err.problems)
-            continue
-        try:
-            inspect.signature(obj).bind(None, **kwargs)
-        except TypeError as err:
-            problems.append(
-                ConfigProblem(
-                    f"{path}[{i}].kwargs", f"{target!r} does not take {describe_value(kwargs)}: {err}"
-                )
-            )
-        except ValueError:  # no signature (a builtin): its own error will say, when applied
-            pass
-    return problems
-
-
-def resolve_wrappers(wrappers: Any, path: str = "env.wrappers") -> list[Any]:
-    """``env.wrappers`` as callables ``env -> env`` to apply in order (``functools.partial`` of
-    each wrapper with its kwargs: picklable, for async vector envs)."""
-    import functools
-
-    problems = wrapper_problems(wrappers, path)
-    if problems:
-        raise ConfigError(problems)
-    out = []
-    for i, entry in enumerate(wrappers or []):
-        target, kwargs = _wrapper_entry(entry)
-        out.append(
-            _Wrap(functools.partial(_load_wrapper(target, f"{path}[{i}]"), **kwargs), target, f"{path}[{i}]")
-        )
-    return out
-
-
-class _Wrap:
-    """One ``env.wrappers`` entry applied to an env: a wrapper that fails on it is a
-    :class:`ConfigError` at its YAML path (picklable, for async vector envs)."""
-
-    def __init__(self, fn: Any, target: str, path: str) -> None:
-        self.fn, self.target, self.path = fn, target, path
-
-    def __call__(self, env: Any) -> Any:
-        try:
-            return self.fn(env)
-        except Exception as err:
-            why = f"{type(err).__name__}: {err}".splitlines()[0][:200]
-            raise ConfigError(
-                f"{self.target!r} failed on {env.spec.id if env.spec else env}: {why}", path=self.path
-            ) from None
-
-
-def probe_spaces(env_id: str, kwargs: Any = None, wrappers: Any = None) -> tuple[Any, Any] | None:
-    """``(observation_space, action_space)`` of one copy of ``env_id`` (with ``env.kwargs`` and
-    ``env.wrappers``), built and closed here, for the checks before anything starts; ``None``
-    where it is not built here: ids of installed plugins (a robot's env may connect to the robot
-    when built; the env worker checks those) and any env that fails to build here. Raises
-    :class:`ConfigError` for a wrapper that does not import or fails on the env."""
-    import json
-
-    try:
-        key = json.dumps([env_id, kwargs or {}, [_wrapper_entry(w) for w in wrappers or []]], sort_keys=True)
-    except (TypeError, ValueError):  # kwargs that are not plain data: build it every time
-        return _probe_spaces(env_id, kwargs, wrappers)
-    if key not in _PROBED:
-        if len(_PROBED) >= 64:
-            _PROBED.clear()
-        _PROBED[key] = _probe_spaces(env_id, kwargs, wrappers)
-    return _PROBED[key]
-
-
-_PROBED: dict[str, tuple[Any, Any] | None] = {}
-""":func:`probe_spaces` results of this process (validation runs more than once per run)."""
-
-
-def _probe_spaces(env_id: str, kwargs: Any, wrappers: Any) -> tuple[Any, Any] | None:
-    import gymnasium
-
-    try:
-        ensure_registered(env_id)
-        spec = gymnasium.spec(bare_env_id(env_id))
-    except Exception:
-        return None
-    entry = spec.entry_point
-    own = isinstance(entry, str) and entry.startswith("gymnasium.")
-    if not (own or ":" in env_id):
-        return None
-    try:
-        env = gymnasium.make(bare_env_id(env_id), **dict(kwargs or {}))
-    except gymnasium.error.DependencyNotInstalled as err:
-        raise missing_dependency_error(env_id, err) from None
-    except (TypeError, ValueError) as err:
-        _raise_kwargs_error(env_id, kwargs, err)
-        return None
-    except Exception:  # unknown keys are reported by env_kwargs_problems
-        return None
-    try:
-        try:  # a value of the wrong type often fails only when the env first uses it
-            env.reset(seed=0)
-        except (TypeError, ValueError) as err:
-            _raise_kwargs_error(env_id, kwargs, err)
-        except Exception:
-            pass  # not the kwargs' fault as far as can be told here: the env worker reports it
-        for wrap in resolve_wrappers(wrappers):  # a wrapper that fails is reported at its YAML path
-            env = wrap(env)
-        return env.observation_space, env.action_space
-    finally:
-        env.close()
-
-
-def _raise_kwargs_error(env_id: str, kwargs: Any, err: BaseException) -> None:
-    """A ``ConfigError`` at ``env.kwargs`` when the env, built with them, refused a value
-    (a ``TypeError``/``ValueError`` from building or resetting it); nothing without kwargs."""
-    if not kwargs:
-        return
-    first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-    raise ConfigError(
-        [
-            ConfigProblem(
-                "env.kwargs",
-                f"{env_id!r} built with {dict(kwargs)!r} fails when built and reset: {type(err).__name__}: {first} "
-                "(check each value's type against the env's constructor)",
-            )
-        ]
-    )
-
-
-def env_kwargs_problems(env_id: str, kwargs: Any, path: str = "env.kwargs") -> list[ConfigProblem]:
-    """The keys of ``kwargs`` that the constructor of the registered ``env_id`` does not take
-    (with the closest it takes), checked against its signature without building the env. Where
-    the constructor takes ``**kwargs``, one of gymnasium's own envs is built once to see (a cheap
-    simulation) and its error reported; nothing is reported for other such constructors, or one
-    whose module does not import here (it may on the node that runs the env)."""
-    import inspect
-
-    import gymnasium
-    from gymnasium.envs.registration import load_env_creator
-
-    if not isinstance(kwargs, dict) or not kwargs:
-        return []
-    try:
-        spec = gymnasium.spec(bare_env_id(env_id))
-        entry = spec.entry_point
-        creator = load_env_creator(entry) if isinstance(entry, str) else entry
-        params = inspect.signature(creator).parameters.values()
-    except Exception:  # not importable on this machine, or no signature
-        return []
-    if creator is None:
-        return []
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        # the signature does not say; gymnasium's own envs (MuJoCo, classic control) are cheap
-        # simulations: build one to see, the way an env worker would
-        if not getattr(creator, "__module__", "").startswith("gymnasium."):
-            return []
-        try:
-            gymnasium.make(env_id, **kwargs).close()
-        except Exception as err:
-            why = f"{type(err).__name__}: {err}".splitlines()[0]
-            why = why if len(why) <= 160 else why[:157] + "..."
-            return [ConfigProblem(path, f"cannot create {env_id!r} with these kwargs ({why})")]
-        return []
-    takes = {
-        p.name
-        for p in params
-        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    }
-    takes |= {"max_episode_steps", "disable_env_checker"}  # gymnasium.make's own
-    problems = []
-    for key in kwargs:
-        if key in takes:
-            continue
-        close = difflib.get_close_matches(str(key), sorted(takes), n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        problems.append(
-            ConfigProblem(
-                join_path(path, str(key)),
-                f"{env_id!r} takes no keyword argument {describe_value(key)} ({hint}it takes: "
-                f"{', '.join(sorted(takes)) or 'none'})",
-            )
-        )
-    return problems
-
-
 def make_vector_env(
     env_id: str,
     num_envs: int = 1,
@@ -407,23 +69,35 @@ def make_vector_env(
     obs_mode: str = "state",
     image_size: tuple[int, int] = (64, 64),
     wrappers: Any = None,
+    family: str = "gymnasium",
+    options: Mapping[str, Any] | None = None,
+    python: str | None = None,
+    timeout_s: float = 60.0,
+    tasks: list[str] | None = None,
+    render: bool = False,
 ) -> tuple[Any, Any]:
-    """Build, seed and reset a vector env.
+    """Build, seed and reset a vector env of an env family (``env.family``; :mod:`rlinf_algos.families`).
 
     Args:
-        env_id: a gymnasium id.
+        env_id: ``env.id``: a gymnasium id for the ``gymnasium`` family, a task or a suite
+            for the others (``reach-v3``, ``MT10``, ``PushCube-v1``...).
         num_envs: the number of sub-environments.
         seed: sub-env ``i`` is reset with ``seed + i``; the action space is seeded with ``seed``.
         vectorization: ``"sync"`` steps the copies in this process (best for cheap MuJoCo
-            tasks); ``"async"`` runs one subprocess per copy.
-        env_kwargs: keyword arguments for ``gymnasium.make``.
+            tasks); ``"async"`` runs one subprocess per copy (``gymnasium`` family).
+        env_kwargs: keyword arguments for ``gymnasium.make`` (``gymnasium`` family).
         max_episode_steps: override the id's time limit.
         stats_window: how many recent episodes ``return_queue`` / ``length_queue`` keep.
         obs_mode: ``state`` (the env's own observations), ``pixels`` (``{"image"}``) or
             ``pixels+state`` (``{"image", "state"}``): see :mod:`rlinf_algos.pixels`.
         image_size: ``(height, width)`` of the camera images of the pixel modes.
         wrappers: ``env.wrappers``: gymnasium wrappers (import paths, with kwargs) applied to
-            every copy in order, before the pixel observation wrapper.
+            every copy in order, before the pixel observation wrapper (``gymnasium`` family).
+        family, options, python, timeout_s: ``env.family``, ``env.options``, ``env.python``
+            and ``env.timeout_s``.
+        tasks: the task of each sub-env, for a family with task suites (default: from ``env_id``).
+        render: build the simulators with a camera for ``envs.render()`` (families other than
+            ``gymnasium``, whose envs render through ``env_kwargs``).
 
     Every copy whose action space is not a flat ``Box`` (discrete, multi-discrete,
     multi-binary, dict or tuple) takes flat float actions (:class:`~rlinf_algos.action_spaces.
@@ -433,42 +107,27 @@ def make_vector_env(
         ``(envs, obs)``: the ``RecordEpisodeStatistics``-wrapped vector env and its first
         observations (``[num_envs, *obs_shape]``, or a dict of such arrays).
     """
-    import gymnasium as gym
-    from gymnasium.vector import AutoresetMode
     from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
-    from rlinf_algos.action_spaces import wrap_flat_actions
+    from rlinf_algos.families import EnvRequest, get_family
 
-    ensure_registered(env_id)
-    user_wrappers = resolve_wrappers(wrappers)
-    env_id = bare_env_id(env_id)
-    kwargs = dict(env_kwargs or {})
-    if max_episode_steps is not None:
-        kwargs["max_episode_steps"] = max_episode_steps
-    from rlinf_algos.pixels import PixelObservation, pixel_mode_kwargs, prepare_gl
-
-    prepare_gl()  # before any env can make a GL context (envs that emit images render themselves)
-    per_env = list(user_wrappers)
-    if obs_mode != "state":
-        kwargs = {**pixel_mode_kwargs(env_id, image_size), **kwargs}
-        per_env.append(PixelObservation(obs_mode, image_size))
-    per_env.append(wrap_flat_actions)
-    try:
-        envs = gym.make_vec(
-            env_id,
-            num_envs=num_envs,
-            vectorization_mode=vectorization,
-            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
-            wrappers=per_env,
-            **kwargs,
-        )
-    except gym.error.DependencyNotInstalled as err:
-        raise missing_dependency_error(env_id, err) from None
-    except TypeError as err:  # an unknown keyword of the env's constructor
-        raise ConfigError(
-            f"cannot create {env_id!r} with kwargs {describe_value(kwargs)}: {describe_value(str(err))}",
-            path="env.kwargs",
-        ) from None
+    request = EnvRequest(
+        id=env_id,
+        num_envs=num_envs,
+        seed=seed,
+        vectorization=vectorization,
+        kwargs=dict(env_kwargs or {}),
+        max_episode_steps=max_episode_steps,
+        obs_mode=obs_mode,
+        image_size=(int(image_size[0]), int(image_size[1])),
+        wrappers=list(wrappers or []),
+        options=dict(options or {}),
+        python=python,
+        timeout_s=timeout_s,
+        tasks=list(tasks) if tasks is not None else None,
+        render=render,
+    )
+    envs = get_family(family).make_vector(request)
     envs = RecordEpisodeStatistics(envs, buffer_length=stats_window)
     obs, _ = envs.reset(seed=seed)
     envs.action_space.seed(seed)
@@ -559,6 +218,10 @@ class VectorEnvStepper:
         obs_mode: str = "state",
         image_size: tuple[int, int] = (64, 64),
         wrappers: Any = None,
+        family: str = "gymnasium",
+        options: Mapping[str, Any] | None = None,
+        python: str | None = None,
+        timeout_s: float = 60.0,
     ) -> None:
         self.envs, obs = make_vector_env(
             env_id,
@@ -571,7 +234,12 @@ class VectorEnvStepper:
             obs_mode=obs_mode,
             image_size=image_size,
             wrappers=wrappers,
+            family=family,
+            options=options,
+            python=python,
+            timeout_s=timeout_s,
         )
+        self.restarts = 0  # simulator processes started again after a failure
         space = self.envs.single_observation_space
         try:
             self.obs_space = describe_space(space)
@@ -647,7 +315,16 @@ class VectorEnvStepper:
         """Step every sub-env with ``actions`` ``[N, A]``; updates :attr:`obs` and the counters."""
         if self.clip_actions:
             actions = np.clip(actions, self.action_low, self.action_high)
-        next_obs, rewards, terminated, truncated, info = self.envs.step(actions)
+        try:
+            next_obs, rewards, terminated, truncated, info = self.envs.step(actions)
+        except SimulatorError as err:
+            # a simulator process died or hung: start a new one from fresh seeds (the episodes in
+            # flight are lost) and let the caller drop this batch
+            self.restarts += 1
+            self.reset(self.seed + 100_003 * self.restarts)
+            raise SimulatorError(
+                f"{err}; started it again (restart {self.restarts}), this batch is dropped"
+            ) from None
         next_obs = batch_obs(next_obs)
         done = terminated | truncated
         final = final_observations(next_obs, info, done)

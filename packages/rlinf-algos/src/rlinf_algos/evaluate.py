@@ -15,7 +15,7 @@ from rlinf_algos.run_files import POLICY, UnsafeStateFile, policy_file, read_sta
 from rlinf_algos.safe_state import StateFileError
 from rlinf_core.errors import RlinfError
 
-__all__ = ["evaluate_policy", "load_policy", "summarize_episodes"]
+__all__ = ["evaluate_policy", "load_policy", "play_episodes", "sample_action", "summarize_episodes"]
 
 
 def load_policy(path: Path) -> tuple[torch.nn.Module, dict[str, Any]]:
@@ -119,6 +119,8 @@ def evaluate_policy(
         obs_mode=obs_mode,
         image_size=tuple(record.get("image_size") or (64, 64)),
         wrappers=record.get("env_wrappers"),
+        family=record.get("env_family") or "gymnasium",
+        options=record.get("env_options") or {},
     )
     if video_dir is not None and _frame(batch_obs(obs), 0) is None:
         envs.close()  # no images to show: build it again, rendering
@@ -135,62 +137,18 @@ def evaluate_policy(
         )
         render = True
     generator = torch.Generator().manual_seed(seed)
-    act_low = np.asarray(envs.single_action_space.low, np.float32)
-    act_high = np.asarray(envs.single_action_space.high, np.float32)
-    per_episode: list[dict[str, Any]] = []
+
+    def act(obs: Any) -> np.ndarray:
+        if deterministic:
+            return module.predict(obs, True).numpy()  # type: ignore[operator]
+        return sample_action(module, obs, generator)
+
     try:
         with torch.no_grad(), torch.random.fork_rng():
             torch.manual_seed(seed)  # SAC's actor samples from torch's global generator
-            for first in range(0, episodes, n):
-                m = min(n, episodes - first)
-                seeds = [seed + first + j for j in range(n)]
-                obs = batch_obs(envs.reset(seed=seeds)[0])
-                eps = [
-                    {
-                        "episode": first + j,
-                        "seed": seeds[j],
-                        "instruction": str(obs["instruction"][j])
-                        if isinstance(obs, dict) and "instruction" in obs
-                        else None,
-                        "return": 0.0,
-                        "length": 0,
-                        "success_once": None,
-                        "success_at_end": None,
-                        "frames": [],
-                    }
-                    for j in range(m)
-                ]
-                live = np.zeros(n, bool)
-                live[:m] = True
-                while live.any():
-                    for j in np.flatnonzero(live):
-                        if video_dir is not None:
-                            frame = envs.render()[j] if render else _frame(obs, j)
-                            eps[j]["frames"].append(frame)
-                    if deterministic:
-                        actions = module.predict(obs, True).numpy()  # type: ignore[operator]
-                    else:
-                        actions = _sample(module, obs, generator)
-                    actions = np.clip(actions, act_low, act_high)
-                    nxt, rew, term, trunc, info = envs.step(actions)
-                    nxt = batch_obs(nxt)
-                    done = np.asarray(term) | np.asarray(trunc)
-                    final = info.get("final_info") or {}
-                    for j in np.flatnonzero(live):
-                        ep = eps[j]
-                        ep["return"] += float(rew[j])
-                        ep["length"] += 1
-                        ok = _success_of(final if done[j] else info, j)
-                        if ok is not None:
-                            ep["success_once"] = bool(ep["success_once"]) or ok
-                            ep["success_at_end"] = ok
-                        if done[j]:
-                            live[j] = False
-                            if video_dir is not None and not render:
-                                last = info["final_obs"][j]
-                                ep["frames"].append(np.asarray(last["image"]))
-                    obs = nxt
-                per_episode.extend(eps)
+            per_episode = play_episodes(
+                envs, act, [seed + i for i in range(episodes)], video=video_dir is not None, render=render
+            )
     finally:
         envs.close()
     if video_dir is not None:
@@ -205,7 +163,79 @@ def evaluate_policy(
     return summarize_episodes(per_episode, seed)
 
 
-def _sample(module: Any, obs: Any, generator: torch.Generator) -> np.ndarray:
+def play_episodes(
+    envs: Any,
+    act: Any,
+    seeds: list[int],
+    *,
+    inits: list[int] | None = None,
+    video: bool = False,
+    render: bool = False,
+) -> list[dict[str, Any]]:
+    """Play one whole episode per entry of ``seeds`` in the vector env ``envs`` (``SAME_STEP``
+    autoreset), ``envs.num_envs`` at a time: episode ``i`` starts from a reset with seed
+    ``seeds[i]`` (and, for a family with fixed initial states, ``options={"init": ...}`` with
+    ``inits[i]``); ``act(obs)`` maps a batch of observations to actions. Returns each episode's
+    record: ``episode``, ``seed``, ``init``, ``instruction``, ``return``, ``length``,
+    ``success_once`` / ``success_at_end`` (``None`` for envs that report no success) and, with
+    ``video``, its ``frames`` (the ``image`` observations, or ``envs.render()`` with ``render``)."""
+    n = envs.num_envs
+    act_low = np.asarray(envs.single_action_space.low, np.float32)
+    act_high = np.asarray(envs.single_action_space.high, np.float32)
+    per_episode: list[dict[str, Any]] = []
+    for first in range(0, len(seeds), n):
+        m = min(n, len(seeds) - first)
+        batch = [seeds[min(first + j, len(seeds) - 1)] for j in range(n)]
+        options = None
+        if inits is not None:
+            options = {"init": [inits[min(first + j, len(inits) - 1)] for j in range(n)]}
+        obs = batch_obs(envs.reset(seed=batch, options=options)[0])
+        eps = [
+            {
+                "episode": first + j,
+                "seed": batch[j],
+                "init": None if options is None else options["init"][j],
+                "instruction": str(obs["instruction"][j])
+                if isinstance(obs, dict) and "instruction" in obs
+                else None,
+                "return": 0.0,
+                "length": 0,
+                "success_once": None,
+                "success_at_end": None,
+                "frames": [],
+            }
+            for j in range(m)
+        ]
+        live = np.zeros(n, bool)
+        live[:m] = True
+        while live.any():
+            if video:
+                frames = envs.render() if render else None
+                for j in np.flatnonzero(live):
+                    eps[j]["frames"].append(frames[j] if render else _frame(obs, j))
+            actions = np.clip(np.asarray(act(obs), np.float32), act_low, act_high)
+            nxt, rew, term, trunc, info = envs.step(actions)
+            nxt = batch_obs(nxt)
+            done = np.asarray(term) | np.asarray(trunc)
+            final = info.get("final_info") or {}
+            for j in np.flatnonzero(live):
+                ep = eps[j]
+                ep["return"] += float(rew[j])
+                ep["length"] += 1
+                ok = _success_of(final if done[j] else info, j)
+                if ok is not None:
+                    ep["success_once"] = bool(ep["success_once"]) or ok
+                    ep["success_at_end"] = ok
+                if done[j]:
+                    live[j] = False
+                    if video and not render:
+                        ep["frames"].append(np.asarray(info["final_obs"][j]["image"]))
+            obs = nxt
+        per_episode.extend(eps)
+    return per_episode
+
+
+def sample_action(module: Any, obs: Any, generator: torch.Generator) -> np.ndarray:
     """A stochastic action of a Gaussian actor-critic (or SAC's actor), seeded."""
     if hasattr(module, "action_mean"):
         prepared = module.normalize(obs)

@@ -32,6 +32,14 @@ def rlinf_register_models() -> list[type]:
 
 
 @hookimpl
+def rlinf_register_env_families() -> list[type]:
+    from rlinf_algos.families.gymnasium import GymnasiumFamily
+    from rlinf_algos.families.metaworld import MetaWorldFamily
+
+    return [GymnasiumFamily, MetaWorldFamily]
+
+
+@hookimpl
 def rlinf_register_rollout_engines() -> list[type]:
     from rlinf_algos.lm.engines import HFEngine
 

@@ -102,6 +102,8 @@ class Policy:
                 max_episode_steps=self.record.get("max_episode_steps"),
                 obs_mode=self.record.get("obs_mode", "state"),
                 image_size=tuple(self.record.get("image_size") or (64, 64)),
+                family=self.record.get("env_family") or "gymnasium",
+                options=self.record.get("env_options") or {},
                 **extra,
             )
             try:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import click
 
     from rlinf_core.algorithm import Algorithm
-    from rlinf_core.envs import EnvSpec
+    from rlinf_core.envs import EnvFamily, EnvSpec
     from rlinf_core.hardware import HardwarePlugin
     from rlinf_core.model import ModelType
     from rlinf_core.network import NetworkProvider
@@ -97,6 +97,23 @@ def rlinf_register_envs() -> list[EnvSpec] | None:
         ``None`` or an empty list registers nothing.
 
     Called in the driver (config validation) and in env worker processes.
+    """
+
+
+@hookspec
+def rlinf_register_env_families() -> list[type[EnvFamily]] | None:
+    """Register env families, selected by ``env.family`` in the run YAML (rlinf-algos ships
+    ``gymnasium``, ``metaworld``, ``maniskill`` and ``libero``).
+
+    :returns: :class:`~rlinf_core.envs.EnvFamily` subclasses: each says how its vector env is
+        made from the ``env`` section (possibly already batched, possibly in an interpreter of
+        its own: ``interpreter``), its task suites with fixed initial states and instructions,
+        and the checks of its settings. Their ``PLUGIN_NAME`` is matched case-insensitively; two
+        plugins claiming one name is an error naming both. ``None`` or an empty list registers
+        nothing.
+
+    Called in the driver (config validation, ``rlinf env``, ``rlinf eval --suite``) and in env
+    worker processes, so keep the hook itself free of simulators, torch and gymnasium.
     """
 
 

@@ -67,6 +67,7 @@ _REGISTRIES: dict[str, tuple[str, str, str]] = {
         "rlinf_core.network:NetworkProvider",
     ),
     "models": ("rlinf_register_models", "model type", "rlinf_core.model:ModelType"),
+    "env_families": ("rlinf_register_env_families", "env family", "rlinf_core.envs:EnvFamily"),
     "rewards": ("rlinf_register_rewards", "reward function", "rlinf_core.reward:RewardFunction"),
     "rollout_engines": (
         "rlinf_register_rollout_engines",
@@ -201,6 +202,11 @@ class PluginHost:
     def models(self) -> Registry[Any]:
         """Model types (:class:`~rlinf_core.model.ModelType` subclasses), by ``model.type``."""
         return self._build("models")
+
+    @cached_property
+    def env_families(self) -> Registry[Any]:
+        """Env families (:class:`~rlinf_core.envs.EnvFamily` subclasses), by ``env.family``."""
+        return self._build("env_families")
 
     @cached_property
     def rewards(self) -> Registry[Any]:

@@ -82,14 +82,31 @@ class EnvWrapperConfig(ConfigSection):
 
 
 class EnvConfig(ConfigSection):
-    """``env`` section: which gymnasium id, how many copies, how they run."""
+    """``env`` section: which env family and task (or gymnasium id), how many copies, how they run."""
 
     model_config = STRICT
 
+    family: str = Field(
+        "gymnasium",
+        min_length=1,
+        description="the env family (`rlinf env list`): gymnasium (any gymnasium id), metaworld, or one a "
+        "plugin registers",
+    )
     id: str = Field(
         min_length=1,
         description="gymnasium id, e.g. HalfCheetah-v5, or module:EnvName-v0 (the module is imported and "
-        "registers the env)",
+        "registers the env); for the other families a task or suite (reach-v3, MT10)",
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="the env family's own options (metaworld: camera)"
+    )
+    python: str | None = Field(
+        None,
+        description="the interpreter of a family whose simulator runs in its own (metaworld); default: the "
+        "venv `rlinf env setup FAMILY` made",
+    )
+    timeout_s: float = Field(
+        60.0, gt=0.0, description="seconds a simulator process may take to answer one reset or step"
     )
     num_envs: int = Field(8, ge=1, description="environments over all env workers (each its own seed)")
     vectorization: Literal["sync", "async"] = Field(
@@ -311,18 +328,21 @@ def validate_run_sections(run_config: Any, host: Any = None) -> RunSections:
 
 
 def env_id_problems(run_config: Any) -> list[ConfigProblem]:
-    """Whether ``env.id`` is a registered gymnasium id (plugin ids included) whose constructor
-    takes the keys of ``env.kwargs``; imports gymnasium."""
+    """The problems of the ``env`` section its family finds (:meth:`rlinf_core.envs.EnvFamily.
+    problems`): for the ``gymnasium`` family, whether ``env.id`` is a registered gymnasium id
+    (plugin ids included) whose constructor takes the keys of ``env.kwargs`` (imports
+    gymnasium); an unknown family is one problem at ``env.family`` naming the installed ones."""
     env = run_config.get("env") if isinstance(run_config, Mapping) else None
     env_id = env.get("id") if isinstance(env, Mapping) else None
     if not isinstance(env_id, str) or not env_id:
         return []
-    from rlinf_algos.envs import ensure_registered, env_kwargs_problems, wrapper_problems
+    from rlinf_algos.families import get_family
 
-    wrappers = env.get("wrappers")
-    problems = wrapper_problems(wrappers) if isinstance(wrappers, list) else []
+    name = env.get("family", "gymnasium")
+    if not isinstance(name, str) or not name:
+        return []
     try:
-        ensure_registered(env_id)
+        family = get_family(name)
     except ConfigError as err:
-        return list(err.problems) + problems
-    return env_kwargs_problems(env_id, env.get("kwargs")) + problems
+        return list(err.problems)
+    return family.problems(env)

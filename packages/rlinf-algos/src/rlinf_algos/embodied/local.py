@@ -46,6 +46,10 @@ def make_stepper(env: Any, seed: int) -> VectorEnvStepper:
         obs_mode=env.obs_mode,
         image_size=env.image_size,
         wrappers=env.wrappers,
+        family=env.family,
+        options=env.options,
+        python=env.python,
+        timeout_s=env.timeout_s,
     )
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from rlinf_algos import obs as obs_tree
+from rlinf_algos.families import SimulatorError
 from rlinf_algos.runtime.workers.base import RoleWorker, close_links
 from rlinf_core.errors import ChannelError, RlinfError
 from rlinf_core.links import Links
@@ -95,6 +96,10 @@ class EnvWorker(RoleWorker):
                     obs_mode=cfg.get("obs_mode", "state"),
                     image_size=tuple(cfg.get("image_size", (64, 64))),
                     wrappers=cfg.get("wrappers") or [],
+                    family=cfg.get("family", "gymnasium"),
+                    options=cfg.get("options") or {},
+                    python=cfg.get("python"),
+                    timeout_s=float(cfg.get("timeout_s", 60.0)),
                 )
             )
         plan = shards(self.per_stage, self.world_size, self.rollout_world)
@@ -161,7 +166,7 @@ class EnvWorker(RoleWorker):
             self._connect(gen, links)
             body(out)
             ok = True
-        except ChannelError as err:  # a peer died or gave up: this iteration is lost
+        except (ChannelError, SimulatorError) as err:  # a peer or a simulator died: this iteration is lost
             out.update(aborted=True, error=str(err))
         finally:
             if not ok:  # the peers still waiting on this worker learn it at once

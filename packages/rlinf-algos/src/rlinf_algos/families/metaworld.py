@@ -1,0 +1,148 @@
+"""The ``metaworld`` env family: MetaWorld's 50 Sawyer manipulation tasks (``reach-v3``,
+``push-v3``...) and its ``MT10`` / ``MT50`` suites, in MetaWorld's own interpreter.
+
+MetaWorld 3.1 pins ``mujoco==3.3.0`` (3.0 crashes on MuJoCo 4, which rlinf's lock holds), so the
+simulator runs in a child process of the env worker (:mod:`.subproc`) in the venv ``rlinf env
+setup metaworld`` makes, importing MetaWorld and numpy only. ``env.id`` is a task or a suite
+(slot ``i`` runs the suite's task ``i % len(suite)``); each task's 50 fixed initial states are
+the variations of its ``MT1`` benchmark with seed 0. Success is MetaWorld's ``info["success"]``;
+episodes last 500 steps (``env.max_episode_steps`` shortens them) and do not end on success.
+``env.options``: ``camera`` (``corner``, ``topview``, ``behindGripper``, ``gripperPOV``,
+``corner2``, ``corner3``). The pixel obs modes render that camera at ``env.image_size`` with
+the scene effects off, the right way up, beside the task's instruction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rlinf_core.envs import EnvFamily, Interpreter, TaskInfo
+from rlinf_core.errors import ConfigError, ConfigProblem
+
+__all__ = ["MT10", "MT50", "MetaWorldFamily"]
+
+MT10 = (
+    "reach-v3",
+    "push-v3",
+    "pick-place-v3",
+    "door-open-v3",
+    "drawer-open-v3",
+    "drawer-close-v3",
+    "button-press-topdown-v3",
+    "peg-insert-side-v3",
+    "window-open-v3",
+    "window-close-v3",
+)
+"""MetaWorld's MT10 tasks, in its order."""
+
+MT50 = (
+    "assembly-v3", "basketball-v3", "bin-picking-v3", "box-close-v3", "button-press-topdown-v3",
+    "button-press-topdown-wall-v3", "button-press-v3", "button-press-wall-v3", "coffee-button-v3",
+    "coffee-pull-v3", "coffee-push-v3", "dial-turn-v3", "disassemble-v3", "door-close-v3",
+    "door-lock-v3", "door-open-v3", "door-unlock-v3", "hand-insert-v3", "drawer-close-v3",
+    "drawer-open-v3", "faucet-open-v3", "faucet-close-v3", "hammer-v3", "handle-press-side-v3",
+    "handle-press-v3", "handle-pull-side-v3", "handle-pull-v3", "lever-pull-v3", "pick-place-wall-v3",
+    "pick-out-of-hole-v3", "pick-place-v3", "plate-slide-v3", "plate-slide-side-v3",
+    "plate-slide-back-v3", "plate-slide-back-side-v3", "peg-insert-side-v3", "peg-unplug-side-v3",
+    "soccer-v3", "stick-push-v3", "stick-pull-v3", "push-v3", "push-wall-v3", "push-back-v3",
+    "reach-v3", "reach-wall-v3", "shelf-place-v3", "sweep-into-v3", "sweep-v3", "window-open-v3",
+    "window-close-v3",
+)  # fmt: skip
+"""MetaWorld's 50 tasks (MT50)."""
+
+CAMERAS = ("corner", "corner2", "corner3", "topview", "behindGripper", "gripperPOV")
+
+
+class MetaWorldFamily(EnvFamily):
+    PLUGIN_NAME = "metaworld"
+    description = "MetaWorld 3.1 (MuJoCo 3.3): 50 Sawyer tasks, MT10/MT50 suites; in its own interpreter"
+    interpreter = Interpreter(
+        python="3.11",
+        requirements=("metaworld==3.1.1", "gymnasium[mujoco]>=1.1"),
+        imports=("metaworld", "numpy", "mujoco"),
+    )
+    setup_hint = "rlinf env setup metaworld"
+
+    def suites(self) -> Mapping[str, Sequence[str]]:
+        return {"MT10": MT10, "MT50": MT50}
+
+    def tasks(self, request: Any) -> Sequence[TaskInfo]:
+        from rlinf_algos.families.child.metaworld_tasks import instruction
+
+        names = self.suites().get(str(request.id)) or [str(request.id)]
+        return [TaskInfo(t, instruction(t), 50) for t in names]
+
+    def problems(self, env: Mapping[str, Any]) -> list[ConfigProblem]:
+        import difflib
+
+        from rlinf_algos.families.venvs import family_python
+
+        problems = []
+        env_id = env.get("id")
+        if isinstance(env_id, str) and env_id not in MT50 and env_id not in self.suites():
+            close = difflib.get_close_matches(env_id, [*MT50, *self.suites()], n=3, cutoff=0.6)
+            hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
+            problems.append(
+                ConfigProblem(
+                    "env.id",
+                    f"{env_id!r} is no MetaWorld task or suite ({hint}tasks look like 'reach-v3'; suites: MT10, MT50)",
+                )
+            )
+        options = env.get("options") or {}
+        for key in options:
+            if key != "camera":
+                problems.append(ConfigProblem(f"env.options.{key}", "metaworld takes one option: camera"))
+        if "camera" in options and options["camera"] not in CAMERAS:
+            problems.append(
+                ConfigProblem(
+                    "env.options.camera", f"{options['camera']!r} is no camera; one of: {', '.join(CAMERAS)}"
+                )
+            )
+        for key in ("kwargs", "wrappers"):
+            if env.get(key):
+                problems.append(ConfigProblem(f"env.{key}", f"the metaworld family takes no env.{key}"))
+        try:
+            family_python(self, env.get("python"))
+        except ConfigError as err:
+            problems.extend(err.problems)
+        return problems
+
+    def make_vector(self, request: Any) -> Any:
+        from rlinf_algos.families import suite_tasks
+        from rlinf_algos.families.subproc import CHILD_DIR, RemoteVectorEnv
+        from rlinf_algos.families.venvs import family_python
+
+        problems = [p for p in self.problems(_as_env(request)) if not p.path.startswith("env.python")]
+        if problems:
+            raise ConfigError(problems)
+        python = family_python(self, request.python)
+        assert python is not None
+        tasks = request.tasks or suite_tasks(self, request.id, request.num_envs)
+        spec = {
+            "tasks": tasks,
+            "seed": int(request.seed),
+            "obs_mode": request.obs_mode,
+            "image_size": list(request.image_size),
+            "camera": (request.options or {}).get("camera", "corner"),
+            "max_episode_steps": request.max_episode_steps,
+            "render": bool(request.render),
+        }
+        return RemoteVectorEnv(
+            self.PLUGIN_NAME,
+            python,
+            CHILD_DIR / "metaworld_backend.py",
+            spec,
+            timeout=request.timeout_s,
+            start_timeout=max(300.0, request.timeout_s),
+            env={"MUJOCO_GL": "egl"},
+        )
+
+
+def _as_env(request: Any) -> dict[str, Any]:
+    return {
+        "id": request.id,
+        "options": request.options,
+        "kwargs": request.kwargs,
+        "wrappers": request.wrappers,
+    }

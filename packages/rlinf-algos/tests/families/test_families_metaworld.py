@@ -1,0 +1,141 @@
+"""MetaWorld (``metaworld`` 3.1.1, MuJoCo 3.3) in its own interpreter: the venv ``rlinf env setup
+metaworld`` makes (made here once per machine; uv's cache makes it again in seconds), its tasks
+and suites, fixed initial states, images, the scripted expert, and `rlinf eval --suite`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rlinf_algos.envs import VectorEnvStepper
+from rlinf_algos.families import get_family
+from rlinf_algos.families.venvs import setup_family
+from rlinf_core.errors import ConfigError
+
+
+@pytest.fixture(scope="module")
+def metaworld_ready() -> None:
+    """The MetaWorld venv, made (or found) as `rlinf env setup metaworld` does."""
+    setup_family(get_family("metaworld"), log=lambda *_: None)
+
+
+def test_reach_steps_with_metaworlds_spaces_and_reproducible_seeds(metaworld_ready: None) -> None:
+    runs = []
+    for _ in range(2):
+        st = VectorEnvStepper("reach-v3", 2, 7, family="metaworld", max_episode_steps=5)
+        try:
+            assert st.spaces()["obs_dim"] == 39 and st.act_dim == 4
+            assert st.spaces()["max_episode_steps"] == 5
+            first = st.obs.copy()
+            steps = [st.step(np.full((2, 4), 0.5, np.float32)) for _ in range(5)]
+            assert steps[-1].truncated.tolist() == [True, True] and steps[-1].terminated.tolist() == [
+                False,
+                False,
+            ]
+            assert not np.allclose(steps[-1].final_obs, steps[-1].obs)  # the next episode began
+            runs.append(np.concatenate([first, *[s.obs for s in steps]]))
+        finally:
+            st.close()
+    assert np.array_equal(runs[0], runs[1])
+
+
+def test_a_suite_spreads_its_tasks_over_the_env_slots(metaworld_ready: None) -> None:
+    family = get_family("metaworld")
+    assert len(family.suites()["MT10"]) == 10 and len(family.suites()["MT50"]) == 50
+    st = VectorEnvStepper("MT10", 3, 0, family="metaworld", max_episode_steps=3)
+    try:
+        tasks = [t["name"] for t in st.envs.unwrapped.tasks]
+        assert tasks == ["reach-v3", "push-v3", "pick-place-v3"]
+    finally:
+        st.close()
+
+
+def test_pixels_come_the_right_way_up_with_the_instruction(metaworld_ready: None, tmp_path: Path) -> None:
+    st = VectorEnvStepper(
+        "reach-v3",
+        1,
+        0,
+        family="metaworld",
+        obs_mode="pixels+state",
+        image_size=(48, 64),
+        max_episode_steps=3,
+    )
+    try:
+        obs = st.obs
+        assert obs["image"].shape == (1, 48, 64, 3) and obs["image"].dtype == np.uint8
+        assert obs["state"].shape == (1, 39) and str(obs["instruction"][0]) == "reach the goal position"
+        img = obs["image"][0].astype(float)
+        # the corner camera (turned back: MetaWorld's is rolled half a turn) shows the grey
+        # backdrop at the top left and the brown wooden table below the middle
+        top, bottom = img[:8, :24], img[30:38, 20:36]
+        assert abs(top[..., 0] - top[..., 2]).mean() < 10, top.mean((0, 1))
+        assert (bottom[..., 0] - bottom[..., 2]).mean() > 15, bottom.mean((0, 1))
+    finally:
+        st.close()
+
+
+def test_eval_suite_of_the_scripted_expert_gives_a_vector_with_wilson_intervals(
+    metaworld_ready: None, host: Any, invoke: Any, tmp_path: Path
+) -> None:
+    out_file = tmp_path / "reach.json"
+    res = invoke(
+        host,
+        "eval",
+        "expert",
+        "--suite",
+        "metaworld:reach-v3",
+        "--episodes-per-task",
+        "2",
+        "--out",
+        str(out_file),
+    )
+    assert res.exit_code == 0, res.output
+    got = json.loads(out_file.read_text())
+    (task,) = got["tasks"]
+    assert task["task"] == "reach-v3" and task["episodes"] == 2
+    assert task["success_once"]["rate"] == 1.0 and task["success_once"]["ci95"][0] > 0.15
+    assert [e["init"] for e in got["per_episode"]] == [0, 1]
+    assert got["provenance"]["simulator_requirements"][0] == "metaworld==3.1.1"
+    assert "mean success_at_end over 1 tasks" in res.output
+    again = invoke(
+        host,
+        "eval",
+        "expert",
+        "--suite",
+        "metaworld:reach-v3",
+        "--episodes-per-task",
+        "2",
+        "--out",
+        str(out_file),
+    )
+    assert json.loads(out_file.read_text())["tasks"] == got["tasks"]  # the same command, the same numbers
+    assert again.exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--suite", "metaworld:MT11"], "'MT11' is no MetaWorld task or suite (did you mean 'MT10'"),
+        (["--suite", "metaworld"], "is not FAMILY:SUITE"),
+        (["--suite", "metaworl:MT10"], "unknown env family 'metaworl'"),
+    ],
+)
+def test_a_misspelt_suite_is_a_config_error_naming_the_choices(
+    host: Any, invoke: Any, args: list[str], says: str
+) -> None:
+    res = invoke(host, "eval", "expert", *args)
+    assert isinstance(res.exception, ConfigError) and says in str(res.exception), res.output
+    assert str(res.exception).startswith("--suite: ")
+
+
+def test_the_console_script_says_it_in_one_line_with_exit_2(rlinf_script: Any, tmp_path: Path) -> None:
+    done = rlinf_script("eval", "expert", "--suite", "metaworld:MT11", timeout=120, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "--suite: 'MT11' is no MetaWorld task or suite (did you mean 'MT10'? tasks look like "
+        "'reach-v3'; suites: MT10, MT50)"
+    ]
