@@ -27,6 +27,7 @@ def register(cli: click.Group) -> None:
     """Add ``train``, ``eval``, ``plot``, ``sft``, ``bench`` and ``convert`` to the ``rlinf`` command group."""
     from rlinf_algos.bench import bench
     from rlinf_algos.convert_cli import convert_cmd
+    from rlinf_algos.demos_cli import demos_group
     from rlinf_algos.families.cli import env_group
     from rlinf_algos.sft_cli import sft_cmd
 
@@ -37,6 +38,7 @@ def register(cli: click.Group) -> None:
     cli.add_command(bench)
     cli.add_command(convert_cmd)
     cli.add_command(env_group)
+    cli.add_command(demos_group)
 
 
 class _StopOnTerm:

@@ -129,7 +129,7 @@ def evaluate_suite(
     for t, task in enumerate(tasks):
         n = max(1, min(num_envs, episodes_per_task))
         envs, _ = make_vector_env(
-            task.name,
+            suite_name,  # the suite (a policy trained on it sees its task one-hot), each slot this task
             n,
             seed,
             max_episode_steps=record.get("max_episode_steps"),

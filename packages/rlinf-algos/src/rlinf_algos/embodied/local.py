@@ -25,11 +25,11 @@ import torch
 from rlinf_algos.envs import VectorEnvStepper
 from rlinf_algos.flow import FlowRun
 from rlinf_algos.models import check_policy_spec, parameter_counts
-from rlinf_algos.perception import warm_start_policy
 from rlinf_algos.run_files import POLICY, write_state
 from rlinf_algos.rundir import env_record
 from rlinf_algos.runtime.books import BASE_COLUMNS
 from rlinf_algos.runtime.stop import cuda_rng_state, set_cuda_rng_state
+from rlinf_algos.warm_starts import initial_weights
 
 __all__ = ["EmbodiedLocalRun", "make_stepper"]
 
@@ -83,11 +83,13 @@ class EmbodiedLocalRun(FlowRun):
         self.spec = recipe.policy_spec(self.sections.model, spaces)
         check_policy_spec(self.spec)
         self.session = recipe.local_session(self.stepper, self.spec, self.sections)
-        warm_cfg = getattr(self.sections.model, "warm_start", None)  # a model type's option (vla's)
-        if warm_cfg is not None and state is None:
-            init, self.warm = warm_start_policy(
-                self.spec, env_cfg, warm_cfg, runner.seed, self.driver.run_dir
-            )
+        warm = (
+            initial_weights(self.spec, env_cfg, self.sections.model, runner.seed, self.driver.run_dir)
+            if state is None
+            else None
+        )
+        if warm is not None:
+            init, self.warm = warm
             self.session.policy_module().load_state_dict(init)
 
     def load(self, state: dict[str, Any]) -> None:

@@ -37,13 +37,13 @@ from typing import Any
 from rlinf_algos.channels import ABORT
 from rlinf_algos.flow import FlowRun, IterationPlan
 from rlinf_algos.models import check_policy_spec
-from rlinf_algos.perception import warm_start_policy
 from rlinf_algos.run_files import POLICY, write_state
 from rlinf_algos.rundir import env_record
 from rlinf_algos.runtime.books import BASE_COLUMNS
 from rlinf_algos.runtime.recovery import LearnerDied, failure_reason, worker_died
 from rlinf_algos.runtime.workers import WORKERS
 from rlinf_algos.stats import EpisodeStats
+from rlinf_algos.warm_starts import initial_weights
 from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
 
 __all__ = ["EmbodiedPlacedRun"]
@@ -197,11 +197,9 @@ class EmbodiedPlacedRun(FlowRun):
         spec = self.recipe.policy_spec(self.model_cfg, spaces)
         check_policy_spec(spec)
         self.init_weights = None  # the warm start's weights: version 0, also after a learner restart
-        warm_cfg = getattr(self.model_cfg, "warm_start", None)  # a model type's option (vla's)
-        if warm_cfg is not None and state is None:
-            self.init_weights, self.warm_start = warm_start_policy(
-                spec, self.env_cfg, warm_cfg, seed, d.run_dir
-            )
+        warm = initial_weights(spec, self.env_cfg, self.model_cfg, seed, d.run_dir) if state is None else None
+        if warm is not None:
+            self.init_weights, self.warm_start = warm
         spec["num_slots"] = self.env_cfg.num_envs
         self.spec = spec
         # the actor publishes version 0 first; the others fetch it (reference workers freeze it)

@@ -4,7 +4,8 @@
 MetaWorld 3.1 pins ``mujoco==3.3.0`` (3.0 crashes on MuJoCo 4, which rlinf's lock holds), so the
 simulator runs in a child process of the env worker (:mod:`.subproc`) in the venv ``rlinf env
 setup metaworld`` makes, importing MetaWorld and numpy only. ``env.id`` is a task or a suite
-(slot ``i`` runs the suite's task ``i % len(suite)``); each task's 50 fixed initial states are
+(slot ``i`` runs the suite's task ``i % len(suite)``, and the state ends with a one-hot of the
+task within the suite, as MetaWorld's MT benchmarks give it); each task's 50 fixed initial states are
 the variations of its ``MT1`` benchmark with seed 0. Success is MetaWorld's ``info["success"]``;
 episodes last 500 steps (``env.max_episode_steps`` shortens them) and do not end on success.
 ``env.options``: ``camera`` (``corner``, ``topview``, ``behindGripper``, ``gripperPOV``,
@@ -121,6 +122,7 @@ class MetaWorldFamily(EnvFamily):
         tasks = request.tasks or suite_tasks(self, request.id, request.num_envs)
         spec = {
             "tasks": tasks,
+            "suite": list(self.suites().get(request.id, [])),
             "seed": int(request.seed),
             "obs_mode": request.obs_mode,
             "image_size": list(request.image_size),

@@ -16,7 +16,27 @@ from pydantic import Field, model_validator
 
 from rlinf_core.config import ConfigSection
 
-__all__ = ["LoraConfig", "ModelConfig"]
+__all__ = ["BCConfig", "LoraConfig", "ModelConfig"]
+
+
+class BCConfig(ConfigSection):
+    """``model.bc``: before RL, fit the policy to demonstrations by behaviour cloning (RLinf's
+    SFT-then-RL recipe; :mod:`rlinf_algos.bc`): the action mean to the demonstrated actions
+    (mean squared error), the observation statistics to the demonstrations' states. The result is
+    written as ``warm_start.safetensors`` and RL starts from it."""
+
+    demos: str = Field(
+        min_length=1,
+        description="the data set folder `rlinf demos record` wrote (LeRobot layout: meta/, data/)",
+    )
+    epochs: int = Field(
+        30, ge=1, description="passes over the demonstrations (a tenth of the episodes held out)"
+    )
+    batch_size: int = Field(256, ge=1, description="steps per gradient step")
+    lr: float = Field(1e-3, gt=0.0, description="Adam learning rate (decayed to 0, cosine)")
+    log_std: float | None = Field(
+        -1.0, description="the policy's log standard deviation after the fit (null: leave log_std_init)"
+    )
 
 
 class LoraConfig(ConfigSection):
@@ -83,6 +103,11 @@ class ModelConfig(ConfigSection):
         description="SAC: eps in the log-probability's tanh correction log(1 - tanh(u)^2 + eps); 0 is the "
         "exact form (Spinning Up, softlearning), 1e-6 is SB3's and CleanRL's (bounds the entropy cost of "
         "saturated actions)",
+    )
+
+    bc: BCConfig | None = Field(
+        None,
+        description="behaviour cloning on demonstrations before RL (demos, epochs, batch_size, lr, log_std)",
     )
 
     @model_validator(mode="after")

@@ -1,7 +1,9 @@
 """MetaWorld (``metaworld`` 3.x, MuJoCo) as a simulator backend of :mod:`server`, in
 MetaWorld's own interpreter (it pins a MuJoCo rlinf's does not use).
 
-Each copy runs one task (``spec["tasks"][i]``, e.g. ``reach-v3``). A task's fixed initial
+Each copy runs one task (``spec["tasks"][i]``, e.g. ``reach-v3``); in a suite's run
+(``spec["suite"]``: its task names) the state ends with a one-hot of the copy's task within the
+suite, as MetaWorld's MT benchmarks give it (``use_one_hot``). A task's fixed initial
 states are MetaWorld's 50 goal and object variations of its ``MT1`` benchmark built with seed
 ``0`` on every machine (``init`` 0-49); a reset without ``init`` draws one from the copy's own
 generator, which ``seed`` seeds. Images come from MuJoCo's offscreen renderer with the scene
@@ -33,6 +35,9 @@ class MetaWorldSim:
         self.height, self.width = (int(x) for x in spec.get("image_size", (64, 64)))
         self.camera = spec.get("camera", "corner")
         self.max_steps = int(spec.get("max_episode_steps") or 500)
+        # a suite's runs see which task each copy runs, as MetaWorld's MT benchmarks do
+        self.suite: list[str] = list(spec.get("suite") or [])
+        self.one_hot = [self._one_hot(t) for t in self.tasks]
         seed = int(spec.get("seed", 0))
         self.variations: dict[str, list[Any]] = {}
         classes: dict[str, Any] = {}
@@ -60,9 +65,16 @@ class MetaWorldSim:
         self.cheap_scene = [False] * self.num_envs
         self.states: list[np.ndarray] = [np.zeros(0)] * self.num_envs
 
+    def _one_hot(self, task: str) -> np.ndarray:
+        out = np.zeros(len(self.suite), np.float32)
+        if self.suite:
+            out[self.suite.index(task)] = 1.0
+        return out
+
     def spaces(self) -> dict[str, Any]:
         env = self.envs[0]
-        state = {"kind": "box", "shape": [int(env.observation_space.shape[0])], "dtype": "float32"}
+        dim = int(env.observation_space.shape[0]) + len(self.suite)
+        state = {"kind": "box", "shape": [dim], "dtype": "float32"}
         image = {
             "kind": "box",
             "shape": [self.height, self.width, 3],
@@ -88,7 +100,7 @@ class MetaWorldSim:
 
     def _obs(self, i: int, state: np.ndarray) -> Any:
         self.states[i] = np.asarray(state, np.float64)
-        state = np.asarray(state, np.float32)
+        state = np.concatenate([np.asarray(state, np.float32), self.one_hot[i]])
         if self.obs_mode == "state":
             return state
         out = {"image": self.render(i), "instruction": instruction(self.tasks[i])}
@@ -149,14 +161,11 @@ class MetaWorldSim:
     def expert(self) -> np.ndarray:
         """``[N, 4]``: MetaWorld's scripted expert (``metaworld.policies``) for each copy's task,
         acting on its current state."""
-        import metaworld.policies as policies
+        from metaworld.policies import ENV_POLICY_MAP
 
-        out = []
-        for task, state in zip(self.tasks, self.states, strict=True):
-            name = (
-                "Sawyer" + "".join(p.capitalize() for p in task.removesuffix("-v3").split("-")) + "V3Policy"
-            )
-            out.append(getattr(policies, name)().get_action(state))
+        if not hasattr(self, "experts"):
+            self.experts = {t: ENV_POLICY_MAP[t]() for t in set(self.tasks)}
+        out = [self.experts[t].get_action(s) for t, s in zip(self.tasks, self.states, strict=True)]
         return np.clip(np.asarray(out, np.float32), -1.0, 1.0)
 
     def close(self) -> None:
