@@ -450,9 +450,8 @@ class DataParallel:
             rank=rank,
             world_size=world,
             timeout=datetime.timedelta(seconds=timeout),
-            # NCCL bound to this rank's GPU: the communicator is made here, at the rendezvous
-            # (an error such as two ranks on one GPU shows now, not at the first all-reduce), and
-            # barriers need not guess the device
+            # NCCL bound to this GPU: the communicator is made at the rendezvous (two ranks on one
+            # GPU fail here, not at the first all-reduce) and barriers need not guess the device
             device_id=torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else None,
         )
         dp.ctrl = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
@@ -555,12 +554,9 @@ class DataParallel:
         from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 
         mesh = init_device_mesh(self.device.type, (self.world,))
-        # No MixedPrecisionPolicy: FSDP2 gathers the float32 master weights of a bf16 model (twice
-        # the bytes of bf16). Measured on the CPU (Gloo, the device check's "fsdp learner of one"):
-        # with MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32) the log-probs after
-        # one update were 1.4e-1 from the unsharded learner's (tolerance 2e-2), since every
-        # parameter (norms, embeddings) then computes in bf16, not only autocast's matmuls: a
-        # sharded learner would train another model than an unsharded one. Revisit with a GPU.
+        # No MixedPrecisionPolicy (bf16 gathers, half of float32's bytes): with param_dtype bf16 the
+        # device check's "fsdp learner of one" (Gloo) ended 1.4e-1 from the unsharded learner (2e-2
+        # allowed), as norms and embeddings then compute in bf16 too, not only autocast's matmuls
         blocks = set(getattr(model, "_no_split_modules", None) or ())
         units = [sub for sub in model.modules() if sub is not model and type(sub).__name__ in blocks]
         for sub in units:
