@@ -52,18 +52,22 @@ def device_mismatches(reported: Sequence[str], actual: Mapping[str, Sequence[str
     return out
 
 
-def local_components(tmp_path: Path, device: str) -> tuple[LocalComponents, dict[str, Any]]:
-    data = apply_overrides(load_yaml(EXAMPLES / "grpo_arith.yaml"), [*TINY, f"runner.device={device}"])
+def local_components(tmp_path: Path, device: str, algorithm: str) -> tuple[LocalComponents, dict[str, Any]]:
+    data = apply_overrides(
+        load_yaml(EXAMPLES / "grpo_arith.yaml"),
+        [*TINY, f"runner.device={device}", f"algorithm.name={algorithm}"],
+    )
     run = resolve_model(load_lm_sections(data), tmp_path / "run", lambda _m: None)
     model, tok = policy_to_train(run)
     return LocalComponents(run, tok, model, make_task(run, tok)), data
 
 
-def check_local_run(tmp_path: Path, device: str) -> None:
-    comps, data = local_components(tmp_path, device)
+def check_local_run(tmp_path: Path, device: str, algorithm: str) -> None:
+    comps, data = local_components(tmp_path, device, algorithm)
     reported = _record_devices(tmp_path, {}, None, data)["devices"]["roles"]["local"]
     actual = comps.devices()
-    assert set(actual) == {"actor", "rollout", "reference"}, actual
+    roles = {"actor", "rollout", "reference", *(["critic"] if algorithm == "ppo_lm" else [])}
+    assert set(actual) == roles, actual
     assert device_mismatches(reported, actual) == []
     # and it computes there: one iteration, every role taking part
     out = comps.iterate(comps.task.sampler(0).sample(2), 2)
@@ -80,11 +84,13 @@ def test_the_mismatch_check_names_each_role_off_the_reported_device() -> None:
     assert device_mismatches(["cpu"], {"actor": ["cpu"]}) == []
 
 
-def test_a_local_lm_run_computes_on_the_device_it_reports(tmp_path: Path) -> None:
-    check_local_run(tmp_path, "auto")  # auto: the CPU here
+@pytest.mark.parametrize("algorithm", ["grpo_lm", "ppo_lm"])
+def test_a_local_lm_run_computes_on_the_device_it_reports(tmp_path: Path, algorithm: str) -> None:
+    check_local_run(tmp_path, "auto", algorithm)  # auto: the CPU here
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_a_local_lm_run_on_cuda_computes_on_the_gpu_it_reports(tmp_path: Path) -> None:
-    check_local_run(tmp_path, "cuda")
+@pytest.mark.parametrize("algorithm", ["grpo_lm", "ppo_lm"])
+def test_a_local_lm_run_on_cuda_computes_on_the_gpu_it_reports(tmp_path: Path, algorithm: str) -> None:
+    check_local_run(tmp_path, "cuda", algorithm)

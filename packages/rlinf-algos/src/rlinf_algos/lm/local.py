@@ -133,11 +133,12 @@ class LocalComponents:
 
     def devices(self) -> dict[str, list[str]]:
         """Where each component's parameters are (``{"actor": ["cuda:0"], "rollout": [...],
-        "reference": [...]}``; a component without parameters is left out): what a test checks
-        against the reported device."""
+        "reference": [...]}``, and ``critic`` for ppo_lm; a component without parameters is left
+        out): what a test checks against the reported device."""
         out: dict[str, list[str]] = {}
         found = {
             "actor": self.actor.model,
+            "critic": getattr(self.actor, "critic", None),  # ppo_lm's value model
             "rollout": getattr(self.rollout, "model", None),
             "reference": getattr(self.reference, "model", None),
         }
