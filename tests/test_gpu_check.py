@@ -68,6 +68,36 @@ def test_gpu_check_cpu_mode_passes_without_ray_and_writes_its_report(tmp_path: P
     _check_report(report, res.stdout)
 
 
+RUN_STEPS = ("grpo_arith local", "quickstart ppo local", "two ranks on one device", "pytest -m gpu")
+
+
+@pytest.mark.slow
+def test_gpu_check_end_to_end_steps_pass_on_the_cpu_without_ray(tmp_path: Path) -> None:
+    """``--cpu --runs``: the end-to-end steps a GPU always runs (``rlinf train`` of grpo_arith
+    and of the quickstart with the local scheduler, the two-rank probe, ``pytest -m gpu``) pass
+    on the CPU, and neither the check nor the runs it starts import ray."""
+    guard = tmp_path / "guard"
+    guard.mkdir()
+    (guard / "sitecustomize.py").write_text(NO_RAY)
+    report = tmp_path / "report.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(guard), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "gpu_check.py"), "--cpu", "--runs", "--report", str(report)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+        check=False,
+    )
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert "IMPORTED RAY" not in out, out
+    steps = json.loads(report.read_text())["steps"]
+    assert len(steps) == STEPS + len(RUN_STEPS) and all(s["ok"] for s in steps), out
+    assert [s["step"] for s in steps[STEPS:]] == list(RUN_STEPS)
+    assert "gloo, two ranks on the CPU: broadcast ok; auto for members on one CPU: object_store" in res.stdout
+
+
 def test_the_ray_guard_refuses_ray(tmp_path: Path) -> None:
     """The contrast: the same guard makes ``import ray`` fail (ray is installed here)."""
     (tmp_path / "sitecustomize.py").write_text(NO_RAY)

@@ -2,7 +2,8 @@
 the CPU), with small models built here (no downloads, no Ray), and a short report.
 
     uv run python tools/gpu_check.py                # on a machine with one NVIDIA GPU
-    uv run python tools/gpu_check.py --cpu          # the same steps on the CPU (the fast suite runs this)
+    uv run python tools/gpu_check.py --cpu          # the unit steps on the CPU (the fast suite runs this)
+    uv run python tools/gpu_check.py --cpu --runs   # and the end-to-end steps (minutes on a CPU)
     uv run python tools/gpu_check.py --report out.json
 
 Steps (each passes or fails on its own; the exit status is 1 when one fails):
@@ -20,8 +21,9 @@ Steps (each passes or fails on its own; the exit status is 1 when one fails):
 - ``ppo vla cpu vs device``: the embodied PPO collection loop (policy on the device, buffers and
   sampling on the host) and one PPO update of the ``vla`` model (CNN + FiLM + keypoints) on the
   device, against the same on the CPU from the same weights, observations and generator: the
-  actions agree within ``atol 1e-3`` and the weights after the update within ``atol 5e-3``
-  (TF32 convolutions and matmuls; Adam moves a weight whose gradient is near 0 by up to ``lr``);
+  actions agree within ``atol 1e-3`` and the weights after the update within Adam's bound
+  (``PPO_WEIGHTS_ATOL``: a weight whose gradient is near 0 moves by about ``lr`` a step either
+  way), TF32 off on the device;
 - ``grpo embodied``: an embodied GRPO update (MLP, k3 KL to the frozen copy) on the device;
 - ``out of memory``: an in-process PPO run whose third update allocates more than the device
   has (``--cpu``: raises ``torch.OutOfMemoryError`` itself, as no CPU allocation raises it)
@@ -38,7 +40,11 @@ Steps (each passes or fails on its own; the exit status is 1 when one fails):
 - ``fsdp learner of one``: the same with ``actor.strategy: fsdp`` in bf16: the model built on
   the meta device, sharded, its shards filled from the loaded weights
   (``DataParallel.wrap_loaded``), FSDP2's gather and reduce-scatter on the device, the weights
-  gathered to publish (bf16 tolerance ``2e-2``).
+  gathered to publish (bf16 tolerance ``2e-2``);
+- the end-to-end steps of :mod:`gpu_check_runs` (on a GPU always, on the CPU with ``--runs``):
+  ``grpo_arith local`` and ``quickstart ppo local`` (``rlinf train`` shortened, local scheduler,
+  no Ray, ``summary.json`` reporting the device), ``two ranks on one device`` (what NCCL says to
+  two ranks on one GPU, which ``rollout.weight_sync: auto`` avoids) and ``pytest -m gpu``.
 
 Not covered: two or more ranks (one GPU here; ``test_algos_parallel.py`` runs 2 ranks on 2 GPUs
 where there are), vLLM/SGLang engines (not part of rlinf), the weight-sync collective to a
@@ -51,7 +57,9 @@ installed), ``tools/gpu_check.sh`` runs it with the wheels it brings (see that s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import tempfile
 import time
@@ -74,9 +82,35 @@ from rlinf_algos.lm.config import (
 )
 from rlinf_algos.lm.learner import LMLearner, ReferenceModel, pack_batch
 from rlinf_algos.lm.ppo import PPOLMLearner
+from rlinf_algos.optim import adam_move_bound
 from rlinf_algos.parallel import DataParallel, device_report
 
 CPU_VS_DEVICE_ATOL = 2e-3
+"""log-probs after ONE GRPO update (one AdamW step, lr 2e-4) on the CPU and on the device: a
+stable quantity (a single step moves each weight by exactly ``lr`` in its gradient's sign, so a
+weight whose gradient rounds to the other sign is ``2 * lr`` off, and the log-probs move by far
+less than that times the few such weights); the rest is TF32 matmuls on the GPU (10-bit
+mantissas: ~1e-3 relative on the logits of this tiny model)."""
+
+
+@contextlib.contextmanager
+def _deterministic() -> Any:
+    """Deterministic kernels where torch has them, for comparisons of two updates on one
+    device: TF32 off, the math attention backend (the fused SDPA backwards sum in a
+    nondeterministic order), torch's deterministic algorithms (``warn_only``: an op without a
+    deterministic kernel still runs, with a warning). Restored afterwards."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    det = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        with sdpa_kernel(SDPBackend.MATH):
+            yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+        torch.use_deterministic_algorithms(det[0], warn_only=det[1])
 
 
 def _batch(n: int = 6) -> dict[str, torch.Tensor]:
@@ -175,8 +209,13 @@ def _cpu_vs_device(spec: LMModelConfig, dev: torch.device) -> str:
 GROUP_ATOL = {"float32": 1e-3, "bfloat16": 2e-2}
 """How far the log-probs after a learner group's update may be from those after the same update
 without a group (the same maths: prompts not shared, as FSDP never shares them; on the CPU they
-agree exactly): on a GPU, kernels that sum in another order, which Adam's normalised step (lr
-1e-2) can make a weight's move; in bf16, about one rounding of a log-prob near -3.5."""
+agree exactly). Both updates run under :func:`_deterministic` (no TF32, math attention,
+deterministic kernels), so on a GPU a group of one adds only what its collectives change: a
+bucketed all-reduce of one rank (an identity, ddp) or FSDP2's gather/reduce-scatter and its
+bf16 casts. Without determinism the fused attention backwards sum in varying order, and Adam
+at lr 1e-2 can turn a near-zero gradient's rounding into a ``2 * lr`` move of a weight (6 steps:
+up to ``2 * 1e-2 * adam_move_bound(6)`` = 0.12), so these tolerances would not hold for the right
+reason. In bf16, about one rounding of a log-prob near -3.5."""
 
 
 def _free_port() -> int:
@@ -207,9 +246,10 @@ def _learner_group(spec: LMModelConfig, dev: torch.device, strategy: str) -> str
     )
     batch, tol = _batch(), GROUP_ATOL[spec.dtype]
     plain = LMLearner(hf.load_causal_lm(spec, device=dev), cfg, dp=DataParallel(device=dev))
-    before = plain.compute_log_probs(batch)["log_probs"]
-    plain.update(batch)
-    want = plain.compute_log_probs(batch)["log_probs"]
+    with _deterministic():  # after DataParallel, which turns TF32 on for a GPU
+        before = plain.compute_log_probs(batch)["log_probs"]
+        plain.update(batch)
+        want = plain.compute_log_probs(batch)["log_probs"]
     moved = float((want - before).abs().max())
     del plain
     dp = DataParallel.start(
@@ -221,8 +261,9 @@ def _learner_group(spec: LMModelConfig, dev: torch.device, strategy: str) -> str
         model = dp.wrap_loaded(lambda: hf.load_causal_lm(spec), lambda: hf.load_causal_lm(spec, meta=True))
         sharded = sum(hasattr(p, "to_local") for p in model.parameters())
         actor = LMLearner(model, cfg, dp=dp)
-        stats = actor.update(batch)
-        got = actor.compute_log_probs(batch)["log_probs"]
+        with _deterministic():
+            stats = actor.update(batch)
+            got = actor.compute_log_probs(batch)["log_probs"]
         weights, _ = actor.get_weights()  # gathered under fsdp
     finally:
         dp.close()
@@ -283,7 +324,15 @@ VLA_SPACE = {
         "instruction": {"kind": "text", "max_length": 32},
     },
 }
-PPO_ACTIONS_ATOL, PPO_WEIGHTS_ATOL = 1e-3, 5e-3
+PPO_LR, PPO_ADAM_STEPS = 3e-4, 4  # 32 samples / minibatch 16 x 2 epochs
+PPO_ACTIONS_ATOL = 1e-3
+"""Actions sampled from the same weights and host generator on the CPU and the device (TF32 off
+there): float32 convolutions and matmuls in another summation order, through the CNN, FiLM and
+the keypoint softmax of the ``vla`` model; far above that rounding, far below a changed policy."""
+PPO_WEIGHTS_ATOL = 2 * PPO_LR * adam_move_bound(PPO_ADAM_STEPS) + 1e-5
+"""Weights after the update (2.4e-3): a weight whose gradient is near 0 may get either sign on
+the two devices, and Adam moves it by about ``lr`` a step regardless
+(:func:`~rlinf_algos.optim.adam_move_bound`); 1e-5 for float32 rounding."""
 
 
 class _ImagePort:
@@ -320,12 +369,16 @@ def _ppo_vla_once(dev: torch.device) -> tuple[np.ndarray, dict[str, torch.Tensor
     dp = DataParallel(device=dev)
     spec = {"type": "vla", "cls": "GaussianActorCritic", "obs_space": VLA_SPACE, "obs_dim": 3, "act_dim": 2}
     model = dp.wrap(build_policy(spec), methods=("evaluate", "value"))
-    cfg = PPOConfig(rollout_steps=8, minibatch_size=16, update_epochs=2)
+    cfg = PPOConfig(rollout_steps=8, minibatch_size=16, update_epochs=2, lr=PPO_LR)
     side = PPOLearnerSide(model, cfg, LearnerContext(None, 1, 30.0, lambda: None, device=str(dev), dp=dp), 4)
     port = _ImagePort()
-    traj = collect_ppo(port, model, 8, torch.Generator(device="cpu").manual_seed(0))
-    traj["version"] = 0
-    side.learn([traj])
+    with _deterministic():
+        traj = collect_ppo(port, model, 8, torch.Generator(device="cpu").manual_seed(0))
+        traj["version"] = 0
+        side.learn([traj])
+    steps = max(int(s["step"]) for s in side.learner.optimizer.state.values())
+    if steps != PPO_ADAM_STEPS:
+        raise RuntimeError(f"{steps} Adam steps, the tolerance assumes {PPO_ADAM_STEPS}")
     if any(p.device.type != dev.type for p in model.parameters()):
         raise RuntimeError(f"the policy left {dev}")
     return np.stack(port.sent), {k: v.detach().cpu() for k, v in model.state_dict().items()}
@@ -420,14 +473,17 @@ def _out_of_memory(dev: torch.device, tmp: Path) -> str:
     return f"stopped after update 3 with the knobs; kept {kept.name}"
 
 
-def run(cpu: bool, report: Path | None) -> int:
-    """Run every step; print one line each, write the JSON report; 0 when all pass."""
+def run(cpu: bool, report: Path | None, runs: bool = False) -> int:
+    """Run every step (the end-to-end ones on a GPU, or with ``runs``); print one line each,
+    write the JSON report; 0 when all pass."""
     if not cpu and not torch.cuda.is_available():
         print(
             "no CUDA device visible to torch; run with --cpu, or see the README on drivers", file=sys.stderr
         )
         return 2
     dev = torch.device("cpu") if cpu else torch.device("cuda", 0)
+    # cuBLAS's deterministic mode (for :func:`_deterministic`) needs this before its first use
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.manual_seed(0)
     tmp = Path(tempfile.mkdtemp(prefix="rlinf-gpu-check-"))
     init = ModelInitConfig(hidden_size=32, num_layers=2, num_heads=2, max_position_embeddings=64)
@@ -449,6 +505,15 @@ def run(cpu: bool, report: Path | None) -> int:
         ("learner group of one", lambda: _learner_group(fp32, dev, "ddp")),
         ("fsdp learner of one", lambda: _learner_group(bf16, dev, "fsdp")),
     ]
+    if runs or not cpu:
+        import gpu_check_runs as e2e  # beside this file (tools/ is the script's folder)
+
+        steps += [
+            ("grpo_arith local", lambda: e2e.grpo_arith_local(dev, tmp)),
+            ("quickstart ppo local", lambda: e2e.quickstart_ppo_local(dev, tmp)),
+            ("two ranks on one device", lambda: e2e.two_ranks_on_one_device(dev, tmp)),
+            ("pytest -m gpu", lambda: e2e.pytest_gpu(dev, tmp)),
+        ]
     results = []
     for name, fn in steps:
         t0 = time.perf_counter()
@@ -460,7 +525,9 @@ def run(cpu: bool, report: Path | None) -> int:
         results.append(
             {"step": name, "ok": ok, "seconds": round(time.perf_counter() - t0, 2), "detail": detail}
         )
-        print(f"{'PASS' if ok else 'FAIL'}  {name:<22} {results[-1]['seconds']:>6.1f} s  {detail}")
+        print(
+            f"{'PASS' if ok else 'FAIL'}  {name:<23} {results[-1]['seconds']:>6.1f} s  {detail}", flush=True
+        )
     out = {"device": str(dev), **device_report(), "steps": results}
     if report is not None:
         report.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
@@ -472,8 +539,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpu", action="store_true", help="run every step on the CPU")
     parser.add_argument("--report", type=Path, default=None, help="write the JSON report here")
+    parser.add_argument(
+        "--runs", action="store_true", help="with --cpu: also the end-to-end steps (always on a GPU)"
+    )
     args = parser.parse_args(argv)
-    return run(args.cpu, args.report)
+    return run(args.cpu, args.report, args.runs)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@
 # --prepare builds the workspace's rlinf-core and rlinf-algos wheels (uv build) and downloads
 # (pip download) the wheels the check imports beyond those eight packages, at the versions
 # uv.lock pins: pydantic and its dependencies (pydantic-core for CPython 3.10 to 3.13 on
-# x86_64 and aarch64 Linux; pip picks the one that fits), and gymnasium with its own (the
-# out-of-memory step's Pendulum). It lists them in .whl/requirements.txt. Copy the repository
+# x86_64 and aarch64 Linux; pip picks the one that fits), gymnasium with its own (the
+# out-of-memory step's and the quickstart run's Pendulum), and pytest with its own (the
+# `pytest -m gpu` step; packaging and pygments come with transformers and rich). It lists them in .whl/requirements.txt. Copy the repository
 # with .whl/ to the GPU machine (git-ignored: rsync or scp the folder).
 #
 # Without --prepare it installs those wheels, and only those, into a temporary folder
@@ -26,7 +27,8 @@ PY="${PYTHON:-python3}"
 read -ra PIP <<<"${PIP:-$PY -m pip}"
 # beyond torch, transformers, peft, pyarrow, pluggy, click, rich, pyyaml (and what they bring)
 EXTRA=(pydantic pydantic-core annotated-types typing-inspection typing-extensions
-       gymnasium cloudpickle farama-notifications)
+       gymnasium cloudpickle farama-notifications
+       pytest pytest-timeout iniconfig)
 CORE_PYTHONS=(3.10 3.11 3.12 3.13)
 CORE_PLATFORMS=(manylinux_2_17_x86_64 manylinux_2_17_aarch64)
 

@@ -10,6 +10,7 @@ import io
 import json
 import re
 import struct
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +195,25 @@ def test_wandb_resume_continues_the_same_run(tmp_path: Path, monkeypatch: pytest
         run_id,
         runs,
     )
+
+
+def test_the_warm_start_honours_runner_loggers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``runner.loggers: [csv]``: the arithmetic warm start (an ``rlinf sft`` run inside
+    ``rlinf train``) writes its metrics.csv and never imports tensorboardX (the import is made
+    to fail here: the GPU machine has no tensorboardX). Before, the warm start's own config
+    left ``loggers`` at its default and opened TensorBoard event files."""
+    from rlinf_algos.lm.config import load_lm_sections
+    from rlinf_algos.lm.sft import warm_start
+    from rlinf_algos.lm.trainer import resolve_model
+
+    monkeypatch.setitem(sys.modules, "tensorboardX", None)  # `import tensorboardX` raises
+    data = apply_overrides(
+        load_yaml(EXAMPLES / "grpo_arith.yaml"),
+        [*TINY, "sft.check_size=4", "runner.loggers=[csv]", "runner.torch_threads=1"],
+    )
+    run_dir = tmp_path / "run"
+    run = resolve_model(load_lm_sections(data), run_dir, lambda _m: None)
+    _, stats = warm_start(run, run_dir)
+    assert stats["steps"] == 2
+    ws = run_dir / "warm_start"
+    assert rows(ws / "metrics.csv") and not (ws / "tensorboard").exists()

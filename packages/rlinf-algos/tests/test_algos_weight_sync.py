@@ -116,3 +116,46 @@ def test_dry_run_sends_a_lora_adapter_through_the_object_store(host: Any) -> Non
     with pytest.raises(ConfigError) as err:
         prepare_run(_lm(lora, "rollout.weight_sync=collective"), host=host, plan=True)
     assert "not for LoRA runs" in str(err.value)
+
+
+def test_members_sharing_a_gpu_never_form_a_collective() -> None:
+    shared = {"actor": ["cuda:0@node 0"], "rollout": ["cuda:0@node 0"], "reference": ["cuda:1@node 0"]}
+    assert choose_weight_sync("auto", shared)[0] == "object_store"
+    with pytest.raises(ConfigError) as err:
+        choose_weight_sync("collective", shared)
+    assert err.value.problems[0].path == "rollout.weight_sync"
+    assert "actor rank 0 and rollout rank 0 share cuda:0@node 0" in str(err.value)
+    # the same GPU index on other nodes is another GPU
+    apart = {"actor": ["cuda:0@node 0"], "rollout": ["cuda:0@node 1", "cuda:1@node 1"]}
+    assert choose_weight_sync("auto", apart)[0] == "collective"
+
+
+@pytest.mark.parametrize("example", ["grpo_arith.yaml", "grpo_multiagent.yaml"])
+def test_one_gpu_node_syncs_through_the_object_store(host: Any, invoke: Any, example: str) -> None:
+    """``--gpus-per-node 1`` plans the actor, rollout and reference on cuda:0 of node 0: NCCL
+    would refuse them at the first publish, so ``auto`` picks the object store and an explicit
+    ``collective`` is a one-line error at ``rollout.weight_sync``."""
+    res = invoke(host, "train", str(EXAMPLES / example), "--dry-run", "--gpus-per-node", "1")
+    assert res.exit_code == 0, res.output
+    assert (
+        "# weight sync: object_store (rollout.weight_sync: auto; actor rank 0 on cuda:0@node 0" in res.output
+    )
+    assert "share a GPU, which NCCL refuses" in res.output
+    res = invoke(
+        host,
+        "train",
+        str(EXAMPLES / example),
+        "--dry-run",
+        "--gpus-per-node",
+        "1",
+        "rollout.weight_sync=collective",
+    )
+    assert isinstance(res.exception, ConfigError), res.output
+    assert res.exception.problems[0].path == "rollout.weight_sync"
+    assert "\n" not in str(res.exception) and "share cuda:0@node 0" in str(res.exception)
+
+
+def test_the_32_gpu_seed_config_still_broadcasts_over_nccl(host: Any) -> None:
+    plan = prepare_run(EXAMPLES / "seed003" / "ppo_vla_32gpu.yaml", host=host, plan=True, inventory=8)
+    assert plan.weight_sync["mode"] == "collective"
+    assert len(set(plan.weight_sync["members"].values())) == len(plan.weight_sync["members"]) == 25

@@ -10,7 +10,7 @@ import pytest
 
 from rlinf_core import LocalWeightSync, Scheduler, WeightSync
 from rlinf_core.errors import ChannelError, ChannelTimeout, ConfigError, SchedulerError
-from rlinf_core.weights import device_kind, resolve_weight_sync_mode
+from rlinf_core.weights import device_kind, resolve_weight_sync_mode, shared_gpus
 
 
 class Tensorish:
@@ -136,3 +136,15 @@ def test_a_scheduler_without_weight_sync_or_links_says_so() -> None:
     with pytest.raises(SchedulerError, match="the 'bare' scheduler provides no direct links"):
         Bare().links("secret")
     assert Bare.plan_placement({"cluster": {}}) is None
+
+
+def test_members_on_one_gpu_are_found_and_keep_auto_off_the_collective() -> None:
+    one_gpu = {"actor rank 0": "cuda:0@node 0", "rollout rank 0": "cuda:0@node 0", "ref": "cuda:1@node 0"}
+    assert shared_gpus(one_gpu) == [["actor rank 0", "rollout rank 0"]]
+    assert shared_gpus({"a": "cuda:0@node 0", "b": "cuda:0@node 1", "c": "cpu", "d": "cpu"}) == []
+    assert shared_gpus({"a": "cuda", "b": "cuda"}) == [["a", "b"]]  # index unknown: taken as one GPU
+    assert resolve_weight_sync_mode("auto", one_gpu) == "object_store"
+    with pytest.raises(
+        ConfigError, match=r"actor rank 0 and rollout rank 0 share cuda:0@node 0; use object_store"
+    ):
+        resolve_weight_sync_mode("collective", one_gpu)

@@ -66,9 +66,31 @@ def same(a: dict, b: dict) -> bool:
 
 @ray.remote(num_cpus=0)
 class Learner:
-    def __init__(self, sync) -> None:
+    def __init__(self, sync, fault: str | None = None) -> None:
         self.sync = sync
         self.sd = state(0)
+        self.calls = 0
+        if fault is None:
+            return
+        import logging
+
+        from rlinf_scheduler.weights import publisher
+
+        self.records: list[str] = []
+        handler = logging.Handler()
+        handler.emit = lambda record: self.records.append(record.getMessage())  # type: ignore[method-assign]
+        publisher.log.addHandler(handler)
+
+        def failing(*args, **kwargs):  # the fault: what NCCL raises for two ranks on one GPU (no GPU here)
+            self.calls += 1
+            raise torch.distributed.DistBackendError(
+                "NCCL error in: ProcessGroupNCCL.cpp:1, invalid usage\nDuplicate GPU detected: rank 0 and rank 1"
+            )
+
+        publisher.send_buckets = failing
+
+    def warnings(self) -> tuple[list[str], int]:
+        return self.records, self.calls
 
     def publish(self, seed: int, version=None, timeout=120.0) -> tuple[int, float]:
         new = state(seed)
@@ -248,6 +270,30 @@ def test_collective_consumer_whose_receive_fails_gets_the_version_from_the_objec
         v, _ = ray.get(learner.publish.remote(3))  # a new group, and b receives this time
         assert all(same(r[1], state(3)) for r in ray.get([c.fetch.remote(min_version=v) for c in (a, b)]))
         assert ray.get(b.stats.remote())["groups_formed"] == 2
+    finally:
+        sync.destroy()
+
+
+def test_a_failing_collective_falls_back_to_the_object_store_and_says_so_once(ray_session) -> None:
+    """A collective that torch itself fails (``DistBackendError``, as NCCL raises for two ranks on
+    one GPU) does not escape ``publish``: the consumers get that version and the later ones
+    through the object store, and the publisher warns once."""
+    sync = make("collective")
+    try:
+        learner = Learner.remote(sync, fault="collective_fails")
+        consumers = [Consumer.remote(sync) for _ in range(2)]
+        ray.get(learner.publish.remote(1))
+        ray.get([c.fetch.remote(min_version=0) for c in consumers])  # via the object store
+        for seed in (2, 3, 4):
+            v, took = ray.get(learner.publish.remote(seed))
+            assert took < 60.0
+            for got_v, got in ray.get([c.fetch.remote(min_version=v, timeout=10.0) for c in consumers]):
+                assert got_v == v and same(got, state(seed))
+        records, calls = ray.get(learner.warnings.remote())
+        assert calls == 1  # tried once, then never again
+        (warning,) = records
+        assert "DistBackendError: NCCL error" in warning and "through the object store" in warning
+        assert all(ray.get(c.stats.remote())["fallbacks"] == 4 for c in consumers)
     finally:
         sync.destroy()
 

@@ -357,8 +357,13 @@ def _echo_weight_sync(sync: dict[str, Any] | None) -> None:
             f"# weight sync: none needed in process (rollout.weight_sync: {sync['requested']} applies to placed runs)"
         )
         return
+    from rlinf_core.weights import shared_gpus
+
     members = ", ".join(f"{who} on {dev}" for who, dev in sync["members"].items()) or "devices unknown"
-    click.echo(f"# weight sync: {sync['mode']} (rollout.weight_sync: {sync['requested']}; {members})")
+    why = "".join(
+        f"; {', '.join(labels)} share a GPU, which NCCL refuses" for labels in shared_gpus(sync["members"])
+    )
+    click.echo(f"# weight sync: {sync['mode']} (rollout.weight_sync: {sync['requested']}; {members}{why})")
 
 
 def _echo_memory(memory: Any) -> None:

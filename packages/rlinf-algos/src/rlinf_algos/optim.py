@@ -9,7 +9,28 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["LeanAdam", "clip_grad_norm", "clip_grads_", "make_adam"]
+__all__ = ["LeanAdam", "adam_move_bound", "clip_grad_norm", "clip_grads_", "make_adam"]
+
+
+def adam_move_bound(steps: int, betas: tuple[float, float] = (0.9, 0.999)) -> float:
+    """The most one parameter can move in ``steps`` Adam steps, in units of the learning rate,
+    whatever the gradients (``eps`` taken as 0; weight decay none).
+
+    Step ``t`` moves a parameter by ``lr * m_t / sqrt(v_t)`` with the bias-corrected moments
+    ``m_t = sum_i a_i g_i`` and ``v_t = sum_i b_i g_i**2`` (``a_i = (1-b1) b1**(t-i) / (1-b1**t)``,
+    ``b_i = (1-b2) b2**(t-i) / (1-b2**t)``). By Cauchy-Schwarz, ``|m_t| <= sqrt(sum a_i**2/b_i)
+    * sqrt(v_t)``, so the move is at most ``lr * B_t`` with ``B_t = sqrt(sum_i a_i**2 / b_i)``
+    (``B_1 = 1``: the first step moves every parameter with a gradient by exactly ``lr``). The
+    sum of ``B_t`` over the steps bounds the total move; two runs of the same update on different
+    devices can end up to twice that apart, since a gradient near 0 may round to either sign
+    (a tolerance on weights after an update is ``2 * lr * adam_move_bound(steps)``)."""
+    b1, b2 = betas
+    total = 0.0
+    for t in range(1, steps + 1):
+        a = [(1 - b1) * b1 ** (t - i) / (1 - b1**t) for i in range(1, t + 1)]
+        b = [(1 - b2) * b2 ** (t - i) / (1 - b2**t) for i in range(1, t + 1)]
+        total += sum(x * x / y for x, y in zip(a, b, strict=True)) ** 0.5
+    return total
 
 
 def make_adam(params: Any, lr: float, eps: float = 1e-8) -> torch.optim.Adam:

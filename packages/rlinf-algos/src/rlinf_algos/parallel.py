@@ -450,6 +450,9 @@ class DataParallel:
             rank=rank,
             world_size=world,
             timeout=datetime.timedelta(seconds=timeout),
+            # NCCL bound to this GPU: the communicator is made at the rendezvous (two ranks on one
+            # GPU fail here, not at the first all-reduce) and barriers need not guess the device
+            device_id=torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else None,
         )
         dp.ctrl = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
         dp.store = store
@@ -551,6 +554,9 @@ class DataParallel:
         from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 
         mesh = init_device_mesh(self.device.type, (self.world,))
+        # No MixedPrecisionPolicy (bf16 gathers, half of float32's bytes): with param_dtype bf16 the
+        # device check's "fsdp learner of one" (Gloo) ended 1.4e-1 from the unsharded learner (2e-2
+        # allowed), as norms and embeddings then compute in bf16 too, not only autocast's matmuls
         blocks = set(getattr(model, "_no_split_modules", None) or ())
         units = [sub for sub in model.modules() if sub is not model and type(sub).__name__ in blocks]
         for sub in units:

@@ -4,7 +4,9 @@
 The learner's rank 0 publishes; the rollout workers and the reference consume. Their planned
 devices (:func:`rlinf_algos.parallel.plan_devices`) decide ``auto`` and check ``collective``
 (:func:`rlinf_core.weights.resolve_weight_sync_mode`): ``collective`` needs one kind of device
-(one NCCL or one Gloo group), ``auto`` picks it only when every member is on CUDA. A run whose
+(one NCCL or one Gloo group) and, on CUDA, a GPU per member (NCCL refuses two ranks of one group
+on one GPU); ``auto`` picks it only when every member is on a CUDA device of its own, so a run
+whose learner, rollout and reference share one GPU syncs through the object store. A run whose
 publish carries a LoRA adapter alone (the language-model flows) uses the object store: the
 adapter is a few megabytes, which a broadcast group would not pay for, and the consumers load it
 into their own base model.
@@ -50,7 +52,8 @@ def weight_sync_field() -> Any:
         description="how the learner's weights reach the rollout workers (and the reference): "
         "collective (a broadcast group of the learner's rank 0 and the consumers: NCCL on GPUs, Gloo on "
         "CPUs), object_store (one copy in the cluster's object store that every consumer reads) or auto "
-        "(collective when the learner and every consumer are on CUDA devices, else object_store). "
+        "(collective when the learner and every consumer are on CUDA devices, each on a GPU of its own, "
+        "else object_store). "
         "LoRA adapters always go through the object store. The in-process runtime hands the weights over directly",
     )
 

@@ -34,13 +34,14 @@ __all__ = [
     "WeightSyncStats",
     "device_kind",
     "resolve_weight_sync_mode",
+    "shared_gpus",
 ]
 
 WEIGHT_SYNC_MODES: tuple[str, ...] = ("auto", "collective", "object_store")
 """What ``rollout.weight_sync`` may say: ``collective`` (a broadcast group of the publisher and
 the consumers: NCCL on GPUs, Gloo on CPUs), ``object_store`` (one copy in the cluster's object
 store that every consumer reads) or ``auto`` (``collective`` when the publisher and every consumer
-are on CUDA devices, else ``object_store``)."""
+are on CUDA devices, each on its own GPU, else ``object_store``)."""
 
 DEFAULT_TIMEOUT: float = 300.0
 
@@ -137,30 +138,68 @@ def device_kind(device: str) -> str:
     return str(device).strip().split("@", 1)[0].split(":", 1)[0].strip().lower() or "cpu"
 
 
+def _gpu_slot(device: str) -> tuple[str, str]:
+    """``(node, index)`` of a CUDA device string: ``cuda:1@node 0`` is ``("0", "1")``; a device
+    without ``@node`` is on node ``""`` (one node), a bare ``cuda`` has index ``""`` (unknown,
+    taken as the same GPU as another bare ``cuda`` on its node)."""
+    text = str(device).strip().lower()
+    where, _, node = text.partition("@")
+    node = node.strip()
+    node = node[4:].strip() if node.startswith("node") else node
+    _, _, index = where.partition(":")
+    return node, index.strip()
+
+
+def shared_gpus(devices: Mapping[str, str] | None) -> list[list[str]]:
+    """The members of ``devices`` (member label -> device) that share one GPU: one list of
+    labels per (node, GPU) pair held by two or more CUDA members, in the order met. NCCL refuses
+    two ranks of one communicator on one GPU (``ncclInvalidUsage``, "Duplicate GPU detected"),
+    so such a set cannot form a collective."""
+    slots: dict[tuple[str, str], list[str]] = {}
+    for label, dev in (devices or {}).items():
+        if device_kind(dev) == "cuda":
+            slots.setdefault(_gpu_slot(dev), []).append(label)
+    return [labels for labels in slots.values() if len(labels) > 1]
+
+
 def resolve_weight_sync_mode(
     mode: str, devices: Mapping[str, str] | None = None, *, path: str = "rollout.weight_sync"
 ) -> str:
     """``collective`` or ``object_store`` for ``mode`` and the members' ``devices``.
 
     ``devices`` maps each member of the sync (``"actor rank 0"``, ``"rollout rank 1"``...) to
-    its device (``cpu``, ``cuda:0``...); the publisher is one of them. ``auto`` is
-    ``collective`` when every member is on a CUDA device, else ``object_store``. ``collective``
-    needs every member on one kind of device (one NCCL or one Gloo group). Raises
-    :class:`~rlinf_core.errors.ConfigError` at ``path`` for an unknown mode or a mixed device set.
+    its device (``cpu``, ``cuda:0``, ``cuda:0@node 1``...); the publisher is one of them.
+    ``auto`` is ``collective`` when every member is on a CUDA device and no two share a GPU
+    (one (node, GPU) pair each, :func:`shared_gpus`), else ``object_store``. ``collective``
+    needs every member on one kind of device (one NCCL or one Gloo group) and, on CUDA, each on
+    its own GPU. Raises :class:`~rlinf_core.errors.ConfigError` at ``path`` for an unknown mode,
+    a mixed device set, or a collective over a shared GPU.
     """
     if mode not in WEIGHT_SYNC_MODES:
         raise ConfigError(
             f"unknown weight sync mode {mode!r}; choose one of {', '.join(WEIGHT_SYNC_MODES)}", path
         )
     kinds = {label: device_kind(dev) for label, dev in (devices or {}).items()}
+    shared = shared_gpus(devices)
     if mode == "auto":
-        return "collective" if kinds and all(k == "cuda" for k in kinds.values()) else "object_store"
+        all_cuda = kinds and all(k == "cuda" for k in kinds.values())
+        return "collective" if all_cuda and not shared else "object_store"
     if mode == "collective" and len(set(kinds.values())) > 1:
         listing = ", ".join(f"{label} on {devices[label]}" for label in kinds)  # type: ignore[index]
         raise ConfigError(
             f"collective weight sync needs the publisher and every consumer on one kind of device "
             f"(all CUDA for NCCL, all CPU for Gloo), got {listing}; place them alike, or use "
             f"object_store (or auto, which picks it for a mixed set)",
+            path,
+        )
+    if mode == "collective" and shared:
+        labels = shared[0]
+        gpu = (devices or {})[labels[0]]
+        raise ConfigError(
+            f"collective weight sync needs each member on its own GPU (NCCL refuses two ranks of one "
+            f"group on one GPU), but {', '.join(labels[:-1])} and {labels[-1]} share {gpu}; use "
+            "object_store (or auto, which picks it here), or place the rollout and reference on GPUs "
+            "of their own",
             path,
         )
     return mode

@@ -189,11 +189,16 @@ def rollout_problems(run: Any, plugins: Any = None) -> list[ConfigProblem]:
     return []
 
 
-def make_rollout(run: Any, *, seed: int, pad_id: int, plugins: Any = None) -> RolloutEngine:
+def make_rollout(
+    run: Any, *, seed: int, pad_id: int, plugins: Any = None, device: Any = None
+) -> RolloutEngine:
     """The rollout engine of ``run`` (``rollout.engine`` with ``rollout.options``) for its
     ``model`` section and sampling settings (``algorithm.temperature``, ``algorithm.top_p``,
-    ``model.max_seq_len``); ``seed``: of this process's sampler. An unknown engine or options it
-    does not take are the :class:`ConfigError` of :func:`rollout_problems`."""
+    ``model.max_seq_len``); ``seed``: of this process's sampler; ``device``: where an engine
+    that takes one computes (``None``: the placed process's device,
+    :func:`~rlinf_algos.parallel.role_device`; the local runtime passes its run's device). An
+    unknown engine or options it does not take are the :class:`ConfigError` of
+    :func:`rollout_problems`."""
     cls = engine_class(run.rollout.engine, plugins)
     check_options(cls, run.rollout.options)
     alg = run.algorithm
@@ -202,7 +207,7 @@ def make_rollout(run: Any, *, seed: int, pad_id: int, plugins: Any = None) -> Ro
     if "device" in params or any(p.kind == p.VAR_KEYWORD for p in params.values()):
         from rlinf_algos.parallel import role_device
 
-        placed["device"] = str(role_device(str(run.runner.device)))
+        placed["device"] = str(device if device is not None else role_device(str(run.runner.device)))
     return cls(
         run.model,
         temperature=alg.temperature,

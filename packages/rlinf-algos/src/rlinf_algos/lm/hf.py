@@ -311,7 +311,9 @@ def sync_state(model: Any, state_dict: dict[str, Tensor] | None = None) -> dict[
                 continue
             seen.add(v.data_ptr())
             sd[k] = v
-    return {k: v.detach().cpu().clone() for k, v in sd.items()}
+    # one copy to the host: ``.cpu().clone()`` copied a GPU tensor twice (device -> host, then
+    # host -> host); ``to("cpu", copy=True)`` copies once from either device
+    return {k: v.detach().to("cpu", copy=True) for k, v in sd.items()}
 
 
 def load_sync_state(model: Any, state: dict[str, Tensor]) -> None:

@@ -31,22 +31,31 @@ class LocalComponents:
     what ``runner.scheduler: local`` runs. :class:`~rlinf_algos.lm.placed.LMPlacedRun` is the same
     interface over placed workers.
 
+    Every component computes on ``runner.device`` as :func:`~rlinf_algos.parallel.resolve_device`
+    picks it here, the one device ``--dry-run`` and ``summary.json`` report for a local run
+    (:func:`~rlinf_algos.parallel.local_devices`); :meth:`devices` says where each one's
+    parameters actually are.
+
     Args:
         run: the validated sections (``model.path`` set: see :func:`~rlinf_algos.lm.trainer.resolve_model`).
         tok: the tokenizer.
-        model: the warm-started policy (the actor trains it in place).
+        model: the warm-started policy (the actor trains it in place, moved to the run's device).
     """
 
     def __init__(self, run: LMRunConfig, tok: LMTokenizer, model: Any, task: Any) -> None:
+        from rlinf_algos.parallel import DataParallel, resolve_device
+
         alg, rcfg = run.algorithm, run.runner
+        self.device = resolve_device(str(rcfg.device))
+        model = model.to(self.device)
         self.tok = tok
         self.task = task
         self.agent = make_agent(
             task, tok, task.max_new_tokens(), run.task.max_calls, context_length(run.model)
         )
-        self.rollout = make_rollout(run, seed=rcfg.seed, pad_id=tok.pad_id)
+        self.rollout = make_rollout(run, seed=rcfg.seed, pad_id=tok.pad_id, device=self.device)
         self.reward = Verifier(task)
-        self.actor = make_learner(model, run)
+        self.actor = make_learner(model, run, dp=DataParallel(device=self.device))
         weights, version = self.actor.get_weights()
         self.rollout.set_weights(weights, version)
         self.reference = None
@@ -55,7 +64,7 @@ class LocalComponents:
             self.reference = (
                 ReferenceModel(model=model, temperature=alg.temperature)
                 if hf.is_lora(model)
-                else ReferenceModel(run.model, weights, temperature=alg.temperature)
+                else ReferenceModel(run.model, weights, temperature=alg.temperature, device=self.device)
             )
         self.placement = {"everything": "in the rlinf process (runner.scheduler: local)"}
 
@@ -121,6 +130,23 @@ class LocalComponents:
 
     def policy(self) -> Any:
         return self.actor.model
+
+    def devices(self) -> dict[str, list[str]]:
+        """Where each component's parameters are (``{"actor": ["cuda:0"], "rollout": [...],
+        "reference": [...]}``, and ``critic`` for ppo_lm; a component without parameters is left
+        out): what a test checks against the reported device."""
+        out: dict[str, list[str]] = {}
+        found = {
+            "actor": self.actor.model,
+            "critic": getattr(self.actor, "critic", None),  # ppo_lm's value model
+            "rollout": getattr(self.rollout, "model", None),
+            "reference": getattr(self.reference, "model", None),
+        }
+        for role, model in found.items():
+            params = list(model.parameters()) if hasattr(model, "parameters") else []
+            if params:
+                out[role] = sorted({str(p.device) for p in params})
+        return out
 
     def publish_bytes(self) -> int:
         return self.actor.publish_bytes

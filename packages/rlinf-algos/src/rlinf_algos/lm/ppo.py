@@ -126,7 +126,7 @@ class PPOLMLearner(LMLearner):
         optimiser."""
         return {
             **super().state_dict(),
-            "critic": {k: v.detach().cpu().clone() for k, v in self.critic.state_dict().items()},
+            "critic": {k: v.detach().to("cpu", copy=True) for k, v in self.critic.state_dict().items()},
             "critic_optimizer": self.critic_opt.state_dict(),
         }
 

@@ -117,8 +117,19 @@ def warm_start_config(run: LMRunConfig, data_dir: Path, val_rows: int) -> dict[s
             "torch_threads": rcfg.torch_threads,
             "log_interval": 100,
             "device": "cpu" if rcfg.device == "cpu" else "auto",
+            "loggers": list(rcfg.loggers),  # the run's backends: no tensorboardX import without tensorboard
         },
     }
+
+
+def _release_cuda_cache() -> None:
+    """Hand the warm start's cached GPU memory back: the driver ran it, and the learner, the
+    rollout and the reference (placed on the same GPU, or in this process under
+    ``runner.scheduler: local``) need it. Nothing when CUDA was never initialised here."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def warm_start(
@@ -161,6 +172,7 @@ def warm_start(
     )
     s = result.summary
     del result
+    _release_cuda_cache()
     say(s["summary_text"])
     stats = {
         "steps": s["steps"],

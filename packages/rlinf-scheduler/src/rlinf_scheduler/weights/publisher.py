@@ -11,7 +11,10 @@ the registry's secret before anything is unpickled), keeps one reader thread per
 
 A member that dies during a publish is dropped (the broadcast stops at once, the others abandon
 it) and the version goes to the members still alive through the object store; the next publish
-forms a group of those that remain. A consumer that joins between publishes (a late or restarted
+forms a group of those that remain. A collective that itself fails (torch raises, e.g. NCCL's
+``DistBackendError`` for two members on one GPU, a build without NCCL, a driver error) is given
+up for good: that version and every later one go through the object store, and the publisher
+logs why once. A consumer that joins between publishes (a late or restarted
 worker) gets the newest version through the object store, put by a service thread of this
 process, as long as the published tensors are still unchanged (their autograd version counters
 are checked before and after the copy); otherwise it waits for the next publish, which includes
@@ -21,6 +24,7 @@ it in the group.
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
 import socket
 import threading
@@ -49,6 +53,8 @@ from rlinf_scheduler.weights.group import (
 from rlinf_scheduler.weights.object_store import put_state
 
 __all__ = ["Publisher"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -113,6 +119,7 @@ class Publisher:
         self.fallback: tuple[int, list[Any]] | None = None
         self.stats = WeightSyncStats("collective")
         self.closed = False
+        self.given_up: str | None = None  # why the collective failed: the object store carries every version
         ray_get(
             self.registry.set_control.remote(self.address, PEER_ID, peer_desc()),
             self.timeout,
@@ -211,13 +218,15 @@ class Publisher:
             layout = layout_of(state_dict, self.sync.bucket_bytes)
             behind: list[Member] = []
             members = self._live()
-            if members:
+            if members and self.given_up is None:
                 if self.group is None or {m.id for m in self.group.members} != {m.id for m in members}:
                     self._form(members, deadline)
                 if self.group is not None:
                     behind = self._broadcast(self.group, version, layout, state_dict, deadline)
                 else:  # no group could be formed: the object store carries this version
                     behind = self._live()
+            elif members:  # the collective failed before: the object store carries every version
+                behind = members
             ray_get(
                 self.registry.publish.remote(version, [], False, peer_desc()),
                 max(1.0, deadline - time.monotonic()),
@@ -335,11 +344,33 @@ class Publisher:
                 self._drop(failed, str(err))
                 return []
             return [m for m in failed if m.dead is None]  # those that got it all acknowledged it
+        except RuntimeError as err:  # the collective itself failed (torch's DistBackendError...)
+            self._give_up(group, err, version, deadline)
+            return [m for m in group.members if m.dead is None]
         failed = self._await(group.members, "ack", version, deadline)
         if failed:
             bury(group.pg, group.store)
             self.group = None
         return [m for m in failed if m.dead is None]
+
+    def _give_up(self, group: Group, err: BaseException, version: int, deadline: float) -> None:
+        """Stop using collectives after ``err`` from one (not a member's death): abort ``group``,
+        wait for its members to leave it, and say once that the object store takes over."""
+        bury(group.pg, group.store)
+        self.group = None
+        live = [m for m in group.members if m.dead is None]
+        for m in live:
+            m.send(("abort", group.epoch))
+        self._await(live, "ack", version, min(deadline, time.monotonic() + 10.0))
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        self.given_up = f"{type(err).__name__}: {first}"
+        log.warning(
+            "weights %r: the %s collective failed (%s); this version and every later one go to the "
+            "consumers through the object store (rollout.weight_sync: object_store avoids the attempt)",
+            self.name,
+            self.backend,
+            self.given_up,
+        )
 
     # -- the object-store path for members that lack the newest version ---------------------------
     def _send_object(self, members: list[Member], deadline: float) -> bool:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from rlinf_algos.runtime.host_values import to_cpu
 from rlinf_algos.runtime.workers.base import RoleWorker
 from rlinf_core.errors import ChannelError, RlinfError
 from rlinf_core.weights import WeightSync
@@ -196,7 +197,7 @@ class ActorWorker(RoleWorker):
             metrics["publish_s"] = self.publish_s
             if self.dp.distributed:
                 metrics.setdefault("allreduce_s", self.dp.take_comm_s())
-        return metrics
+        return to_cpu(metrics)
 
     # -- state ---------------------------------------------------------------------------------
     def state(self) -> dict[str, Any] | None:
@@ -213,7 +214,7 @@ class ActorWorker(RoleWorker):
         cuda = cuda_rng_state()  # every GPU this process sees, beside the CPU stream
         if cuda is not None:
             out["cuda_rng"] = cuda
-        return out
+        return to_cpu(out)  # the optimiser's moments too: the driver may have no GPU
 
     def _set_rng(self, state: dict[str, Any]) -> None:
         """This process's CPU (and CUDA) random streams from a checkpoint's learner state."""
@@ -242,7 +243,7 @@ class ActorWorker(RoleWorker):
     def policy(self) -> dict[str, Any] | None:
         """The final policy record (``None`` on ranks other than 0)."""
         record = self._collective(self.body.policy)
-        return record if self.dp.is_main else None
+        return to_cpu(record) if self.dp.is_main else None
 
     def world(self) -> dict[str, Any]:
         """The learner group: ``{"world_size", "strategy", "device", "parameters"}`` (the policy's

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any, ClassVar
 
+from rlinf_algos.runtime.host_values import to_cpu
 from rlinf_core.errors import RlinfError
 from rlinf_core.weights import WeightSync
 from rlinf_core.worker import Worker
@@ -106,10 +107,16 @@ class RoleWorker(Worker):
             ) from None
 
     def _body_call(self, method: str) -> Any:
+        """The body's ``method``, its return value passed through
+        :func:`~rlinf_algos.runtime.host_values.to_cpu` (it goes back to the driver)."""
         fn = getattr(self.body, method, None)
         if fn is None:
             raise RlinfError(
                 f"{self.role} rank {self.rank}: the {type(self.body).__name__} of this run has no {method}() "
                 f"(the flow {type(self.flow).__name__} does not use this call)"
             )
-        return fn
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return to_cpu(fn(*args, **kwargs))
+
+        return call

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from rlinf_algos import obs as obs_tree
+from rlinf_algos.runtime.host_values import to_cpu
 from rlinf_algos.runtime.workers.base import RoleWorker, close_links
 from rlinf_algos.runtime.workers.env import shards
 from rlinf_core.errors import ChannelError, RlinfError
@@ -135,7 +136,7 @@ class RolloutWorker(RoleWorker):
     def policy_weights(self) -> dict[str, Any]:
         """The weights this worker acts with and their version: the newest the learner published
         that this worker fetched (what ``policy.safetensors`` holds when the learner is gone)."""
-        return {"version": self.version, "state_dict": self.body.weights()}
+        return {"version": self.version, "state_dict": to_cpu(self.body.weights())}
 
     # -- random streams --------------------------------------------------------------------------
     def rng_state(self) -> dict[str, Any]:
