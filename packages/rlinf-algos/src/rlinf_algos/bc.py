@@ -132,7 +132,7 @@ def _fit(
             loss.backward()
             optim.step()
             sched.step()
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
         train_loss = float(np.mean(losses))
         if epoch == 0 or (epoch + 1) % 10 == 0 or epoch + 1 == opts.epochs:
             say(f"behaviour cloning: epoch {epoch + 1}/{opts.epochs}, loss {train_loss:.4f}")

@@ -1,0 +1,117 @@
+"""Demonstrations and behaviour cloning: ``rlinf demos record`` writes MetaWorld's scripted expert
+in LeRobot's layout, and ``model.bc`` fits the policy to it before RL (the warm start is written
+and RL starts from it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+import rlinf_algos
+from rlinf_algos.demos import load_demos, record_demos
+from rlinf_algos.families import get_family
+from rlinf_algos.families.venvs import setup_family
+from rlinf_algos.run_files import read_state
+from rlinf_core.errors import ConfigError, RlinfError
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    setup_family(get_family("metaworld"), log=lambda *_: None)
+    out = tmp_path_factory.mktemp("demos") / "reach"
+    record_demos("metaworld:reach-v3", out, episodes_per_task=4, num_envs=4, max_episode_steps=60, seed=3)
+    return out
+
+
+def test_the_data_set_has_lerobots_layout(demos: Path) -> None:
+    info = json.loads((demos / "meta" / "info.json").read_text())
+    assert info["codebase_version"] == "v2.1" and info["total_tasks"] == 1
+    assert info["features"]["observation.state"]["shape"] == [39] and info["features"]["action"]["shape"] == [
+        4
+    ]
+    episodes = [json.loads(line) for line in (demos / "meta" / "episodes.jsonl").read_text().splitlines()]
+    assert len(episodes) == info["total_episodes"] >= 3 and all(e["success"] for e in episodes)
+    assert [e["init"] for e in episodes] == sorted(e["init"] for e in episodes)
+    assert (
+        json.loads((demos / "meta" / "tasks.jsonl").read_text().splitlines()[0])["task"]
+        == "reach the goal position"
+    )
+    table = pq.read_table(demos / "data" / "chunk-000" / "episode_000000.parquet").to_pydict()
+    n = len(table["action"])
+    assert table["frame_index"] == list(range(n)) and table["next.success"][-1] is True
+    assert set(table["task"]) == {"reach-v3"} and table["index"][0] == 0
+    assert not (demos.parent / ".reach.partial").exists()
+
+
+def test_recording_into_an_existing_folder_or_a_misspelt_suite_is_refused(
+    demos: Path, tmp_path: Path
+) -> None:
+    with pytest.raises(RlinfError, match="exists"):
+        record_demos("metaworld:reach-v3", demos, episodes_per_task=1)
+    with pytest.raises(ConfigError, match="'reech-v3' is no MetaWorld task"):
+        record_demos("metaworld:reech-v3", tmp_path / "x", episodes_per_task=1)
+
+
+def test_behaviour_cloning_fits_the_expert_then_rl_starts_from_it(demos: Path, tmp_path: Path) -> None:
+    data = load_demos(demos)
+    run = {
+        "algorithm": {
+            "name": "ppo",
+            "rollout_steps": 30,
+            "minibatch_size": 60,
+            "update_epochs": 1,
+            "lr": 1e-9,
+        },
+        "env": {"family": "metaworld", "id": "reach-v3", "num_envs": 2, "max_episode_steps": 60},
+        "model": {
+            "hidden_sizes": [32, 32],
+            "bc": {"demos": str(demos), "epochs": 300, "batch_size": 64, "log_std": -2.0},
+        },
+        "runner": {
+            "scheduler": "local",
+            "total_steps": 60,
+            "log_interval": 60,
+            "loggers": ["csv"],
+            "seed": 1,
+        },
+    }
+    summary = rlinf_algos.train(run, tmp_path / "run")
+    assert summary["warm_start"]["steps"] == len(data["action"])
+    warm = read_state(tmp_path / "run" / "warm_start.safetensors")
+    assert warm["env_family"] == "metaworld"
+    policy = rlinf_algos.load_policy(tmp_path / "run" / "warm_start.safetensors")
+    fresh = rlinf_algos.load_policy(tmp_path / "run")  # after one (near-zero lr) PPO iteration
+    target = np.clip(data["action"], -1, 1)
+    constant = np.sum((target - target.mean(0)) ** 2, -1).mean()  # the best state-blind policy's loss
+    assert summary["warm_start"]["train_loss"] < 0.1 * constant, (summary["warm_start"], constant)
+    # the saved warm start is the fitted policy: it reproduces the demonstrations it was fitted on
+    # (a tenth of the episodes, here one, is held out; four episodes are too few to generalise)
+    errors = [
+        np.sum(
+            (policy.act(data["state"][data["episode_index"] == e]) - target[data["episode_index"] == e]) ** 2,
+            -1,
+        ).mean()
+        for e in np.unique(data["episode_index"])
+    ]
+    assert sum(err < 0.1 * constant for err in errors) >= len(errors) - 1, (errors, constant)
+    assert torch.allclose(fresh.module.actor_log_std, torch.full((4,), -2.0), atol=1e-3)
+
+
+def test_demonstrations_of_another_env_are_refused_naming_both_sizes(demos: Path, tmp_path: Path) -> None:
+    run: dict[str, Any] = {
+        "algorithm": {"name": "ppo", "rollout_steps": 8, "minibatch_size": 16, "update_epochs": 1},
+        "env": {"id": "Pendulum-v1", "num_envs": 2},
+        "model": {"bc": {"demos": str(demos)}},
+        "runner": {"scheduler": "local", "total_steps": 16, "log_interval": 16, "loggers": ["csv"]},
+    }
+    with pytest.raises(ConfigError) as err:
+        rlinf_algos.train(run, tmp_path / "run")
+    assert "holds states of 39 and actions of 4 values; this run's env has 3 and 1" in str(err.value)
+    with pytest.raises(ConfigError, match="no demonstration data set"):
+        load_demos(tmp_path)
