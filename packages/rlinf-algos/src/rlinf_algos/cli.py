@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from rlinf_algos.cli_options import overwrite_option, run_dir_option
+from rlinf_algos.cli_options import overwrite_option, run_dir_option, trust_option
 from rlinf_algos.progress_bar import ProgressBar
 from rlinf_core.cli import get_host
 
@@ -91,6 +91,7 @@ class _StopOnTerm:
     help="Continue the run in this directory from its newest checkpoint.",
 )
 @overwrite_option
+@trust_option
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option(
     "--dry-run",
@@ -136,6 +137,7 @@ def train_cmd(
     run_dir: Path | None,
     resume_dir: Path | None,
     overwrite: bool,
+    trust: bool,
     quiet: bool,
     dry_run: bool,
     inventory_path: Path | None,
@@ -186,6 +188,8 @@ def train_cmd(
         raise click.UsageError("--inventory, --gpus-per-node and --gpu-memory go with --dry-run")
     if inventory_path is not None and gpus_per_node is not None:
         raise click.UsageError("give --inventory or --gpus-per-node, not both")
+    if resume_dir is not None:
+        _check_resumed_code(config, overrides, resume_dir, trust)
     if dry_run:
         _print_dry_run(ctx, config, overrides, inventory_path, gpus_per_node, gpu_memory)
         return
@@ -227,6 +231,25 @@ def train_cmd(
         bar.close()
     click.echo(summary["summary_text"])
     click.echo(f"run directory: {target or _run_dir_of(summary)}")
+
+
+def _check_resumed_code(config: Path, overrides: tuple[str, ...], run_dir: Path, trust: bool) -> None:
+    """``--resume RUN`` with RUN's own ``config.yaml`` (a shared run): refuse the code it names
+    that no installed plugin provides and no override gives anew, unless ``--trust``
+    (:mod:`rlinf_algos.code_refs`). A config file from elsewhere is the user's own."""
+    from rlinf_algos.code_refs import check_references, config_references
+
+    if trust or not config.resolve().is_relative_to(run_dir.resolve()):
+        return
+    from rlinf_algos.config.prepare import compose_run_config
+
+    refs = config_references(compose_run_config(config, overrides), str(config))
+    check_references(
+        refs,
+        f"resuming {run_dir}",
+        overrides=overrides,
+        anew=" or give what it names anew as overrides (key=value)",
+    )
 
 
 def _print_config(config: Path, overrides: tuple[str, ...]) -> None:
@@ -403,6 +426,7 @@ def _run_dir_of(summary: dict[str, Any]) -> str:
     "instead of the final policy.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@trust_option
 @click.option(
     "--video",
     "video_dir",
@@ -431,6 +455,7 @@ def eval_cmd(
     stochastic: bool,
     warm_start: bool,
     as_json: bool,
+    trust: bool,
     video_dir: Path | None,
     data_file: Path | None = None,
     samples: int = 1,
@@ -441,10 +466,16 @@ def eval_cmd(
     gives the same numbers.
 
     A language-model run's policy/ is scored on its validation set or --data FILE: score,
-    accuracy, pass@k with --samples K, per data_source."""
+    accuracy, pass@k with --samples K, per data_source.
+
+    Code the run names (a module:Env-vN env id, env wrappers, tool and reward files,
+    model.trust_remote_code) is imported only where an installed plugin provides it, or with --trust."""
     from rlinf_algos.lm.evaluate import is_lm_run, lm_eval_lines
 
     if is_lm_run(run_dir):
+        from rlinf_algos.code_refs import check_references, run_config_references
+
+        check_references(run_config_references(run_dir), f"evaluating {run_dir}", trust=trust)
         click.echo("\n".join(lm_eval_lines(run_dir, data_file, samples, seed, as_json)))
         return
     if data_file is not None or samples != 1:
@@ -454,7 +485,7 @@ def eval_cmd(
 
     path = warm_start_file(run_dir) if warm_start else policy_file(run_dir)
     res = evaluate_policy(
-        path, episodes=episodes, seed=seed, deterministic=not stochastic, video_dir=video_dir
+        path, episodes=episodes, seed=seed, deterministic=not stochastic, video_dir=video_dir, trust=trust
     )
     if as_json:
         click.echo(json.dumps(res))
