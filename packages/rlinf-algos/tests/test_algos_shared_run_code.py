@@ -113,9 +113,7 @@ def _crafted(run: Path, tmp_path: Path, **record: Any) -> Path:
     return out
 
 
-def test_a_wrapper_in_the_policy_metadata_is_not_run(
-    embodied_run: Path, tmp_path: Path, capfd: Any
-) -> None:
+def test_a_wrapper_in_the_policy_metadata_is_not_run(embodied_run: Path, tmp_path: Path, capfd: Any) -> None:
     marker = tmp_path / "MARKER"
     evil = {"path": "pydoc:pipepager", "kwargs": {"cmd": f"touch {marker}"}}
     run = _crafted(embodied_run, tmp_path, env_wrappers=[evil])
