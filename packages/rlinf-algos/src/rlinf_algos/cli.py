@@ -120,7 +120,7 @@ class _StopOnTerm:
     "--print-config",
     is_flag=True,
     help="Print the composed configuration (defaults lists merged, overrides applied, ${...} "
-    "resolved) as YAML and exit; `rlinf train` takes that output as it is.",
+    "resolved but ${oc.env:...} kept) as YAML and exit; `rlinf train` takes that output as it is.",
 )
 @click.option(
     "--multirun",
@@ -254,12 +254,13 @@ def _check_resumed_code(config: Path, overrides: tuple[str, ...], run_dir: Path,
 
 def _print_config(config: Path, overrides: tuple[str, ...]) -> None:
     """``rlinf train --print-config``: the composed, resolved configuration as YAML (the
-    pipeline's first step, :func:`~rlinf_algos.config.prepare.compose_run_config`)."""
+    pipeline's first step, :func:`~rlinf_algos.config.prepare.compose_run_config`), with
+    ``${oc.env:...}`` kept unresolved (:func:`~rlinf_algos.config.prepare.printable_config`)."""
     import yaml
 
-    from rlinf_algos.config.prepare import compose_run_config
+    from rlinf_algos.config.prepare import printable_config
 
-    click.echo(yaml.safe_dump(compose_run_config(config, overrides), sort_keys=False), nl=False)
+    click.echo(yaml.safe_dump(printable_config(config, overrides), sort_keys=False), nl=False)
 
 
 def _multirun(

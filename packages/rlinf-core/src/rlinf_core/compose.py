@@ -21,7 +21,12 @@ mapping, in this order:
 3. **Interpolation.** ``${a.b}`` (the value at ``a.b``), ``${oc.env:NAME,default}`` (an
    environment variable) and OmegaConf's other ``oc.*`` resolvers, resolved with OmegaConf
    (imported only when a config has ``${`` or ``???``); ``???`` marks a value that must be given.
-   Hydra's own ``hydra:`` section is dropped.
+   Hydra's own ``hydra:`` section is dropped. What ``${oc.env:NAME}`` brought in (an API key
+   given to workers through ``env_vars``) is a secret: :meth:`Composition.unresolved` puts the
+   interpolation back where the value stands (what a run's ``config.yaml``, ``--print-config``
+   and ``--dry-run`` show, as Hydra keeps interpolations unresolved in what it saves), and
+   :func:`mask_secrets` replaces the values this process resolved wherever they appear (error
+   messages, text written elsewhere).
 
 Every problem is one :class:`ConfigError` line that names the file (or the override) and the
 key. :func:`sweep` expands ``--multirun`` overrides (``runner.seed=0,1,2``) into one override
@@ -48,6 +53,7 @@ __all__ = [
     "compose",
     "compose_traced",
     "load_config",
+    "mask_secrets",
     "needs_resolution",
     "sweep",
 ]
@@ -59,6 +65,30 @@ _SELF = "_self_"
 _GLOBAL = "_global_"
 _PACKAGE_HEADER = re.compile(r"^#\s*@package\s+(\S+)\s*$")
 _KEY_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+_ENV_REF = re.compile(r"\$\{oc\.env:\s*([^,}\s]+)")
+MIN_SECRET_CHARS = 6
+"""Values of ``${oc.env:...}`` at least this long are masked wherever they appear (shorter ones,
+such as ``0`` or ``true``, only where the interpolation stood: masking every ``0`` would garble
+the text)."""
+_SECRETS: dict[str, str] = {}
+"""Every ``${oc.env:NAME}`` value this process resolved (at least :data:`MIN_SECRET_CHARS`
+long) -> ``${oc.env:NAME}``."""
+
+
+def mask_secrets(obj: Any) -> Any:
+    """``obj`` (text, or a mapping or list of them) with every value an ``${oc.env:NAME}``
+    interpolation brought into this process replaced by ``${oc.env:NAME}`` (values of at least
+    :data:`MIN_SECRET_CHARS` characters, longest first)."""
+    if isinstance(obj, str):
+        for value in sorted(_SECRETS, key=len, reverse=True):
+            if value in obj:
+                obj = obj.replace(value, _SECRETS[value])
+        return obj
+    if isinstance(obj, Mapping):
+        return {k: mask_secrets(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(mask_secrets(v) for v in obj)
+    return obj
 
 
 def load_config(
@@ -77,6 +107,27 @@ class Composition:
     data: dict[str, Any]
     primary: str
     origin: Mapping[tuple[str, ...], str]
+    interpolated: Mapping[tuple[str, ...], tuple[str, Any]] = field(default_factory=dict)
+    """Key path -> (the text as written, its resolved value) of every value made with
+    ``${oc.env:...}``."""
+
+    def unresolved(self, data: Any) -> Any:
+        """``data`` (this composition's data, or what validation made of it: defaults added,
+        keys in the same places) with ``${oc.env:...}`` put back where it was written (where the
+        value there is still the one it resolved to), and every other occurrence of such a value
+        masked (:func:`mask_secrets`): what may be saved and printed."""
+        out = copy.deepcopy(data)
+        for path, (written, value) in self.interpolated.items():
+            parent = _value_at(out, path[:-1]) if path else None
+            key: Any = path[-1] if path else None
+            if isinstance(parent, list) and isinstance(key, str) and key.isdigit():
+                key = int(key)
+            try:
+                if parent is not None and parent[key] == value:
+                    parent[key] = written
+            except (KeyError, IndexError, TypeError):
+                continue
+        return mask_secrets(out)
 
     def source_of(self, path: str) -> str | None:
         """Where the value at the YAML ``path`` (``env.kwargs.x``, ``a.list[0]``; text after a
@@ -135,9 +186,38 @@ def compose_traced(
             origin[tuple(key.split("."))] = f"override {raw!r}"
     if isinstance(out.get("hydra"), Mapping):
         del out["hydra"]  # Hydra's own settings (run dir, search path, job logging): not the task's
+    interpolated: dict[tuple[str, ...], tuple[str, Any]] = {}
     if needs_resolution(out):
+        written = dict(_env_interpolations(out, ()))
         out = _resolve(out, origin)
-    return Composition(out, source, origin)
+        for path, text in written.items():
+            value = _value_at(out, path)
+            interpolated[path] = (text, value)
+            _remember_secrets(text)
+    return Composition(out, source, origin, interpolated)
+
+
+def _env_interpolations(value: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], str]]:
+    """``(key path, text)`` of every string leaf that reads an environment variable."""
+    if isinstance(value, str):
+        if _ENV_REF.search(value):
+            yield path, value
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _env_interpolations(v, (*path, str(k)))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _env_interpolations(v, (*path, str(i)))
+
+
+def _remember_secrets(text: str) -> None:
+    """Remember the values of the environment variables ``text`` reads, for :func:`mask_secrets`."""
+    import os
+
+    for name in _ENV_REF.findall(text):
+        got = os.environ.get(name)
+        if got is not None and len(got) >= MIN_SECRET_CHARS:
+            _SECRETS[got] = f"${{oc.env:{name}}}"
 
 
 # -- reading files -------------------------------------------------------------------------------
