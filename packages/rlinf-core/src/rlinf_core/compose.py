@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +50,10 @@ from rlinf_core.io import MAX_USER_FILE_BYTES, read_user_text
 
 __all__ = [
     "MAX_CONFIG_FILES",
+    "MAX_INTERPOLATED_CHARS",
+    "MAX_INTERPOLATION_STEPS",
+    "MAX_RESOLVED_CHARS",
+    "MAX_SWEEP_RUNS",
     "Composition",
     "compose",
     "compose_traced",
@@ -60,6 +65,17 @@ __all__ = [
 
 MAX_CONFIG_FILES = 1000
 """How many files one composition may read (a guard against runaway defaults lists)."""
+
+MAX_INTERPOLATED_CHARS = 1_000_000
+"""The most characters one interpolated value may resolve to."""
+MAX_RESOLVED_CHARS = 32_000_000
+"""The most characters the whole resolved configuration may hold (interpolations copy nodes;
+twice the largest config file read)."""
+MAX_INTERPOLATION_STEPS = 1_000_000
+"""The most interpolations resolving the configuration may take (OmegaConf resolves a reference
+again at every use: a chain of keys each using the previous one twice doubles at every key)."""
+MAX_SWEEP_RUNS = 10_000
+"""The most runs one ``--multirun`` may expand to."""
 
 _SELF = "_self_"
 _GLOBAL = "_global_"
@@ -189,6 +205,7 @@ def compose_traced(
     interpolated: dict[tuple[str, ...], tuple[str, Any]] = {}
     if needs_resolution(out):
         written = dict(_env_interpolations(out, ()))
+        _Bounds(out, origin).check()
         out = _resolve(out, origin)
         for path, text in written.items():
             value = _value_at(out, path)
@@ -590,6 +607,143 @@ def needs_resolution(data: Any) -> bool:
     return False
 
 
+_RESOLVER = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*:(.*)$", re.S)
+_SELECTS = ("oc.select", "oc.dict.keys", "oc.dict.values")
+
+
+def _interpolations(text: str) -> list[tuple[int, int, str]]:
+    """``(start, end, inside)`` of every top-level ``${...}`` of ``text`` (``\\${`` is literal)."""
+    out = []
+    i = 0
+    while True:
+        i = text.find("${", i)
+        if i < 0:
+            return out
+        if i > 0 and text[i - 1] == "\\":
+            i += 2
+            continue
+        depth, j = 0, i + 1
+        while j < len(text):
+            if text[j] == "{":
+                depth += 1
+            elif text[j] == "}":
+                depth -= 1
+                if depth == 0:
+                    break
+            j += 1
+        if j >= len(text):
+            return out  # unbalanced: OmegaConf's grammar error names it
+        out.append((i, j + 1, text[i + 2 : j]))
+        i = j + 1
+
+
+class _Bounds:
+    """What resolving ``data`` would make, estimated before OmegaConf does it: the characters of
+    each value and of the whole, and the interpolations resolved (with repeats, as OmegaConf
+    resolves a reference again at every use), each in linear time; over a limit is one
+    :class:`ConfigError` naming the key (an interpolation bomb never reaches OmegaConf)."""
+
+    def __init__(self, data: Mapping[str, Any], origin: Mapping[tuple[str, ...], str]) -> None:
+        self.data, self.origin = data, origin
+        self.memo: dict[tuple[str, ...], tuple[int, int]] = {}
+        self.active: set[tuple[str, ...]] = set()
+
+    def check(self) -> None:
+        try:
+            chars, steps = self.node(())
+        except RecursionError:
+            raise ConfigError(
+                "the config: interpolations refer to each other too deeply to resolve; shorten the chain "
+                "of ${...} references"
+            ) from None
+        if chars > MAX_RESOLVED_CHARS:
+            raise ConfigError(
+                f"the config: resolving its interpolations would make {chars:,} characters (at most "
+                f"{MAX_RESOLVED_CHARS:,}); a ${{...}} copies what it names at every use"
+            )
+        if steps > MAX_INTERPOLATION_STEPS:
+            raise ConfigError(
+                f"the config: resolving it would take {steps:,} interpolations (at most "
+                f"{MAX_INTERPOLATION_STEPS:,}): keys that use one another over and over"
+            )
+
+    def _fail(self, path: tuple[str, ...], what: str) -> ConfigError:
+        key = ".".join(path) or "the config"
+        return ConfigError(f"{_origin_of(self.origin, list(path))}: {key}: {what}")
+
+    def node(self, path: tuple[str, ...]) -> tuple[int, int]:
+        """``(characters, interpolations)`` of the node at ``path`` once resolved."""
+        if path in self.memo:
+            return self.memo[path]
+        if path in self.active:
+            return 0, 1  # a cycle: OmegaConf names it
+        self.active.add(path)
+        value = _value_at(self.data, path) if path else self.data
+        chars, steps = 0, 0
+        if isinstance(value, str):
+            chars, steps = self.text(value, path)
+            if steps and chars > MAX_INTERPOLATED_CHARS:
+                raise self._fail(
+                    path,
+                    f"its interpolations would resolve to {chars:,} characters (at most "
+                    f"{MAX_INTERPOLATED_CHARS:,} in one value)",
+                )
+        elif isinstance(value, Mapping):
+            for k in value:
+                c, n = self.node((*path, str(k)))
+                chars, steps = chars + c + len(str(k)), steps + n
+        elif isinstance(value, list):
+            for i in range(len(value)):
+                c, n = self.node((*path, str(i)))
+                chars, steps = chars + c, steps + n
+        else:
+            chars = len(str(value))
+        if steps > MAX_INTERPOLATION_STEPS:
+            raise self._fail(
+                path,
+                f"resolving it would take {steps:,} interpolations (at most {MAX_INTERPOLATION_STEPS:,}): "
+                "keys that use one another over and over",
+            )
+        self.active.discard(path)
+        self.memo[path] = (chars, steps)
+        return chars, steps
+
+    def text(self, text: str, path: tuple[str, ...]) -> tuple[int, int]:
+        chars, steps = len(text), 0
+        for start, end, inside in _interpolations(text):
+            c, n = self.inside(inside, path)
+            chars, steps = chars - (end - start) + c, steps + 1 + n
+        return chars, steps
+
+    def inside(self, inside: str, path: tuple[str, ...]) -> tuple[int, int]:
+        """``(characters, interpolations)`` of one ``${inside}`` in the value at ``path``."""
+        import os
+
+        match = _RESOLVER.match(inside)
+        if match is None:
+            return self.node(self.target(inside.strip(), path))
+        name, args = match.group(1), match.group(2)
+        chars, steps = self.text(args, path)  # nested ${...} in the arguments
+        if name == "oc.env":
+            var = args.partition(",")[0]
+            got = os.environ.get(var.strip())
+            return (len(got) if got is not None else chars), steps
+        if name in _SELECTS and not _interpolations(args):
+            c, n = self.node(self.target(args.partition(",")[0].strip(), path))
+            return chars + c, steps + n
+        return chars, steps
+
+    @staticmethod
+    def target(key: str, path: tuple[str, ...]) -> tuple[str, ...]:
+        """The absolute path of ``key`` (``a.b``, ``a[0]``; ``.b``, ``..b`` relative to the node
+        holding the value at ``path``)."""
+        if not key.startswith("."):
+            return tuple(_key_parts(key))
+        dots = len(key) - len(key.lstrip("."))
+        base = path[: max(0, len(path) - dots)]
+        return (*base, *_key_parts(key[dots:]))
+
+
 def _key_parts(full_key: Any) -> list[str]:
     return [m.group(1) or m.group(2) for m in _KEY_PART.finditer(str(full_key or ""))]
 
@@ -671,24 +825,45 @@ def sweep(overrides: Iterable[str]) -> list[list[str]]:
             choices.append([raw])
             continue
         choices.append([f"{prefix}={v}" for v in _sweep_values(raw, value)])
+    runs = math.prod(len(c) for c in choices)
+    if runs > MAX_SWEEP_RUNS:
+        raise ConfigError(
+            f"--multirun: {' x '.join(str(len(c)) for c in choices if len(c) > 1)} = {runs:,} runs "
+            f"(at most {MAX_SWEEP_RUNS:,}); sweep fewer values"
+        )
     return [list(combo) for combo in itertools.product(*choices)]
 
 
-_RANGE = re.compile(r"^\s*range\(\s*(-?\d+)\s*(?:,\s*(-?\d+)\s*)?(?:,\s*(-?\d+)\s*)?\)\s*$")
+_INT = r"-?\d{1,18}"
+_RANGE = re.compile(rf"^\s*range\(\s*({_INT})\s*(?:,\s*({_INT})\s*)?(?:,\s*({_INT})\s*)?\)\s*$")
+
+
+def _short(raw: str, limit: int = 80) -> str:
+    return repr(raw) if len(raw) <= limit else repr(raw[: limit - 3] + "...")
 
 
 def _sweep_values(raw: str, value: str) -> list[str]:
     match = _RANGE.match(value)
+    if match is None and value.strip().startswith("range("):
+        raise ConfigError(
+            f"override {_short(raw)}: a sweep range is range(stop), range(start, stop) or "
+            "range(start, stop, step) of whole numbers written out (at most 18 digits)"
+        )
     if match:
         a, b, c = match.groups()
         start, stop = (0, int(a)) if b is None else (int(a), int(b))
         step = int(c) if c is not None else 1
         if step == 0:
             raise ConfigError(f"override {raw!r}: range step must not be 0")
-        values = [str(v) for v in range(start, stop, step)]
-        if not values:
+        span = range(start, stop, step)
+        if not span:
             raise ConfigError(f"override {raw!r}: the range is empty")
-        return values
+        if len(span) > MAX_SWEEP_RUNS:
+            raise ConfigError(
+                f"override {raw!r}: the range has {len(span):,} values (a sweep makes at most "
+                f"{MAX_SWEEP_RUNS:,} runs)"
+            )
+        return [str(v) for v in span]
     parts: list[str] = []
     depth, quote, current = 0, "", []
     for ch in value:
