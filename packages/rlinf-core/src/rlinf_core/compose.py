@@ -46,6 +46,17 @@ from typing import Any
 
 from rlinf_core.config import apply_overrides, describe_value, parse_override, parse_yaml
 from rlinf_core.errors import ConfigError
+from rlinf_core.interpolation import (
+    MAX_INTERPOLATED_CHARS,
+    MAX_INTERPOLATION_STEPS,
+    MAX_RESOLVED_CHARS,
+    check_bounds,
+    env_interpolations,
+    key_parts,
+    mask_secrets,
+    remember_env_secrets,
+    value_at,
+)
 from rlinf_core.io import MAX_USER_FILE_BYTES, read_user_text
 
 __all__ = [
@@ -66,45 +77,12 @@ __all__ = [
 MAX_CONFIG_FILES = 1000
 """How many files one composition may read (a guard against runaway defaults lists)."""
 
-MAX_INTERPOLATED_CHARS = 1_000_000
-"""The most characters one interpolated value may resolve to."""
-MAX_RESOLVED_CHARS = 32_000_000
-"""The most characters the whole resolved configuration may hold (interpolations copy nodes;
-twice the largest config file read)."""
-MAX_INTERPOLATION_STEPS = 1_000_000
-"""The most interpolations resolving the configuration may take (OmegaConf resolves a reference
-again at every use: a chain of keys each using the previous one twice doubles at every key)."""
 MAX_SWEEP_RUNS = 10_000
 """The most runs one ``--multirun`` may expand to."""
 
 _SELF = "_self_"
 _GLOBAL = "_global_"
 _PACKAGE_HEADER = re.compile(r"^#\s*@package\s+(\S+)\s*$")
-_KEY_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
-_ENV_REF = re.compile(r"\$\{oc\.env:\s*([^,}\s]+)")
-MIN_SECRET_CHARS = 6
-"""Values of ``${oc.env:...}`` at least this long are masked wherever they appear (shorter ones,
-such as ``0`` or ``true``, only where the interpolation stood: masking every ``0`` would garble
-the text)."""
-_SECRETS: dict[str, str] = {}
-"""Every ``${oc.env:NAME}`` value this process resolved (at least :data:`MIN_SECRET_CHARS`
-long) -> ``${oc.env:NAME}``."""
-
-
-def mask_secrets(obj: Any) -> Any:
-    """``obj`` (text, or a mapping or list of them) with every value an ``${oc.env:NAME}``
-    interpolation brought into this process replaced by ``${oc.env:NAME}`` (values of at least
-    :data:`MIN_SECRET_CHARS` characters, longest first)."""
-    if isinstance(obj, str):
-        for value in sorted(_SECRETS, key=len, reverse=True):
-            if value in obj:
-                obj = obj.replace(value, _SECRETS[value])
-        return obj
-    if isinstance(obj, Mapping):
-        return {k: mask_secrets(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return type(obj)(mask_secrets(v) for v in obj)
-    return obj
 
 
 def load_config(
@@ -134,7 +112,7 @@ class Composition:
         masked (:func:`mask_secrets`): what may be saved and printed."""
         out = copy.deepcopy(data)
         for path, (written, value) in self.interpolated.items():
-            parent = _value_at(out, path[:-1]) if path else None
+            parent = value_at(out, path[:-1]) if path else None
             key: Any = path[-1] if path else None
             if isinstance(parent, list) and isinstance(key, str) and key.isdigit():
                 key = int(key)
@@ -149,7 +127,7 @@ class Composition:
         """Where the value at the YAML ``path`` (``env.kwargs.x``, ``a.list[0]``; text after a
         space is ignored) came from, when that is not the primary config: another file of a
         defaults list, or the command-line override that set it; ``None`` otherwise."""
-        parts = _key_parts(path.split(" ", 1)[0])
+        parts = key_parts(path.split(" ", 1)[0])
         if not parts:
             return None
         source = _origin_of(self.origin, parts)
@@ -204,37 +182,14 @@ def compose_traced(
         del out["hydra"]  # Hydra's own settings (run dir, search path, job logging): not the task's
     interpolated: dict[tuple[str, ...], tuple[str, Any]] = {}
     if needs_resolution(out):
-        written = dict(_env_interpolations(out, ()))
-        _Bounds(out, origin).check()
+        written = dict(env_interpolations(out, ()))
+        check_bounds(out, lambda path: _origin_of(origin, list(path)))
         out = _resolve(out, origin)
         for path, text in written.items():
-            value = _value_at(out, path)
+            value = value_at(out, path)
             interpolated[path] = (text, value)
-            _remember_secrets(text)
+            remember_env_secrets(text)
     return Composition(out, source, origin, interpolated)
-
-
-def _env_interpolations(value: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], str]]:
-    """``(key path, text)`` of every string leaf that reads an environment variable."""
-    if isinstance(value, str):
-        if _ENV_REF.search(value):
-            yield path, value
-    elif isinstance(value, Mapping):
-        for k, v in value.items():
-            yield from _env_interpolations(v, (*path, str(k)))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _env_interpolations(v, (*path, str(i)))
-
-
-def _remember_secrets(text: str) -> None:
-    """Remember the values of the environment variables ``text`` reads, for :func:`mask_secrets`."""
-    import os
-
-    for name in _ENV_REF.findall(text):
-        got = os.environ.get(name)
-        if got is not None and len(got) >= MIN_SECRET_CHARS:
-            _SECRETS[got] = f"${{oc.env:{name}}}"
 
 
 # -- reading files -------------------------------------------------------------------------------
@@ -607,164 +562,11 @@ def needs_resolution(data: Any) -> bool:
     return False
 
 
-_RESOLVER = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*:(.*)$", re.S)
-_SELECTS = ("oc.select", "oc.dict.keys", "oc.dict.values")
-
-
-def _interpolations(text: str) -> list[tuple[int, int, str]]:
-    """``(start, end, inside)`` of every top-level ``${...}`` of ``text`` (``\\${`` is literal)."""
-    out = []
-    i = 0
-    while True:
-        i = text.find("${", i)
-        if i < 0:
-            return out
-        if i > 0 and text[i - 1] == "\\":
-            i += 2
-            continue
-        depth, j = 0, i + 1
-        while j < len(text):
-            if text[j] == "{":
-                depth += 1
-            elif text[j] == "}":
-                depth -= 1
-                if depth == 0:
-                    break
-            j += 1
-        if j >= len(text):
-            return out  # unbalanced: OmegaConf's grammar error names it
-        out.append((i, j + 1, text[i + 2 : j]))
-        i = j + 1
-
-
-class _Bounds:
-    """What resolving ``data`` would make, estimated before OmegaConf does it: the characters of
-    each value and of the whole, and the interpolations resolved (with repeats, as OmegaConf
-    resolves a reference again at every use), each in linear time; over a limit is one
-    :class:`ConfigError` naming the key (an interpolation bomb never reaches OmegaConf)."""
-
-    def __init__(self, data: Mapping[str, Any], origin: Mapping[tuple[str, ...], str]) -> None:
-        self.data, self.origin = data, origin
-        self.memo: dict[tuple[str, ...], tuple[int, int]] = {}
-        self.active: set[tuple[str, ...]] = set()
-
-    def check(self) -> None:
-        try:
-            chars, steps = self.node(())
-        except RecursionError:
-            raise ConfigError(
-                "the config: interpolations refer to each other too deeply to resolve; shorten the chain "
-                "of ${...} references"
-            ) from None
-        if chars > MAX_RESOLVED_CHARS:
-            raise ConfigError(
-                f"the config: resolving its interpolations would make {chars:,} characters (at most "
-                f"{MAX_RESOLVED_CHARS:,}); a ${{...}} copies what it names at every use"
-            )
-        if steps > MAX_INTERPOLATION_STEPS:
-            raise ConfigError(
-                f"the config: resolving it would take {steps:,} interpolations (at most "
-                f"{MAX_INTERPOLATION_STEPS:,}): keys that use one another over and over"
-            )
-
-    def _fail(self, path: tuple[str, ...], what: str) -> ConfigError:
-        key = ".".join(path) or "the config"
-        return ConfigError(f"{_origin_of(self.origin, list(path))}: {key}: {what}")
-
-    def node(self, path: tuple[str, ...]) -> tuple[int, int]:
-        """``(characters, interpolations)`` of the node at ``path`` once resolved."""
-        if path in self.memo:
-            return self.memo[path]
-        if path in self.active:
-            return 0, 1  # a cycle: OmegaConf names it
-        self.active.add(path)
-        value = _value_at(self.data, path) if path else self.data
-        chars, steps = 0, 0
-        if isinstance(value, str):
-            chars, steps = self.text(value, path)
-            if steps and chars > MAX_INTERPOLATED_CHARS:
-                raise self._fail(
-                    path,
-                    f"its interpolations would resolve to {chars:,} characters (at most "
-                    f"{MAX_INTERPOLATED_CHARS:,} in one value)",
-                )
-        elif isinstance(value, Mapping):
-            for k in value:
-                c, n = self.node((*path, str(k)))
-                chars, steps = chars + c + len(str(k)), steps + n
-        elif isinstance(value, list):
-            for i in range(len(value)):
-                c, n = self.node((*path, str(i)))
-                chars, steps = chars + c, steps + n
-        else:
-            chars = len(str(value))
-        if steps > MAX_INTERPOLATION_STEPS:
-            raise self._fail(
-                path,
-                f"resolving it would take {steps:,} interpolations (at most {MAX_INTERPOLATION_STEPS:,}): "
-                "keys that use one another over and over",
-            )
-        self.active.discard(path)
-        self.memo[path] = (chars, steps)
-        return chars, steps
-
-    def text(self, text: str, path: tuple[str, ...]) -> tuple[int, int]:
-        chars, steps = len(text), 0
-        for start, end, inside in _interpolations(text):
-            c, n = self.inside(inside, path)
-            chars, steps = chars - (end - start) + c, steps + 1 + n
-        return chars, steps
-
-    def inside(self, inside: str, path: tuple[str, ...]) -> tuple[int, int]:
-        """``(characters, interpolations)`` of one ``${inside}`` in the value at ``path``."""
-        import os
-
-        match = _RESOLVER.match(inside)
-        if match is None:
-            return self.node(self.target(inside.strip(), path))
-        name, args = match.group(1), match.group(2)
-        chars, steps = self.text(args, path)  # nested ${...} in the arguments
-        if name == "oc.env":
-            var = args.partition(",")[0]
-            got = os.environ.get(var.strip())
-            return (len(got) if got is not None else chars), steps
-        if name in _SELECTS and not _interpolations(args):
-            c, n = self.node(self.target(args.partition(",")[0].strip(), path))
-            return chars + c, steps + n
-        return chars, steps
-
-    @staticmethod
-    def target(key: str, path: tuple[str, ...]) -> tuple[str, ...]:
-        """The absolute path of ``key`` (``a.b``, ``a[0]``; ``.b``, ``..b`` relative to the node
-        holding the value at ``path``)."""
-        if not key.startswith("."):
-            return tuple(_key_parts(key))
-        dots = len(key) - len(key.lstrip("."))
-        base = path[: max(0, len(path) - dots)]
-        return (*base, *_key_parts(key[dots:]))
-
-
-def _key_parts(full_key: Any) -> list[str]:
-    return [m.group(1) or m.group(2) for m in _KEY_PART.finditer(str(full_key or ""))]
-
-
 def _origin_of(origin: Mapping[tuple[str, ...], str], parts: Sequence[str]) -> str:
     for n in range(len(parts), -1, -1):
         if tuple(parts[:n]) in origin:
             return origin[tuple(parts[:n])]
     return "the config"
-
-
-def _value_at(data: Any, parts: Sequence[str]) -> Any:
-    node = data
-    for part in parts:
-        if isinstance(node, Mapping):
-            node = node.get(part, node.get(int(part)) if part.isdigit() else None)
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
-    return node
 
 
 def _resolve(data: dict[str, Any], origin: Mapping[tuple[str, ...], str]) -> dict[str, Any]:
@@ -775,16 +577,16 @@ def _resolve(data: dict[str, Any], origin: Mapping[tuple[str, ...], str]) -> dic
         cfg = OmegaConf.create(data, flags={"allow_objects": True})
         out = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except MissingMandatoryValue as err:
-        parts = _key_parts(err.full_key)
+        parts = key_parts(err.full_key)
         key = ".".join(parts)
         raise ConfigError(
             f"{_origin_of(origin, parts)}: {key}: a value is required (??? in the config); give it on the "
             f"command line: {key}=VALUE"
         ) from None
     except OmegaConfBaseException as err:
-        parts = _key_parts(getattr(err, "full_key", ""))
+        parts = key_parts(getattr(err, "full_key", ""))
         key = ".".join(parts) or "the config"
-        written = _value_at(data, parts)
+        written = value_at(data, parts)
         text = f" {describe_value(written)}" if isinstance(written, str) else ""
         message = _message(err)
         if "Environment variable" in message and "not found" in message:
