@@ -217,7 +217,9 @@ def test_rlinf_sft_on_conversations(world_dir: Path, tmp_path: Path) -> None:
         assert ex.ids == only.ids and ex.turns == only.turns
         assert ex.mask == [0] + [1] * (len(ex.ids) - 1) and sum(only.mask) < sum(ex.mask)
     # the configuration and the data are checked, with their YAML paths and rows
-    bad = {**cfg, "data": {**cfg["data"], "messages_key": None}}
+    pairs = tmp_path / "pairs.jsonl"  # prompt-response rows: no conversations to render schemas for
+    pairs.write_text(json.dumps({"prompt": "q", "response": "a"}) + "\n")
+    bad = {**cfg, "data": {**cfg["data"], "messages_key": None, "train_files": [str(pairs)]}}
     with pytest.raises(ConfigError, match=r"tools: tool schemas are rendered for conversations"):
         load_sft_config(bad)
     rows = (

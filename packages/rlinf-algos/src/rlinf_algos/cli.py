@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from rlinf_algos.cli_options import overwrite_option, run_dir_option
+from rlinf_algos.cli_options import overwrite_option, run_dir_option, trust_option
 from rlinf_algos.progress_bar import ProgressBar
 from rlinf_core.cli import get_host
 
@@ -95,6 +95,7 @@ class _StopOnTerm:
     help="Continue the run in this directory from its newest checkpoint.",
 )
 @overwrite_option
+@trust_option
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option(
     "--dry-run",
@@ -123,7 +124,7 @@ class _StopOnTerm:
     "--print-config",
     is_flag=True,
     help="Print the composed configuration (defaults lists merged, overrides applied, ${...} "
-    "resolved) as YAML and exit; `rlinf train` takes that output as it is.",
+    "resolved but ${oc.env:...} kept) as YAML and exit; `rlinf train` takes that output as it is.",
 )
 @click.option(
     "--multirun",
@@ -140,6 +141,7 @@ def train_cmd(
     run_dir: Path | None,
     resume_dir: Path | None,
     overwrite: bool,
+    trust: bool,
     quiet: bool,
     dry_run: bool,
     inventory_path: Path | None,
@@ -190,6 +192,8 @@ def train_cmd(
         raise click.UsageError("--inventory, --gpus-per-node and --gpu-memory go with --dry-run")
     if inventory_path is not None and gpus_per_node is not None:
         raise click.UsageError("give --inventory or --gpus-per-node, not both")
+    if resume_dir is not None:
+        _check_resumed_code(config, overrides, resume_dir, trust)
     if dry_run:
         _print_dry_run(ctx, config, overrides, inventory_path, gpus_per_node, gpu_memory)
         return
@@ -233,14 +237,34 @@ def train_cmd(
     click.echo(f"run directory: {target or _run_dir_of(summary)}")
 
 
-def _print_config(config: Path, overrides: tuple[str, ...]) -> None:
-    """``rlinf train --print-config``: the composed, resolved configuration as YAML (the
-    pipeline's first step, :func:`~rlinf_algos.config.prepare.compose_run_config`)."""
-    import yaml
+def _check_resumed_code(config: Path, overrides: tuple[str, ...], run_dir: Path, trust: bool) -> None:
+    """``--resume RUN`` with RUN's own ``config.yaml`` (a shared run): refuse the code it names
+    that no installed plugin provides and no override gives anew, unless ``--trust``
+    (:mod:`rlinf_algos.code_refs`). A config file from elsewhere is the user's own."""
+    from rlinf_algos.code_refs import check_references, config_references
 
+    if trust or not config.resolve().is_relative_to(run_dir.resolve()):
+        return
     from rlinf_algos.config.prepare import compose_run_config
 
-    click.echo(yaml.safe_dump(compose_run_config(config, overrides), sort_keys=False), nl=False)
+    refs = config_references(compose_run_config(config, overrides), str(config))
+    check_references(
+        refs,
+        f"resuming {run_dir}",
+        overrides=overrides,
+        anew=" or give what it names anew as overrides (key=value)",
+    )
+
+
+def _print_config(config: Path, overrides: tuple[str, ...]) -> None:
+    """``rlinf train --print-config``: the composed, resolved configuration as YAML (the
+    pipeline's first step, :func:`~rlinf_algos.config.prepare.compose_run_config`), with
+    ``${oc.env:...}`` kept unresolved (:func:`~rlinf_algos.config.prepare.printable_config`)."""
+    import yaml
+
+    from rlinf_algos.config.prepare import printable_config
+
+    click.echo(yaml.safe_dump(printable_config(config, overrides), sort_keys=False), nl=False)
 
 
 def _multirun(
@@ -412,6 +436,7 @@ def _run_dir_of(summary: dict[str, Any]) -> str:
     "instead of the final policy.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@trust_option
 @click.option(
     "--video",
     "video_dir",
@@ -461,6 +486,7 @@ def eval_cmd(
     stochastic: bool,
     warm_start: bool,
     as_json: bool,
+    trust: bool,
     video_dir: Path | None,
     data_file: Path | None = None,
     samples: int = 1,
@@ -479,7 +505,10 @@ def eval_cmd(
 
     With --suite FAMILY:SUITE: each task of the suite for --episodes-per-task episodes, from the
     task's fixed initial states; per task success_at_end and success_once with 95% Wilson
-    intervals, the mean over tasks; JSON with what produced it (RUN_DIR/eval/ or --out)."""
+    intervals, the mean over tasks; JSON with what produced it (RUN_DIR/eval/ or --out).
+
+    Code the run names (a module:Env-vN env id, env wrappers, tool and reward files,
+    model.trust_remote_code) is imported only where an installed plugin provides it, or with --trust."""
     if suite is not None:
         _eval_suite(
             run_dir,
@@ -492,11 +521,15 @@ def eval_cmd(
             video_dir,
             out_file,
             env_python,
+            trust,
         )
         return
     from rlinf_algos.lm.evaluate import is_lm_run, lm_eval_lines
 
     if is_lm_run(run_dir):
+        from rlinf_algos.code_refs import check_references, run_config_references
+
+        check_references(run_config_references(run_dir), f"evaluating {run_dir}", trust=trust)
         click.echo("\n".join(lm_eval_lines(run_dir, data_file, samples, seed, as_json)))
         return
     if data_file is not None or samples != 1:
@@ -506,7 +539,7 @@ def eval_cmd(
 
     path = warm_start_file(run_dir) if warm_start else policy_file(run_dir)
     res = evaluate_policy(
-        path, episodes=episodes, seed=seed, deterministic=not stochastic, video_dir=video_dir
+        path, episodes=episodes, seed=seed, deterministic=not stochastic, video_dir=video_dir, trust=trust
     )
     if as_json:
         click.echo(json.dumps(res))
@@ -538,14 +571,18 @@ def _eval_suite(
     video_dir: Path | None,
     out_file: Path | None,
     env_python: str | None,
+    trust: bool,
 ) -> None:
-    from rlinf_algos.run_files import policy_file, warm_start_file
+    from rlinf_algos.evaluate import check_run_code
+    from rlinf_algos.run_files import policy_file, read_state, warm_start_file
     from rlinf_algos.suite_eval import BASELINES, evaluate_suite, summary_lines, write_result
 
     baseline = str(run_dir) in BASELINES and not run_dir.exists()
     policy: str | Path = (
         str(run_dir) if baseline else (warm_start_file(run_dir) if warm_start else policy_file(run_dir))
     )
+    if not baseline and Path(policy).is_file():
+        check_run_code(Path(policy), read_state(Path(policy)), trust=trust)
     res = evaluate_suite(
         policy,
         suite,

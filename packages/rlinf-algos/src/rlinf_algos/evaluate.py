@@ -15,7 +15,14 @@ from rlinf_algos.run_files import POLICY, UnsafeStateFile, policy_file, read_sta
 from rlinf_algos.safe_state import StateFileError
 from rlinf_core.errors import RlinfError
 
-__all__ = ["evaluate_policy", "load_policy", "play_episodes", "sample_action", "summarize_episodes"]
+__all__ = [
+    "check_run_code",
+    "evaluate_policy",
+    "load_policy",
+    "play_episodes",
+    "sample_action",
+    "summarize_episodes",
+]
 
 
 def load_policy(path: Path) -> tuple[torch.nn.Module, dict[str, Any]]:
@@ -59,6 +66,18 @@ def load_policy(path: Path) -> tuple[torch.nn.Module, dict[str, Any]]:
     return module, record
 
 
+def check_run_code(path: Path, record: dict[str, Any], *, trust: bool = False) -> None:
+    """Refuse to build the env of the saved policy ``path`` (its ``record``) when it, or its run's
+    ``config.yaml``, names code no installed plugin provides (:mod:`rlinf_algos.code_refs`)."""
+    from rlinf_algos.code_refs import check_references, record_references, run_config_references
+
+    if trust:
+        return
+    run_dir = path if path.is_dir() else path.parent
+    refs = run_config_references(run_dir) + record_references(record, f"{path.name} metadata")
+    check_references(refs, f"evaluating {run_dir}", trust=trust)
+
+
 def _why(err: BaseException) -> str:
     text = f"{type(err).__name__}: {err}".splitlines()[0]
     return text if len(text) <= 160 else text[:157] + "..."
@@ -84,6 +103,8 @@ def evaluate_policy(
     num_envs: int = 8,
     deterministic: bool = True,
     video_dir: Path | None = None,
+    *,
+    trust: bool = False,
 ) -> dict[str, Any]:
     """Run the saved policy for ``episodes`` whole episodes in the env it was trained on (its id,
     ``env.kwargs``, time limit and observation mode). Episode ``i`` starts from a reset with seed
@@ -98,10 +119,15 @@ def evaluate_policy(
     return, length, successes, and video file); and, as before, ``mean``, ``std``, ``returns``
     and ``success_rate`` (= ``success_at_end``). ``video_dir``: write one video per episode
     (:func:`~rlinf_algos.video.write_video`: MP4 with an ffmpeg encoder, else GIF) of the
-    ``image`` observations, or of the env's own rendering for envs without images."""
+    ``image`` observations, or of the env's own rendering for envs without images.
+
+    ``trust``: import the code the run names (a ``module:Env-vN`` id, ``env.wrappers``) even
+    where no installed plugin provides it; off, such a run is refused
+    (:class:`~rlinf_algos.code_refs.UntrustedCode`, naming each reference)."""
     if episodes < 1:
         raise ValueError("evaluate_policy: episodes must be at least 1")
     module, record = load_policy(path)
+    check_run_code(Path(path), record, trust=trust)
     if not isinstance(record.get("env_id"), str):
         raise RlinfError(
             f"{path} does not name the env it was trained in (no env_id in it): it cannot be evaluated"

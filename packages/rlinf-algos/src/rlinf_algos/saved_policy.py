@@ -54,10 +54,11 @@ class Policy:
         path: the file it was read from.
     """
 
-    def __init__(self, module: Any, record: Mapping[str, Any], path: Path) -> None:
+    def __init__(self, module: Any, record: Mapping[str, Any], path: Path, *, trust: bool = False) -> None:
         self.module = module
         self.record = dict(record)
         self.path = path
+        self.trust = trust
         self._spaces: tuple[Any, Any] | None = None
 
     @property
@@ -90,7 +91,9 @@ class Policy:
     def _env_spaces(self) -> tuple[Any, Any]:
         if self._spaces is None:
             from rlinf_algos.envs import make_vector_env
+            from rlinf_algos.evaluate import check_run_code
 
+            check_run_code(self.path, self.record, trust=self.trust)
             if not isinstance(self.env_id, str):
                 raise RlinfError(f"{self.path} does not name the env it was trained in (no env_id in it)")
             extra = {"wrappers": self.record["env_wrappers"]} if self.record.get("env_wrappers") else {}
@@ -232,7 +235,7 @@ def _lm_policy(run_dir: Path, folder: Path, trust_remote_code: bool) -> LMPolicy
 
 
 def load_policy(
-    run_dir: str | Path, *, warm_start: bool = False, trust_remote_code: bool = False
+    run_dir: str | Path, *, warm_start: bool = False, trust_remote_code: bool = False, trust: bool = False
 ) -> Policy | LMPolicy:
     """The trained policy of the run directory ``run_dir``.
 
@@ -242,6 +245,10 @@ def load_policy(
             RL started from) instead of its final policy.
         trust_remote_code: a language-model run's model folder may run code it ships (off:
             such a folder is refused).
+        trust: an embodied run's env may import the code the run names (a ``module:Env-vN``
+            id, ``env.wrappers``) that no installed plugin provides; off, building its env
+            (:attr:`Policy.observation_space`, ``act`` with clipping) is refused naming each
+            reference (:mod:`rlinf_algos.code_refs`).
 
     Returns:
         a :class:`Policy` for an embodied run, an :class:`LMPolicy` (model, tokenizer) for a
@@ -269,4 +276,4 @@ def load_policy(
             "interrupted run writes it"
         )
     module, record = load_module(file)
-    return Policy(module, record, file)
+    return Policy(module, record, file, trust=trust)

@@ -59,7 +59,9 @@ def sft_cmd(
         import yaml
 
         texts = check_sft_sources(run)
-        click.echo(yaml.safe_dump(run.model_dump(mode="json"), sort_keys=False), nl=False)
+        from rlinf_core.compose import mask_secrets
+
+        click.echo(yaml.safe_dump(mask_secrets(run.model_dump(mode="json")), sort_keys=False), nl=False)
         click.echo(f"# {len(texts)} training examples; dry run: nothing was trained or written")
         return
     target = run_dir or default_run_dir(config)

@@ -117,10 +117,10 @@ def _report(err: BaseException) -> None:
         import traceback
 
         traceback.print_exception(err)
-    if isinstance(err, ConfigError):
-        click.echo(str(err), err=True)
-    else:
-        click.echo(f"error: {err}", err=True)
+    from rlinf_core.interpolation import mask_secrets  # no ${oc.env:...} value on the console
+
+    text = mask_secrets(str(err))
+    click.echo(text if isinstance(err, ConfigError) else f"error: {text}", err=True)
 
 
 def main(argv: list[str] | None = None) -> Any:

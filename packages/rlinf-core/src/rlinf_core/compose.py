@@ -21,7 +21,12 @@ mapping, in this order:
 3. **Interpolation.** ``${a.b}`` (the value at ``a.b``), ``${oc.env:NAME,default}`` (an
    environment variable) and OmegaConf's other ``oc.*`` resolvers, resolved with OmegaConf
    (imported only when a config has ``${`` or ``???``); ``???`` marks a value that must be given.
-   Hydra's own ``hydra:`` section is dropped.
+   Hydra's own ``hydra:`` section is dropped. What ``${oc.env:NAME}`` brought in (an API key
+   given to workers through ``env_vars``) is a secret: :meth:`Composition.unresolved` puts the
+   interpolation back where the value stands (what a run's ``config.yaml``, ``--print-config``
+   and ``--dry-run`` show, as Hydra keeps interpolations unresolved in what it saves), and
+   :func:`mask_secrets` replaces the values this process resolved wherever they appear (error
+   messages, text written elsewhere).
 
 Every problem is one :class:`ConfigError` line that names the file (or the override) and the
 key. :func:`sweep` expands ``--multirun`` overrides (``runner.seed=0,1,2``) into one override
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,14 +46,30 @@ from typing import Any
 
 from rlinf_core.config import apply_overrides, describe_value, parse_override, parse_yaml
 from rlinf_core.errors import ConfigError
+from rlinf_core.interpolation import (
+    MAX_INTERPOLATED_CHARS,
+    MAX_INTERPOLATION_STEPS,
+    MAX_RESOLVED_CHARS,
+    check_bounds,
+    env_interpolations,
+    key_parts,
+    mask_secrets,
+    remember_env_secrets,
+    value_at,
+)
 from rlinf_core.io import MAX_USER_FILE_BYTES, read_user_text
 
 __all__ = [
     "MAX_CONFIG_FILES",
+    "MAX_INTERPOLATED_CHARS",
+    "MAX_INTERPOLATION_STEPS",
+    "MAX_RESOLVED_CHARS",
+    "MAX_SWEEP_RUNS",
     "Composition",
     "compose",
     "compose_traced",
     "load_config",
+    "mask_secrets",
     "needs_resolution",
     "sweep",
 ]
@@ -55,10 +77,12 @@ __all__ = [
 MAX_CONFIG_FILES = 1000
 """How many files one composition may read (a guard against runaway defaults lists)."""
 
+MAX_SWEEP_RUNS = 10_000
+"""The most runs one ``--multirun`` may expand to."""
+
 _SELF = "_self_"
 _GLOBAL = "_global_"
 _PACKAGE_HEADER = re.compile(r"^#\s*@package\s+(\S+)\s*$")
-_KEY_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 
 def load_config(
@@ -77,12 +101,33 @@ class Composition:
     data: dict[str, Any]
     primary: str
     origin: Mapping[tuple[str, ...], str]
+    interpolated: Mapping[tuple[str, ...], tuple[str, Any]] = field(default_factory=dict)
+    """Key path -> (the text as written, its resolved value) of every value made with
+    ``${oc.env:...}``."""
+
+    def unresolved(self, data: Any) -> Any:
+        """``data`` (this composition's data, or what validation made of it: defaults added,
+        keys in the same places) with ``${oc.env:...}`` put back where it was written (where the
+        value there is still the one it resolved to), and every other occurrence of such a value
+        masked (:func:`mask_secrets`): what may be saved and printed."""
+        out = copy.deepcopy(data)
+        for path, (written, value) in self.interpolated.items():
+            parent = value_at(out, path[:-1]) if path else None
+            key: Any = path[-1] if path else None
+            if isinstance(parent, list) and isinstance(key, str) and key.isdigit():
+                key = int(key)
+            try:
+                if parent is not None and parent[key] == value:
+                    parent[key] = written
+            except (KeyError, IndexError, TypeError):
+                continue
+        return mask_secrets(out)
 
     def source_of(self, path: str) -> str | None:
         """Where the value at the YAML ``path`` (``env.kwargs.x``, ``a.list[0]``; text after a
         space is ignored) came from, when that is not the primary config: another file of a
         defaults list, or the command-line override that set it; ``None`` otherwise."""
-        parts = _key_parts(path.split(" ", 1)[0])
+        parts = key_parts(path.split(" ", 1)[0])
         if not parts:
             return None
         source = _origin_of(self.origin, parts)
@@ -135,9 +180,16 @@ def compose_traced(
             origin[tuple(key.split("."))] = f"override {raw!r}"
     if isinstance(out.get("hydra"), Mapping):
         del out["hydra"]  # Hydra's own settings (run dir, search path, job logging): not the task's
+    interpolated: dict[tuple[str, ...], tuple[str, Any]] = {}
     if needs_resolution(out):
+        written = dict(env_interpolations(out, ()))
+        check_bounds(out, lambda path: _origin_of(origin, list(path)))
         out = _resolve(out, origin)
-    return Composition(out, source, origin)
+        for path, text in written.items():
+            value = value_at(out, path)
+            interpolated[path] = (text, value)
+            remember_env_secrets(text)
+    return Composition(out, source, origin, interpolated)
 
 
 # -- reading files -------------------------------------------------------------------------------
@@ -510,27 +562,11 @@ def needs_resolution(data: Any) -> bool:
     return False
 
 
-def _key_parts(full_key: Any) -> list[str]:
-    return [m.group(1) or m.group(2) for m in _KEY_PART.finditer(str(full_key or ""))]
-
-
 def _origin_of(origin: Mapping[tuple[str, ...], str], parts: Sequence[str]) -> str:
     for n in range(len(parts), -1, -1):
         if tuple(parts[:n]) in origin:
             return origin[tuple(parts[:n])]
     return "the config"
-
-
-def _value_at(data: Any, parts: Sequence[str]) -> Any:
-    node = data
-    for part in parts:
-        if isinstance(node, Mapping):
-            node = node.get(part, node.get(int(part)) if part.isdigit() else None)
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
-    return node
 
 
 def _resolve(data: dict[str, Any], origin: Mapping[tuple[str, ...], str]) -> dict[str, Any]:
@@ -541,16 +577,16 @@ def _resolve(data: dict[str, Any], origin: Mapping[tuple[str, ...], str]) -> dic
         cfg = OmegaConf.create(data, flags={"allow_objects": True})
         out = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except MissingMandatoryValue as err:
-        parts = _key_parts(err.full_key)
+        parts = key_parts(err.full_key)
         key = ".".join(parts)
         raise ConfigError(
             f"{_origin_of(origin, parts)}: {key}: a value is required (??? in the config); give it on the "
             f"command line: {key}=VALUE"
         ) from None
     except OmegaConfBaseException as err:
-        parts = _key_parts(getattr(err, "full_key", ""))
+        parts = key_parts(getattr(err, "full_key", ""))
         key = ".".join(parts) or "the config"
-        written = _value_at(data, parts)
+        written = value_at(data, parts)
         text = f" {describe_value(written)}" if isinstance(written, str) else ""
         message = _message(err)
         if "Environment variable" in message and "not found" in message:
@@ -591,24 +627,45 @@ def sweep(overrides: Iterable[str]) -> list[list[str]]:
             choices.append([raw])
             continue
         choices.append([f"{prefix}={v}" for v in _sweep_values(raw, value)])
+    runs = math.prod(len(c) for c in choices)
+    if runs > MAX_SWEEP_RUNS:
+        raise ConfigError(
+            f"--multirun: {' x '.join(str(len(c)) for c in choices if len(c) > 1)} = {runs:,} runs "
+            f"(at most {MAX_SWEEP_RUNS:,}); sweep fewer values"
+        )
     return [list(combo) for combo in itertools.product(*choices)]
 
 
-_RANGE = re.compile(r"^\s*range\(\s*(-?\d+)\s*(?:,\s*(-?\d+)\s*)?(?:,\s*(-?\d+)\s*)?\)\s*$")
+_INT = r"-?\d{1,18}"
+_RANGE = re.compile(rf"^\s*range\(\s*({_INT})\s*(?:,\s*({_INT})\s*)?(?:,\s*({_INT})\s*)?\)\s*$")
+
+
+def _short(raw: str, limit: int = 80) -> str:
+    return repr(raw) if len(raw) <= limit else repr(raw[: limit - 3] + "...")
 
 
 def _sweep_values(raw: str, value: str) -> list[str]:
     match = _RANGE.match(value)
+    if match is None and value.strip().startswith("range("):
+        raise ConfigError(
+            f"override {_short(raw)}: a sweep range is range(stop), range(start, stop) or "
+            "range(start, stop, step) of whole numbers written out (at most 18 digits)"
+        )
     if match:
         a, b, c = match.groups()
         start, stop = (0, int(a)) if b is None else (int(a), int(b))
         step = int(c) if c is not None else 1
         if step == 0:
             raise ConfigError(f"override {raw!r}: range step must not be 0")
-        values = [str(v) for v in range(start, stop, step)]
-        if not values:
+        span = range(start, stop, step)
+        if not span:
             raise ConfigError(f"override {raw!r}: the range is empty")
-        return values
+        if len(span) > MAX_SWEEP_RUNS:
+            raise ConfigError(
+                f"override {raw!r}: the range has {len(span):,} values (a sweep makes at most "
+                f"{MAX_SWEEP_RUNS:,} runs)"
+            )
+        return [str(v) for v in span]
     parts: list[str] = []
     depth, quote, current = 0, "", []
     for ch in value:

@@ -71,7 +71,10 @@ def load_yaml(path: str | Path, *, what: str = "config file") -> dict[str, Any]:
 def parse_yaml(text: str, *, source: str = "<string>") -> Any:
     """``yaml.safe_load(text)`` with the guards of this module; ``source`` names the text in
     messages (a file path, or the override it came from)."""
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)  # its reader refuses control characters (a NUL byte) at once
+    except yaml.reader.ReaderError as err:
+        raise ConfigError(f"{source}: invalid YAML: {_reader_problem(text, err)}") from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -80,6 +83,8 @@ def parse_yaml(text: str, *, source: str = "<string>") -> Any:
         return loader.construct_document(node)
     except ConfigError:
         raise
+    except yaml.reader.ReaderError as err:
+        raise ConfigError(f"{source}: invalid YAML: {_reader_problem(text, err)}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -93,6 +98,25 @@ def parse_yaml(text: str, *, source: str = "<string>") -> Any:
         raise ConfigError(f"{source}: cannot read a value: {_shorten(str(err))}") from None
     finally:
         loader.dispose()
+
+
+def _reader_problem(text: str, err: Any) -> str:
+    """What YAML's reader refused (a NUL byte or another control character), and where."""
+    pos = int(getattr(err, "position", 0) or 0)
+    code = getattr(err, "character", None)
+    line = text.count("\n", 0, pos) + 1
+    column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    what = (
+        "a NUL byte"
+        if code == 0
+        else f"the control character U+{code:04X}"
+        if code is not None
+        else "a character"
+    )
+    return (
+        f"{what} at line {line}, column {column} (YAML allows no control characters: is it a binary "
+        "file, or text saved in UTF-16?)"
+    )
 
 
 def _shorten(text: str, limit: int = 200) -> str:

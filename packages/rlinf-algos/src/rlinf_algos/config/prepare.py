@@ -33,7 +33,7 @@ from rlinf_algos.config.validate import LOCAL, Validation, validate
 from rlinf_algos.config.validated import ValidatedConfig
 from rlinf_core.errors import ConfigError
 
-__all__ = ["PreparedRun", "compose_run_config", "dry_run", "prepare_run"]
+__all__ = ["PreparedRun", "compose_run_config", "dry_run", "prepare_run", "printable_config"]
 
 log = logging.getLogger("rlinf.config")
 
@@ -71,6 +71,13 @@ class PreparedRun:
     memory: Any = None
     inventory_implied: bool = False
     weight_sync: dict[str, Any] | None = None
+
+    @property
+    def saved(self) -> dict[str, Any]:
+        """:attr:`resolved` as it may be saved and printed: ``${oc.env:...}`` kept unresolved
+        where it was written, and its values masked elsewhere
+        (:meth:`rlinf_core.compose.Composition.unresolved`): what ``config.yaml`` records."""
+        return self.composition.unresolved(self.resolved)
 
     @property
     def composed(self) -> dict[str, Any]:
@@ -115,10 +122,11 @@ class PreparedRun:
         return self.algorithm_class(self.algorithm_config)
 
     def report(self) -> dict[str, Any]:
-        """What :func:`dry_run` returns: ``config`` (resolved), ``scheduler``, ``plan``,
+        """What :func:`dry_run` returns: ``config`` (resolved, but ``${oc.env:...}`` kept:
+        :attr:`saved`), ``scheduler``, ``plan``,
         ``devices``, ``memory``, ``expansion``, ``inventory_implied``, ``weight_sync``."""
         return {
-            "config": self.resolved,
+            "config": self.saved,
             "scheduler": self.scheduler,
             "plan": self.plan,
             "devices": self.devices,
@@ -140,6 +148,18 @@ def compose_run_config(
     return _compose(config, overrides, config_path).data
 
 
+def printable_config(
+    config: Mapping[str, Any] | str | Path,
+    overrides: Iterable[str] = (),
+    config_path: str | Path | None = None,
+) -> dict[str, Any]:
+    """:func:`compose_run_config` as ``--print-config`` shows it: ``${oc.env:...}`` kept
+    unresolved (:meth:`rlinf_core.compose.Composition.unresolved`), so that no secret is printed
+    and ``rlinf train`` takes the output as it is."""
+    composition = _compose(config, overrides, config_path)
+    return composition.unresolved(composition.data)
+
+
 def _compose(config: Any, overrides: Iterable[str], config_path: str | Path | None) -> Any:
     from rlinf_core.compose import compose_traced
 
@@ -152,11 +172,15 @@ def _compose(config: Any, overrides: Iterable[str], config_path: str | Path | No
 def _sourced(err: ConfigError, composition: Any) -> ConfigError:
     """``err`` with each problem whose value came from another file of a defaults list, or from
     a command-line override, saying so (``(from conf/env/pendulum.yaml)``); the primary file's
-    own keys need no such note."""
+    own keys need no such note. A value ``${oc.env:...}`` brought in is masked
+    (:func:`rlinf_core.compose.mask_secrets`)."""
+    from rlinf_core.compose import mask_secrets
+
     problems = []
     for p in err.problems:
         source = composition.source_of(p.path)
-        problems.append(type(p)(p.path, f"{p.message} (from {source})") if source else p)
+        message = mask_secrets(f"{p.message} (from {source})" if source else p.message)
+        problems.append(type(p)(p.path, message))
     return ConfigError(problems)
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "Sample",
     "check_data_files",
     "check_messages",
+    "detect_conversations",
     "load_conversations",
     "load_dataset",
     "lookup",
@@ -391,6 +392,48 @@ def load_conversations(
             f"no rows in {', '.join(map(str, files))}; the {split} split needs conversations", key
         )
     return out, rows
+
+
+TRL_MESSAGES = "messages"
+"""The column TRL reads whole conversations from (``is_conversational``)."""
+TRL_TOOLS = "tools"
+"""The column TRL reads a conversation's own tool schemas from."""
+
+
+def detect_conversations(cfg: Any, *, root: str | Path | None = None) -> dict[str, str]:
+    """What TRL would detect in the first row of ``cfg.train_files`` that ``cfg`` does not set:
+    ``{"messages_key": "messages"}`` when the row has TRL's ``messages`` column holding chat
+    messages (a list of ``{role, content}`` objects, ``trl.data_utils.is_conversational``) and no
+    ``response_key`` column; ``{"tools_key": "tools"}`` with conversations (detected or set) when
+    the row has a ``tools`` column. An explicit ``data.messages_key`` / ``data.tools_key`` is kept;
+    a file that cannot be read gives nothing here (its own check names the problem)."""
+    messages_key = getattr(cfg, "messages_key", None)
+    tools_key = getattr(cfg, "tools_key", None)
+    if (messages_key and tools_key) or not cfg.train_files:
+        return {}
+    base = Path(root) if root is not None else Path.cwd()
+    try:
+        row = next(iter(_read_rows(_resolve(base, cfg.train_files[0]), "data.train_files")), (None, ""))[0]
+    except (ConfigError, OSError, ValueError):
+        return {}
+    if not isinstance(row, Mapping):
+        return {}
+    out: dict[str, str] = {}
+    value = row.get(TRL_MESSAGES)
+    response_key = getattr(cfg, "response_key", None)
+    if (
+        messages_key is None
+        and isinstance(value, list)
+        and value
+        and isinstance(value[0], Mapping)
+        and "role" in value[0]
+        and "content" in value[0]
+        and (response_key is None or lookup(row, response_key, _MISSING) is _MISSING)
+    ):
+        out["messages_key"] = messages_key = TRL_MESSAGES
+    if messages_key and tools_key is None and TRL_TOOLS in row and messages_key != TRL_TOOLS:
+        out["tools_key"] = TRL_TOOLS
+    return out
 
 
 def row_tool_schemas(

@@ -29,13 +29,13 @@ def is_lm_run(run_dir: str | Path) -> bool:
 
 def _load_run(run_dir: Path) -> Any:
     from rlinf_algos.lm.config import load_lm_sections
-    from rlinf_core.config import load_yaml
+    from rlinf_core.compose import load_config
 
     path = run_dir / "config.yaml"
     if not path.is_file():
         raise RlinfError(f"no config.yaml in {run_dir}: is it a run directory written by `rlinf train`?")
-    try:
-        return load_lm_sections(load_yaml(path, what="config.yaml of the run"))
+    try:  # composed: the ${oc.env:...} it keeps are resolved again
+        return load_lm_sections(load_config(path, what="config.yaml of the run"))
     except ConfigError as err:
         raise RlinfError(f"{path} is not a language-model run's configuration: {err}") from None
 

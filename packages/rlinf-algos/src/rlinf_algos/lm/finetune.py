@@ -529,7 +529,10 @@ def train_sft(
         else ExampleSet([], "val")
     )
     # config.yaml marks the directory as a run's: written once nothing but training can fail
-    atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(run.model_dump(mode="json"), sort_keys=False))
+    from rlinf_core.compose import mask_secrets  # no ${oc.env:...} value in the run directory
+
+    saved = mask_secrets(run.model_dump(mode="json"))
+    atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(saved, sort_keys=False))
     for ds in (train_set, val_set):
         if ds.filtered:
             say(f"{ds.split}: left out {ds.filtered} of {ds.rows} rows ({'; '.join(ds.filter_reasons)})")

@@ -109,8 +109,11 @@ class LMRun(FlowRun):
             self.say(f"resuming from {d.run_dir} (iteration {_iteration_of(state)})")
         self.comps = self.components()
         task = self.comps.task
-        data = resolved_lm_config(self.config_run, self.flow.cluster)
         import yaml
+
+        from rlinf_core.compose import mask_secrets
+
+        data = mask_secrets(resolved_lm_config(self.config_run, self.flow.cluster))  # no oc.env values
 
         atomic_write_text(d.run_dir / "config.yaml", yaml.safe_dump(data, sort_keys=False))
         self.heldout = task.heldout()

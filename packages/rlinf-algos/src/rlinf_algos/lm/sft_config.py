@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SerializeAsAny, model_validator
 
 from rlinf_algos.lm.config import LMModelConfig, Loggers, ToolsConfig
-from rlinf_algos.lm.data import DataConfig
+from rlinf_algos.lm.data import DataConfig, detect_conversations
 from rlinf_algos.models import validate_model_section
 from rlinf_core.config import ConfigSection, validate_model
 from rlinf_core.errors import ConfigError, ConfigProblem
@@ -43,7 +44,8 @@ class SFTDataConfig(DataConfig):
         description="the column of whole conversations (TRL's conversational format: a list of {role, "
         "content} messages, assistant ones with tool_calls, tool ones with the results); set, every "
         "assistant turn is trained on, the rest is context rendered by the chat template with the tools "
-        "section's schemas (prompt_key and response_key are not read); null: prompt-response rows",
+        "section's schemas (prompt_key and response_key are not read); null: `messages` when the first row "
+        "has TRL's messages column (and no response_key column), as TRL detects it, else prompt-response rows",
     )
     tools_key: str | None = Field(
         None,
@@ -51,7 +53,8 @@ class SFTDataConfig(DataConfig):
         description="with messages_key: the column of each conversation's own tool schemas (TRL's tools "
         "column: a list of {type: function, function: {name, description, parameters}}); a row that has it "
         "is rendered with those instead of the tools section's (a lead's and its subagents' traces in one "
-        "data set); null: every conversation gets the tools section's",
+        "data set); null: TRL's `tools` column when conversations' rows have one, else every conversation gets "
+        "the tools section's",
     )
     assistant_only_loss: bool = Field(
         True,
@@ -205,6 +208,14 @@ def load_sft_config(data: Mapping[str, Any]) -> SFTRunConfig:
         except ConfigError as err:
             problems.extend(err.problems)
     data_cfg = out.get("data")
+    if data_cfg is not None:  # TRL's messages (and tools) columns, found as TRL finds them
+        found = detect_conversations(data_cfg)
+        if found:
+            logging.getLogger("rlinf.sft").info(
+                "data: %s (TRL's conversational format, detected in the first row)",
+                ", ".join(f"{k}: {v}" for k, v in found.items()),
+            )
+            out["data"] = data_cfg = data_cfg.model_copy(update=found)
     if "tools" in out and not getattr(data_cfg, "messages_key", None) and "data" in out:
         problems.append(
             ConfigProblem(

@@ -142,7 +142,7 @@ def run_training(
         raise RlinfError(f"cannot create the run directory {run_dir}: {err.strerror or err}") from None
     for stale in remove_stale_temp_files(run_dir):
         log.warning("removed %s, left by a run killed while it wrote a file", stale)
-    resolved = prepared.resolved
+    resolved = prepared.saved  # ${oc.env:...} kept unresolved: no secret in the run directory
     config_text = yaml.safe_dump(resolved, sort_keys=False)
     if resume:  # config.yaml changes only once the resumed run has started (a failed resume keeps it)
         check_resume_config(run_dir / "config.yaml", resolved)
