@@ -31,12 +31,13 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import inspect
-import json
+import os
 import re
 import sys
 import threading
 import time
 import types
+import weakref
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from typing import Any
 
 from pydantic import Field
 
+from rlinf_algos.tools.guard import as_text, describe_error, loads_bounded
 from rlinf_core.config import ConfigSection
 from rlinf_core.errors import ConfigError, PluginError
 from rlinf_core.tools import ToolSet
@@ -264,6 +266,7 @@ def load_tools(
             name (listing what is valid), a tool without type hints or docstring, two tools of
             one name, ``kwargs`` a ToolSet does not take.
     """
+    guard_exit()
     base = Path(root) if root is not None else Path.cwd()
     tools: list[Tool] = []
     kwargs_of: dict[type[ToolSet], dict[str, Any]] = {}
@@ -414,6 +417,7 @@ class ToolBox:
         self.timeout_s = float(timeout_s)
         self.max_result_chars = int(max_result_chars)
         self.stats = ToolStats()
+        self.runner = ToolRunner()
         self._shared: dict[type[ToolSet], ToolSet] = {}
 
     @property
@@ -466,11 +470,11 @@ class EpisodeTools:
     async def call(self, name: Any, arguments: Any) -> ToolResult:
         """Run tool ``name`` with ``arguments`` (a dict, or a JSON string of one)."""
         if not isinstance(name, str) or name not in self.box.tools:
-            shown = name if isinstance(name, str) else repr(name)
+            shown = _shown(name)
             return self._record(
                 ToolResult(
-                    str(shown),
-                    f"error: unknown tool {shown!r}; available tools: {', '.join(self.box.names)}",
+                    shown.strip("'\""),
+                    f"error: unknown tool {shown}; available tools: {', '.join(self.box.names)}",
                     "unknown",
                 )
             )
@@ -484,13 +488,11 @@ class EpisodeTools:
         timeout = tool.timeout_s or self.box.timeout_s
         start = time.perf_counter()
         try:
-            if inspect.iscoroutinefunction(fn):
-                value = await asyncio.wait_for(fn(**args), timeout)
-            else:
-                value = await asyncio.wait_for(_in_daemon_thread(fn, args), timeout)
-                if inspect.isawaitable(value):
-                    value = await asyncio.wait_for(value, timeout)
+            text, err = await asyncio.wait_for(
+                self.box.runner.run(fn, args, self.box.max_result_chars), timeout
+            )
         except TimeoutError:
+            self.box.runner.after_timeout()
             return self._record(
                 ToolResult(
                     name,
@@ -499,19 +501,10 @@ class EpisodeTools:
                     time.perf_counter() - start,
                 )
             )
-        except asyncio.CancelledError:
-            raise
-        except (Exception, SystemExit) as err:  # a tool calling sys.exit() must not end the run
-            detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        if err is not None:  # whatever the tool raised, KeyboardInterrupt and SystemExit included
             return self._record(
-                ToolResult(
-                    name,
-                    f"error: tool {name!r} raised {type(err).__name__}{': ' + detail if detail else ''}",
-                    "error",
-                    time.perf_counter() - start,
-                )
+                ToolResult(name, f"error: tool {name!r} {err}", "error", time.perf_counter() - start)
             )
-        text = _as_text(value, self.box.max_result_chars)
         return self._record(ToolResult(name, text, "ok", time.perf_counter() - start))
 
     def call_sync(self, name: Any, arguments: Any) -> ToolResult:
@@ -519,32 +512,154 @@ class EpisodeTools:
         return asyncio.run(self.call(name, arguments))
 
 
-def _in_daemon_thread(fn: Callable[..., Any], args: Mapping[str, Any]) -> asyncio.Future[Any]:
-    """Run a sync tool in a daemon thread of its own: one that never returns is left behind
-    without holding up the event loop's shutdown or the process's exit (the loop's default
-    executor would wait for it)."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
+def _shown(name: Any) -> str:
+    """A tool name as an error message quotes it (at most 60 characters)."""
+    text = name if isinstance(name, str) else f"<{type(name).__name__}>"
+    text = as_text(text, 60).split("\n[truncated", 1)[0]
+    return repr(text)
 
-    def settle(value: Any, err: BaseException | None) -> None:
-        if future.done():
+
+class ToolExit(BaseException):
+    """What ``os._exit`` raises in a tool's thread (:func:`guard_exit`): a tool cannot end the
+    process it runs in."""
+
+    def __init__(self, code: Any) -> None:
+        super().__init__(f"os._exit({code!r})")
+
+
+_TOOL_THREADS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+_REAL_EXIT = os._exit
+
+
+def _guarded_exit(code: int) -> None:
+    if threading.current_thread() in _TOOL_THREADS:
+        raise ToolExit(code)
+    _REAL_EXIT(code)
+
+
+def guard_exit() -> None:
+    """Make ``os._exit`` called from a thread that runs a tool raise :class:`ToolExit` (a
+    counted tool error) instead of ending the process; every other thread's ``os._exit`` is the
+    real one. Installed by :func:`load_tools` before it imports a tool file."""
+    if os._exit is not _guarded_exit:
+        os._exit = _guarded_exit  # type: ignore[assignment]
+
+
+class ToolRunner:
+    """Where a :class:`ToolBox`'s tools run, never in the caller's thread or event loop:
+
+    - a sync tool in a daemon thread of its own (one that never returns is left behind without
+      holding up the event loop's shutdown or the process's exit);
+    - an ``async`` tool (or an awaitable a sync tool returns) on the box's tool loop, an event
+      loop in a daemon thread shared by its async tools (a session a tool keeps stays on one
+      loop); a tool that blocks that loop past its timeout gets the call's timeout, and later
+      calls a new loop.
+
+    Whatever a tool raises (``KeyboardInterrupt``, ``SystemExit``, ``asyncio.CancelledError``,
+    ``os._exit`` through :func:`guard_exit`) comes back as an error description, and its result
+    is made text (:func:`~rlinf_algos.tools.guard.as_text`) in the tool's own thread: nothing a
+    user's object does runs in the caller's thread, so a ``KeyboardInterrupt`` there is the
+    user's Ctrl-C and one in a tool is the tool's.
+    """
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+
+    def _tool_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="rlinf-tool-loop", daemon=True)
+                _TOOL_THREADS.add(thread)
+                thread.start()
+                self._loop = loop
+            return self._loop
+
+    def after_timeout(self) -> None:
+        """A call timed out: if the tool loop does not answer within a second (a tool blocks
+        it), later async calls go to a new one."""
+        with self._lock:
+            loop = self._loop
+        if loop is None:
             return
-        if err is not None:
-            future.set_exception(err)
-        else:
-            future.set_result(value)
+        alive = threading.Event()
+        try:
+            loop.call_soon_threadsafe(alive.set)
+        except RuntimeError:
+            alive.clear()
+        if not alive.wait(1.0):
+            with self._lock:
+                if self._loop is loop:
+                    self._loop = None
+
+    async def run(
+        self, fn: Callable[..., Any], args: Mapping[str, Any], limit: int
+    ) -> tuple[str, str | None]:
+        """``(text, None)`` for a result, ``("", description)`` for what the tool raised."""
+        if inspect.iscoroutinefunction(fn):
+            return await self._on_loop(fn(**args), limit)
+        text, err, pending = await _in_daemon_thread(fn, args, limit)
+        if pending is not None:
+            return await self._on_loop(pending, limit)
+        return text, err
+
+    async def _on_loop(self, awaitable: Any, limit: int) -> tuple[str, str | None]:
+        future = asyncio.run_coroutine_threadsafe(_guarded(awaitable, limit), self._tool_loop())
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+
+
+def _raised(err: BaseException) -> str:
+    if isinstance(err, ToolExit):
+        return f"called {err} (a tool cannot end the run)"
+    return f"raised {describe_error(err)}"
+
+
+async def _guarded(awaitable: Any, limit: int) -> tuple[str, str | None]:
+    """Await a tool's result on the tool loop; what it raises becomes a description (its own
+    ``CancelledError`` too; this call's cancellation is passed on)."""
+    try:
+        value = await awaitable
+    except asyncio.CancelledError as err:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        return "", _raised(err)
+    except BaseException as err:  # a tool's KeyboardInterrupt / SystemExit is the tool's
+        return "", _raised(err)
+    return as_text(value, limit), None
+
+
+def _in_daemon_thread(
+    fn: Callable[..., Any], args: Mapping[str, Any], limit: int
+) -> asyncio.Future[tuple[str, str | None, Any]]:
+    """Run a sync tool in a daemon thread of its own (see :class:`ToolRunner`): ``(text, None,
+    None)``, ``("", description, None)``, or ``("", None, awaitable)`` when it returned one."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[tuple[str, str | None, Any]] = loop.create_future()
+
+    def settle(outcome: tuple[str, str | None, Any]) -> None:
+        if not future.done():
+            future.set_result(outcome)
 
     def run() -> None:
         try:
-            value, err = fn(**args), None
-        except BaseException as e:  # handed to the awaiting call, which reports it
-            value, err = None, e
+            value = fn(**args)
+            outcome = ("", None, value) if inspect.isawaitable(value) else (as_text(value, limit), None, None)
+        except BaseException as err:  # handed to the awaiting call, which reports it
+            outcome = ("", _raised(err), None)
         try:
-            loop.call_soon_threadsafe(settle, value, err)
+            loop.call_soon_threadsafe(settle, outcome)
         except RuntimeError:  # the loop is closed: nobody waits for this result any more
             pass
 
-    threading.Thread(target=run, name=f"tool-{getattr(fn, '__name__', 'call')}", daemon=True).start()
+    thread = threading.Thread(target=run, name=f"tool-{getattr(fn, '__name__', 'call')}", daemon=True)
+    _TOOL_THREADS.add(thread)
+    thread.start()
     return future
 
 
@@ -583,12 +698,9 @@ def _check_arguments(tool: Tool, arguments: Any) -> tuple[dict[str, Any], str | 
         arguments = {}
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError as err:
-            return (
-                {},
-                f"arguments are not valid JSON ({err.msg} at position {err.pos}); expected an object with {expected}",
-            )
+            arguments = loads_bounded(arguments) if arguments.strip() else {}
+        except ValueError as err:
+            return {}, f"the arguments are {err}; expected an object with {expected}"
     if not isinstance(arguments, dict):
         return {}, f"arguments must be a JSON object, got {type(arguments).__name__}; expected {expected}"
     unknown = sorted(set(arguments) - set(tool.parameters))
@@ -601,16 +713,3 @@ def _check_arguments(tool: Tool, arguments: Any) -> tuple[dict[str, Any], str | 
         if not _type_ok(v, tool.parameters[n]):
             return {}, f"argument {n!r} must be {tool.parameters[n].get('type')}, got {type(v).__name__}"
     return arguments, None
-
-
-def _as_text(value: Any, limit: int) -> str:
-    if isinstance(value, str):
-        text = value
-    else:
-        try:
-            text = json.dumps(value, ensure_ascii=False, default=str)
-        except (TypeError, ValueError):
-            text = str(value)
-    if len(text) > limit:
-        text = text[:limit] + f"\n[truncated: {len(text) - limit} more characters]"
-    return text
