@@ -47,7 +47,7 @@ from typing import Any
 from pydantic import Field
 
 from rlinf_algos.tools.guard import as_text, describe_error, loads_bounded
-from rlinf_core.config import ConfigSection
+from rlinf_core.config import ConfigSection, validate_model
 from rlinf_core.errors import ConfigError, PluginError
 from rlinf_core.tools import ToolSet
 
@@ -225,7 +225,13 @@ def _from_file(entry: ToolEntry, base: Path, key: str) -> tuple[Any, str]:
     return obj, str(path)
 
 
-def _registered(entry: ToolEntry, plugins: Any, key: str) -> tuple[Any, str]:
+def resolve_registered(entry: ToolEntry, plugins: Any, key: str) -> tuple[Any, str]:
+    """The function or ToolSet class a ``tools`` entry without ``path`` names: an installed
+    plugin's, else a built-in; and where it comes from.
+
+    Raises:
+        ConfigError: no such tool (listing those there are).
+    """
     if plugins is not None and entry.name in plugins.tools:
         return plugins.tools.get(entry.name), f"plugin {plugins.tools.owner(entry.name).label}"
     target = BUILTIN_TOOLS.get(entry.name.casefold())
@@ -288,7 +294,7 @@ def load_tools(
                 k,
             ) from None
         try:
-            obj, where = _from_file(entry, base, k) if entry.path else _registered(entry, plugins, k)
+            obj, where = _from_file(entry, base, k) if entry.path else resolve_registered(entry, plugins, k)
         except PluginError as err:
             raise ConfigError(str(err), f"{k}.name") from None
         try:
@@ -296,7 +302,7 @@ def load_tools(
         except ConfigError as err:
             raise err.prefixed(k) from None
         if isinstance(obj, type):
-            _check_kwargs(obj, entry.kwargs, f"{k}.kwargs")
+            check_kwargs(obj, entry.kwargs, f"{k}.kwargs")
             kwargs_of[obj] = dict(entry.kwargs)
         elif entry.kwargs:
             raise ConfigError(
@@ -319,7 +325,18 @@ def load_run_tools(entries: Sequence[str | Mapping[str, Any] | ToolEntry], **kwa
     return load_tools(entries, plugins=load_plugins(), **kwargs)
 
 
-def _check_kwargs(cls: type, kwargs: Mapping[str, Any], key: str) -> None:
+def check_kwargs(cls: type, kwargs: Mapping[str, Any], key: str) -> None:
+    """Check a ToolSet class's ``kwargs``: against its ``config_model`` (a
+    :class:`~rlinf_core.config.ConfigSection` naming each field's bounds) when it has one, else
+    against its constructor's signature.
+
+    Raises:
+        ConfigError: naming ``key.FIELD`` (or ``key``) and what would be valid.
+    """
+    model = getattr(cls, "config_model", None)
+    if model is not None:
+        validate_model(model, dict(kwargs), prefix=key)
+        return
     try:
         inspect.signature(cls).bind(**kwargs)
     except TypeError as err:
@@ -327,6 +344,8 @@ def _check_kwargs(cls: type, kwargs: Mapping[str, Any], key: str) -> None:
         raise ConfigError(
             f"{cls.__name__} does not take these kwargs ({err}); it takes: {', '.join(params) or 'none'}", key
         ) from None
+    except ValueError:  # no signature to check against
+        pass
 
 
 # -- calling ------------------------------------------------------------------------------------

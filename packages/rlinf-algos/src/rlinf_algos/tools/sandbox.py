@@ -61,10 +61,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from rlinf_core.config import ConfigSection, validate_model
-from rlinf_core.errors import ConfigError
 from rlinf_core.tools import ToolSet
 
 __all__ = [
@@ -142,6 +141,14 @@ class PythonConfig(ConfigSection):
         description="bwrap (bubblewrap namespaces; the default), or by name the weaker netns (a network "
         "namespace only) or rlimits-only, for machines without bubblewrap (see the sandbox doc).",
     )
+
+    @field_validator("isolation")
+    @classmethod
+    def _holds_here(cls, value: str) -> str:
+        problem = isolation_problem(value)
+        if problem is not None:
+            raise ValueError(f"the python tool cannot run on this machine: {problem}")
+        return value
 
 
 # -- what this machine allows -------------------------------------------------------------------
@@ -369,7 +376,7 @@ def run_python(
 
     Raises:
         ConfigError: a limit that is not a positive finite number, or an ``isolation`` that
-            cannot hold on this machine (:func:`isolation_problem`).
+            cannot hold on this machine (:func:`isolation_problem`), named ``python.KEY``.
     """
     cfg = validate_model(
         PythonConfig,
@@ -385,9 +392,6 @@ def run_python(
         },
         prefix="python",
     )
-    problem = isolation_problem(cfg.isolation)
-    if problem is not None:
-        raise ConfigError(f"the python tool cannot run: {problem}", "python.isolation")
     work = Path(tempfile.mkdtemp(prefix="rlinf-python-"))
     try:
         script = work / "main.py"
@@ -518,9 +522,6 @@ class Python(ToolSet):
             },
             prefix="python",
         )
-        problem = isolation_problem(self.config.isolation)
-        if problem is not None:
-            raise ConfigError(f"the python tool cannot start: {problem}", "python.isolation")
 
     def python(self, code: str) -> str:
         """Run a Python program and return what it prints (stdout, then stderr).
