@@ -511,7 +511,6 @@ class EpisodeTools:
                 self.box.runner.run(fn, args, self.box.max_result_chars), timeout
             )
         except TimeoutError:
-            self.box.runner.after_timeout()
             return self._record(
                 ToolResult(
                     name,
@@ -571,8 +570,8 @@ class ToolRunner:
       holding up the event loop's shutdown or the process's exit);
     - an ``async`` tool (or an awaitable a sync tool returns) on the box's tool loop, an event
       loop in a daemon thread shared by its async tools (a session a tool keeps stays on one
-      loop); a tool that blocks that loop past its timeout gets the call's timeout, and later
-      calls a new loop.
+      loop); a tool that blocks that loop gets its call's timeout, and later calls a new loop
+      (the blocked one's heartbeat stopped; it ends once its tools have).
 
     Whatever a tool raises (``KeyboardInterrupt``, ``SystemExit``, ``asyncio.CancelledError``,
     ``os._exit`` through :func:`guard_exit`) comes back as an error description, and its result
@@ -581,36 +580,36 @@ class ToolRunner:
     user's Ctrl-C and one in a tool is the tool's.
     """
 
+    HEARTBEAT_S = 0.05
+    """The tool loop notes the time this often; one silent for five beats is blocked."""
+
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._left: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+        self._beat = 0.0
         self._lock = threading.Lock()
 
     def _tool_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
+            if self._loop is not None and time.monotonic() - self._beat > 5 * self.HEARTBEAT_S:
+                self._left.add(self._loop)  # a tool blocks it: leave it to that tool, start another
+                self._loop = None
             if self._loop is None:
                 loop = asyncio.new_event_loop()
+                self._loop, self._beat = loop, time.monotonic()
+                loop.call_soon(self._heartbeat, loop)
                 thread = threading.Thread(target=loop.run_forever, name="rlinf-tool-loop", daemon=True)
                 _TOOL_THREADS.add(thread)
                 thread.start()
-                self._loop = loop
             return self._loop
 
-    def after_timeout(self) -> None:
-        """A call timed out: if the tool loop does not answer within a second (a tool blocks
-        it), later async calls go to a new one."""
-        with self._lock:
-            loop = self._loop
-        if loop is None:
+    def _heartbeat(self, loop: asyncio.AbstractEventLoop) -> None:
+        if loop not in self._left:
+            self._beat = time.monotonic()
+        elif not asyncio.all_tasks(loop):  # left behind, and its tools have ended: end its thread
+            loop.stop()
             return
-        alive = threading.Event()
-        try:
-            loop.call_soon_threadsafe(alive.set)
-        except RuntimeError:
-            alive.clear()
-        if not alive.wait(1.0):
-            with self._lock:
-                if self._loop is loop:
-                    self._loop = None
+        loop.call_later(self.HEARTBEAT_S, self._heartbeat, loop)
 
     async def run(
         self, fn: Callable[..., Any], args: Mapping[str, Any], limit: int
