@@ -611,6 +611,7 @@ def test_the_dry_run_says_which_isolation_holds_and_refuses_bad_limits(
     finally:
         monkeypatch.undo()
         sandbox._bwrap_problem.cache_clear()
+        sandbox.network_isolation.cache_clear()
 
 
 def test_teacher_trace_shape() -> None:

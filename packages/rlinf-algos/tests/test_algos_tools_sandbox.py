@@ -317,3 +317,4 @@ def test_limits_are_validated_and_bwrap_is_required_unless_opted_out(
     finally:
         monkeypatch.undo()
         sandbox_mod._bwrap_problem.cache_clear()
+        sandbox_mod.network_isolation.cache_clear()

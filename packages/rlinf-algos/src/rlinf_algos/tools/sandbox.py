@@ -178,15 +178,45 @@ def network_isolation() -> str:
 
 @functools.cache
 def _bwrap_problem() -> str | None:
+    """Why bubblewrap cannot run a program here (``None``: a trial program ran as
+    :func:`run_python` would run it)."""
     exe = shutil.which("bwrap")
     if exe is None:
         return f"bubblewrap (bwrap) is not installed; install it: {INSTALL_HINT}"
-    ok, detail = _run_ok(
-        [*_bwrap_command(exe, Path(sys.executable), 1 << 20), "--", sys.executable, "-I", "-c", "0"]
-    )
-    if not ok:
-        return f"bubblewrap cannot make a sandbox on this machine ({detail})"
+    options = _bwrap_options(exe)
+    missing = [o for o in ("--perms", "--die-with-parent", "--new-session") if o not in options]
+    if missing:
+        return f"bubblewrap at {exe} is too old (no {', '.join(missing)}; 0.5 or newer needed)"
+    work = Path(tempfile.mkdtemp(prefix="rlinf-python-probe-"))
+    try:
+        script = work / "main.py"
+        script.write_text("print('sandboxed')\n", encoding="utf-8")
+        os.chmod(script, 0o644)
+        uid = _sandbox_uid() if os.geteuid() == 0 else 0
+        boot = ["-I", "-c", _BOOT, "5", str(1 << 30), str(1 << 20), "16", str(uid), _SCRIPT]
+        cmd = [*_bwrap_command(exe, script, 1 << 20), "--", sys.executable, *boot]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, timeout=30, stdin=subprocess.DEVNULL, cwd="/")
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return f"bubblewrap cannot make a sandbox on this machine ({type(err).__name__}: {err})"
+        if proc.stdout != b"sandboxed\n":
+            lines = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+            detail = lines[-1] if lines else f"exit code {proc.returncode}"
+            return f"bubblewrap cannot make a sandbox on this machine ({detail})"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return None
+
+
+@functools.cache
+def _bwrap_options(exe: str) -> frozenset[str]:
+    """The options this bubblewrap knows (older ones lack ``--size``, ``--disable-userns``)."""
+    try:
+        proc = subprocess.run([exe, "--help"], capture_output=True, timeout=20, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return frozenset()
+    text = (proc.stdout + proc.stderr).decode("utf-8", "replace")
+    return frozenset(w for w in text.split() if w.startswith("--"))
 
 
 def isolation_problem(isolation: str) -> str | None:
@@ -215,9 +245,11 @@ def describe_isolation(isolation: str) -> str:
         return f"{isolation}: does not hold here ({problem})"
     if isolation == "bwrap":
         user = "a user id of its own" if os.geteuid() == 0 else "a user namespace"
+        sized = "--size" in _bwrap_options(shutil.which("bwrap") or "bwrap")
         return (
             f"bwrap: bubblewrap PID, mount, IPC, UTS, network namespaces, {user}, read-only root, private "
-            "/tmp; rlimits on CPU, memory, file size, processes; wall clock"
+            f"/tmp{'' if sized else ' (no size limit: bubblewrap older than 0.7)'}; rlimits on CPU, memory, "
+            "file size, processes; wall clock"
         )
     if isolation == "netns":
         return (
@@ -254,12 +286,13 @@ def _ro_roots() -> list[Path]:
 
 def _bwrap_command(exe: str, script: Path, scratch_bytes: int) -> list[str]:
     root = os.geteuid() == 0
+    options = _bwrap_options(exe)
     cmd = [exe, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if root:
         # no user namespace: the program drops to an unused uid itself (RLIMIT_NPROC then holds)
         cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
-        cmd += ["--unshare-user", "--disable-userns"]
+        cmd += ["--unshare-user", *(["--disable-userns"] if "--disable-userns" in options else [])]
     cmd += ["--die-with-parent", "--new-session", "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         p = Path("/") / name
@@ -277,7 +310,9 @@ def _bwrap_command(exe: str, script: Path, scratch_bytes: int) -> list[str]:
                 made.add(parent)
                 cmd += ["--perms", "0755", "--dir", str(parent)]
         cmd += ["--ro-bind", str(p), str(p)]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(scratch_bytes)]
+    cmd += ["--proc", "/proc", "--dev", "/dev"]
+    if "--size" in options:  # bubblewrap 0.7: older ones give /tmp no size limit
+        cmd += ["--size", str(scratch_bytes)]
     cmd += ["--perms", "01777", "--tmpfs", "/tmp", "--ro-bind", str(script), _SCRIPT, "--chdir", "/tmp"]
     cmd += ["--remount-ro", "/", "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin"]
     cmd += ["--setenv", "LANG", "C.UTF-8", "--setenv", "HOME", "/tmp"]
@@ -404,12 +439,10 @@ def run_python(
             shown, cwd = _SCRIPT, "/"
             os.chmod(script, 0o644)  # readable by the sandbox's own uid
         else:
-            net = network_isolation()
-            prefix = (
-                [shutil.which("unshare") or "unshare", "-n" if net == "netns" else "-rn"]
-                if cfg.isolation == "netns"
-                else []
-            )
+            prefix = []
+            if cfg.isolation == "netns":
+                net = network_isolation()
+                prefix = [shutil.which("unshare") or "unshare", "-n" if net == "netns" else "-rn"]
             shown, cwd = str(script), str(work)
         fsize = cfg.max_file_mb << 20
         cmd = [
