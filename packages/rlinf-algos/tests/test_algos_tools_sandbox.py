@@ -13,6 +13,7 @@ the tests are skipped, saying why.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -23,6 +24,7 @@ import textwrap
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,17 +77,45 @@ def _gone(marker: str, wait_s: float = 2.0) -> list[int]:
     return left
 
 
-def test_it_cannot_read_the_callers_environment_or_files(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+CALLER = textwrap.dedent(
+    """
+    import json, os, sys
+    from rlinf_algos.tools.sandbox import run_python
+    code = open(sys.argv[1]).read().replace("CALLER_PID", str(os.getpid()))
+    res = run_python(code, wall_s=20)
+    print(json.dumps({"stdout": res.stdout, "stderr": res.stderr, "rc": res.returncode}))
+    """
+)
+
+
+def _from_a_caller(
+    tmp_path: Path, code: str, env: dict[str, str] | None = None
+) -> tuple[int, dict[str, Any]]:
+    """Run ``code`` in the sandbox from a Python process of its own (its environment ``env``
+    added; ``CALLER_PID`` in the code is that process's pid): its exit code and the result."""
+    (tmp_path / "caller.py").write_text(CALLER)
+    (tmp_path / "code.py").write_text(code)
+    proc = subprocess.run(
+        [sys.executable, str(tmp_path / "caller.py"), str(tmp_path / "code.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+    lines = proc.stdout.strip().splitlines()
+    return proc.returncode, (json.loads(lines[-1]) if lines else {"stderr": proc.stderr[-2000:]})
+
+
+def test_it_cannot_read_the_callers_environment_or_files(tmp_path: Path) -> None:
+    """A secret in the caller's environment (as a run's ``*_API_KEY``), searched for in
+    ``/proc/<ppid>/environ``, the caller's, every ``/proc/*/environ``; a file of the caller's user."""
     secret = f"sk-{uuid.uuid4().hex}"
-    monkeypatch.setenv("RLINF_TEST_API_KEY", secret)
     private = tmp_path / "private.txt"
     private.write_text(secret)
     code = textwrap.dedent(
         f"""
         import os
-        pids = [os.getppid(), {os.getpid()}] + [p for p in os.listdir("/proc") if p.isdigit()]
+        pids = [os.getppid(), CALLER_PID] + [p for p in os.listdir("/proc") if p.isdigit()]
         print("pids", len(pids))
         for pid in pids:
             try:
@@ -101,38 +131,30 @@ def test_it_cannot_read_the_callers_environment_or_files(
                 print(type(err).__name__)
         """
     )
-    res = run_python(code, wall_s=20)
-    assert res.returncode == 0, res.stderr
-    assert "pids " in res.stdout and "FileNotFoundError" in res.stdout  # the search ran
-    assert "LEAK" not in res.stdout and secret not in res.stdout, res.stdout
+    rc, res = _from_a_caller(tmp_path, code, {"RLINF_TEST_API_KEY": secret})
+    assert rc == 0 and res.get("rc") == 0, res
+    out = res["stdout"]
+    assert "pids " in out and "FileNotFoundError" in out  # the search ran
+    assert "LEAK" not in out and secret not in out, out
 
 
 def test_it_cannot_kill_its_caller(tmp_path: Path) -> None:
-    """The caller is a Python process of its own here (on the former sandbox this program
+    """Its parent and the process that called the tool (on the former sandbox this program
     killed it: exit -9)."""
-    script = tmp_path / "caller.py"
-    script.write_text(
-        textwrap.dedent(
-            """
-            import os, sys
-            from rlinf_algos.tools.sandbox import run_python
-            code = (
-                "import os, signal\\n"
-                f"for pid in (os.getppid(), {os.getpid()}, 1):\\n"
-                "    try:\\n"
-                "        os.kill(pid, signal.SIGKILL)\\n"
-                "        print('killed', pid)\\n"
-                "    except OSError as err:\\n"
-                "        print(type(err).__name__)\\n"
-            )
-            res = run_python(code, wall_s=20, isolation=sys.argv[1])
-            print("caller alive", res.stdout.split())
-            """
-        )
+    code = textwrap.dedent(
+        """
+        import os, signal
+        for pid in (os.getppid(), CALLER_PID, 1):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                print("killed", pid)
+            except OSError as err:
+                print(type(err).__name__)
+        """
     )
-    proc = subprocess.run([sys.executable, str(script), "bwrap"], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
-    assert "caller alive" in proc.stdout
+    rc, res = _from_a_caller(tmp_path, code)
+    assert rc == 0, (rc, res)
+    assert "killed" not in res["stdout"]
 
 
 def test_no_process_outlives_the_call() -> None:
