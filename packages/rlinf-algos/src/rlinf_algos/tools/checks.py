@@ -9,8 +9,10 @@ included), not when the tools load 50 s into a run (*light*: no torch, no transf
 - a name that is neither built in nor registered by an installed plugin (listing those that are);
 - ``kwargs`` a ToolSet's constructor does not take; for a ToolSet with a ``config_model`` (a
   :class:`~rlinf_core.config.ConfigSection`, as the built-in ``python`` and ``search`` have), every
-  problem that model finds: a negative, zero, NaN or infinite limit, an ``isolation`` that cannot
-  hold on this machine (no bubblewrap), a corpus file that does not exist.
+  problem that model finds: a negative, zero, NaN or infinite limit, a corpus file that does not
+  exist; and what its ``host_problems(kwargs)`` classmethod reports (``python``: an isolation
+  that cannot hold on this machine, e.g. no bubblewrap). ``rlinf sft``, which only renders the
+  tools' schemas, checks the kwargs but not the machine.
 
 What is not checked here is checked when the tools load (a user file's tool's type hints and
 docstring: that needs importing it).
@@ -124,6 +126,11 @@ def tool_problems(
                 check_kwargs(obj, dict(entry.kwargs), f"{k}.kwargs")
             except ConfigError as err:
                 problems += err.problems
+                continue
+            host_problems = getattr(obj, "host_problems", None)  # e.g. no bubblewrap for `python`
+            if host_problems is not None:
+                for field, message in host_problems(dict(entry.kwargs)).items():
+                    problems.append(ConfigProblem(f"{k}.kwargs.{field}", message))
         elif entry.kwargs:
             problems.append(
                 ConfigProblem(

@@ -61,9 +61,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from rlinf_core.config import ConfigSection, validate_model
+from rlinf_core.errors import ConfigError
 from rlinf_core.tools import ToolSet
 
 __all__ = [
@@ -141,14 +142,6 @@ class PythonConfig(ConfigSection):
         description="bwrap (bubblewrap namespaces; the default), or by name the weaker netns (a network "
         "namespace only) or rlimits-only, for machines without bubblewrap (see the sandbox doc).",
     )
-
-    @field_validator("isolation")
-    @classmethod
-    def _holds_here(cls, value: str) -> str:
-        problem = isolation_problem(value)
-        if problem is not None:
-            raise ValueError(f"the python tool cannot run on this machine: {problem}")
-        return value
 
 
 # -- what this machine allows -------------------------------------------------------------------
@@ -427,6 +420,7 @@ def run_python(
         },
         prefix="python",
     )
+    _check_host(cfg.isolation)
     work = Path(tempfile.mkdtemp(prefix="rlinf-python-"))
     try:
         script = work / "main.py"
@@ -501,6 +495,12 @@ def run_python(
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _check_host(isolation: str) -> None:
+    problem = isolation_problem(isolation)
+    if problem is not None:
+        raise ConfigError(f"the python tool cannot run here: {problem}", "python.isolation")
+
+
 def _kill(proc: subprocess.Popen[Any]) -> None:
     """End the sandbox: its process group (bwrap's PID namespace dies with bwrap)."""
     _killpg(proc.pid)
@@ -555,6 +555,15 @@ class Python(ToolSet):
             },
             prefix="python",
         )
+        _check_host(self.config.isolation)
+
+    @classmethod
+    def host_problems(cls, kwargs: dict[str, Any]) -> dict[str, str]:
+        """What would stop this tool on this machine, by kwarg (the config check calls it):
+        an isolation that cannot hold here."""
+        isolation = str(kwargs.get("isolation", PythonConfig.model_fields["isolation"].default))
+        problem = isolation_problem(isolation)
+        return {} if problem is None else {"isolation": f"the python tool cannot run here: {problem}"}
 
     def python(self, code: str) -> str:
         """Run a Python program and return what it prints (stdout, then stderr).
