@@ -524,6 +524,98 @@ def test_the_tools_section_is_checked() -> None:
     assert run.tools.entries[0].name == "python" and run.algorithm.max_turns == 6
 
 
+INVALID_TOOLS = [
+    ({"name": "nope"}, r"tools\[0\]\.name: unknown tool 'nope'; available: .*python.*search"),
+    ({"name": "python", "kwargs": {"memory_mb": -1}}, r"tools\[0\]\.kwargs\.memory_mb"),
+    ({"name": "python", "kwargs": {"wall_s": float("nan")}}, r"tools\[0\]\.kwargs\.wall_s"),
+    ({"name": "python", "kwargs": {"wall_s": float("inf")}}, r"tools\[0\]\.kwargs\.wall_s"),
+    ({"name": "python", "kwargs": {"cpu_s": 0}}, r"tools\[0\]\.kwargs\.cpu_s"),
+    ({"name": "python", "kwargs": {"max_output_chars": -5}}, r"tools\[0\]\.kwargs\.max_output_chars"),
+    ({"name": "python", "kwargs": {"max_procs": 0}}, r"tools\[0\]\.kwargs\.max_procs"),
+    ({"name": "python", "kwargs": {"isolation": "none"}}, r"tools\[0\]\.kwargs\.isolation"),
+    ({"name": "python", "kwargs": {"cpus": 1}}, r"tools\[0\]\.kwargs\.cpus"),
+    ({"name": "python", "kwargs": {"cpu_s": "fast"}}, r"tools\[0\]\.kwargs\.cpu_s"),
+    ({"name": "search"}, r"tools\[0\]\.kwargs\.corpus"),
+    ({"name": "search", "kwargs": {"corpus": "no/such/corpus.jsonl"}}, r"kwargs\.corpus: .*not found"),
+    ({"name": "search", "kwargs": {"corpus": "CORPUS", "top_k": 0}}, r"tools\[0\]\.kwargs\.top_k"),
+    ({"name": "search", "kwargs": {"corpus": "CORPUS", "b": 2}}, r"tools\[0\]\.kwargs\.b"),
+    ({"name": "x", "path": "no/such/tools.py"}, r"tools\[0\]\.path: tool file not found"),
+    ({"name": "x", "path": "BROKEN"}, r"tools\[0\]\.path: .*SyntaxError at line 1"),
+    ({"name": "x", "path": "BINARY"}, r"tools\[0\]\.path: .*not UTF-8"),
+    ({"name": "missing", "path": "TOOLS"}, r"tools\[0\]\.name: .*defines no 'missing'; .*lookup"),
+    ({"name": "lookup", "path": "TOOLS", "kwargs": {"k": 1}}, r"tools\[0\]\.kwargs: 'lookup' is a function"),
+    ({"name": "python", "timeout_s": -1}, r"tools\[0\]\.timeout_s"),
+]
+
+
+def _tool_files(tmp_path: Path, world_dir: Path, entry: dict[str, Any]) -> dict[str, Any]:
+    (tmp_path / "broken.py").write_text("def (:\n")
+    (tmp_path / "binary.py").write_bytes(b"\xff\xfe\x00def")
+    (tmp_path / "tools.py").write_text(
+        'def lookup(k: str) -> str:\n    """Look up.\n\n    Args:\n        k: key\n    """\n'
+    )
+    names = {"BROKEN": "broken.py", "BINARY": "binary.py", "TOOLS": "tools.py"}
+    out = json.loads(json.dumps(entry))
+    if out.get("path") in names:
+        out["path"] = str(tmp_path / names[out["path"]])
+    if out.get("kwargs", {}).get("corpus") == "CORPUS":
+        out["kwargs"]["corpus"] = str(world_dir / "corpus.jsonl")
+    return out
+
+
+@pytest.mark.parametrize("entry,why", INVALID_TOOLS, ids=[str(i) for i in range(len(INVALID_TOOLS))])
+def test_an_invalid_tools_entry_fails_validation_at_its_yaml_path(
+    entry: dict[str, Any], why: str, tmp_path: Path, world_dir: Path
+) -> None:
+    """What used to pass ``--dry-run`` and fail when the tools loaded in the run: a name, a file,
+    a kwarg, a limit (negative, zero, NaN, infinite), a corpus."""
+    base = {"algorithm": {"name": "grpo_lm"}, "data": {"train_files": ["q.jsonl"]}}
+    with pytest.raises(ConfigError, match=why):
+        load_lm_sections({**base, "tools": [_tool_files(tmp_path, world_dir, entry)]})
+
+
+def test_the_dry_run_says_which_isolation_holds_and_refuses_bad_limits(
+    world_dir: Path, model_dir: Path, tmp_path: Path, host: Any, invoke: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import yaml
+
+    from rlinf_algos.tools import sandbox
+
+    config = {
+        "algorithm": {"name": "grpo_lm", "group_size": 2, "kl_coef": 0.0},
+        "model": {"path": str(model_dir)},
+        "data": {"train_files": [str(world_dir / "train.jsonl")]},
+        "reward": {"name": "exact_match", "kwargs": {"normalize": True, "pattern": ANSWER_PATTERN}},
+        "runner": {"scheduler": "local"},
+        "tools": [{"name": "python", "timeout_s": 20}],
+    }
+    path = tmp_path / "grpo.yaml"
+    path.write_text(yaml.safe_dump(config))
+    if sandbox.isolation_problem("bwrap") is None:
+        res = invoke(host, "train", str(path), "--dry-run")
+        assert res.exit_code == 0, (res.output, res.exception)
+        assert "# tools[0] python sandbox: bwrap: bubblewrap PID, mount" in res.output
+    res = invoke(host, "train", str(path), "--dry-run", "tools.0.kwargs={memory_mb: -1, wall_s: .nan}")
+    assert isinstance(res.exception, ConfigError), (res.output, res.exception)
+    assert "tools[0].kwargs.memory_mb" in str(res.exception) and "tools[0].kwargs.wall_s" in str(
+        res.exception
+    )
+    # without bubblewrap: refused unless a weaker isolation is named, and the dry run says which holds
+    monkeypatch.setenv("PATH", str(tmp_path))
+    sandbox._bwrap_problem.cache_clear()
+    try:
+        res = invoke(host, "train", str(path), "--dry-run")
+        assert isinstance(res.exception, ConfigError), (res.output, res.exception)
+        assert "tools[0].kwargs.isolation" in str(res.exception) and "bubblewrap" in str(res.exception)
+        res = invoke(host, "train", str(path), "--dry-run", "tools.0.kwargs={isolation: rlimits-only}")
+        assert res.exit_code == 0, (res.output, res.exception)
+        assert "# tools[0] python sandbox: rlimits-only (weakest, opted in)" in res.output
+    finally:
+        monkeypatch.undo()
+        sandbox._bwrap_problem.cache_clear()
+        sandbox.network_isolation.cache_clear()
+
+
 def test_teacher_trace_shape() -> None:
     world = make_world(1, **SIZES)
     q = world.train[0]

@@ -186,3 +186,76 @@ def test_an_idle_tool_server_keeps_serving(tmp_path: Path) -> None:
     ch.put(TOOL_STOP, "req")
     thread.join(30)
     assert out["calls"] == 1
+
+
+HOSTILE = '''
+import asyncio
+import os
+import time
+
+
+class Unprintable:
+    def __str__(self):
+        raise RuntimeError("no str")
+
+
+def hostile(kind: str) -> object:
+    """Return or raise something hostile.
+
+    Args:
+        kind: which.
+    """
+    if kind == "interrupt":
+        raise KeyboardInterrupt
+    if kind == "cancel":
+        raise asyncio.CancelledError
+    if kind == "exit":
+        raise SystemExit(2)
+    if kind == "os_exit":
+        os._exit(7)
+    if kind == "unprintable":
+        return Unprintable()
+    return "lone \\udc80 surrogate"
+
+
+async def stuck(seconds: float) -> str:
+    """Block the event loop.
+
+    Args:
+        seconds: how long.
+    """
+    time.sleep(seconds)
+    return "woke"
+'''
+
+
+def test_a_tool_server_survives_hostile_tools(tmp_path: Path) -> None:
+    """Issue 53: what a user's tool raises or returns (KeyboardInterrupt, CancelledError,
+    SystemExit, os._exit, an unprintable or non-UTF-8 result, an async tool blocking its loop)
+    is an answer over the channel, and the tool process serves on."""
+    (tmp_path / "h.py").write_text(HOSTILE)
+    entries = [
+        {"path": str(tmp_path / "h.py"), "name": "hostile", "timeout_s": 5.0},
+        {"path": str(tmp_path / "h.py"), "name": "stuck", "timeout_s": 0.5},
+    ]
+    ch = LocalChannel("tools", default_timeout=30.0)
+    server = ToolServer(Host(ch), entries, box=load_tools(entries))
+    out: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: out.update(server.serve()), daemon=True)
+    thread.start()
+    client = PlacedTools(ch, "agent2/it1/tools", timeout=30.0)
+    kinds = ["interrupt", "cancel", "exit", "os_exit", "unprintable", "surrogate"]
+
+    async def play() -> list[Any]:
+        ep = client.episode()
+        got = [await ep.call("hostile", {"kind": k}) for k in kinds]
+        return [*got, await ep.call("stuck", {"seconds": 5}), await ep.call("hostile", {"kind": "again"})]
+
+    res = asyncio.run(play())
+    ch.put(TOOL_STOP, "req")
+    thread.join(30)
+    assert not thread.is_alive() and out["calls"] == len(kinds) + 2
+    assert [r.status for r in res] == ["error"] * 4 + ["ok", "ok", "timeout", "ok"]
+    assert "raised KeyboardInterrupt" in res[0].text and "called os._exit(7)" in res[3].text
+    assert "str() failed" in res[4].text and res[5].text == "lone ? surrogate"
+    assert out["tools"]["tools/errors"] == 4 and out["tools"]["tools/timeouts"] == 1

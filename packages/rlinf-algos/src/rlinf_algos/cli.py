@@ -352,6 +352,11 @@ def _print_dry_run(
     click.echo("# resolved configuration (what config.yaml of the run would hold)")
     click.echo(yaml.safe_dump(out["config"], sort_keys=False), nl=False)
     click.echo(f"\n# scheduler: {out['scheduler']}")
+    if out["config"].get("tools"):
+        from rlinf_algos.tools.checks import describe_tools
+
+        for line in describe_tools(out["config"]["tools"]):
+            click.echo(f"# {line}")
     if out["plan"] is None:
         click.echo("# placement: none (runner.scheduler: local trains in this process)")
         _echo_weight_sync(out.get("weight_sync"))

@@ -720,6 +720,10 @@ def validate_lm_sections(
             )
         )
     problems += _subagent_problems(out.get("algorithm"), out.get("tools"), has("tools"))
+    if "tools" in out:  # names, files, kwargs and limits now, not when the tools load in the run
+        from rlinf_algos.tools.checks import tool_problems
+
+        problems += tool_problems(out["tools"].entries, plugins=host)  # type: ignore[attr-defined]
     if problems:
         raise ConfigError(problems)
     if "data" in out and "sft" in out and not has("sft"):

@@ -17,8 +17,11 @@ Modules:
   when a tool raises, times out or gets malformed arguments: a failing tool never raises.
 - :mod:`~rlinf_algos.tools.search`: ``search``, a BM25 index over a JSONL or parquet corpus
   (numpy, built in memory at start, no network).
-- :mod:`~rlinf_algos.tools.sandbox`: ``python``, code in a subprocess with CPU-time, memory and
-  wall-clock limits and no network.
+- :mod:`~rlinf_algos.tools.sandbox`: ``python``, code in a bubblewrap sandbox (namespaces, a
+  read-only root, a private ``/tmp``) with CPU-time, memory, file-size, process and wall-clock
+  limits and no network.
+- :mod:`~rlinf_algos.tools.guard`: tool calls parsed within limits, results made text safely.
+- :mod:`~rlinf_algos.tools.checks`: the ``tools`` section checked when the config is validated.
 - :mod:`~rlinf_algos.tools.placed`: tools as a placed ``tool`` component: a
   :class:`~rlinf_algos.tools.placed.ToolServer` per tool process serving calls over a Channel,
   and the agents' :class:`~rlinf_algos.tools.placed.PlacedTools` client.

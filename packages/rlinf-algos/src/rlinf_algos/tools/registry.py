@@ -31,12 +31,13 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import inspect
-import json
+import os
 import re
 import sys
 import threading
 import time
 import types
+import weakref
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +46,8 @@ from typing import Any
 
 from pydantic import Field
 
-from rlinf_core.config import ConfigSection
+from rlinf_algos.tools.guard import as_text, describe_error, loads_bounded
+from rlinf_core.config import ConfigSection, validate_model
 from rlinf_core.errors import ConfigError, PluginError
 from rlinf_core.tools import ToolSet
 
@@ -223,7 +225,13 @@ def _from_file(entry: ToolEntry, base: Path, key: str) -> tuple[Any, str]:
     return obj, str(path)
 
 
-def _registered(entry: ToolEntry, plugins: Any, key: str) -> tuple[Any, str]:
+def resolve_registered(entry: ToolEntry, plugins: Any, key: str) -> tuple[Any, str]:
+    """The function or ToolSet class a ``tools`` entry without ``path`` names: an installed
+    plugin's, else a built-in; and where it comes from.
+
+    Raises:
+        ConfigError: no such tool (listing those there are).
+    """
     if plugins is not None and entry.name in plugins.tools:
         return plugins.tools.get(entry.name), f"plugin {plugins.tools.owner(entry.name).label}"
     target = BUILTIN_TOOLS.get(entry.name.casefold())
@@ -264,6 +272,7 @@ def load_tools(
             name (listing what is valid), a tool without type hints or docstring, two tools of
             one name, ``kwargs`` a ToolSet does not take.
     """
+    guard_exit()
     base = Path(root) if root is not None else Path.cwd()
     tools: list[Tool] = []
     kwargs_of: dict[type[ToolSet], dict[str, Any]] = {}
@@ -285,7 +294,7 @@ def load_tools(
                 k,
             ) from None
         try:
-            obj, where = _from_file(entry, base, k) if entry.path else _registered(entry, plugins, k)
+            obj, where = _from_file(entry, base, k) if entry.path else resolve_registered(entry, plugins, k)
         except PluginError as err:
             raise ConfigError(str(err), f"{k}.name") from None
         try:
@@ -293,7 +302,7 @@ def load_tools(
         except ConfigError as err:
             raise err.prefixed(k) from None
         if isinstance(obj, type):
-            _check_kwargs(obj, entry.kwargs, f"{k}.kwargs")
+            check_kwargs(obj, entry.kwargs, f"{k}.kwargs")
             kwargs_of[obj] = dict(entry.kwargs)
         elif entry.kwargs:
             raise ConfigError(
@@ -316,7 +325,18 @@ def load_run_tools(entries: Sequence[str | Mapping[str, Any] | ToolEntry], **kwa
     return load_tools(entries, plugins=load_plugins(), **kwargs)
 
 
-def _check_kwargs(cls: type, kwargs: Mapping[str, Any], key: str) -> None:
+def check_kwargs(cls: type, kwargs: Mapping[str, Any], key: str) -> None:
+    """Check a ToolSet class's ``kwargs``: against its ``config_model`` (a
+    :class:`~rlinf_core.config.ConfigSection` naming each field's bounds) when it has one, else
+    against its constructor's signature.
+
+    Raises:
+        ConfigError: naming ``key.FIELD`` (or ``key``) and what would be valid.
+    """
+    model = getattr(cls, "config_model", None)
+    if model is not None:
+        validate_model(model, dict(kwargs), prefix=key)
+        return
     try:
         inspect.signature(cls).bind(**kwargs)
     except TypeError as err:
@@ -324,6 +344,8 @@ def _check_kwargs(cls: type, kwargs: Mapping[str, Any], key: str) -> None:
         raise ConfigError(
             f"{cls.__name__} does not take these kwargs ({err}); it takes: {', '.join(params) or 'none'}", key
         ) from None
+    except ValueError:  # no signature to check against
+        pass
 
 
 # -- calling ------------------------------------------------------------------------------------
@@ -414,6 +436,7 @@ class ToolBox:
         self.timeout_s = float(timeout_s)
         self.max_result_chars = int(max_result_chars)
         self.stats = ToolStats()
+        self.runner = ToolRunner()
         self._shared: dict[type[ToolSet], ToolSet] = {}
 
     @property
@@ -466,11 +489,11 @@ class EpisodeTools:
     async def call(self, name: Any, arguments: Any) -> ToolResult:
         """Run tool ``name`` with ``arguments`` (a dict, or a JSON string of one)."""
         if not isinstance(name, str) or name not in self.box.tools:
-            shown = name if isinstance(name, str) else repr(name)
+            shown = _shown(name)
             return self._record(
                 ToolResult(
-                    str(shown),
-                    f"error: unknown tool {shown!r}; available tools: {', '.join(self.box.names)}",
+                    shown.strip("'\""),
+                    f"error: unknown tool {shown}; available tools: {', '.join(self.box.names)}",
                     "unknown",
                 )
             )
@@ -484,12 +507,9 @@ class EpisodeTools:
         timeout = tool.timeout_s or self.box.timeout_s
         start = time.perf_counter()
         try:
-            if inspect.iscoroutinefunction(fn):
-                value = await asyncio.wait_for(fn(**args), timeout)
-            else:
-                value = await asyncio.wait_for(_in_daemon_thread(fn, args), timeout)
-                if inspect.isawaitable(value):
-                    value = await asyncio.wait_for(value, timeout)
+            text, err = await asyncio.wait_for(
+                self.box.runner.run(fn, args, self.box.max_result_chars), timeout
+            )
         except TimeoutError:
             return self._record(
                 ToolResult(
@@ -499,19 +519,10 @@ class EpisodeTools:
                     time.perf_counter() - start,
                 )
             )
-        except asyncio.CancelledError:
-            raise
-        except (Exception, SystemExit) as err:  # a tool calling sys.exit() must not end the run
-            detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        if err is not None:  # whatever the tool raised, KeyboardInterrupt and SystemExit included
             return self._record(
-                ToolResult(
-                    name,
-                    f"error: tool {name!r} raised {type(err).__name__}{': ' + detail if detail else ''}",
-                    "error",
-                    time.perf_counter() - start,
-                )
+                ToolResult(name, f"error: tool {name!r} {err}", "error", time.perf_counter() - start)
             )
-        text = _as_text(value, self.box.max_result_chars)
         return self._record(ToolResult(name, text, "ok", time.perf_counter() - start))
 
     def call_sync(self, name: Any, arguments: Any) -> ToolResult:
@@ -519,32 +530,154 @@ class EpisodeTools:
         return asyncio.run(self.call(name, arguments))
 
 
-def _in_daemon_thread(fn: Callable[..., Any], args: Mapping[str, Any]) -> asyncio.Future[Any]:
-    """Run a sync tool in a daemon thread of its own: one that never returns is left behind
-    without holding up the event loop's shutdown or the process's exit (the loop's default
-    executor would wait for it)."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
+def _shown(name: Any) -> str:
+    """A tool name as an error message quotes it (at most 60 characters)."""
+    text = name if isinstance(name, str) else f"<{type(name).__name__}>"
+    text = as_text(text, 60).split("\n[truncated", 1)[0]
+    return repr(text)
 
-    def settle(value: Any, err: BaseException | None) -> None:
-        if future.done():
+
+class ToolExit(BaseException):
+    """What ``os._exit`` raises in a tool's thread (:func:`guard_exit`): a tool cannot end the
+    process it runs in."""
+
+    def __init__(self, code: Any) -> None:
+        super().__init__(f"os._exit({code!r})")
+
+
+_TOOL_THREADS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+_REAL_EXIT = os._exit
+
+
+def _guarded_exit(code: int) -> None:
+    if threading.current_thread() in _TOOL_THREADS:
+        raise ToolExit(code)
+    _REAL_EXIT(code)
+
+
+def guard_exit() -> None:
+    """Make ``os._exit`` called from a thread that runs a tool raise :class:`ToolExit` (a
+    counted tool error) instead of ending the process; every other thread's ``os._exit`` is the
+    real one. Installed by :func:`load_tools` before it imports a tool file."""
+    if os._exit is not _guarded_exit:
+        os._exit = _guarded_exit  # type: ignore[assignment]
+
+
+class ToolRunner:
+    """Where a :class:`ToolBox`'s tools run, never in the caller's thread or event loop:
+
+    - a sync tool in a daemon thread of its own (one that never returns is left behind without
+      holding up the event loop's shutdown or the process's exit);
+    - an ``async`` tool (or an awaitable a sync tool returns) on the box's tool loop, an event
+      loop in a daemon thread shared by its async tools (a session a tool keeps stays on one
+      loop); a tool that blocks that loop gets its call's timeout, and later calls a new loop
+      (the blocked one's heartbeat stopped; it ends once its tools have).
+
+    Whatever a tool raises (``KeyboardInterrupt``, ``SystemExit``, ``asyncio.CancelledError``,
+    ``os._exit`` through :func:`guard_exit`) comes back as an error description, and its result
+    is made text (:func:`~rlinf_algos.tools.guard.as_text`) in the tool's own thread: nothing a
+    user's object does runs in the caller's thread, so a ``KeyboardInterrupt`` there is the
+    user's Ctrl-C and one in a tool is the tool's.
+    """
+
+    HEARTBEAT_S = 0.05
+    """The tool loop notes the time this often; one silent for five beats is blocked."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._left: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+        self._beat = 0.0
+        self._lock = threading.Lock()
+
+    def _tool_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is not None and time.monotonic() - self._beat > 5 * self.HEARTBEAT_S:
+                self._left.add(self._loop)  # a tool blocks it: leave it to that tool, start another
+                self._loop = None
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                self._loop, self._beat = loop, time.monotonic()
+                loop.call_soon(self._heartbeat, loop)
+                thread = threading.Thread(target=loop.run_forever, name="rlinf-tool-loop", daemon=True)
+                _TOOL_THREADS.add(thread)
+                thread.start()
+            return self._loop
+
+    def _heartbeat(self, loop: asyncio.AbstractEventLoop) -> None:
+        if loop not in self._left:
+            self._beat = time.monotonic()
+        elif not asyncio.all_tasks(loop):  # left behind, and its tools have ended: end its thread
+            loop.stop()
             return
-        if err is not None:
-            future.set_exception(err)
-        else:
-            future.set_result(value)
+        loop.call_later(self.HEARTBEAT_S, self._heartbeat, loop)
+
+    async def run(
+        self, fn: Callable[..., Any], args: Mapping[str, Any], limit: int
+    ) -> tuple[str, str | None]:
+        """``(text, None)`` for a result, ``("", description)`` for what the tool raised."""
+        if inspect.iscoroutinefunction(fn):
+            return await self._on_loop(fn(**args), limit)
+        text, err, pending = await _in_daemon_thread(fn, args, limit)
+        if pending is not None:
+            return await self._on_loop(pending, limit)
+        return text, err
+
+    async def _on_loop(self, awaitable: Any, limit: int) -> tuple[str, str | None]:
+        future = asyncio.run_coroutine_threadsafe(_guarded(awaitable, limit), self._tool_loop())
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+
+
+def _raised(err: BaseException) -> str:
+    if isinstance(err, ToolExit):
+        return f"called {err} (a tool cannot end the run)"
+    return f"raised {describe_error(err)}"
+
+
+async def _guarded(awaitable: Any, limit: int) -> tuple[str, str | None]:
+    """Await a tool's result on the tool loop; what it raises becomes a description (its own
+    ``CancelledError`` too; this call's cancellation is passed on)."""
+    try:
+        value = await awaitable
+    except asyncio.CancelledError as err:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        return "", _raised(err)
+    except BaseException as err:  # a tool's KeyboardInterrupt / SystemExit is the tool's
+        return "", _raised(err)
+    return as_text(value, limit), None
+
+
+def _in_daemon_thread(
+    fn: Callable[..., Any], args: Mapping[str, Any], limit: int
+) -> asyncio.Future[tuple[str, str | None, Any]]:
+    """Run a sync tool in a daemon thread of its own (see :class:`ToolRunner`): ``(text, None,
+    None)``, ``("", description, None)``, or ``("", None, awaitable)`` when it returned one."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[tuple[str, str | None, Any]] = loop.create_future()
+
+    def settle(outcome: tuple[str, str | None, Any]) -> None:
+        if not future.done():
+            future.set_result(outcome)
 
     def run() -> None:
         try:
-            value, err = fn(**args), None
-        except BaseException as e:  # handed to the awaiting call, which reports it
-            value, err = None, e
+            value = fn(**args)
+            outcome = ("", None, value) if inspect.isawaitable(value) else (as_text(value, limit), None, None)
+        except BaseException as err:  # handed to the awaiting call, which reports it
+            outcome = ("", _raised(err), None)
         try:
-            loop.call_soon_threadsafe(settle, value, err)
+            loop.call_soon_threadsafe(settle, outcome)
         except RuntimeError:  # the loop is closed: nobody waits for this result any more
             pass
 
-    threading.Thread(target=run, name=f"tool-{getattr(fn, '__name__', 'call')}", daemon=True).start()
+    thread = threading.Thread(target=run, name=f"tool-{getattr(fn, '__name__', 'call')}", daemon=True)
+    _TOOL_THREADS.add(thread)
+    thread.start()
     return future
 
 
@@ -583,12 +716,9 @@ def _check_arguments(tool: Tool, arguments: Any) -> tuple[dict[str, Any], str | 
         arguments = {}
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError as err:
-            return (
-                {},
-                f"arguments are not valid JSON ({err.msg} at position {err.pos}); expected an object with {expected}",
-            )
+            arguments = loads_bounded(arguments) if arguments.strip() else {}
+        except ValueError as err:
+            return {}, f"the arguments are {err}; expected an object with {expected}"
     if not isinstance(arguments, dict):
         return {}, f"arguments must be a JSON object, got {type(arguments).__name__}; expected {expected}"
     unknown = sorted(set(arguments) - set(tool.parameters))
@@ -601,16 +731,3 @@ def _check_arguments(tool: Tool, arguments: Any) -> tuple[dict[str, Any], str | 
         if not _type_ok(v, tool.parameters[n]):
             return {}, f"argument {n!r} must be {tool.parameters[n].get('type')}, got {type(v).__name__}"
     return arguments, None
-
-
-def _as_text(value: Any, limit: int) -> str:
-    if isinstance(value, str):
-        text = value
-    else:
-        try:
-            text = json.dumps(value, ensure_ascii=False, default=str)
-        except (TypeError, ValueError):
-            text = str(value)
-    if len(text) > limit:
-        text = text[:limit] + f"\n[truncated: {len(text) - limit} more characters]"
-    return text

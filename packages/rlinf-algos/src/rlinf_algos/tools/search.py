@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+from pydantic import Field, field_validator
 
+from rlinf_core.config import ConfigSection, validate_model
 from rlinf_core.errors import ConfigError
 from rlinf_core.tools import ToolSet
 
@@ -183,6 +185,23 @@ def format_hits(hits: Iterable[Hit], max_chars: int) -> str:
     return "\n".join(lines) if lines else "no results"
 
 
+class SearchConfig(ConfigSection):
+    """The ``search`` tool's ``kwargs``."""
+
+    corpus: str = Field(description="A .jsonl or .parquet file of documents (id, text, title).")
+    top_k: int = Field(3, ge=1, le=1000, description="Passages returned per query.")
+    max_passage_chars: int = Field(500, ge=1, le=1 << 20, description="Each passage is cut to this.")
+    k1: float = Field(1.5, ge=0, le=100, description="BM25 term-frequency saturation.")
+    b: float = Field(0.75, ge=0, le=1, description="BM25 length normalisation.")
+
+    @field_validator("corpus")
+    @classmethod
+    def _exists(cls, value: str) -> str:
+        if not Path(value).expanduser().is_file():
+            raise ValueError(f"search corpus not found: {value} (a .jsonl or .parquet file with id and text)")
+        return value
+
+
 class Search(ToolSet):
     """The built-in ``search`` tool: BM25 over a corpus file, one index per process.
 
@@ -195,10 +214,16 @@ class Search(ToolSet):
 
     PLUGIN_NAME: ClassVar[str] = "search"
     per_episode: ClassVar[bool] = False
+    config_model: ClassVar[type[ConfigSection]] = SearchConfig
 
     def __init__(
         self, corpus: str, top_k: int = 3, max_passage_chars: int = 500, k1: float = 1.5, b: float = 0.75
     ) -> None:
+        validate_model(
+            SearchConfig,
+            {"corpus": corpus, "top_k": top_k, "max_passage_chars": max_passage_chars, "k1": k1, "b": b},
+            prefix="search",
+        )
         self.index = BM25Index(load_documents(corpus), k1=k1, b=b)
         self.top_k = int(top_k)
         self.max_passage_chars = int(max_passage_chars)

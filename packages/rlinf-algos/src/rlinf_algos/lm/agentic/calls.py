@@ -11,17 +11,24 @@ system prompt::
 has no string ``name`` or whose ``arguments`` is neither an object nor a JSON string of one, and
 an opening tag never closed (the turn ran out of tokens), comes back as a :class:`ToolCall` with
 ``error`` set: the episode answers it with that error and counts it as malformed, it never
-raises.
+raises. The JSON is read within :func:`~rlinf_algos.tools.guard.loads_bounded`'s limits (size,
+nesting, integer length), so a model writing ``[[[[...`` or a 5,000-digit number gets an error
+message, not the run a ``RecursionError``; a turn's calls past :data:`MAX_CALLS_PER_TURN` are
+answered with an error and not run.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TOOL_CALL_CLOSE", "TOOL_CALL_OPEN", "ToolCall", "parse_tool_calls"]
+from rlinf_algos.tools.guard import loads_bounded
+
+__all__ = ["MAX_CALLS_PER_TURN", "TOOL_CALL_CLOSE", "TOOL_CALL_OPEN", "ToolCall", "parse_tool_calls"]
+
+MAX_CALLS_PER_TURN = 32
+"""Tool calls of one turn that run; the rest are answered with an error."""
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
@@ -43,12 +50,15 @@ class ToolCall:
         return {"type": "function", "function": {"name": self.name, "arguments": self.arguments or {}}}
 
 
+def _shown(name: str) -> str:
+    return repr(name if len(name) <= 60 else name[:57] + "...")
+
+
 def _one(raw: str) -> ToolCall:
-    body = raw.strip()
     try:
-        obj = json.loads(body)
-    except json.JSONDecodeError as err:
-        return ToolCall(None, None, raw, f"the tool call is not valid JSON ({err.msg} at position {err.pos})")
+        obj = loads_bounded(raw.strip())
+    except ValueError as err:
+        return ToolCall(None, None, raw, f"the tool call is {err}")
     if not isinstance(obj, dict):
         return ToolCall(None, None, raw, f"the tool call must be a JSON object, got {type(obj).__name__}")
     name = obj.get("name")
@@ -57,14 +67,14 @@ def _one(raw: str) -> ToolCall:
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):
         try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError as err:
-            return ToolCall(name, None, raw, f'"arguments" of {name!r} is not valid JSON ({err.msg})')
+            args = loads_bounded(args) if args.strip() else {}
+        except ValueError as err:
+            return ToolCall(name, None, raw, f'"arguments" of {_shown(name)} is {err}')
     if args is None:
         args = {}
     if not isinstance(args, dict):
         return ToolCall(
-            name, None, raw, f'"arguments" of {name!r} must be a JSON object, got {type(args).__name__}'
+            name, None, raw, f'"arguments" of {_shown(name)} must be a JSON object, got {type(args).__name__}'
         )
     return ToolCall(name, args, raw)
 
@@ -72,6 +82,14 @@ def _one(raw: str) -> ToolCall:
 def parse_tool_calls(text: str) -> list[ToolCall]:
     """Every ``<tool_call>...</tool_call>`` block of ``text``, in order (see the module doc)."""
     calls = [_one(m.group(1)) for m in _BLOCK.finditer(text)]
+    for i in range(MAX_CALLS_PER_TURN, len(calls)):
+        c = calls[i]
+        calls[i] = ToolCall(
+            c.name,
+            None,
+            c.raw,
+            f"more than {MAX_CALLS_PER_TURN} tool calls in one turn; this one was not run",
+        )
     tail = text[text.rfind(TOOL_CALL_CLOSE) + len(TOOL_CALL_CLOSE) :] if TOOL_CALL_CLOSE in text else text
     if TOOL_CALL_OPEN in tail:
         raw = tail[tail.index(TOOL_CALL_OPEN) + len(TOOL_CALL_OPEN) :]
