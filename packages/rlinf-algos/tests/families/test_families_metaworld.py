@@ -139,3 +139,74 @@ def test_the_console_script_says_it_in_one_line_with_exit_2(rlinf_script: Any, t
         "--suite: 'MT11' is no MetaWorld task or suite (did you mean 'MT10'? tasks look like "
         "'reach-v3'; suites: MT10, MT50)"
     ]
+
+
+PLACED = """
+cluster:
+  num_nodes: 1
+  component_placement:
+    env: {node_group: node, placement: "0"}
+    rollout: {node_group: node, placement: "0"}
+    actor: {node_group: node, placement: "0"}
+algorithm: {name: ppo, rollout_steps: 50, minibatch_size: 50, update_epochs: 1}
+env: {family: metaworld, id: reach-v3, num_envs: 2, max_episode_steps: 50, timeout_s: 30}
+model: {hidden_sizes: [16]}
+runner: {total_steps: 1500, log_interval: 100, loggers: [csv], seed: 0}
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_simulator_is_started_again_and_the_placed_run_completes(
+    metaworld_ready: None, tmp_path: Path
+) -> None:
+    """PPO on env, rollout and actor workers (embedded Ray); the MetaWorld process under the env
+    worker is killed with SIGKILL after the first metrics row: the env worker starts a new one,
+    the iteration is run again, and the run ends with every metrics row once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(PLACED)
+    run_dir = tmp_path / "run"
+    exe = Path(sys.executable).parent / "rlinf"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.Popen(
+        [str(exe), "train", str(cfg), "--run-dir", str(run_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    killed = None
+    try:
+        deadline = time.monotonic() + 600
+        while killed is None and time.monotonic() < deadline and proc.poll() is None:
+            rows = (
+                (run_dir / "metrics.csv").read_text().splitlines()
+                if (run_dir / "metrics.csv").exists()
+                else []
+            )
+            if len(rows) >= 2:
+                sims = [
+                    p
+                    for p in psutil.Process(proc.pid).children(recursive=True)
+                    if any("metaworld_backend.py" in part for part in p.cmdline())
+                ]
+                if sims:
+                    killed = sims[0].pid
+                    os.kill(killed, signal.SIGKILL)
+            time.sleep(0.5)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert killed is not None, "the run ended before a simulator could be killed"
+    assert proc.returncode == 0, out[-3000:]
+    assert f"pid {killed}" in out and "started it again" in out, out[-3000:]
+    steps = [int(line.split(",")[0]) for line in (run_dir / "metrics.csv").read_text().splitlines()[1:]]
+    assert steps == sorted(set(steps)) and steps[-1] >= 1500, steps

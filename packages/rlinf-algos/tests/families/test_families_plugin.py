@@ -141,3 +141,14 @@ def test_the_stepper_starts_a_dead_simulator_again_and_drops_the_batch(toy_plugi
         assert stepper.restarts == 2
     finally:
         stepper.close()
+
+
+def test_a_local_run_survives_its_simulator_dying_and_drops_the_batch(
+    toy_plugin: Any, tmp_path: Path
+) -> None:
+    run = {**RUN, "env": {**RUN["env"], "options": {"die_at": 20}}}
+    summary = rlinf_algos.train(run, tmp_path / "run", host=toy_plugin)
+    assert summary["total_env_steps"] >= 64 and summary["dropped_batches"] >= 1
+    assert any("died during 'step'" in e and "started it again" in e for e in summary["events"]), summary[
+        "events"
+    ]

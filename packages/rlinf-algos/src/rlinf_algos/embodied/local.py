@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from rlinf_algos.envs import VectorEnvStepper
+from rlinf_algos.families import SimulatorError
 from rlinf_algos.flow import FlowRun
 from rlinf_algos.models import check_policy_spec, parameter_counts
 from rlinf_algos.run_files import POLICY, write_state
@@ -30,6 +31,7 @@ from rlinf_algos.rundir import env_record
 from rlinf_algos.runtime.books import BASE_COLUMNS
 from rlinf_algos.runtime.stop import cuda_rng_state, set_cuda_rng_state
 from rlinf_algos.warm_starts import initial_weights
+from rlinf_core.errors import RlinfError
 
 __all__ = ["EmbodiedLocalRun", "make_stepper"]
 
@@ -68,6 +70,8 @@ class EmbodiedLocalRun(FlowRun):
         self.session: Any = None
         self.stepper: VectorEnvStepper | None = None
         self.warm: dict[str, Any] | None = None
+        self.sim_restarts = 0  # simulator processes started again (runner.max_restarts bounds them)
+        self.iteration_index = 0
 
     def columns(self) -> tuple[str, ...]:
         return BASE_COLUMNS + self.recipe.metric_columns(self.sections.model) + ("success_rate",)
@@ -103,7 +107,19 @@ class EmbodiedLocalRun(FlowRun):
 
     def step(self) -> None:
         d, stepper = self.driver, self.stepper
-        self.session.step()
+        before = stepper.steps
+        try:
+            self.session.step()
+        except SimulatorError as err:  # the stepper started the simulator again: drop the batch
+            self.sim_restarts += 1
+            if self.sim_restarts > self.runner.max_restarts:
+                raise RlinfError(
+                    f"{err}; more than runner.max_restarts ({self.runner.max_restarts}) restarts"
+                ) from None
+            d.drop(self.iteration_index, stepper.steps - before, str(err))
+            d.steps = stepper.steps
+            return
+        self.iteration_index += 1
         d.steps = stepper.steps
         if stepper.steps - d.rec.last_log_step >= self.log_interval:  # metrics() may reset running sums
             d.row(stepper.steps, self.session.metrics())

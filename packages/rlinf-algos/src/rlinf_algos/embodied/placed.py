@@ -354,8 +354,16 @@ class EmbodiedPlacedRun(FlowRun):
             return True
         # -- recovery: drop the partial batch, restart the dead, next generation ------------------
         lost = sum(r.get("steps", 0) for r in env_res)
+        # the root cause first: a dead or failed worker, else the error of the worker that ended
+        # the iteration (a simulator that died under an env worker), else its peers' word
+        said = [
+            f"{c} rank {r}: {res['error']}"
+            for (c, r), res in sorted(results.items())
+            if isinstance(res, dict) and res.get("root_cause")
+        ]
         why = (
             "; ".join(f"{c} rank {r}: {e}" for (c, r), e in (dead | fatal).items())
+            or "; ".join(said[:2])
             or "a peer ended the iteration"
         )
         d.drop(k, lost, why)

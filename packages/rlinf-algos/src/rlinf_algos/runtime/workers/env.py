@@ -166,8 +166,10 @@ class EnvWorker(RoleWorker):
             self._connect(gen, links)
             body(out)
             ok = True
-        except (ChannelError, SimulatorError) as err:  # a peer or a simulator died: this iteration is lost
+        except ChannelError as err:  # a peer died or gave up: this iteration is lost
             out.update(aborted=True, error=str(err))
+        except SimulatorError as err:  # this worker's simulator failed (and was started again)
+            out.update(aborted=True, error=str(err), root_cause=True)
         finally:
             if not ok:  # the peers still waiting on this worker learn it at once
                 close_links(self.links)

@@ -1,0 +1,147 @@
+"""Env steps per second of an env family through rlinf against the simulator's own loop, on one
+core (issue 49, item 7): where the cost of the child process, the pipe and the vector-env
+wrapping goes.
+
+For MetaWorld (``reach-v3``, random actions, state and ``pixels`` at 64x64), side by side in one
+run:
+
+- **bare**: MetaWorld's own loop in its interpreter (the venv ``rlinf env setup metaworld``
+  made): ``env.step`` on one env per copy, reset when an episode ends, nothing else;
+- **rlinf vector env**: :class:`~rlinf_algos.families.subproc.RemoteVectorEnv` (the simulator in
+  a child process, observations and actions over the pipe);
+- **rlinf stepper**: :class:`~rlinf_algos.envs.VectorEnvStepper`, what an env worker steps
+  (episode statistics, action clipping, final observations).
+
+Every process is pinned to one core (``taskset -c CORE``; the child inherits it), so the ratio is
+the overhead per step. Usage::
+
+    uv run python benchmarks/env_families.py --steps 3000 --json benchmarks/results/env_families_metaworld.json
+    uv run python benchmarks/env_families.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import finish, fmt, machine
+
+BARE = r"""
+import json, os, sys, time
+os.environ.setdefault("MUJOCO_GL", "egl")
+import numpy as np, metaworld
+n, steps, pixels = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "pixels"
+bench = metaworld.MT1("reach-v3", seed=0)
+kw = {"render_mode": "rgb_array", "camera_name": "corner", "width": 64, "height": 64} if pixels else {}
+envs = [bench.train_classes["reach-v3"](**kw) for _ in range(n)]
+for i, e in enumerate(envs):
+    e.set_task(bench.train_tasks[i]); e.reset(seed=i)
+    if pixels:
+        import mujoco
+        e.model.vis.quality.offsamples = 0
+        e.render(); v = e.mujoco_renderer._get_viewer("rgb_array")
+        v.scn.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0; v.scn.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
+rng = np.random.default_rng(0); t = [0] * n
+start = time.perf_counter()
+for k in range(steps // n):
+    for i, e in enumerate(envs):
+        e.step(rng.uniform(-1, 1, 4)); t[i] += 1
+        if pixels: e.render()
+        if t[i] >= 500: e.reset(); t[i] = 0
+print(json.dumps({"steps_per_s": (steps // n) * n / (time.perf_counter() - start)}))
+"""
+
+
+def bare(python: str, n: int, steps: int, mode: str, core: int) -> float:
+    out = subprocess.run(
+        ["taskset", "-c", str(core), python, "-c", BARE, str(n), str(steps), mode],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    if out.returncode != 0:
+        raise SystemExit(out.stderr[-2000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])["steps_per_s"]
+
+
+def through_rlinf(n: int, steps: int, mode: str, which: str) -> float:
+    from rlinf_algos.envs import VectorEnvStepper
+
+    obs_mode = "state" if mode == "state" else "pixels"
+    st = VectorEnvStepper("reach-v3", n, 0, family="metaworld", obs_mode=obs_mode, image_size=(64, 64))
+    rng = np.random.default_rng(0)
+    try:
+        raw = st.envs.unwrapped
+        start = time.perf_counter()
+        for _ in range(steps // n):
+            actions = rng.uniform(-1, 1, (n, 4)).astype(np.float32)
+            if which == "stepper":
+                st.step(actions)
+            else:
+                raw.step(actions)
+        return (steps // n) * n / (time.perf_counter() - start)
+    finally:
+        st.close()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--envs", default="1,8")
+    p.add_argument("--modes", default="state,pixels")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--core", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="500 steps, state, 1 repeat")
+    p.add_argument("--json", type=Path, default=None)
+    args = p.parse_args()
+    if args.quick:
+        args.steps, args.modes, args.repeats = 500, "state", 1
+    os.sched_setaffinity(0, {args.core})
+    from rlinf_algos.families import get_family
+    from rlinf_algos.families.venvs import setup_family
+
+    python = str(setup_family(get_family("metaworld"), log=lambda *_: None))
+    t0 = time.perf_counter()
+    report = {
+        "title": "Env family throughput: MetaWorld through rlinf vs its own loop (one core)",
+        "machine": machine(("rlinf-algos", "gymnasium", "numpy"), core=args.core),
+        "rows": [],
+    }
+    print(f"{'mode':<8} {'envs':>4} {'bare':>8} {'vector env':>11} {'stepper':>8} {'overhead':>9}")
+    for mode in args.modes.split(","):
+        for n in (int(x) for x in args.envs.split(",")):
+            b, v, s = [], [], []
+            for _ in range(args.repeats):  # interleaved, so load changes hit every side alike
+                b.append(bare(python, n, args.steps, mode, args.core))
+                v.append(through_rlinf(n, args.steps, mode, "vector"))
+                s.append(through_rlinf(n, args.steps, mode, "stepper"))
+            row = {
+                "family": "metaworld",
+                "task": "reach-v3",
+                "mode": mode,
+                "envs": n,
+                "bare_steps_per_s": float(np.median(b)),
+                "vector_env_steps_per_s": float(np.median(v)),
+                "stepper_steps_per_s": float(np.median(s)),
+                "overhead_pct": 100.0 * (1 - float(np.median(s)) / float(np.median(b))),
+                "repeats": args.repeats,
+            }
+            report["rows"].append(row)
+            print(
+                f"{mode:<8} {n:>4} {fmt(row['bare_steps_per_s']):>8} {fmt(row['vector_env_steps_per_s']):>11} "
+                f"{fmt(row['stepper_steps_per_s']):>8} {fmt(row['overhead_pct'], '.1f'):>8}%"
+            )
+    finish(report, t0, args.json)
+
+
+if __name__ == "__main__":
+    main()
