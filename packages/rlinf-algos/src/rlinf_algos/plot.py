@@ -99,7 +99,45 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
         fig.savefig(path)
         plt.close(fig)
         written.append(path)
+    for result in sorted((run_dir / "eval").glob("*.json")) if (run_dir / "eval").is_dir() else []:
+        written.extend(plot_suite(result, out, plt))
     return written
+
+
+def plot_suite(result_file: Path, out: Path, plt: Any) -> list[Path]:
+    """A suite evaluation's JSON (``rlinf eval --suite``, in ``RUN_DIR/eval/``) as a bar chart:
+    ``success_at_end`` and ``success_once`` per task with their 95 % Wilson intervals; nothing for
+    another JSON."""
+    import json
+
+    try:
+        res = json.loads(Path(result_file).read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(res, dict) or not isinstance(res.get("tasks"), list) or not res["tasks"]:
+        return []
+    tasks = res["tasks"]
+    names = [t["task"] for t in tasks]
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.7 * len(names) + 2), 3.4), dpi=100)
+    width = 0.38
+    for j, key in enumerate(("success_at_end", "success_once")):
+        rates = [t[key]["rate"] if t.get(key) else math.nan for t in tasks]
+        low = [r - t[key]["ci95"][0] if t.get(key) else 0.0 for r, t in zip(rates, tasks, strict=True)]
+        high = [t[key]["ci95"][1] - r if t.get(key) else 0.0 for r, t in zip(rates, tasks, strict=True)]
+        xs = [i + (j - 0.5) * width for i in range(len(names))]
+        ax.bar(xs, rates, width, yerr=[low, high], capsize=2, label=key.replace("_", " "))
+    ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=7)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("success (95% Wilson)")
+    episodes = res.get("episodes_per_task")
+    ax.set_title(f"{res.get('suite')}: {res.get('policy')}, {episodes} episodes per task, seed {res.get('seed')}", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path = out / f"{Path(result_file).stem}.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return [path]
 
 
 def _return_plot(plt: Any, run_dir: Path, cols: dict[str, list[float]], out: Path) -> Path:
