@@ -141,6 +141,21 @@ def test_bad_arguments_are_config_errors_before_maniskill_loads() -> None:
         ManiSkillVectorEnv("PushCube-v1", instruction="pick\nit")
 
 
+def test_maniskill_not_installed_names_the_extra() -> None:
+    code = (
+        "import sys\nsys.modules['mani_skill'] = sys.modules['sapien'] = None  # as if not installed\n"
+        "from rlinf_algos.maniskill_env import ManiSkillVectorEnv\n"
+        "from rlinf_core.errors import ConfigError\n"
+        "try:\n    ManiSkillVectorEnv('PushCube-v1')\n"
+        "except ConfigError as err:\n    print(repr(str(err)))\n"
+    )
+    done = _child(code)
+    assert done.returncode == 0, done.stderr
+    message = done.stdout.strip().splitlines()[-1]
+    assert "ManiSkill is not installed" in message and "rlinf-algos[maniskill]" in message
+    assert "\\n" not in message
+
+
 # -- the env (slow: importing ManiSkill takes 15-30 s here) ----------------------------------------
 
 N = 2

@@ -76,7 +76,7 @@ def import_maniskill() -> Any:
             import mani_skill
             import mani_skill.envs  # registers the tasks
     except ModuleNotFoundError as err:
-        if err.name not in ("mani_skill", "sapien"):
+        if (err.name or "").split(".")[0] not in ("mani_skill", "sapien"):
             raise
         raise ConfigError(
             f"ManiSkill is not installed here (no module named {err.name!r}): install rlinf-algos' "

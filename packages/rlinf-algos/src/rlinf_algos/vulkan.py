@@ -345,7 +345,9 @@ def main(argv: list[str] | None = None) -> int:
             setup = setup_vulkan(args.cache_dir, log=lambda line: print(f"vulkan: {line}", flush=True))
             if setup.fetched is False:
                 print(f"vulkan: lavapipe of Mesa {setup.version} is cached ({setup.icd_file})")
-        if args.command == "check" or _sapien_installed():
+        if args.command == "check" and not _sapien_installed():
+            raise VulkanError("SAPIEN is not installed here: install rlinf-algos' maniskill extra")
+        if _sapien_installed():
             apply_vulkan_env(args.cache_dir)  # SAPIEN is not imported yet in this process
             device = check_vulkan_device()
             loader = system_vulkan_loader() or "SAPIEN's own copy (no system libvulkan1)"
