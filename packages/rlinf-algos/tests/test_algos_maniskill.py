@@ -113,7 +113,10 @@ def test_no_vulkan_device_is_one_line_naming_the_setup_command(tmp_path: Path) -
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
     assert SETUP_COMMAND in lines[0] and missing in lines[0]
-    # the env itself says the same before importing ManiSkill
+
+
+def test_no_vulkan_device_stops_the_env_before_maniskill_loads(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nonexistent_icd.json")
     code = (
         "from rlinf_algos.maniskill_env import ManiSkillVectorEnv\n"
         "from rlinf_algos.vulkan import VulkanError\n"

@@ -350,7 +350,9 @@ def main(argv: list[str] | None = None) -> int:
         if _sapien_installed():
             apply_vulkan_env(args.cache_dir)  # SAPIEN is not imported yet in this process
             device = check_vulkan_device()
-            loader = system_vulkan_loader() or "SAPIEN's own copy (no system libvulkan1)"
+            loader = system_vulkan_loader() or (
+                "SAPIEN's own copy (no system libvulkan1; `apt-get install libvulkan1` for the system's)"
+            )
             print(f"vulkan: SAPIEN renders with {device}; loader {loader}")
     except VulkanError as err:
         print(f"error: {err}", file=sys.stderr)
