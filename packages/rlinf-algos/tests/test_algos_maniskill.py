@@ -233,6 +233,18 @@ def test_same_seed_same_episodes_through_autoresets(push: Any) -> None:
 
 
 @pytest.mark.slow
+def test_unseeded_reset_goes_on_from_the_last_seed(push: Any) -> None:
+    # ManiSkill's own unseeded reset draws from torch's global RNG, which no seed here controls
+    def run() -> np.ndarray:
+        push.reset(seed=5)
+        return push.reset()[0]
+
+    a, b = run(), run()
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a[0], a[1])
+
+
+@pytest.mark.slow
 def test_time_limit_resets_in_the_same_step_with_final_obs(push: Any) -> None:
     from gymnasium.wrappers.vector import RecordEpisodeStatistics
 

@@ -93,6 +93,13 @@ def _to_numpy(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
+def _cat(parts: list[Any], dtype: Any) -> np.ndarray:
+    """ManiSkill's per-env ``[b]`` tensors as one new numpy array ``[N]`` of ``dtype``."""
+    if len(parts) == 1:
+        return _to_numpy(parts[0]).reshape(-1).astype(dtype)
+    return np.concatenate([_to_numpy(p).reshape(-1) for p in parts]).astype(dtype, copy=False)
+
+
 def _time_limit(env: Any) -> int | None:
     """The ``max_episode_steps`` of ManiSkill's ``TimeLimitWrapper`` (or gymnasium's) around ``env``."""
     while env is not None:
@@ -204,7 +211,9 @@ class ManiSkillVectorEnv(gymnasium.vector.VectorEnv):
         self.action_space = batch_space(self.single_action_space, num_envs)
         self._device = first.unwrapped.device
         self._success_once = np.zeros(num_envs, dtype=bool)
-        self._seed_rngs: list[np.random.Generator | None] = [None] * num_envs
+        # where the CPU simulator's sub-envs draw their next seed (ManiSkill's unseeded reset
+        # draws from torch's global RNG, which no seed given here would control)
+        self._seed_rngs = [np.random.default_rng() for _ in range(num_envs)]
         raw = first.unwrapped._init_raw_obs  # the first reset's observation: its layout
         if self._mode != "state":
             sensors = list(raw["sensor_data"])
@@ -303,6 +312,12 @@ class ManiSkillVectorEnv(gymnasium.vector.VectorEnv):
 
     @staticmethod
     def _concat(parts: list[Any]) -> Any:
+        """The sub-envs' observations stacked (always a new array: the parts may be views of
+        ManiSkill's tensors, and autoreset writes rows)."""
+        if len(parts) == 1:
+            return (
+                {k: v.copy() for k, v in parts[0].items()} if isinstance(parts[0], dict) else parts[0].copy()
+            )
         if isinstance(parts[0], dict):
             return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
         return np.concatenate(parts)
@@ -328,17 +343,20 @@ class ManiSkillVectorEnv(gymnasium.vector.VectorEnv):
         self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
         """Reset every sub-env: ``seed`` an int (sub-env ``i`` gets ``seed + i``), a list (one
-        per sub-env) or ``None`` (ManiSkill's own RNG goes on); ``options`` go to ManiSkill's
-        ``reset``. Returns ``(obs, info)``."""
+        per sub-env) or ``None`` (the next seed of each sub-env's generator on the CPU
+        simulator, fresh entropy before any seed; ManiSkill's own RNG on the GPU simulator);
+        ``options`` go to ManiSkill's ``reset``. Returns ``(obs, info)``."""
         if seed is None:
             seeds: list[int] | None = None
+            if self._batch == 1:
+                seeds = [int(rng.integers(2**31)) for rng in self._seed_rngs]
         elif isinstance(seed, (int, np.integer)):
             seeds = [int(seed) + i for i in range(self.num_envs)]
         else:
             seeds = [int(s) for s in seed]
             if len(seeds) != self.num_envs:
                 raise ValueError(f"reset got {len(seeds)} seeds for {self.num_envs} sub-envs")
-        if seeds is not None:
+        if seed is not None:
             self._seed_rngs = [np.random.default_rng(s) for s in seeds]
         parts = []
         for k, env in enumerate(self._envs):
@@ -360,21 +378,19 @@ class ManiSkillVectorEnv(gymnasium.vector.VectorEnv):
             raise ValueError(
                 f"actions of shape {tuple(act.shape)}; expected {(self.num_envs, *self.single_action_space.shape)}"
             )
-        obs_parts, rew, term, trunc, succ, has_succ = [], [], [], [], [], False
-        for k, env in enumerate(self._envs):
-            obs, reward, terminated, truncated, info = env.step(act[k * self._batch : (k + 1) * self._batch])
-            obs_parts.append(self._convert(obs))
-            rew.append(_to_numpy(reward).reshape(-1))
-            term.append(_to_numpy(terminated).reshape(-1))
-            trunc.append(_to_numpy(truncated).reshape(-1))
-            if "success" in info:
-                has_succ = True
-                succ.append(_to_numpy(info["success"]).reshape(-1))
-        next_obs = self._concat(obs_parts)
-        rewards = np.concatenate(rew).astype(np.float32)
-        terminated = np.concatenate(term).astype(bool)
-        truncated = np.concatenate(trunc).astype(bool)
-        success = np.concatenate(succ).astype(bool) if has_succ else np.zeros(self.num_envs, dtype=bool)
+        if len(self._envs) == 1:  # the GPU simulator, or one sub-env
+            outs = [self._envs[0].step(act)]
+        else:
+            b = self._batch
+            outs = [env.step(act[k * b : (k + 1) * b]) for k, env in enumerate(self._envs)]
+        next_obs = self._concat([self._convert(out[0]) for out in outs])
+        rewards = _cat([out[1] for out in outs], np.float32)
+        terminated = _cat([out[2] for out in outs], bool)
+        truncated = _cat([out[3] for out in outs], bool)
+        has_succ = all("success" in out[4] for out in outs)
+        success = (
+            _cat([out[4]["success"] for out in outs], bool) if has_succ else np.zeros(self.num_envs, bool)
+        )
         if self.ignore_terminations:
             terminated[:] = False
         self._success_once |= success
@@ -408,9 +424,7 @@ class ManiSkillVectorEnv(gymnasium.vector.VectorEnv):
                 continue
             rows = local + k * self._batch
             if self._batch == 1:
-                rng = self._seed_rngs[k]
-                seed = int(rng.integers(2**31)) if rng is not None else None
-                obs, _ = env.reset(seed=seed)
+                obs, _ = env.reset(seed=int(self._seed_rngs[k].integers(2**31)))
             else:
                 idx = torch.as_tensor(local, device=self._device)
                 obs, _ = env.reset(options={"env_idx": idx})
