@@ -4,8 +4,8 @@ it needs on a CPU machine (:mod:`rlinf_algos.vulkan`).
 The fast tests cover the driver cache, the errors and the checks made before ManiSkill is
 imported. Everything that builds a ManiSkill env is ``slow``: importing ManiSkill alone takes
 15-30 s on the 2-core machine, and the first camera env compiles shaders for up to a minute.
-These tests need the driver cached (``uv run python -m rlinf_algos.vulkan setup``, which
-.ci/run does before the tests); they download nothing themselves.
+The driver is set up as ``rlinf env setup maniskill`` does (README set-up; .ci/run runs it
+before the tests): from rlinf's cache, or fetched once from Debian's backports when missing.
 """
 
 from __future__ import annotations
@@ -29,11 +29,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:__array_wrap__ must accept conte
 
 
 def _cached_driver() -> vulkan.VulkanSetup:
-    """The driver in rlinf's cache; a failure naming the setup command when it is not there."""
-    cached = setup_vulkan_offline(rlinf_cache_dir())
-    if cached is None:
-        pytest.fail(f"the Vulkan driver is not cached in {rlinf_cache_dir()}: run `{SETUP_COMMAND}` first")
-    return cached
+    """The driver in rlinf's cache, set up as `rlinf env setup maniskill` does when missing."""
+    return setup_vulkan(rlinf_cache_dir())
 
 
 def setup_vulkan_offline(cache: Path) -> vulkan.VulkanSetup | None:

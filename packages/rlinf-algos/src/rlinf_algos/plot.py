@@ -130,7 +130,10 @@ def plot_suite(result_file: Path, out: Path, plt: Any) -> list[Path]:
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("success (95% Wilson)")
     episodes = res.get("episodes_per_task")
-    ax.set_title(f"{res.get('suite')}: {res.get('policy')}, {episodes} episodes per task, seed {res.get('seed')}", fontsize=9)
+    ax.set_title(
+        f"{res.get('suite')}: {res.get('policy')}, {episodes} episodes per task, seed {res.get('seed')}",
+        fontsize=9,
+    )
     ax.legend(fontsize=7)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()

@@ -55,7 +55,7 @@ __all__ = [
     "vulkan_env",
 ]
 
-SETUP_COMMAND = "uv run python -m rlinf_algos.vulkan setup"
+SETUP_COMMAND = "uv run rlinf env setup maniskill"
 """What a user runs to fetch the driver (named by every error here)."""
 
 MIN_MESA = "24.3"

@@ -192,11 +192,13 @@ def test_a_killed_simulator_is_started_again_and_the_placed_run_completes(
                 else []
             )
             if len(rows) >= 2:
-                sims = [
-                    p
-                    for p in psutil.Process(proc.pid).children(recursive=True)
-                    if any("metaworld_backend.py" in part for part in p.cmdline())
-                ]
+                sims = []
+                for p in psutil.Process(proc.pid).children(recursive=True):
+                    try:
+                        if any("metaworld_backend.py" in part for part in p.cmdline()):
+                            sims.append(p)
+                    except psutil.Error:  # gone, or a zombie, meanwhile
+                        continue
                 if sims:
                     killed = sims[0].pid
                     os.kill(killed, signal.SIGKILL)

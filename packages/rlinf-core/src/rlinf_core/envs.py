@@ -117,6 +117,17 @@ class EnvFamily(ABC):
         initial states where the family knows them without building a simulator."""
         return [TaskInfo(str(request.id))]
 
+    def setup(self, log: Any = print) -> None:
+        """Make the simulator work on this machine beyond its interpreter (a driver, assets),
+        idempotent and cheap when done: what ``rlinf env setup FAMILY`` runs after making the
+        family's venv (where it has an :attr:`interpreter`). ``log`` takes progress lines."""
+        return None
+
+    def missing(self) -> str | None:
+        """What this machine lacks for the family beyond its interpreter (``None``: nothing),
+        for ``rlinf env list``; cheap."""
+        return None
+
     def problems(self, env: Mapping[str, Any]) -> list[Any]:
         """:class:`~rlinf_core.errors.ConfigProblem` s of the ``env`` section (a plain
         mapping, already shape-checked): an unknown task or suite, options the family does not

@@ -32,6 +32,7 @@ def list_cmd(as_json: bool) -> None:
         else:
             folder = venv_dir(family.PLUGIN_NAME, interp)
             where, ready = str(folder), (folder / "bin" / "python").is_file()
+        ready = ready and family.missing() is None
         rows.append(
             {
                 "family": family.PLUGIN_NAME,
@@ -56,8 +57,8 @@ def list_cmd(as_json: bool) -> None:
 @click.option("--force", is_flag=True, help="Make the family's interpreter again even if it works.")
 def setup_cmd(family_name: str, force: bool) -> None:
     """Make FAMILY's simulator work on this machine: the venv of its own interpreter (MetaWorld,
-    LIBERO) in rlinf's cache folder, made with uv from pinned requirements; once made, uv's cache
-    makes it again without a network."""
+    LIBERO) in rlinf's cache folder, made with uv from pinned requirements (once made, uv's cache
+    makes it again without a network), and what else it needs (ManiSkill: a Vulkan driver)."""
     from rlinf_algos.families import get_family
     from rlinf_algos.families.venvs import setup_family
 

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from rlinf_core.envs import EnvFamily, Interpreter
 from rlinf_core.errors import ConfigError, RlinfError
@@ -26,12 +27,11 @@ __all__ = ["cache_dir", "family_python", "setup_family", "venv_dir"]
 
 
 def cache_dir() -> Path:
-    """rlinf's cache folder: ``$RLINF_CACHE_DIR``, else ``$XDG_CACHE_HOME/rlinf``, else
-    ``~/.cache/rlinf``."""
-    if os.environ.get("RLINF_CACHE_DIR"):
-        return Path(os.environ["RLINF_CACHE_DIR"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "rlinf"
+    """rlinf's cache folder (:func:`rlinf_algos.vulkan.rlinf_cache_dir`): ``$RLINF_CACHE_DIR``,
+    else ``$XDG_CACHE_HOME/rlinf``, else ``~/.cache/rlinf``."""
+    from rlinf_algos.vulkan import rlinf_cache_dir
+
+    return rlinf_cache_dir()
 
 
 def venv_dir(name: str, interp: Interpreter) -> Path:
@@ -88,14 +88,19 @@ def _uv() -> list[str]:
         ) from None
 
 
-def setup_family(family: EnvFamily, *, force: bool = False, log: object = print) -> Path:
-    """Make (or find) the venv of ``family``'s interpreter and return its Python. Idempotent:
-    an existing venv whose imports work is kept unless ``force``."""
+def setup_family(family: EnvFamily, *, force: bool = False, log: Any = print) -> Path | None:
+    """Make ``family`` work here: the venv of its interpreter (made, or found with its imports
+    working; made again with ``force``), then what else the family sets up
+    (:meth:`~rlinf_core.envs.EnvFamily.setup`: ManiSkill's Vulkan driver). Returns the venv's
+    Python, ``None`` for a family that runs in rlinf's interpreter."""
+    exe = _setup_venv(family, force, log) if family.interpreter is not None else None
+    family.setup(log)
+    return exe
+
+
+def _setup_venv(family: EnvFamily, force: bool, log: Any) -> Path:
     interp = family.interpreter
-    if interp is None:
-        raise RlinfError(
-            f"the {family.PLUGIN_NAME} env family runs in rlinf's own interpreter: nothing to set up"
-        )
+    assert interp is not None
     target = venv_dir(family.PLUGIN_NAME, interp)
     exe = _python_of(target)
     if exe.is_file() and not force and _imports_ok(exe, interp) is None:
