@@ -11,7 +11,9 @@ objects come to rest; the observation after them is the episode's first. Scenes 
 (``hard_reset=False``): an init state sets the whole simulator state, and rebuilding the model at
 every reset (LIBERO's default) costs 8-20 s on a CPU. The fixtures' places (cabinet, stove...),
 which an init state does not hold, are drawn from ``numpy.random`` seeded from the copy's
-generator before each reset, so a reset seed and an init state decide the whole episode.
+generator before each reset, and the state a soft reset would keep (the gripper's commanded
+opening, MuJoCo's solver warm start) is cleared, so a reset seed and an init state decide the
+whole episode, whatever the copy ran before.
 
 Success is LIBERO's ``done`` (the task's goal predicates, ``_check_success``); it ends the episode
 (``terminated``), as in LIBERO's evaluation; the reward is LIBERO's sparse 1 on success.
@@ -172,6 +174,14 @@ class LiberoSim:
         env = self.envs[i]
         env.seed(int(self.rngs[i].integers(2**31)))  # numpy.random: where the fixtures go
         env.reset()
+        # state an init state does not hold, which a soft reset keeps from the last episode and
+        # which would make the same init state and actions give another trajectory: the Panda
+        # gripper's commanded opening (robosuite moves it by steps towards the action's sign) and
+        # MuJoCo's solver warm start
+        for robot in env.env.robots:
+            if hasattr(robot.gripper, "current_action"):
+                robot.gripper.current_action = np.zeros(robot.gripper.dof)
+        env.env.sim.data._data.qacc_warmstart[:] = 0.0
         if self.render_enabled and not self.cheap_scene[i]:
             self._cheap(env)
             self.cheap_scene[i] = True
