@@ -224,3 +224,39 @@ def test_a_misspelt_suite_is_one_line_with_exit_2(rlinf_script: Any, tmp_path: P
 def test_a_missing_interpreter_names_the_setup_command(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not an executable Python interpreter"):
         family_python(get_family("libero"), str(tmp_path / "python"))
+
+
+@pytest.mark.slow
+def test_a_few_ppo_iterations_of_the_vla_model_on_one_task(
+    libero_ready: str, rlinf_script: Any, tmp_path: Path
+) -> None:
+    """examples/libero_spatial_vla.yaml: PPO on the agentview image, proprioception and
+    instruction of LIBERO-spatial task 0, in LIBERO's interpreter; then the saved policy through
+    `rlinf eval --suite` with the run's obs mode, image size and episode limit."""
+    example = Path(__file__).resolve().parents[4] / "examples" / "libero_spatial_vla.yaml"
+    run = tmp_path / "run"
+    done = rlinf_script("train", str(example), "--run-dir", str(run), "--quiet", timeout=900, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = (run / "metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    steps = [int(r.split(",")[0]) for r in rows[1:]]
+    assert steps == [40, 80, 120]  # three updates of 2 envs x 20 steps
+    losses = [float(r.split(",")[header.index("policy_loss")]) for r in rows[1:]]
+    assert all(np.isfinite(losses))
+    out_file = tmp_path / "eval.json"
+    done = rlinf_script(
+        "eval",
+        str(run),
+        "--suite",
+        f"libero:{TASK0}",
+        "--episodes-per-task",
+        "1",
+        "--out",
+        str(out_file),
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(out_file.read_text())
+    assert [e["length"] for e in got["per_episode"]] == [20]
+    assert got["tasks"][0]["success_at_end"]["episodes"] == 1
