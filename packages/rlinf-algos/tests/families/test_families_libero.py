@@ -3,8 +3,8 @@ env setup libero` makes (about 350 MB of wheels the first time; uv's cache makes
 seconds), its suites and instructions, fixed initial states, images, `rlinf eval --suite` with a
 random policy, and a simulator process killed mid-episode.
 
-A LIBERO scene takes 15-60 s to build on 2 CPU cores and steps 7-19 times a second state-only,
-so every test that builds one is ``slow``."""
+A LIBERO scene takes 5-60 s to build on 2 busy CPU cores and steps 7-40 times a second
+state-only, so every test that builds one is ``slow`` but the one that creates and steps it."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def test_the_task_list_is_liberos_own(libero_ready: str) -> None:
 
 
 def test_a_state_env_of_one_task_steps(libero_ready: str) -> None:
-    """The one fast test that builds a LIBERO scene (15-60 s on 2 loaded cores)."""
+    """The one fast test that builds a LIBERO scene (5-60 s on 2 busy cores)."""
     st = VectorEnvStepper(TASK0, 1, 3, family="libero", max_episode_steps=4)
     try:
         spaces = st.spaces()

@@ -16,8 +16,8 @@ has LIBERO's 50 fixed initial states; a reset sets one and lets the objects sett
 truncated at the suite's limit (:data:`~.child.libero_tasks.MAX_EPISODE_STEPS`: 220, 280, 300,
 520, 400; ``env.max_episode_steps`` sets another). LIBERO has no scripted expert.
 ``env.options``: ``cameras`` (``[agentview]``, or ``[agentview, wrist]``: the hand camera as
-``image_wrist``) and ``settle_steps`` (10). On 2 CPU cores an env takes 15-60 s to build and
-steps 7-19 times a second state-only, about 5 with one 128x128 camera.
+``image_wrist``) and ``settle_steps`` (10). On one core of a busy 2-core machine a scene takes
+5-60 s to build and steps 7-40 times a second state-only, 3-13 with one 128x128 camera.
 """
 
 from __future__ import annotations
