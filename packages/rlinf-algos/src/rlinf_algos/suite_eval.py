@@ -114,6 +114,11 @@ def evaluate_suite(
     record: dict[str, Any] = {}
     module = None
     policy_name = str(policy)
+    if policy_name == "expert" and getattr(family, "scripted_expert", True) is False:
+        raise ConfigError(
+            f"the {family.PLUGIN_NAME} family has no scripted expert: evaluate a run directory or `random`",
+            path="RUN_DIR",
+        )
     if policy_name not in BASELINES:
         module, record = load_policy(Path(policy))
         if record.get("env_family", "gymnasium") != family.PLUGIN_NAME:
