@@ -34,7 +34,6 @@ def rlinf_register_models() -> list[type]:
 @hookimpl
 def rlinf_register_env_families() -> list[type]:
     from rlinf_algos.families.gymnasium import GymnasiumFamily
-    from rlinf_algos.families.gymnasium import GymnasiumFamily
     from rlinf_algos.families.libero import LiberoFamily
     from rlinf_algos.families.maniskill import ManiSkillFamily
     from rlinf_algos.families.metaworld import MetaWorldFamily

@@ -114,7 +114,7 @@ def evaluate_suite(
     record: dict[str, Any] = {}
     module = None
     policy_name = str(policy)
-    if policy_name == "expert" and getattr(family, "scripted_expert", True) is False:
+    if policy_name == "expert" and not family.scripted_expert:
         raise ConfigError(
             f"the {family.PLUGIN_NAME} family has no scripted expert: evaluate a run directory or `random`",
             path="RUN_DIR",

@@ -84,6 +84,8 @@ class EnvFamily(ABC):
             (a child process of the env worker), ``None`` when it runs in rlinf's.
         setup_hint: the command that makes the family work on a fresh machine (shown in the
             errors that say it does not, e.g. ``rlinf env setup metaworld``).
+        scripted_expert: whether its vector envs have ``expert_actions()`` (a scripted
+            demonstrator: ``rlinf eval expert``, ``rlinf demos record``).
 
     A subclass implements :meth:`make_vector`, and :meth:`suites` / :meth:`problems` where it
     has suites or settings to check. Torch-free and simulator-free at import: the class is
@@ -94,6 +96,7 @@ class EnvFamily(ABC):
     description: ClassVar[str] = ""
     interpreter: ClassVar[Interpreter | None] = None
     setup_hint: ClassVar[str] = ""
+    scripted_expert: ClassVar[bool] = False
 
     @abstractmethod
     def make_vector(self, request: Any) -> Any:

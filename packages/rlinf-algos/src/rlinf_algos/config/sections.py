@@ -89,21 +89,22 @@ class EnvConfig(ConfigSection):
     family: str = Field(
         "gymnasium",
         min_length=1,
-        description="the env family (`rlinf env list`): gymnasium (any gymnasium id), metaworld, or one a "
-        "plugin registers",
+        description="the env family (`rlinf env list`): gymnasium (any gymnasium id), metaworld, maniskill, "
+        "libero, or one a plugin registers",
     )
     id: str = Field(
         min_length=1,
         description="gymnasium id, e.g. HalfCheetah-v5, or module:EnvName-v0 (the module is imported and "
-        "registers the env); for the other families a task or suite (reach-v3, MT10)",
+        "registers the env); for the other families a task or suite (reach-v3, MT10, PushCube-v1, libero_spatial)",
     )
     options: dict[str, Any] = Field(
-        default_factory=dict, description="the env family's own options (metaworld: camera)"
+        default_factory=dict,
+        description="the env family's own options (metaworld: camera; maniskill: sim_backend...; `rlinf env list`)",
     )
     python: str | None = Field(
         None,
-        description="the interpreter of a family whose simulator runs in its own (metaworld); default: the "
-        "venv `rlinf env setup FAMILY` made",
+        description="the interpreter of a family whose simulator runs in its own (metaworld, libero); default: "
+        "the venv `rlinf env setup FAMILY` made",
     )
     timeout_s: float = Field(
         60.0, gt=0.0, description="seconds a simulator process may take to answer one reset or step"

@@ -64,6 +64,7 @@ class MetaWorldFamily(EnvFamily):
         imports=("metaworld", "numpy", "mujoco"),
     )
     setup_hint = "rlinf env setup metaworld"
+    scripted_expert = True
 
     def suites(self) -> Mapping[str, Sequence[str]]:
         return {"MT10": MT10, "MT50": MT50}
