@@ -297,6 +297,34 @@ def test_ppo_learner_state_roundtrip_continues_identically() -> None:
         assert torch.equal(x, y)
 
 
+def test_critic_warmup_moves_the_critic_alone_for_its_updates() -> None:
+    def rollout() -> PPORollout:
+        g = torch.Generator().manual_seed(1)
+        T, N = 8, 2
+        z = torch.zeros(T, N, dtype=torch.bool)
+        return PPORollout(torch.randn(T, N, 3, generator=g), torch.randn(T, N, 1, generator=g),
+                          torch.randn(T, N, generator=g) - 1, torch.randn(T, N, generator=g),
+                          torch.randn(T, N, generator=g), z, z, torch.zeros(T, N), torch.zeros(N))  # fmt: skip
+
+    torch.manual_seed(0)
+    learner = PPOLearner(
+        GaussianActorCritic(3, 1, (8,)), PPOConfig(minibatch_size=4, critic_warmup=2), seed=0
+    )
+
+    def snapshot() -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        m = learner.model
+        actor = [p.detach().clone() for p in [*m.actor_mean.parameters(), m.actor_log_std]]
+        return actor, [p.detach().clone() for p in m.critic.parameters()]
+
+    for update in range(3):
+        actor, critic = snapshot()
+        learner.update(rollout())
+        actor_after, critic_after = snapshot()
+        assert not all(torch.equal(a, b) for a, b in zip(critic, critic_after, strict=True))
+        actor_moved = not all(torch.equal(a, b) for a, b in zip(actor, actor_after, strict=True))
+        assert actor_moved == (update >= 2), update
+
+
 def test_ctrl_c_writes_checkpoint_and_summary(tmp_path: Path) -> None:
     seen: list[int] = []
 

@@ -38,6 +38,12 @@ class PPOConfig(ConfigSection):
     ent_coef: float = Field(0.0, ge=0.0, description="weight of the entropy bonus")
     vf_coef: float = Field(0.5, ge=0.0, description="weight of the value loss")
     max_grad_norm: float | None = Field(0.5, gt=0.0, description="global gradient-norm clip, or null")
+    critic_warmup: int = Field(
+        0,
+        ge=0,
+        description="updates that train the critic alone before the policy moves (a warm-started policy "
+        "keeps what it learned while the value function catches up; RLinf's critic warm-up)",
+    )
     target_kl: float | None = Field(
         None, gt=0.0, description="stop an update's epochs once approx KL exceeds it"
     )

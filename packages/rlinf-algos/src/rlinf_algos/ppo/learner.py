@@ -120,6 +120,8 @@ class PPOLearner:
         # a model with an auxiliary loss (vla's predict_privileged) adds it to each minibatch's
         has_aux = callable(getattr(model, "auxiliary_loss", None)) and bool(getattr(model, "aux_coef", 0))
         aux_sum = torch.zeros((), device=dev)
+        # critic warm-up: the first updates fit the value function alone (the policy's gradient is 0)
+        pg_coef = 0.0 if self.version < cfg.critic_warmup else 1.0
         for _ in range(cfg.update_epochs):
             used = torch.randperm(B, generator=self.generator, device="cpu")[: M * mb].to(dev)
             e_obs, e_act = obs_tree.take(b_obs, used), b_act[used]
@@ -135,7 +137,7 @@ class PPOLearner:
                     log_ratio = logp - e_logp[a:b]
                     pg = F.policy_loss(log_ratio, e_adv[i, u:v], cfg.clip_low, cfg.clip_high, cfg.dual_clip)
                     vf = F.value_loss(value, e_ret[a:b], e_val[a:b], cfg.value_clip)
-                    loss = pg + cfg.vf_coef * vf
+                    loss = pg * pg_coef + cfg.vf_coef * vf
                     aux = model.auxiliary_loss() if has_aux else None
                     if aux is not None:
                         loss = loss + aux
