@@ -338,10 +338,12 @@ class LMLearner:
         multi-agent mode the lead's and every subagent's) and uniform-group flags (see
         :func:`sequence_advantages`)."""
         rewards, _ = self.rewards(batch)
+        idx = batch["episode_index"]
+        if rewards.numel() == 0:  # dynamic sampling found no group to learn from
+            return torch.zeros(idx.shape), torch.ones(idx.shape, dtype=torch.bool)
         mask = batch.get("loss_mask")
         lengths = None if mask is None else episode_tokens(mask, batch["episode_index"], rewards.shape[0])
         adv_e = self.estimator(Outcomes.consecutive(rewards, self.cfg.group_size, lengths), self.cfg)
-        idx = batch["episode_index"]
         return adv_e[idx], self.uniform(rewards, idx)
 
     def hold(self, batch: dict[str, Tensor]) -> dict[str, Tensor] | None:

@@ -163,9 +163,10 @@ def _collect(host: Any) -> tuple[dict[str, Any], dict[str, Any]]:
                 name = _name_of(fn)
                 key = name.casefold()
                 if key in found:
+                    kind = "advantage estimator" if hook == _ESTIMATOR_HOOK else "policy loss"
                     raise PluginError(
-                        f"{hook.removeprefix('rlinf_register_').rstrip('s').replace('_', ' ')} {name!r} is "
-                        f"registered twice: by {found[key][1]} and by {owner}; disable one with RLINF_DISABLE_PLUGINS"
+                        f"{kind} {name!r} is registered twice: by {found[key][1]} and by {owner}; "
+                        "disable one with RLINF_DISABLE_PLUGINS"
                     )
                 found[key] = (fn, owner)
         out.append({k: v[0] for k, v in found.items()})
