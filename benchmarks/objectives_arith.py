@@ -68,7 +68,7 @@ def one_seed(seed: int, budget: float, work: Path, extra: list[str], done: Any) 
         args = [
             "train", EXAMPLE, "runner.scheduler=local", f"runner.seed={seed}", f"runner.time_limit_s={budget}",
             "algorithm.iterations=100000", "runner.eval_interval=0", "runner.checkpoint_interval=0",
-            *start, *overrides, *extra, "--run-dir", str(run_dir), "--quiet",
+            *extra, *start, *overrides, "--run-dir", str(run_dir), "--quiet",
         ]  # fmt: skip
         wall, cmd = _rlinf(args, work / f"{name}-{seed}.log")
         s = json.loads((run_dir / "summary.json").read_text())

@@ -191,3 +191,37 @@ def test_grpo_arith_runs_each_by_name(tmp_path: Path, extra: list[str]) -> None:
     if run.algorithm.dynamic_sampling is not None:
         assert 0 <= rows[0]["draws"] <= 2 and "overlong_penalty" in rows[0]
     assert objectives.resolve_aggregation(run.algorithm) in objectives.AGGREGATIONS
+
+
+@pytest.mark.slow
+def test_grpo_arith_dynamic_sampling_on_placed_workers(tmp_path: Path, rlinf_script: Any) -> None:
+    """``rlinf train`` on its default scheduler (ray: rollout, reward and actor workers): an
+    iteration whose update the actor defers draws more prompts through the same workers (the
+    actor's version moves on each draw, so every draw has channel keys of its own)."""
+    overrides = [o for o in TINY if not o.startswith("runner.scheduler")]
+    proc = rlinf_script(
+        "train", str(EXAMPLES / "grpo_arith.yaml"), *overrides, "algorithm.iterations=2",
+        "algorithm.adv_estimator=rloo", "algorithm.policy_loss=dapo", "+algorithm.dynamic_sampling={max_draws: 2}",
+        "--run-dir", str(tmp_path / "run"), "--quiet", timeout=900, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["scheduler"] == "ray" and summary["iterations"] == 2
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [1, 2] and all(0 <= r["draws"] <= 2 for r in rows)
+
+
+@pytest.mark.slow
+def test_embodied_grpo_by_name_on_placed_workers(tmp_path: Path) -> None:
+    """``examples/grpo_pendulum.yaml`` shortened on its default scheduler (ray: env, rollout,
+    reward, reference and actor workers): the reward worker scores with the named estimator and
+    the success band, the actor trains with the named loss."""
+    local = [o for o in PENDULUM_SHORT if not o.startswith("runner.scheduler")]
+    extra = [
+        "algorithm.adv_estimator=reinforce_plus_plus", "algorithm.policy_loss=gspo",
+        "+algorithm.success_band={low: 0.0, high: 0.9, success_return: 10.0}", "runner.total_steps=200",
+    ]  # fmt: skip
+    config = apply_overrides(load_yaml(EXAMPLES / "grpo_pendulum.yaml"), [*local, *extra])
+    summary = run_training(config, run_dir=tmp_path / "run")
+    assert summary["workers"]["reward"] == 1 and summary["total_env_steps"] >= 200
+    assert summary["restarts"] == 0 and summary["dropped_batches"] == 0
