@@ -94,9 +94,10 @@ def concat_batches(parts: Sequence[dict[str, Tensor]], pad_id: int = 0) -> dict[
 def select_groups(batch: dict[str, Tensor], groups: Tensor, group_size: int) -> dict[str, Tensor]:
     """The part of ``batch`` holding the episodes of ``groups`` (``[K]`` group numbers, in
     order) and their sequences, episodes renumbered group after group."""
-    episodes = (groups.unsqueeze(1) * group_size + torch.arange(group_size)).reshape(-1)
-    new_index = torch.full((int(batch["rewards"].shape[0]),), -1, dtype=torch.long)
-    new_index[episodes] = torch.arange(len(episodes))
+    dev = batch["episode_index"].device  # the host batch's
+    episodes = (groups.to(dev).unsqueeze(1) * group_size + torch.arange(group_size, device=dev)).reshape(-1)
+    new_index = torch.full((int(batch["rewards"].shape[0]),), -1, dtype=torch.long, device=dev)
+    new_index[episodes] = torch.arange(len(episodes), device=dev)
     mapped = new_index[batch["episode_index"]]
     rows = (mapped >= 0).nonzero().flatten()
     out = {
@@ -340,7 +341,9 @@ class LMLearner:
         rewards, _ = self.rewards(batch)
         idx = batch["episode_index"]
         if rewards.numel() == 0:  # dynamic sampling found no group to learn from
-            return torch.zeros(idx.shape), torch.ones(idx.shape, dtype=torch.bool)
+            return torch.zeros(idx.shape, device=idx.device), torch.ones(
+                idx.shape, dtype=torch.bool, device=idx.device
+            )
         mask = batch.get("loss_mask")
         lengths = None if mask is None else episode_tokens(mask, batch["episode_index"], rewards.shape[0])
         adv_e = self.estimator(Outcomes.consecutive(rewards, self.cfg.group_size, lengths), self.cfg)
@@ -364,7 +367,7 @@ class LMLearner:
             return select_groups(batch, keep, cfg.group_size)  # nothing to learn from
         out = concat_batches(self.held)
         if held > cfg.prompts_per_iter:
-            out = select_groups(out, torch.arange(cfg.prompts_per_iter), cfg.group_size)
+            out = select_groups(out, torch.arange(cfg.prompts_per_iter, device="cpu"), cfg.group_size)
         self.held = []
         return out
 
