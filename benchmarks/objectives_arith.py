@@ -19,6 +19,7 @@ Usage::
     uv run python benchmarks/objectives_arith.py                                  # seeds 0, 1, 2
     uv run python benchmarks/objectives_arith.py --quick                          # seed 0, short
     uv run python benchmarks/objectives_arith.py --json benchmarks/results/objectives_arith_3seeds.json
+    uv run python benchmarks/objectives_arith.py --set task.num_terms=[2] --set sft.target_accuracy=0.25
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ def one_seed(seed: int, budget: float, work: Path, extra: list[str], done: Any) 
             *extra, *start, *overrides, "--run-dir", str(run_dir), "--quiet",
         ]  # fmt: skip
         wall, cmd = _rlinf(args, work / f"{name}-{seed}.log")
+        cmd = cmd.replace(f"{work}/", "W/")  # the record names no folder of this machine
         s = json.loads((run_dir / "summary.json").read_text())
         rows.append(
             {
@@ -115,13 +117,17 @@ def main() -> None:
     )
     ap.add_argument("--jobs", type=int, default=1, help="seeds run side by side")
     ap.add_argument("--quick", action="store_true", help="seed 0, a short warm start, 20 s of training")
+    ap.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="an override for every run (repeatable), e.g. task.num_terms=[2] for a shorter warm start",
+    )  # fmt: skip
     ap.add_argument("--work", type=Path, default=None, help="where the runs go (default: a temporary folder)")
     ap.add_argument("--json", type=Path, default=None, help="write the results here (after every run)")
     args = ap.parse_args()
-    extra: list[str] = []
+    extra: list[str] = list(args.overrides)
     if args.quick:
         args.seeds, args.budget = [0], 20.0
-        extra = ["sft.steps=300", "task.eval_size=64"]
+        extra += ["sft.steps=300", "task.eval_size=64"]
     work = args.work or Path(tempfile.mkdtemp(prefix="objectives-arith-"))
     work.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
@@ -156,7 +162,9 @@ def write(path: Path, rows: list[dict[str, Any]], args: argparse.Namespace, date
         ),
         "command": [
             f"uv run python benchmarks/objectives_arith.py --seeds {' '.join(map(str, args.seeds))} "
-            f"--budget {args.budget:g}" + (" --quick" if args.quick else "")
+            f"--budget {args.budget:g}"
+            + "".join(f" --set {o}" for o in args.overrides)
+            + (" --quick" if args.quick else "")
         ],
         "seeds": args.seeds,
         "variants": {k: v or ["the example as it is"] for k, v in VARIANTS.items()},
