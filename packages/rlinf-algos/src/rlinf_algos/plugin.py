@@ -1,7 +1,9 @@
 """rlinf plugin of rlinf-algos (entry point ``algos``).
 
 Registers the ``ppo``, ``sac``, ``grpo``, ``grpo_lm`` and ``ppo_lm`` algorithms, the ``mlp``, ``vla`` and ``hf`` model types, the
-``exact_match``, ``math`` and ``arith`` rewards, the ``hf`` rollout engine and the ``rlinf train|eval|plot|sft`` commands. Must
+``exact_match``, ``math`` and ``arith`` rewards, the ``hf`` rollout engine, the ``gae``, ``grpo``, ``dr_grpo``, ``rloo`` and
+``reinforce_plus_plus`` advantage estimators, the ``ppo_clip``, ``dapo`` and ``gspo`` policy losses
+and the ``rlinf train|eval|plot|sft`` commands. Must
 import without torch, gymnasium or mujoco: each algorithm's package (:mod:`rlinf_algos.ppo`...)
 imports only pydantic and rlinf_core and loads its training code when it runs.
 """
@@ -61,6 +63,20 @@ def rlinf_register_tools() -> list[Any]:
     from rlinf_algos.tools.search import Search
 
     return [Search, Python]
+
+
+@hookimpl
+def rlinf_register_advantage_estimators() -> list[Any]:
+    from rlinf_algos.objectives import advantages as a
+
+    return [a.gae, a.grpo, a.dr_grpo, a.rloo, a.reinforce_plus_plus]
+
+
+@hookimpl
+def rlinf_register_policy_losses() -> list[Any]:
+    from rlinf_algos.objectives import losses
+
+    return [losses.ppo_clip, losses.dapo, losses.gspo]
 
 
 @hookimpl

@@ -178,6 +178,44 @@ def rlinf_register_tools() -> list[Callable[..., Any] | type[ToolSet]] | None:
 
 
 @hookspec
+def rlinf_register_advantage_estimators() -> list[Callable[..., Any]] | None:
+    """Register advantage estimators, selected by ``algorithm.adv_estimator`` in the run YAML
+    (``gae``, ``grpo``, ``dr_grpo``, ``rloo`` and ``reinforce_plus_plus`` are shipped by
+    rlinf-algos).
+
+    :returns: functions, each named by its ``PLUGIN_NAME`` attribute (else its ``__name__``) and
+        marked with rlinf-algos' ``rlinf_algos.objectives.advantage_estimator`` decorator, which
+        says which kind it is: an *outcome* estimator ``fn(outcomes, cfg) -> Tensor [E]`` (one
+        advantage per episode from the episodes' rewards in groups: ``grpo``, ``grpo_lm``) or a
+        *critic* estimator ``fn(steps, cfg) -> (advantages, returns)`` (per-step rewards and a
+        critic's values: ``ppo``, ``ppo_lm``); ``cfg`` is the validated ``algorithm`` section.
+        Two plugins claiming one name is an error naming both. ``None`` or an empty list
+        registers nothing.
+
+    Called in the driver (config validation) and in the processes that compute advantages (the
+    actor, the reward worker of embodied GRPO). The functions may import torch at module level:
+    the hook runs only when a run names an estimator.
+    """
+
+
+@hookspec
+def rlinf_register_policy_losses() -> list[Callable[..., Any]] | None:
+    """Register policy losses, selected by ``algorithm.policy_loss`` in the run YAML
+    (``ppo_clip``, ``dapo`` and ``gspo`` are shipped by rlinf-algos).
+
+    :returns: functions ``fn(log_prob, old_log_prob, advantages, mask, settings,
+        ref_log_prob=None) -> (loss, stats)`` over ``[B, L]`` tensors (``settings``:
+        ``rlinf_algos.objectives.losses.LossSettings``; ``stats``: ``kl``, ``clip_fraction``,
+        ``ratio_mean``), named by their ``PLUGIN_NAME`` (rlinf-algos'
+        ``rlinf_algos.objectives.policy_loss`` decorator sets it, and the aggregation the loss is
+        defined with) or ``__name__``. Two plugins claiming one name is an error naming both.
+        ``None`` or an empty list registers nothing.
+
+    Called in the driver (config validation) and in the actor processes.
+    """
+
+
+@hookspec
 def rlinf_register_commands(cli: click.Group) -> None:
     """Add subcommands to the ``rlinf`` command line.
 

@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from rlinf_algos.config import STRICT
+from rlinf_algos.objectives import AGGREGATION_HELP, Aggregation, registered_name
 from rlinf_core.config import ConfigSection
 
-__all__ = ["GRPOConfig"]
+__all__ = ["GRPOConfig", "SuccessBandConfig"]
+
+
+class SuccessBandConfig(ConfigSection):
+    """``algorithm.success_band`` (embodied GRPO): keep only the groups whose success rate lies in
+    ``[low, high]`` (SimpleVLA-RL's filter); an episode succeeds when its return reaches
+    ``success_return``."""
+
+    model_config = STRICT
+
+    low: float = Field(0.1, ge=0.0, le=1.0, description="lowest group success rate kept")
+    high: float = Field(0.9, ge=0.0, le=1.0, description="highest group success rate kept")
+    success_return: float = Field(..., description="an episode whose return is at least this succeeded")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Any:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) must not exceed high ({self.high})")
+        return self
 
 
 class GRPOConfig(ConfigSection):
@@ -29,6 +48,19 @@ class GRPOConfig(ConfigSection):
     kl_coef: float = Field(0.0, ge=0.0, description="weight of the k3 KL to the reference policy")
     scale_advantages: bool = Field(True, description="divide by the group std (false: Dr. GRPO)")
     max_grad_norm: float | None = Field(0.5, gt=0.0, description="global gradient-norm clip, or null")
-    aggregation: Literal["token-mean", "seq-mean-token-mean"] = Field(
-        "token-mean", description="average the loss over all valid steps, or per episode then over episodes"
+    adv_estimator: str = Field(
+        "grpo", description="registered advantage estimator: grpo, dr_grpo, rloo, reinforce_plus_plus"
     )
+    policy_loss: str = Field("ppo_clip", description="registered policy loss: ppo_clip, dapo, gspo")
+    aggregation: Aggregation | None = Field(None, description=AGGREGATION_HELP)
+    loss_norm_length: int | None = Field(
+        None,
+        ge=1,
+        description="the constant C of seq-mean-token-sum-norm (Dr. GRPO); null: the longest episode",
+    )
+    success_band: SuccessBandConfig | None = Field(
+        None, description="train only on groups whose success rate lies in [low, high]; null: every group"
+    )
+
+    critic_estimators: ClassVar[bool] = False
+    _registered = field_validator("adv_estimator", "policy_loss")(registered_name)

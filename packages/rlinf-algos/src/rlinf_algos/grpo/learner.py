@@ -13,11 +13,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from rlinf_algos import objectives
 from rlinf_algos.channels import advantage_key, scored_key
 from rlinf_algos.flow import LearnerContext, LearnerSide
 from rlinf_algos.grpo import functional as F
 from rlinf_algos.grpo.config import GRPOConfig
 from rlinf_algos.models.mlp import GaussianActorCritic, module_device
+from rlinf_algos.objectives.losses import LossSettings, aggregation_share
 from rlinf_algos.optim import LeanAdam, clip_grad_norm, make_adam
 from rlinf_algos.parallel import DataParallel
 from rlinf_core.errors import RlinfError
@@ -74,26 +76,52 @@ class GRPOLearner:
         self.adam = LeanAdam(self.optimizer)
         self.generator = torch.Generator().manual_seed(seed)
         self.version = 0
+        # the registered functions the section names (rlinf_algos.objectives)
+        self.estimator = objectives.estimator(cfg.adv_estimator)
+        self.loss_fn = objectives.loss_function(cfg.policy_loss)
+        self.aggregation = objectives.resolve_aggregation(cfg)
+        self.loss_settings = LossSettings(
+            cfg.clip_low, cfg.clip_high, cfg.kl_coef, self.aggregation, cfg.loss_norm_length
+        )
 
     def update(
-        self, r: GRPORollout, advantages: Tensor | None = None, ref_log_probs: Tensor | None = None
+        self,
+        r: GRPORollout,
+        advantages: Tensor | None = None,
+        ref_log_probs: Tensor | None = None,
+        keep: Tensor | None = None,
     ) -> dict[str, float]:
-        """One update on ``r``. ``advantages`` ``[S]`` (the reward worker's) default to the group
-        advantages of ``r.returns`` (groups of consecutive sequences); ``ref_log_probs``
-        ``[S, L]`` (the reference worker's) to this learner's frozen copy's. Everything is moved
-        to the learner's device first (no-ops on the CPU); the permutations are drawn on the
-        host, so a seed gives the same minibatches on any device."""
+        """One update on ``r``. ``advantages`` ``[S]`` (the reward worker's) default to the
+        registered estimator's (``algorithm.adv_estimator``) of ``r.returns`` (groups of
+        consecutive sequences); ``keep`` ``[S]`` (the reward worker's) to the groups inside
+        ``algorithm.success_band`` (every group without one); ``ref_log_probs`` ``[S, L]`` (the
+        reference worker's) to this learner's frozen copy's. Everything is moved to the
+        learner's device first (no-ops on the CPU); the permutations are drawn on the host, so
+        a seed gives the same minibatches on any device. Returns the mean loss, KL, clip
+        fraction, gradient norm and ``kept_groups``."""
         cfg, dev = self.cfg, self.device
         r = r.to(dev)
         if advantages is not None:
             advantages = advantages.to(dev)
         if ref_log_probs is not None:
             ref_log_probs = ref_log_probs.to(dev)
-        adv = (
-            advantages
-            if advantages is not None
-            else F.group_advantages(r.returns, cfg.group_size, scale=cfg.scale_advantages)
-        )
+        if advantages is None:
+            ids = torch.arange(r.returns.shape[0], device=dev) // cfg.group_size
+            advantages, keep = F.score_episodes(self.estimator, cfg, r.returns, ids, r.lengths)
+        adv = advantages
+        kept_groups = float(r.returns.shape[0] // cfg.group_size)
+        if keep is not None and not bool(keep.all()):  # the success band left groups out
+            keep = keep.to(dev)
+            kept_groups = float(int(keep.sum()) // cfg.group_size)
+            if not bool(keep.any()):
+                self.version += 1
+                zero = {"policy_loss": 0.0, "kl_ref": 0.0, "clip_fraction": 0.0, "grad_norm": 0.0}
+                return {**zero, "kept_groups": 0.0}
+            r = replace(r, **{f.name: getattr(r, f.name)[keep] for f in fields(r) if f.name != "version"})
+            adv = adv[keep]
+            ref_log_probs = ref_log_probs[keep] if ref_log_probs is not None else None
+        if cfg.loss_norm_length is None:  # Dr. GRPO's constant: the longest episode
+            self.loss_settings.norm_length = int(r.mask.shape[1])
         S = r.obs.shape[0]
         ref_logp = ref_log_probs
         if ref_logp is None and cfg.kl_coef > 0:
@@ -121,24 +149,21 @@ class GRPOLearner:
                 for j, (u, v) in enumerate(pieces):
                     sub = idx[u:v]
                     logp, _, _ = self.model.evaluate(r.obs[sub], r.actions[sub])
-                    loss, stats = F.policy_loss(
+                    loss, stats = self.loss_fn(
                         logp,
                         r.log_probs[sub],
                         adv[sub],
                         r.mask[sub],
-                        cfg.clip_low,
-                        cfg.clip_high,
+                        self.loss_settings,
                         ref_log_prob=ref_logp[sub] if ref_logp is not None else None,
-                        kl_coef=cfg.kl_coef,
-                        aggregation=cfg.aggregation,
                     )
-                    share = 1.0 if plain else F.aggregation_share(r.mask[sub], r.mask[idx], cfg.aggregation)
+                    share = 1.0 if plain else aggregation_share(r.mask[sub], r.mask[idx], self.aggregation)
                     if plain:
                         loss.backward()
                     else:
                         dp.backward(loss, share, last=j == len(pieces) - 1)
                     # the KL and clip statistics are token means whatever the loss aggregates
-                    tokens = 1.0 if plain else F.aggregation_share(r.mask[sub], r.mask[idx])
+                    tokens = 1.0 if plain else aggregation_share(r.mask[sub], r.mask[idx])
                     sums[:3] += torch.stack(
                         [loss.detach() * share, stats["kl"] * tokens, stats["clip_fraction"] * tokens]
                     )
@@ -157,7 +182,13 @@ class GRPOLearner:
         if dp.distributed:  # each rank summed its parts' shares
             sums[:3] = dp.mean(sums[:3]) * dp.world
         s = (sums / max(n, 1)).tolist()
-        return {"policy_loss": s[0], "kl_ref": s[1], "clip_fraction": s[2], "grad_norm": s[3]}
+        return {
+            "policy_loss": s[0],
+            "kl_ref": s[1],
+            "clip_fraction": s[2],
+            "grad_norm": s[3],
+            "kept_groups": kept_groups,
+        }
 
     def state_dict(self) -> dict[str, Any]:
         """The single-process format whatever the learner group (gathered with FSDP)."""
@@ -224,7 +255,8 @@ class GRPOLearnerSide(LearnerSide):
         )
         ref = cat("ref_log_probs") if self.cfg.kl_coef > 0 else None
         adv = torch.from_numpy(np.concatenate(scored["advantages"])).float()
-        metrics: dict[str, Any] = self.learner.update(rollout, advantages=adv, ref_log_probs=ref)
+        keep = torch.from_numpy(np.concatenate(scored["keep"])) if "keep" in scored else None
+        metrics: dict[str, Any] = self.learner.update(rollout, advantages=adv, ref_log_probs=ref, keep=keep)
         for it in items:
             m = it["moments"]
             self.model.fold_obs_moments(m["mean"], m["var"], m["count"])

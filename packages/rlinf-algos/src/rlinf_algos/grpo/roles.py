@@ -22,14 +22,17 @@ class EpisodeScorer:
     may span workers), and sends the advantages to the actor (:func:`advantage_key`). Needs no
     torch model and no accelerator: place it on any CPU node.
 
-    Reads ``algorithm`` (the section as a dict: ``group_size``, ``scale_advantages``) and
+    Scores with the registered estimator ``algorithm.adv_estimator`` (and leaves out the groups
+    outside ``algorithm.success_band``, sending a ``keep`` mask beside the advantages).
+    Reads ``algorithm`` (the section as a dict) and
     ``rollout_world`` from the host's options, and the host's ``traj`` channel.
     """
 
     def __init__(self, host: Any) -> None:
         algo = host.options["algorithm"]
         self.group_size = int(algo["group_size"])
-        self.scale = bool(algo.get("scale_advantages", True))
+        self.algo = algo  # the section as a dict (validated into GRPOConfig when scoring)
+        self.cfg: Any = None
         self.traj_ch, self.timeout = host.channel("traj"), host.timeout
         self.rollout_world = int(host.options["rollout_world"])
 
@@ -37,7 +40,13 @@ class EpisodeScorer:
         """Score generation ``gen``'s episodes; returns statistics, or ``aborted``."""
         import torch
 
-        from rlinf_algos.grpo.functional import group_advantages_by_id
+        from rlinf_algos import objectives
+        from rlinf_algos.grpo.config import GRPOConfig
+        from rlinf_algos.grpo.functional import score_episodes
+
+        if self.cfg is None:
+            self.cfg = GRPOConfig.model_validate(self.algo)
+            self.estimator = objectives.estimator(self.cfg.adv_estimator)
 
         try:
             items = get_all(
@@ -47,10 +56,16 @@ class EpisodeScorer:
                 return {"aborted": True}
             returns = torch.from_numpy(np.concatenate([it["returns"] for it in items])).float()
             gids = torch.from_numpy(np.concatenate([it["gid"] for it in items])).long()
-            adv = group_advantages_by_id(returns, gids, self.group_size, scale=self.scale).numpy()
+            lengths = torch.from_numpy(np.concatenate([it["lengths"] for it in items])).float()
+            adv_t, keep_t = score_episodes(self.estimator, self.cfg, returns, gids, lengths)
+            adv, keep = adv_t.numpy(), keep_t.numpy()
             sizes = np.cumsum([len(it["returns"]) for it in items])[:-1]
             self.traj_ch.put(
-                {"advantages": np.split(adv, sizes), "returns": returns.numpy()},
+                {
+                    "advantages": np.split(adv, sizes),
+                    "keep": np.split(keep, sizes),
+                    "returns": returns.numpy(),
+                },
                 advantage_key(gen),
                 timeout=self.timeout,
             )

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -40,6 +40,14 @@ from pydantic import (
 
 from rlinf_algos.config import ActorConfig, LoraConfig
 from rlinf_algos.config.validated import carried_sections
+from rlinf_algos.lm.algorithm_config import (
+    ASK_DESCRIPTION,
+    DynamicSamplingConfig,
+    LMGRPOConfig,
+    LMPPOConfig,
+    OverlongConfig,
+    SubagentsConfig,
+)
 from rlinf_algos.lm.data import DataConfig
 from rlinf_algos.tools.registry import ToolEntry
 from rlinf_algos.weight_sync import WeightSyncMode, weight_sync_field
@@ -48,8 +56,10 @@ from rlinf_core.errors import ConfigError, ConfigProblem
 
 __all__ = [
     "ALGORITHM_CONFIGS",
+    "ASK_DESCRIPTION",
     "ArithTaskConfig",
     "CriticConfig",
+    "DynamicSamplingConfig",
     "LMGRPOConfig",
     "LMModelConfig",
     "LMPPOConfig",
@@ -57,6 +67,7 @@ __all__ = [
     "LMRunnerConfig",
     "LoraConfig",
     "ModelInitConfig",
+    "OverlongConfig",
     "SFTConfig",
     "SubagentsConfig",
     "ToolsConfig",
@@ -66,154 +77,6 @@ __all__ = [
 ]
 
 _STRICT = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
-
-
-ASK_DESCRIPTION = (
-    "Ask a subagent one self-contained question. The subagent searches in a context of its own "
-    "and answers; its answer comes back as this call's result."
-)
-"""The default description of the lead's subagent tool (what its schema says)."""
-
-
-class SubagentsConfig(ConfigSection):
-    """``algorithm.subagents``: a lead agent whose tool is a subagent (WideSeek-R1's shape, seed
-    003). The lead's episodes (the ``data`` prompts) may call ``tool`` (``ask(question)``) in
-    their chat template's tool-call format; each call plays a subagent episode with the same
-    policy in a fresh context (its own user message, the question; its own tools and limits)
-    whose final answer comes back to the lead as the call's ``tool`` message. Calls of one turn
-    run concurrently, their turns batched with every other episode's. The lead's and every
-    subagent's sequences are trained on, sharing the lead's reward and group advantage
-    (:mod:`rlinf_algos.lm.agentic.subagents`)::
-
-        algorithm:
-          subagents: {tool: ask, tools: [search], max_turns: 3, max_response_tokens: 256}
-    """
-
-    model_config = _STRICT
-
-    tool: str = Field(
-        "ask",
-        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-        description="the name of the lead's tool that starts a subagent (its one argument: question)",
-    )
-    description: str = Field(
-        ASK_DESCRIPTION,
-        min_length=1,
-        description="the tool's description in the schema the lead's chat template renders (keep it equal "
-        "to the warm start's traces)",
-    )
-    tools: list[str] | None = Field(
-        None,
-        description="the tools (names of the tools section's tools) a subagent may call; null: all of them",
-    )
-    lead_tools: list[str] = Field(
-        default_factory=list,
-        description="tools of the tools section the lead may also call itself; default none (the lead only "
-        "delegates)",
-    )
-    max_calls: int = Field(
-        4, ge=1, description="subagent calls per lead episode; later calls are answered with an error"
-    )
-    max_turns: int = Field(3, ge=1, description="assistant turns a subagent episode may take")
-    max_new_tokens: int | None = Field(
-        None, ge=1, description="sampled ids per subagent turn; null: algorithm.max_new_tokens"
-    )
-    max_response_tokens: int | None = Field(
-        None,
-        ge=1,
-        description="token budget of a subagent episode (sampled and inserted ids after its prompt); null: "
-        "up to the model's context",
-    )
-
-
-class LMGRPOConfig(ConfigSection):
-    """``algorithm`` section for ``name: grpo_lm``: GRPO on a language policy with a verifier.
-
-    One iteration samples ``group_size`` responses (or, in multi-agent mode, hierarchical
-    episodes) for each of ``prompts_per_iter`` prompts, scores them, normalises the rewards
-    within each group and takes ``update_epochs`` passes of minibatch updates.
-    """
-
-    model_config = _STRICT
-    actor: ClassVar[str] = "rlinf_algos.lm.learner:LMLearner"
-    """The actor component's class (``module:Class``): what runs this algorithm's update."""
-
-    name: Literal["grpo_lm"] = "grpo_lm"
-    group_size: int = Field(8, ge=2, description="responses (episodes) sampled per prompt")
-    prompts_per_iter: int = Field(32, ge=1, description="prompts (groups) per iteration")
-    iterations: int = Field(100, ge=1, description="GRPO iterations (the training budget)")
-    lr: float = Field(2e-4, gt=0.0, description="AdamW learning rate")
-    lr_warmup_iters: int = Field(
-        5,
-        ge=0,
-        description="iterations of linear learning-rate warm-up (a fresh Adam's first steps are sign steps)",
-    )
-    weight_decay: float = Field(0.0, ge=0.0)
-    update_epochs: int = Field(1, ge=1, description="passes over each iteration's batch")
-    minibatch_size: int = Field(256, ge=1, description="sequences per gradient step")
-    clip_low: float = Field(0.2, ge=0.0, lt=1.0)
-    clip_high: float = Field(0.28, ge=0.0, description="clip-higher (DAPO) when above clip_low")
-    kl_coef: float = Field(0.01, ge=0.0, description="weight of the k3 KL to the frozen reference")
-    scale_advantages: bool = Field(True, description="divide by the group std (false: Dr. GRPO)")
-    aggregation: Literal["token-mean", "seq-mean-token-mean"] = "token-mean"
-    max_grad_norm: float | None = Field(1.0, gt=0.0)
-    skip_uniform_groups: bool = Field(
-        True,
-        description="leave groups whose rewards are all equal (zero advantage) out of the update (DAPO's filter)",
-    )
-    temperature: float = Field(1.0, gt=0.0, description="rollout sampling temperature")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="rollout nucleus sampling")
-    max_new_tokens: int | None = Field(
-        None,
-        ge=1,
-        description="cap on generated tokens per agent turn; null: the task's longest solution + 8",
-    )
-    max_turns: int = Field(
-        4,
-        ge=1,
-        description="assistant turns an episode of a tools run may take (the last turn's tool calls are not "
-        "run); only with a tools section",
-    )
-    max_response_tokens: int | None = Field(
-        None,
-        ge=1,
-        description="token budget of an episode of a tools run: sampled plus inserted (tool results, turn "
-        "markers) ids after the prompt, all turns together; null: up to the model's context",
-    )
-    subagents: SubagentsConfig | None = Field(
-        None,
-        description="a lead agent whose tool plays subagent episodes with the same policy in contexts of "
-        "their own (WideSeek-R1; only with a tools section); null: single-agent episodes",
-    )
-    share_prefix: bool = Field(
-        True,
-        description="run each distinct prompt once per forward and only the completions on top of its "
-        "key/value cache (the same log-probs and gradients as the packed forward; off: the packed rows "
-        "whole, as TRL and verl do). Not with learner.strategy fsdp",
-    )
-
-
-class LMPPOConfig(LMGRPOConfig):
-    """``algorithm`` section for ``name: ppo_lm``: PPO on a language policy with a learned critic.
-
-    The critic is a value head on a model of the same architecture (``critic`` section). Each
-    response's reward is given at its last token; advantages are token-level GAE over the
-    generated tokens (``gamma``, ``lam``), whitened over the batch; the policy takes the clipped
-    ratio loss (with the k3 KL to the reference when ``kl_coef > 0``), the critic a clipped value
-    loss. ``group_size`` responses per prompt (1 is plain PPO).
-    """
-
-    actor: ClassVar[str] = "rlinf_algos.lm.ppo:PPOLMLearner"
-
-    name: Literal["ppo_lm"] = "ppo_lm"  # type: ignore[assignment]
-    group_size: int = Field(1, ge=1, description="responses sampled per prompt")
-    gamma: float = Field(1.0, gt=0.0, le=1.0, description="discount over generated tokens")
-    lam: float = Field(0.95, ge=0.0, le=1.0, description="GAE lambda")
-    value_clip: float | None = Field(0.2, gt=0.0, description="PPO2 value clipping (null: none)")
-    whiten_advantages: bool = Field(True, description="normalise advantages over the batch's tokens")
-    skip_uniform_groups: bool = Field(
-        False, description="leave groups whose rewards are all equal out (a GRPO filter; off for PPO)"
-    )
 
 
 class CriticConfig(ConfigSection):

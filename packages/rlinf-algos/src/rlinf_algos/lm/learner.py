@@ -29,16 +29,21 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from rlinf_algos import objectives
 from rlinf_algos.grpo import functional as grpo
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.config import LMGRPOConfig, LMModelConfig
 from rlinf_algos.lm.prefix import log_probs_of
+from rlinf_algos.objectives.advantages import Outcomes
+from rlinf_algos.objectives.losses import LossSettings, aggregation_share
+from rlinf_algos.objectives.shaping import episode_tokens, overlong_penalty, uniform_groups
 from rlinf_algos.parallel import DataParallel
 from rlinf_core.errors import RlinfError
 
 __all__ = [
     "LMLearner",
     "ReferenceModel",
+    "concat_batches",
     "log_probs_chunked",
     "make_learner",
     "pack_batch",
@@ -58,6 +63,52 @@ def pack_batch(
         ids[i, : len(s)] = torch.as_tensor(list(s), dtype=torch.long, device="cpu")
         mask[i, : len(m)] = torch.as_tensor(list(m), dtype=torch.float32, device="cpu")
     return {"input_ids": ids, "loss_mask": mask}
+
+
+def concat_batches(parts: Sequence[dict[str, Tensor]], pad_id: int = 0) -> dict[str, Tensor]:
+    """One packed batch of several (:func:`pack_batch`'s keys, ``episode_index``, ``rewards``,
+    and ``ref_log_probs`` when every part has them): rows right-padded to the longest, each
+    part's episodes numbered after the previous parts'."""
+    if len(parts) == 1:
+        return dict(parts[0])
+    t = max(int(p["input_ids"].shape[1]) for p in parts)
+
+    def padded(x: Tensor, value: float) -> Tensor:
+        return torch.nn.functional.pad(x, (0, t - x.shape[1]), value=value)
+
+    out: dict[str, Tensor] = {
+        "input_ids": torch.cat([padded(p["input_ids"], pad_id) for p in parts]),
+        "loss_mask": torch.cat([padded(p["loss_mask"], 0.0) for p in parts]),
+        "rewards": torch.cat([p["rewards"] for p in parts]),
+    }
+    offsets, off = [], 0
+    for p in parts:
+        offsets.append(off)
+        off += int(p["rewards"].shape[0])
+    out["episode_index"] = torch.cat([p["episode_index"] + o for p, o in zip(parts, offsets, strict=True)])
+    if all("ref_log_probs" in p for p in parts):
+        out["ref_log_probs"] = torch.cat([padded(p["ref_log_probs"], 0.0) for p in parts])
+    return out
+
+
+def select_groups(batch: dict[str, Tensor], groups: Tensor, group_size: int) -> dict[str, Tensor]:
+    """The part of ``batch`` holding the episodes of ``groups`` (``[K]`` group numbers, in
+    order) and their sequences, episodes renumbered group after group."""
+    dev = batch["episode_index"].device  # the host batch's
+    episodes = (groups.to(dev).unsqueeze(1) * group_size + torch.arange(group_size, device=dev)).reshape(-1)
+    new_index = torch.full((int(batch["rewards"].shape[0]),), -1, dtype=torch.long, device=dev)
+    new_index[episodes] = torch.arange(len(episodes), device=dev)
+    mapped = new_index[batch["episode_index"]]
+    rows = (mapped >= 0).nonzero().flatten()
+    out = {
+        "input_ids": batch["input_ids"][rows],
+        "loss_mask": batch["loss_mask"][rows],
+        "episode_index": mapped[rows],
+        "rewards": batch["rewards"][episodes],
+    }
+    if "ref_log_probs" in batch:
+        out["ref_log_probs"] = batch["ref_log_probs"][rows]
+    return out
 
 
 def sequence_advantages(
@@ -190,6 +241,15 @@ class LMLearner:
         self.publish_bytes = 0
         self.generator = torch.Generator().manual_seed(seed)  # the minibatch order: drawn on the host
         self.version = 0
+        # the registered functions the section names (rlinf_algos.objectives)
+        self.estimator = objectives.estimator(cfg.adv_estimator)
+        self.loss_fn = objectives.loss_function(cfg.policy_loss)
+        self.aggregation = objectives.resolve_aggregation(cfg)
+        self.loss_settings = LossSettings(
+            cfg.clip_low, cfg.clip_high, cfg.kl_coef, self.aggregation, cfg.loss_norm_length
+        )
+        self.held: list[dict[str, Tensor]] = []  # dynamic sampling: groups kept from earlier draws
+        self.draws = 0
 
     @classmethod
     def build(cls, model: Any, run: Any, dp: DataParallel | None = None) -> LMLearner:
@@ -257,12 +317,59 @@ class LMLearner:
         )
         return {"log_probs": lp.to(ids.device)}
 
+    def rewards(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor | None]:
+        """``(rewards [E], penalty [E] or None)``: the episodes' rewards the update learns from,
+        with DAPO's overlong penalty (``algorithm.overlong``) added to the verifier's."""
+        rewards = batch["rewards"].float()
+        over = self.cfg.overlong
+        if over is None:
+            return rewards, None
+        n = episode_tokens(batch["loss_mask"], batch["episode_index"], rewards.shape[0])
+        pen = overlong_penalty(n, over.max_length, over.cache, over.penalty)
+        return rewards + pen, pen
+
+    def uniform(self, rewards: Tensor, episode_index: Tensor) -> Tensor:
+        """``[N]`` bool: the sequences of groups whose ``rewards`` are all equal."""
+        g = self.cfg.group_size
+        return uniform_groups(rewards, g).repeat_interleave(g)[episode_index]
+
     def advantages(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        """Per-sequence advantages and uniform-group flags of ``batch`` (see
+        """Per-sequence advantages of ``batch`` by the section's registered estimator
+        (``algorithm.adv_estimator``; every sequence of an episode gets its episode's, in
+        multi-agent mode the lead's and every subagent's) and uniform-group flags (see
         :func:`sequence_advantages`)."""
-        return sequence_advantages(
-            batch["rewards"], batch["episode_index"], self.cfg.group_size, self.cfg.scale_advantages
-        )
+        rewards, _ = self.rewards(batch)
+        idx = batch["episode_index"]
+        if rewards.numel() == 0:  # dynamic sampling found no group to learn from
+            return torch.zeros(idx.shape, device=idx.device), torch.ones(
+                idx.shape, dtype=torch.bool, device=idx.device
+            )
+        mask = batch.get("loss_mask")
+        lengths = None if mask is None else episode_tokens(mask, batch["episode_index"], rewards.shape[0])
+        adv_e = self.estimator(Outcomes.consecutive(rewards, self.cfg.group_size, lengths), self.cfg)
+        return adv_e[idx], self.uniform(rewards, idx)
+
+    def hold(self, batch: dict[str, Tensor]) -> dict[str, Tensor] | None:
+        """DAPO's dynamic sampling (``algorithm.dynamic_sampling``): keep the groups of
+        ``batch`` whose rewards differ; ``None`` while fewer than ``prompts_per_iter`` are held
+        and another draw is allowed (the run then samples more prompts), else the batch to
+        train on: ``prompts_per_iter`` held groups (all of them, after the last draw)."""
+        cfg = self.cfg
+        rewards, _ = self.rewards(batch)
+        keep = (~uniform_groups(rewards, cfg.group_size)).nonzero().flatten()
+        if len(keep):
+            self.held.append(select_groups(batch, keep, cfg.group_size))
+        held = sum(int(p["rewards"].shape[0]) for p in self.held) // cfg.group_size
+        if held < cfg.prompts_per_iter and self.draws < cfg.dynamic_sampling.max_draws:
+            self.draws += 1
+            return None
+        if not self.held:
+            return select_groups(batch, keep, cfg.group_size)  # nothing to learn from
+        out = concat_batches(self.held)
+        if held > cfg.prompts_per_iter:
+            out = select_groups(out, torch.arange(cfg.prompts_per_iter, device="cpu"), cfg.group_size)
+        self.held = []
+        return out
 
     def old_log_probs(self, ids: Tensor, mask: Tensor | None = None) -> Tensor | None:
         """The sampling policy's log-probs of ``ids``, computed before the first step; ``None``
@@ -297,24 +404,21 @@ class LMLearner:
         self.opt.zero_grad(set_to_none=True)
         for j, (u, v) in enumerate(pieces):
             lp = log_probs_of(self.model, ids[u:v], mask[u:v] if self.share_prefix else None, cfg.temperature)
-            loss, st = grpo.policy_loss(
+            loss, st = self.loss_fn(
                 lp,
                 lp.detach() if old is None else old[u:v],
                 adv[u:v],
                 mask[u:v],
-                clip_low=cfg.clip_low,
-                clip_high=cfg.clip_high,
+                self.loss_settings,
                 ref_log_prob=ref[u:v] if ref is not None else None,
-                kl_coef=cfg.kl_coef,
-                aggregation=cfg.aggregation,
             )
-            share = 1.0 if plain else grpo.aggregation_share(mask[u:v], mask, cfg.aggregation)
+            share = 1.0 if plain else aggregation_share(mask[u:v], mask, self.aggregation)
             if plain:
                 loss.backward()
             else:
                 dp.backward(loss, share, last=j == len(pieces) - 1)
             # the KL and clip statistics are token means whatever the loss aggregates
-            tokens = 1.0 if plain else grpo.aggregation_share(mask[u:v], mask)
+            tokens = 1.0 if plain else aggregation_share(mask[u:v], mask)
             stats["loss"] += float(loss.detach()) * share
             stats["kl"] += float(st["kl"]) * tokens
             stats["clip_fraction"] += float(st["clip_fraction"]) * tokens
@@ -330,11 +434,30 @@ class LMLearner:
         self.opt.step()
 
     def update(self, batch: dict[str, Tensor]) -> dict[str, float]:
-        """One GRPO update on a packed batch: advantages from the episode rewards, the sampling
-        policy's log-probs recomputed once (``old``), then ``update_epochs`` passes of
-        ``minibatch_size`` sequences through :func:`rlinf_algos.grpo.functional.policy_loss`. Returns the
-        mean loss, KL, clip fraction, gradient norm and how many sequences were trained on."""
+        """One GRPO update on a packed batch: advantages from the episode rewards (the registered
+        ``algorithm.adv_estimator``), the sampling policy's log-probs recomputed once (``old``),
+        then ``update_epochs`` passes of ``minibatch_size`` sequences through the registered
+        ``algorithm.policy_loss``. Returns the mean loss, KL, clip fraction, gradient norm and
+        how many sequences were trained on; with ``algorithm.dynamic_sampling`` also ``draws``
+        (the extra draws this update waited for) and ``kept_groups``, or ``deferred: 1`` (no
+        step: the run draws more prompts first); with ``algorithm.overlong`` the mean
+        ``overlong_penalty``."""
         cfg = self.cfg
+        extra: dict[str, float] = {}
+        if cfg.overlong is not None:
+            extra["overlong_penalty"] = float(self.rewards(batch)[1].mean())
+        if cfg.dynamic_sampling is not None:
+            held = self.hold(batch)
+            if held is None:
+                self.version += 1
+                return {k: 0.0 for k in ("loss", "kl", "clip_fraction", "grad_norm", "trained_sequences")} | {
+                    "deferred": 1.0,
+                    **extra,
+                }
+            batch = held
+            extra["draws"] = float(self.draws)
+            extra["kept_groups"] = float(batch["rewards"].shape[0] // cfg.group_size)
+            self.draws = 0
         adv, uniform = self.advantages(batch)
         keep = ~uniform if cfg.skip_uniform_groups else torch.ones_like(uniform)
         idx = keep.nonzero().flatten()
@@ -344,10 +467,13 @@ class LMLearner:
             "clip_fraction": 0.0,
             "grad_norm": 0.0,
             "trained_sequences": float(len(idx)),
+            **extra,
         }
         self.version += 1
         if len(idx) == 0:
             return stats
+        if cfg.loss_norm_length is None:  # Dr. GRPO's constant: this iteration's padded length
+            self.loss_settings.norm_length = int(batch["loss_mask"].shape[1])
         warm = min(1.0, self.version / cfg.lr_warmup_iters) if cfg.lr_warmup_iters else 1.0
         for g in self.opt.param_groups:
             g["lr"] = cfg.lr * warm

@@ -24,9 +24,10 @@ from torch import Tensor, nn
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.config import CriticConfig, LMModelConfig, LMPPOConfig
 from rlinf_algos.lm.learner import LMLearner
+from rlinf_algos.objectives.advantages import StepRewards, token_gae
 from rlinf_algos.ppo import functional as ppo
 
-__all__ = ["PPOLMLearner", "ValueModel", "token_gae"]
+__all__ = ["PPOLMLearner", "ValueModel", "token_gae"]  # token_gae: rlinf_algos.objectives.advantages
 
 
 class ValueModel(nn.Module):
@@ -49,25 +50,6 @@ class ValueModel(nn.Module):
             h = self.backbone(input_ids=input_ids, use_cache=False).last_hidden_state
         v = self.head(h.float()).squeeze(-1)
         return F.pad(v[:, :-1], (1, 0))
-
-
-def token_gae(
-    rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float
-) -> tuple[Tensor, Tensor]:
-    """``(advantages, returns)`` ``[N, T]`` by GAE over the positions where ``mask`` is 1 (taken
-    as consecutive steps; the value after the last one is 0). Zero where ``mask`` is 0."""
-    n, t = rewards.shape
-    adv = torch.zeros_like(values)
-    last = torch.zeros(n, dtype=values.dtype, device=values.device)
-    next_value = torch.zeros(n, dtype=values.dtype, device=values.device)
-    m = mask > 0
-    for i in range(t - 1, -1, -1):
-        delta = rewards[:, i] + gamma * next_value - values[:, i]
-        step = delta + gamma * lam * last
-        adv[:, i] = torch.where(m[:, i], step, torch.zeros_like(step))
-        last = torch.where(m[:, i], step, last)
-        next_value = torch.where(m[:, i], values[:, i], next_value)
-    return adv, adv + values
 
 
 class PPOLMLearner(LMLearner):
@@ -150,9 +132,10 @@ class PPOLMLearner(LMLearner):
         cfg: LMPPOConfig = self.cfg  # type: ignore[assignment]
         dev = self.dp.device
         ids, mask = batch["input_ids"].to(dev), batch["loss_mask"].to(dev)
-        seq_reward = batch["rewards"].float()[batch["episode_index"]].to(dev)
+        shaped, pen = self.rewards(batch)  # with DAPO's overlong penalty when configured
+        seq_reward = shaped[batch["episode_index"]].to(dev)
         if cfg.skip_uniform_groups and cfg.group_size > 1:
-            _, uniform = self.advantages(batch)
+            uniform = self.uniform(shaped, batch["episode_index"])
             keep = (~uniform).nonzero().flatten().to(dev)
         else:
             keep = torch.arange(ids.shape[0], device=dev)
@@ -160,6 +143,8 @@ class PPOLMLearner(LMLearner):
             k: 0.0 for k in ("loss", "value_loss", "kl", "clip_fraction", "grad_norm", "explained_variance")
         }
         stats["trained_sequences"] = float(len(keep))
+        if pen is not None:
+            stats["overlong_penalty"] = float(pen.mean())
         self.version += 1
         if len(keep) == 0:
             return stats
@@ -170,7 +155,9 @@ class PPOLMLearner(LMLearner):
         rewards = torch.zeros_like(mask)
         rewards[torch.arange(len(keep), device=dev), lengths - 1] = seq_reward
         values = self._values(ids)
-        adv, returns = token_gae(rewards, values, mask, cfg.gamma, cfg.lam)
+        adv, returns = self.estimator(StepRewards(rewards, values, cfg.gamma, cfg.lam, mask=mask), cfg)
+        if cfg.loss_norm_length is None:  # Dr. GRPO's constant: this iteration's padded length
+            self.loss_settings.norm_length = int(mask.shape[1])
         if cfg.whiten_advantages:
             m = mask > 0
             a = adv[m]

@@ -16,7 +16,7 @@ from rlinf_algos.lm.config import LMRunConfig
 from rlinf_core.errors import RlinfError
 from rlinf_core.io import atomic_write_text
 
-__all__ = ["PHASES", "LMRun", "learner_class"]
+__all__ = ["PHASES", "LMRun", "learner_class", "merge_draws"]
 
 PHASES = ("generate", "reward", "reference", "update", "sync")
 """The phases of an iteration whose seconds every metrics row holds (``<phase>_s``)."""
@@ -56,7 +56,12 @@ class LMRun(FlowRun):
         self.totals: dict[str, float] = {}
 
     def columns(self) -> tuple[str, ...]:
-        stats = tuple(learner_class(self.config_run).stat_columns)
+        alg = self.config_run.algorithm
+        stats = (
+            *learner_class(self.config_run).stat_columns,
+            *(("draws", "kept_groups") if alg.dynamic_sampling is not None else ()),
+            *(("overlong_penalty",) if alg.overlong is not None else ()),
+        )
         return (
             "step", "iteration", "wall_s", "reward_mean", "train_accuracy", "well_formed", "sequences",
             "generated_tokens", "response_length", "tokens_per_s", "publish_bytes", "reward_failures",
@@ -199,6 +204,16 @@ class LMRun(FlowRun):
         it = d.steps + 1
         problems = self.sampler.sample(alg.prompts_per_iter)
         res = await maybe(self.comps.iterate(problems, alg.group_size))
+        draws = 0
+        while res["stats"].get("deferred"):  # DAPO's dynamic sampling: the learner wants more groups
+            draws += 1
+            limit = alg.dynamic_sampling.max_draws if alg.dynamic_sampling is not None else 0
+            if draws > limit:
+                raise RlinfError(
+                    f"the learner deferred its update {draws} times (algorithm.dynamic_sampling.max_draws {limit})"
+                )
+            more = await maybe(self.comps.iterate(self.sampler.sample(alg.prompts_per_iter), alg.group_size))
+            res = merge_draws(res, more)
         phase, st = res["phase"], res["stats"]
         gen_tokens = res["generated_tokens"]
         row: dict[str, Any] = {
@@ -339,6 +354,22 @@ class LMRun(FlowRun):
                 + (f"; plot: {plot}" if plot else "")
             )
         return summary
+
+
+def merge_draws(first: dict[str, Any], then: dict[str, Any]) -> dict[str, Any]:
+    """One iteration's result of two draws (dynamic sampling): the episodes' outcomes side by
+    side, counts and phase seconds added, the later draw's update statistics (the update ran
+    on it) and episode figures."""
+    import numpy as np
+
+    out = dict(then)
+    for k in ("rewards", "correct", "well_formed"):
+        out[k] = np.concatenate([np.asarray(first[k]), np.asarray(then[k])])
+    for k in ("sequences", "generated_tokens", "reward_failures"):
+        if k in first or k in then:
+            out[k] = first.get(k, 0) + then.get(k, 0)
+    out["phase"] = {k: first["phase"].get(k, 0.0) + then["phase"].get(k, 0.0) for k in then["phase"]}
+    return out
 
 
 def _iteration_of(state: Mapping[str, Any]) -> int:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from rlinf_algos.config import STRICT
+from rlinf_algos.objectives import registered_name
 from rlinf_core.config import ConfigSection
 
 __all__ = ["PPOConfig"]
@@ -21,6 +22,7 @@ class PPOConfig(ConfigSection):
     name: Literal["ppo"] = Field("ppo", description="selects this algorithm")
     gamma: float = Field(0.99, ge=0.0, le=1.0, description="discount")
     gae_lambda: float = Field(0.95, ge=0.0, le=1.0, description="GAE lambda")
+    adv_estimator: str = Field("gae", description="registered advantage estimator of a critic: gae")
     lr: float = Field(3e-4, gt=0.0, description="Adam learning rate")
     anneal_lr: bool = Field(True, description="decay the learning rate linearly to 0 over the run")
     adam_eps: float = Field(1e-5, gt=0.0, description="Adam epsilon")
@@ -52,3 +54,6 @@ class PPOConfig(ConfigSection):
         True, description="running mean/std observation normalisation (statistics travel with the weights)"
     )
     normalize_reward: bool = Field(True, description="scale rewards by the std of the discounted return")
+
+    critic_estimators: ClassVar[bool] = True
+    _registered = field_validator("adv_estimator")(registered_name)

@@ -10,13 +10,16 @@ Termination versus truncation
     would have gone on: its value after the last step is ``V(final_obs)``, the critic's value of
     the observation the environment returned before it was reset. :func:`gae` takes
     ``next_values`` that already hold that bootstrap value on truncated steps, and cuts the
-    recursion at every episode end (either kind).
+    recursion at every episode end (either kind). :func:`gae` is the registered ``gae``
+    estimator's time-major form (:func:`rlinf_algos.objectives.advantages.time_gae`).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from rlinf_algos.objectives.advantages import time_gae as gae
 
 __all__ = [
     "approx_kl",
@@ -49,47 +52,6 @@ def next_values_with_bootstrap(
     """
     following = torch.cat([values[1:], last_value.unsqueeze(0)], dim=0)
     return torch.where(done, final_values, following)
-
-
-def gae(
-    rewards: Tensor,
-    values: Tensor,
-    next_values: Tensor,
-    terminated: Tensor,
-    truncated: Tensor,
-    gamma: float,
-    lam: float,
-) -> tuple[Tensor, Tensor]:
-    """Generalised advantage estimation (Schulman et al. 2016) that tells termination from truncation.
-
-    ``delta_t = r_t + gamma * (1 - terminated_t) * next_values_t - values_t`` and
-    ``A_t = delta_t + gamma * lam * (1 - done_t) * A_{t+1}`` with ``done = terminated | truncated``.
-    A truncated step keeps its bootstrap ``gamma * V(final_obs)`` in its delta but, like a
-    terminated one, does not borrow the advantage of the next (unrelated) episode.
-
-    Args:
-        rewards: ``[T, N]`` reward of step ``t``.
-        values: ``[T, N]`` ``V(s_t)``.
-        next_values: ``[T, N]`` value of the successor state (see :func:`next_values_with_bootstrap`).
-        terminated: ``[T, N]`` bool, the episode terminated at step ``t``.
-        truncated: ``[T, N]`` bool, the episode was truncated at step ``t``.
-        gamma: discount in ``[0, 1]``.
-        lam: GAE lambda in ``[0, 1]``.
-
-    Returns:
-        ``(advantages, returns)``, both ``[T, N]``; ``returns = advantages + values`` (the critic's
-        regression target).
-    """
-    not_term = (~terminated).to(values.dtype)
-    not_done = (~(terminated | truncated)).to(values.dtype)
-    deltas = rewards + gamma * not_term * next_values - values
-    carry = gamma * lam * not_done
-    advantages = torch.empty_like(deltas)
-    last = torch.zeros_like(deltas[0])
-    for t in range(deltas.shape[0] - 1, -1, -1):
-        last = deltas[t] + carry[t] * last
-        advantages[t] = last
-    return advantages, advantages + values
 
 
 def normalize_advantages(advantages: Tensor, eps: float = 1e-8, dim: int | None = None) -> Tensor:

@@ -10,10 +10,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from rlinf_algos import objectives
 from rlinf_algos import obs as obs_tree
 from rlinf_algos.channels import traj_key
 from rlinf_algos.flow import LearnerContext, LearnerSide
 from rlinf_algos.models.mlp import GaussianActorCritic, module_device
+from rlinf_algos.objectives.advantages import StepRewards
 from rlinf_algos.optim import LeanAdam, clip_grads_, make_adam
 from rlinf_algos.parallel import DataParallel
 from rlinf_algos.ppo import functional as F
@@ -72,6 +74,7 @@ class PPOLearner:
         self.adam = LeanAdam(self.optimizer)
         self.generator = torch.Generator().manual_seed(seed)
         self.version = 0
+        self.estimator = objectives.estimator(cfg.adv_estimator)  # registered (rlinf_algos.objectives)
 
     def set_lr_fraction(self, frac: float) -> None:
         """Set the learning rate to ``frac * cfg.lr`` (linear annealing)."""
@@ -79,12 +82,20 @@ class PPOLearner:
             group["lr"] = frac * self.cfg.lr
 
     def advantages(self, r: PPORollout) -> tuple[Tensor, Tensor]:
-        """``(advantages, returns)`` ``[T, N]`` of a rollout (GAE, bootstrapping on truncation)."""
+        """``(advantages, returns)`` ``[T, N]`` of a rollout by the registered critic estimator
+        ``algorithm.adv_estimator`` (``gae``: bootstrapping on truncation)."""
         done = r.terminated | r.truncated
         next_values = F.next_values_with_bootstrap(r.values, r.last_value, done, r.final_values)
-        return F.gae(
-            r.rewards, r.values, next_values, r.terminated, r.truncated, self.cfg.gamma, self.cfg.gae_lambda
+        steps = StepRewards(
+            r.rewards,
+            r.values,
+            self.cfg.gamma,
+            self.cfg.gae_lambda,
+            next_values=next_values,
+            terminated=r.terminated,
+            truncated=r.truncated,
         )
+        return self.estimator(steps, self.cfg)
 
     def update(self, r: PPORollout) -> dict[str, float]:
         """``update_epochs`` passes over the rollout in minibatches (the last partial one dropped),
