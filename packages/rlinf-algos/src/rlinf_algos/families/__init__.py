@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlinf_core.envs import EnvFamily
-from rlinf_core.errors import ConfigError, RlinfError
+from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
 
-__all__ = ["EnvRequest", "SimulatorError", "get_family", "suite_tasks"]
+__all__ = ["EnvRequest", "SimulatorError", "SubprocessFamily", "get_family", "suite_tasks"]
 
 
 class SimulatorError(RlinfError):
@@ -72,3 +72,70 @@ def suite_tasks(family: EnvFamily, name: str, num_envs: int) -> list[str]:
     suite = family.suites().get(name)
     tasks = list(suite) if suite else [name]
     return [tasks[i % len(tasks)] for i in range(num_envs)]
+
+
+class SubprocessFamily(EnvFamily):
+    """An env family whose simulator runs in its own interpreter (``interpreter``) through a
+    backend file under :data:`~rlinf_algos.families.subproc.CHILD_DIR`: what such families share. A subclass names its
+    ``backend`` file and implements :meth:`own_problems` (its options) and :meth:`backend_spec`
+    (what its backend's ``make`` takes besides the tasks, seed, obs mode and image size)."""
+
+    backend: str = ""
+    start_timeout_per_copy = 0.0
+    """Seconds building one copy may take beyond 300 (LIBERO's scenes take 15-60 s each)."""
+
+    def own_problems(self, env: Any) -> list[ConfigProblem]:
+        return []
+
+    def backend_spec(self, request: Any, tasks: list[str]) -> dict[str, Any]:
+        return {}
+
+    def problems(self, env: Any) -> list[ConfigProblem]:
+        from rlinf_algos.families.venvs import family_python
+
+        problems = self.own_problems(env)
+        for key in ("kwargs", "wrappers"):
+            if env.get(key):
+                problems.append(
+                    ConfigProblem(f"env.{key}", f"the {self.PLUGIN_NAME} family takes no env.{key}")
+                )
+        try:
+            family_python(self, env.get("python"))
+        except ConfigError as err:
+            problems.extend(err.problems)
+        return problems
+
+    def make_vector(self, request: Any) -> Any:
+        from rlinf_algos.families.subproc import CHILD_DIR, RemoteVectorEnv
+        from rlinf_algos.families.venvs import family_python
+
+        env = {
+            "id": request.id,
+            "options": request.options,
+            "kwargs": request.kwargs,
+            "wrappers": request.wrappers,
+        }
+        problems = [p for p in self.problems(env) if not p.path.startswith("env.python")]
+        if problems:
+            raise ConfigError(problems)
+        python = family_python(self, request.python)
+        assert python is not None  # a family with an interpreter always has one
+        tasks = request.tasks or suite_tasks(self, request.id, request.num_envs)
+        spec = {
+            "tasks": tasks,
+            "seed": int(request.seed),
+            "obs_mode": request.obs_mode,
+            "image_size": list(request.image_size),
+            "max_episode_steps": request.max_episode_steps,
+            "render": bool(request.render),
+            **self.backend_spec(request, tasks),
+        }
+        return RemoteVectorEnv(
+            self.PLUGIN_NAME,
+            python,
+            CHILD_DIR / self.backend,
+            spec,
+            timeout=request.timeout_s,
+            start_timeout=max(300.0, request.timeout_s, self.start_timeout_per_copy * len(tasks)),
+            env={"MUJOCO_GL": "egl"},
+        )

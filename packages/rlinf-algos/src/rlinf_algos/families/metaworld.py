@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlinf_core.envs import EnvFamily, Interpreter, TaskInfo
-from rlinf_core.errors import ConfigError, ConfigProblem
+from rlinf_algos.families import SubprocessFamily
+from rlinf_core.envs import Interpreter, TaskInfo
+from rlinf_core.errors import ConfigProblem
 
 __all__ = ["MT10", "MT50", "MetaWorldFamily"]
 
@@ -55,7 +56,7 @@ MT50 = (
 CAMERAS = ("corner", "corner2", "corner3", "topview", "behindGripper", "gripperPOV")
 
 
-class MetaWorldFamily(EnvFamily):
+class MetaWorldFamily(SubprocessFamily):
     PLUGIN_NAME = "metaworld"
     description = "MetaWorld 3.1 (MuJoCo 3.3): 50 Sawyer tasks, MT10/MT50 suites; in its own interpreter"
     interpreter = Interpreter(
@@ -65,6 +66,7 @@ class MetaWorldFamily(EnvFamily):
     )
     setup_hint = "rlinf env setup metaworld"
     scripted_expert = True
+    backend = "metaworld_backend.py"
 
     def suites(self) -> Mapping[str, Sequence[str]]:
         return {"MT10": MT10, "MT50": MT50}
@@ -75,10 +77,8 @@ class MetaWorldFamily(EnvFamily):
         names = self.suites().get(str(request.id)) or [str(request.id)]
         return [TaskInfo(t, instruction(t), 50) for t in names]
 
-    def problems(self, env: Mapping[str, Any]) -> list[ConfigProblem]:
+    def own_problems(self, env: Mapping[str, Any]) -> list[ConfigProblem]:
         import difflib
-
-        from rlinf_algos.families.venvs import family_python
 
         problems = []
         env_id = env.get("id")
@@ -101,51 +101,10 @@ class MetaWorldFamily(EnvFamily):
                     "env.options.camera", f"{options['camera']!r} is no camera; one of: {', '.join(CAMERAS)}"
                 )
             )
-        for key in ("kwargs", "wrappers"):
-            if env.get(key):
-                problems.append(ConfigProblem(f"env.{key}", f"the metaworld family takes no env.{key}"))
-        try:
-            family_python(self, env.get("python"))
-        except ConfigError as err:
-            problems.extend(err.problems)
         return problems
 
-    def make_vector(self, request: Any) -> Any:
-        from rlinf_algos.families import suite_tasks
-        from rlinf_algos.families.subproc import CHILD_DIR, RemoteVectorEnv
-        from rlinf_algos.families.venvs import family_python
-
-        problems = [p for p in self.problems(_as_env(request)) if not p.path.startswith("env.python")]
-        if problems:
-            raise ConfigError(problems)
-        python = family_python(self, request.python)
-        assert python is not None
-        tasks = request.tasks or suite_tasks(self, request.id, request.num_envs)
-        spec = {
-            "tasks": tasks,
+    def backend_spec(self, request: Any, tasks: list[str]) -> dict[str, Any]:
+        return {
             "suite": list(self.suites().get(request.id, [])),
-            "seed": int(request.seed),
-            "obs_mode": request.obs_mode,
-            "image_size": list(request.image_size),
             "camera": (request.options or {}).get("camera", "corner"),
-            "max_episode_steps": request.max_episode_steps,
-            "render": bool(request.render),
         }
-        return RemoteVectorEnv(
-            self.PLUGIN_NAME,
-            python,
-            CHILD_DIR / "metaworld_backend.py",
-            spec,
-            timeout=request.timeout_s,
-            start_timeout=max(300.0, request.timeout_s),
-            env={"MUJOCO_GL": "egl"},
-        )
-
-
-def _as_env(request: Any) -> dict[str, Any]:
-    return {
-        "id": request.id,
-        "options": request.options,
-        "kwargs": request.kwargs,
-        "wrappers": request.wrappers,
-    }
