@@ -82,8 +82,8 @@ def env_record(env_cfg: Any) -> dict[str, Any]:
         "obs_mode": env_cfg.obs_mode,
         "image_size": list(env_cfg.image_size),
         "env_wrappers": [w.model_dump() for w in env_cfg.wrappers],
-        "env_family": env_cfg.family,
-        "env_options": dict(env_cfg.options),
+        "env_family": getattr(env_cfg, "family", "gymnasium"),
+        "env_options": dict(getattr(env_cfg, "options", None) or {}),
     }
 
 

@@ -296,17 +296,31 @@ def _bwrap_command(exe: str, script: Path, scratch_bytes: int) -> list[str]:
     for name in ("ld.so.cache", "localtime"):
         if (Path("/etc") / name).exists():
             cmd += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-    made: set[Path] = set()
-    for p in _ro_roots():
+    made: set[Path] = {Path("/tmp")}
+    tmp = Path("/tmp")
+    roots = _ro_roots()
+    # the interpreter's folders and the venv, read-only; those under /tmp (a checkout there) are
+    # bound after /tmp's private tmpfs, which would hide them
+    late = [p for p in roots if tmp in p.parents]
+
+    def bind(p: Path) -> list[str]:
+        out = []
         for parent in reversed(p.parents):
             if parent != Path("/") and parent not in made:
                 made.add(parent)
-                cmd += ["--perms", "0755", "--dir", str(parent)]
-        cmd += ["--ro-bind", str(p), str(p)]
+                out += ["--perms", "0755", "--dir", str(parent)]
+        return [*out, "--ro-bind", str(p), str(p)]
+
+    for p in roots:
+        if p not in late:
+            cmd += bind(p)
     cmd += ["--proc", "/proc", "--dev", "/dev"]
     if "--size" in options:  # bubblewrap 0.7: older ones give /tmp no size limit
         cmd += ["--size", str(scratch_bytes)]
-    cmd += ["--perms", "01777", "--tmpfs", "/tmp", "--ro-bind", str(script), _SCRIPT, "--chdir", "/tmp"]
+    cmd += ["--perms", "01777", "--tmpfs", "/tmp"]
+    for p in late:
+        cmd += bind(p)
+    cmd += ["--ro-bind", str(script), _SCRIPT, "--chdir", "/tmp"]
     cmd += ["--remount-ro", "/", "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin"]
     cmd += ["--setenv", "LANG", "C.UTF-8", "--setenv", "HOME", "/tmp"]
     return cmd
