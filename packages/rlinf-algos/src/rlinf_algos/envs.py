@@ -20,6 +20,8 @@ wraps exactly this.
 
 from __future__ import annotations
 
+import os
+import traceback
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,22 +41,74 @@ from rlinf_algos.families.gymnasium import (
     wrapper_problems,
 )
 from rlinf_algos.obs import describe_space
-from rlinf_core.errors import ConfigError
+from rlinf_core.errors import ConfigError, RlinfError
 
 __all__ = [
+    "EnvError",
     "EnvStep",
     "VectorEnvStepper",
     "bare_env_id",
     "batch_obs",
     "ensure_registered",
+    "env_call",
     "env_kwargs_problems",
     "final_observations",
     "make_vector_env",
     "missing_dependency_error",
+    "nonfinite_rows",
     "probe_spaces",
     "resolve_wrappers",
     "wrapper_problems",
 ]
+
+
+class EnvError(RlinfError):
+    """The user's env failed (an exception, or ``SystemExit``, in its ``reset`` or ``step``), or
+    gave a non-finite observation or reward under ``env.on_nonfinite: stop``: one line naming
+    the env, the call and the place in the user's code. Exits 2."""
+
+    exit_code = 2
+
+
+_OWN = (f"{os.sep}gymnasium{os.sep}", f"{os.sep}rlinf_algos{os.sep}", f"{os.sep}numpy{os.sep}")
+
+
+def _user_place(err: BaseException) -> str:
+    """``file:line`` of the innermost frame of ``err`` outside gymnasium, numpy and rlinf (the
+    user's env), or of the innermost frame when there is none."""
+    frames = traceback.extract_tb(err.__traceback__)
+    mine = [f for f in frames if not any(part in f.filename for part in _OWN)]
+    f = (mine or frames or [None])[-1]
+    return f"{f.filename}:{f.lineno}" if f is not None else "?"
+
+
+def env_call(env_id: str, call: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` (a vector env's ``reset`` or ``step``), with what the user's env
+    raises, ``SystemExit`` included, turned into one :class:`EnvError` line naming the env, the
+    call and the user's ``file:line``. rlinf's own errors and Ctrl-C pass through."""
+    try:
+        return fn(*args, **kwargs)
+    except (RlinfError, KeyboardInterrupt):
+        raise
+    except BaseException as err:
+        what = (
+            f"{type(err).__name__}: {err}".strip().splitlines()[0][:300] if str(err) else type(err).__name__
+        )
+        raise EnvError(f"env {env_id!r}: {call} raised {what} (at {_user_place(err)})") from None
+
+
+def nonfinite_rows(values: Any) -> np.ndarray:
+    """``[N]`` bool: the sub-envs whose float entries in ``values`` (an array ``[N, ...]`` or a
+    dict of them) hold a NaN or an infinity."""
+    arrays = list(values.values()) if isinstance(values, dict) else [values]
+    bad = None
+    for a in arrays:
+        a = np.asarray(a)
+        if a.dtype.kind != "f" or a.ndim == 0:
+            continue
+        rows = ~np.isfinite(a.reshape(a.shape[0], -1)).all(1)
+        bad = rows if bad is None else bad | rows
+    return bad if bad is not None else np.zeros(0, bool)
 
 
 def make_vector_env(
@@ -129,7 +183,11 @@ def make_vector_env(
     )
     envs = get_family(family).make_vector(request)
     envs = RecordEpisodeStatistics(envs, buffer_length=stats_window)
-    obs, _ = envs.reset(seed=seed)
+    try:
+        obs, _ = env_call(env_id, "reset", envs.reset, seed=seed)
+    except EnvError:
+        envs.close()
+        raise
     envs.action_space.seed(seed)
     return envs, obs
 
@@ -222,7 +280,10 @@ class VectorEnvStepper:
         options: Mapping[str, Any] | None = None,
         python: str | None = None,
         timeout_s: float = 60.0,
+        on_nonfinite: Literal["stop", "zero", "ignore"] = "stop",
     ) -> None:
+        self.on_nonfinite = on_nonfinite
+        self.nonfinite = 0  # sub-env steps whose observation or reward was not finite
         self.envs, obs = make_vector_env(
             env_id,
             num_envs,
@@ -303,7 +364,7 @@ class VectorEnvStepper:
     def reset(self, seed: int | list[int]) -> Any:
         """Reset every sub-env (``seed``: the first's, the others ``seed + i``; or one per
         sub-env) and return the new observations (also :attr:`obs`)."""
-        obs, _ = self.envs.reset(seed=seed)
+        obs, _ = env_call(self.env_id, "reset", self.envs.reset, seed=seed)
         self.obs = batch_obs(obs)
         return self.obs
 
@@ -316,7 +377,9 @@ class VectorEnvStepper:
         if self.clip_actions:
             actions = np.clip(actions, self.action_low, self.action_high)
         try:
-            next_obs, rewards, terminated, truncated, info = self.envs.step(actions)
+            next_obs, rewards, terminated, truncated, info = env_call(
+                self.env_id, "step", self.envs.step, actions
+            )
         except SimulatorError as err:
             # a simulator process died or hung: start a new one from fresh seeds (the episodes in
             # flight are lost) and let the caller drop this batch
@@ -326,6 +389,9 @@ class VectorEnvStepper:
                 f"{err}; started it again (restart {self.restarts}), this batch is dropped"
             ) from None
         next_obs = batch_obs(next_obs)
+        rewards = np.asarray(rewards, dtype=np.float32)
+        if self.on_nonfinite != "ignore":
+            next_obs, rewards = self._finite(next_obs, rewards)
         done = terminated | truncated
         final = final_observations(next_obs, info, done)
         out = EnvStep(
@@ -354,6 +420,32 @@ class VectorEnvStepper:
         self.obs = next_obs
         self.steps += self.num_envs
         return out
+
+    def _finite(self, obs: Any, rewards: np.ndarray) -> tuple[Any, np.ndarray]:
+        """Count (and under ``zero`` replace by 0) the non-finite observations and rewards of a
+        step; under ``stop`` the first is an :class:`EnvError` naming the sub-env and step."""
+        bad_obs, bad_rew = nonfinite_rows(obs), ~np.isfinite(rewards)
+        bad = bad_rew | (bad_obs if bad_obs.size else False)
+        if not bad.any():
+            return obs, rewards
+        self.nonfinite += int(bad.sum())
+        if self.on_nonfinite == "stop":
+            i = int(np.flatnonzero(bad)[0])
+            what = "reward" if bad_rew[i] else "observation"
+            value = rewards[i] if bad_rew[i] else "holds NaN or inf"
+            raise EnvError(
+                f"env {self.env_id!r}: sub-env {i} gave a non-finite {what} ({value}) at its env step "
+                f"{self.steps // max(1, self.num_envs) + 1}; fix the env, or set env.on_nonfinite: zero "
+                "(replace by 0 and count) or ignore"
+            )
+        rewards = np.where(np.isfinite(rewards), rewards, 0.0).astype(np.float32)
+        obs = obs_tree.tree_map(
+            lambda a: (
+                np.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0) if np.asarray(a).dtype.kind == "f" else a
+            ),
+            obs,
+        )
+        return obs, rewards
 
     def close(self) -> None:
         self.envs.close()

@@ -148,8 +148,10 @@ class Policy:
         import numpy as np
         import torch
 
-        from rlinf_algos.envs import batch_obs
+        from rlinf_algos.envs import batch_obs, nonfinite_rows
 
+        if obs is None:
+            raise RlinfError("act(): no observation (None); give one as env.step returns it, or a batch")
         single = self._is_single(obs)
         if single:
             obs = (
@@ -161,10 +163,34 @@ class Policy:
             obs = {k: (np.asarray(v, dtype=object) if _is_text(v) else np.asarray(v)) for k, v in obs.items()}
         else:
             obs = np.asarray(obs)
+        self._check_batch(obs)
+        bad = nonfinite_rows(obs)
+        if bad.any():
+            raise RlinfError(
+                f"act(): observation {int(np.flatnonzero(bad)[0])} of the batch holds NaN or inf; the policy "
+                "takes finite observations"
+            )
         with torch.no_grad():
             flat = self.module.predict(batch_obs(obs), deterministic).detach().cpu().numpy()
         out = self._native(flat) if clip or self._kind() != "box" else flat
         return out[0] if single else out
+
+    def _check_batch(self, obs: Any) -> None:
+        """A batch whose entries do not have the shapes the policy was trained on is one line."""
+        import numpy as np
+
+        space = self.spec.get("obs_space") or {}
+        parts = (space.get("keys") or {}) if isinstance(obs, Mapping) else {None: space}
+        for key, part in parts.items():
+            if part.get("kind") != "box" or (key is not None and key not in obs):
+                continue
+            got = np.shape(obs[key] if key is not None else obs)[1:]
+            if tuple(got) != tuple(part["shape"]):
+                name = f"observation {key!r}" if key is not None else "an observation"
+                raise RlinfError(
+                    f"act(): {name} of shape {list(got)}; the policy takes {list(part['shape'])} (one) or "
+                    f"[B, {', '.join(map(str, part['shape']))}] (a batch)"
+                )
 
     def predict(
         self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False

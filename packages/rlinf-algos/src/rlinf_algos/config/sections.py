@@ -109,6 +109,11 @@ class EnvConfig(ConfigSection):
     timeout_s: float = Field(
         60.0, gt=0.0, description="seconds a simulator process may take to answer one reset or step"
     )
+    on_nonfinite: Literal["stop", "zero", "ignore"] = Field(
+        "stop",
+        description="a NaN or infinite observation or reward: stop (the run ends, naming the first), zero "
+        "(replaced by 0 and counted) or ignore",
+    )
     num_envs: int = Field(8, ge=1, description="environments over all env workers (each its own seed)")
     vectorization: Literal["sync", "async"] = Field(
         "sync", description="gymnasium vector env: sync (one process) or async (a subprocess per env)"

@@ -52,6 +52,7 @@ def make_stepper(env: Any, seed: int) -> VectorEnvStepper:
         options=env.options,
         python=env.python,
         timeout_s=env.timeout_s,
+        on_nonfinite=env.on_nonfinite,
     )
 
 

@@ -40,7 +40,7 @@ from rlinf_algos.models import check_policy_spec
 from rlinf_algos.run_files import POLICY, write_state
 from rlinf_algos.rundir import env_record
 from rlinf_algos.runtime.books import BASE_COLUMNS
-from rlinf_algos.runtime.recovery import LearnerDied, failure_reason, worker_died
+from rlinf_algos.runtime.recovery import LearnerDied, failure_reason, user_error, worker_died
 from rlinf_algos.runtime.workers import WORKERS
 from rlinf_algos.stats import EpisodeStats
 from rlinf_algos.warm_starts import initial_weights
@@ -378,7 +378,8 @@ class EmbodiedPlacedRun(FlowRun):
             if res is not None and self.recipe.whole_batch and not res.get("aborted"):
                 raise RlinfError(f"iteration {k}: the actor trained on an incomplete batch")  # cannot happen
         if fatal:
-            raise next(iter(fatal.values()))
+            first = next(iter(fatal.values()))
+            raise user_error(first) or first
         reason = await loop.run_in_executor(
             None, lambda: d.replace_dead(dead, f"in iteration {k}", configure=learner_err is None)
         )

@@ -123,6 +123,24 @@ def out_of_memory_message(err: BaseException, resume_hint: str) -> str:
     )
 
 
+class WorkerUserError(RlinfError):
+    """A worker stopped on the user's mistake (its error was one of rlinf's errors for users,
+    exit 2: a failing env, a bad setting found on the worker): the run ends with that error's
+    line, prefixed by the worker that met it, without the remote traceback."""
+
+    exit_code = 2
+
+
+def user_error(err: BaseException) -> WorkerUserError | None:
+    """The one-line :class:`WorkerUserError` of a worker's failure ``err`` whose remote cause is an
+    rlinf error meant for users (exit code 2); ``None`` for any other failure."""
+    cause = getattr(err, "cause", None)
+    if isinstance(cause, RlinfError) and getattr(cause, "exit_code", 1) == 2:
+        where = f"{err.component} rank {err.rank}: " if hasattr(err, "component") else ""
+        return WorkerUserError(where + str(cause).splitlines()[0])
+    return None
+
+
 def failure_reason(err: BaseException) -> str:
     method, summary = getattr(err, "method", None), getattr(err, "summary", None)
     return f"{method}(): {summary}" if method and summary else str(err).splitlines()[0]

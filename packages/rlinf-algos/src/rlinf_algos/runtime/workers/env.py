@@ -100,6 +100,7 @@ class EnvWorker(RoleWorker):
                     options=cfg.get("options") or {},
                     python=cfg.get("python"),
                     timeout_s=float(cfg.get("timeout_s", 60.0)),
+                    on_nonfinite=cfg.get("on_nonfinite", "stop"),
                 )
             )
         plan = shards(self.per_stage, self.world_size, self.rollout_world)

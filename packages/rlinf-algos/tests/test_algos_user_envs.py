@@ -1,0 +1,158 @@
+"""A user's env that fails ends the run in one line (issue 53, item 3): an exception or
+``sys.exit`` in ``reset`` or ``step`` names the env, the call and the user's ``file:line`` (exit
+2, no traceback); a NaN or infinite observation or reward stops the run naming the first
+(``env.on_nonfinite: stop``, the default), or is replaced by 0 and counted (``zero``).
+
+The env is a module written here (``userenv:Flaky-v0``, gymnasium's ``module:Env`` form), run
+by the ``rlinf`` console script with the module on ``PYTHONPATH``, on the local scheduler (and
+on Ray workers in the slow test)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ENV = """
+import sys
+
+import gymnasium as gym
+import numpy as np
+
+
+class Flaky(gym.Env):
+    observation_space = gym.spaces.Box(-10, 10, (3,), np.float32)
+    action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+
+    def __init__(self, fail="", at=3):
+        self.fail, self.at, self.t = fail, at, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if self.fail == "reset":
+            raise RuntimeError("the robot is not homed")
+        self.t = 0
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        obs, reward = np.zeros(3, np.float32), 1.0
+        if self.t == self.at:
+            if self.fail == "raise":
+                raise ValueError("joint 3 out of range")
+            if self.fail == "exit":
+                sys.exit(3)
+            if self.fail == "nan_reward":
+                reward = float("nan")
+            if self.fail == "inf_obs":
+                obs[1] = np.inf
+        return obs, reward, False, self.t >= 20, {}
+
+
+gym.register(id="Flaky-v0", entry_point=Flaky)
+"""
+
+CONFIG = """
+algorithm: {name: ppo, rollout_steps: 16, minibatch_size: 32, update_epochs: 1}
+env: {id: "userenv:Flaky-v0", num_envs: 2, kwargs: {fail: FAIL}}
+model: {hidden_sizes: [8]}
+runner: {scheduler: SCHED, total_steps: 64, log_interval: 32, loggers: [csv]}
+"""
+
+
+def train(
+    tmp_path: Path, fail: str, scheduler: str = "local", *extra: str
+) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "userenv.py").write_text(textwrap.dedent(ENV))
+    cfg = tmp_path / "run.yaml"
+    text = CONFIG.replace("FAIL", fail).replace("SCHED", scheduler)
+    if scheduler == "ray":
+        text += "cluster: {num_nodes: 1, component_placement: {env: {node_group: node, placement: 0}, "
+        text += "rollout: {node_group: node, placement: 0}, actor: {node_group: node, placement: 0}}}\n"
+    cfg.write_text(text)
+    exe = Path(sys.executable).parent / "rlinf"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = str(tmp_path)
+    return subprocess.run(
+        [str(exe), "train", str(cfg), "--run-dir", str(tmp_path / "run"), *extra],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env=env,
+    )
+
+
+def _error_lines(done: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in done.stderr.splitlines() if line.startswith("error:")]
+
+
+@pytest.mark.parametrize(
+    ("fail", "says"),
+    [
+        ("raise", "env 'userenv:Flaky-v0': step raised ValueError: joint 3 out of range (at "),
+        ("exit", "env 'userenv:Flaky-v0': step raised SystemExit: 3 (at "),
+        ("reset", "env 'userenv:Flaky-v0': reset raised RuntimeError: the robot is not homed (at "),
+    ],
+)
+def test_a_failing_env_is_one_line_naming_the_call_and_the_users_line(
+    tmp_path: Path, fail: str, says: str
+) -> None:
+    done = train(tmp_path, fail)
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    (line,) = _error_lines(done)
+    assert says in line and "userenv.py:" in line, line
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("fail", "says"),
+    [
+        ("nan_reward", "sub-env 0 gave a non-finite reward (nan) at its env step 3"),
+        ("inf_obs", "sub-env 0 gave a non-finite observation (holds NaN or inf) at its env step 3"),
+    ],
+)
+def test_a_non_finite_value_stops_the_run_naming_the_first(tmp_path: Path, fail: str, says: str) -> None:
+    done = train(tmp_path, fail)
+    assert done.returncode == 2, done.stderr[-2000:]
+    (line,) = _error_lines(done)
+    assert says in line and "env.on_nonfinite: zero" in line, line
+
+
+def test_on_nonfinite_zero_trains_on_and_saves_finite_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done = train(tmp_path, "nan_reward", "local", "env.on_nonfinite=zero")
+    assert done.returncode == 0, done.stderr[-2000:]
+    import rlinf_algos
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    policy = rlinf_algos.load_policy(tmp_path / "run", trust=True)  # the env is this test's own module
+    assert all(np.isfinite(p.detach().numpy()).all() for p in policy.module.parameters())
+    # and the saved policy checks what it is given
+    from rlinf_core.errors import RlinfError
+
+    assert policy.act(np.zeros(3, np.float32)).shape == (1,)
+    for bad, says in [
+        (None, "no observation"),
+        (np.array([0.0, np.nan, 0.0], np.float32), "holds NaN or inf"),
+        (np.float32(1.0), "of shape []; the policy takes [3]"),
+        (np.zeros((4, 5), np.float32), "of shape [5]; the policy takes [3]"),
+    ]:
+        with pytest.raises(RlinfError, match=re.escape(says)):
+            policy.act(bad)
+
+
+@pytest.mark.slow
+def test_on_ray_workers_too(tmp_path: Path) -> None:
+    done = train(tmp_path, "raise", "ray")
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert any("step raised ValueError: joint 3 out of range (at " in line for line in _error_lines(done)), (
+        done.stderr[-3000:]
+    )
