@@ -37,7 +37,9 @@ def test_an_interpolation_bomb_is_one_line(tmp_path: Path) -> None:
 
 def test_the_bomb_through_the_console_script_stays_small(tmp_path: Path) -> None:
     """``rlinf train BOMB --print-config`` under a 2 GiB address-space limit: exit 2 and one line
-    (it went past 4 GB before)."""
+    (it went past 4 GB before). ``rlinf train`` is rlinf-algos' command: skipped where rlinf-core
+    is installed alone (CI's isolation run)."""
+    pytest.importorskip("rlinf_algos", reason="rlinf train comes with rlinf-algos")
     path = tmp_path / "bomb.yaml"
     path.write_text(_bomb())
 
