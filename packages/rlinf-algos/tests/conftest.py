@@ -104,3 +104,23 @@ def chat_model_folder() -> Callable[[Path, list[str]], Path]:
         vocab_size=400,
     )
     return lambda folder, corpus: hf.new_model_folder(folder, init, seed=0, corpus=corpus)
+
+
+@pytest.fixture
+def rlinf_main(capfd: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str]]:
+    """``rlinf_main(*args)``: ``rlinf ARGS`` through the console script's entry point in this
+    process (its error printing and exit codes included); returns the exit status and everything
+    it wrote."""
+    from rlinf_core.cli import main
+
+    def run(*args: str) -> tuple[int, str]:
+        capfd.readouterr()
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else 1
+        out = capfd.readouterr()
+        return code, out.out + out.err
+
+    return run

@@ -194,24 +194,9 @@ def _run_files(tmp_path: Path, model: Path) -> dict[str, Any]:
     }
 
 
-def rlinf(capfd: Any, *args: str) -> tuple[int, str]:
-    """``rlinf ARGS`` through the console script's entry point, in this process: its exit
-    status and everything it wrote."""
-    from rlinf_core.cli import main
-
-    capfd.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else 1
-    out = capfd.readouterr()
-    return code, out.out + out.err
-
-
-def _dry_run(capfd: Any, tmp_path: Path, cfg: dict[str, Any]) -> tuple[int, str]:
+def _dry_run(rlinf_main: Any, tmp_path: Path, cfg: dict[str, Any]) -> tuple[int, str]:
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
-    return rlinf(capfd, "train", str(tmp_path / "run.yaml"), "--dry-run")
+    return rlinf_main("train", str(tmp_path / "run.yaml"), "--dry-run")
 
 
 def _copy(model: Path, tmp_path: Path) -> Path:
@@ -298,11 +283,11 @@ def _bad_device(tmp: Path, cfg: dict[str, Any], model: Path) -> str:
     ids=lambda f: f.__name__.strip("_"),
 )
 def test_dry_run_finds_what_a_worker_would(
-    capfd: Any, tmp_path: Path, model_folder: Path, damage: Any
+    rlinf_main: Any, tmp_path: Path, model_folder: Path, damage: Any
 ) -> None:
     cfg = _run_files(tmp_path, model_folder)
     expected = damage(tmp_path, cfg, model_folder)
-    code, output = _dry_run(capfd, tmp_path, cfg)
+    code, output = _dry_run(rlinf_main, tmp_path, cfg)
     assert code == 2, output
     assert expected in output, output
     assert "Traceback" not in output
@@ -310,8 +295,8 @@ def test_dry_run_finds_what_a_worker_would(
     assert len(problem_lines) <= 2, output  # a header and the one problem
 
 
-def test_dry_run_passes_a_sound_run(capfd: Any, tmp_path: Path, model_folder: Path) -> None:
-    code, output = _dry_run(capfd, tmp_path, _run_files(tmp_path, model_folder))
+def test_dry_run_passes_a_sound_run(rlinf_main: Any, tmp_path: Path, model_folder: Path) -> None:
+    code, output = _dry_run(rlinf_main, tmp_path, _run_files(tmp_path, model_folder))
     assert code == 0, output
 
 
@@ -319,7 +304,7 @@ def test_dry_run_passes_a_sound_run(capfd: Any, tmp_path: Path, model_folder: Pa
 
 
 def test_a_local_run_counts_a_hung_reward_with_on_error_zero(
-    capfd: Any, tmp_path: Path, model_folder: Path
+    rlinf_main: Any, tmp_path: Path, model_folder: Path
 ) -> None:
     cfg = _run_files(tmp_path, model_folder)
     rows = [{"prompt": "What is 1 + 1?", "answer": "2"}, {"prompt": "What is 2 + 1?", "answer": "3"}]
@@ -331,8 +316,8 @@ def test_a_local_run_counts_a_hung_reward_with_on_error_zero(
     cfg["reward"].update(timeout_s=1, on_error="zero")
     cfg["algorithm"].update(max_new_tokens=2, iterations=1)
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
-    code, output = rlinf(
-        capfd, "train", str(tmp_path / "run.yaml"), "--run-dir", str(tmp_path / "run"), "--quiet"
+    code, output = rlinf_main(
+        "train", str(tmp_path / "run.yaml"), "--run-dir", str(tmp_path / "run"), "--quiet"
     )
     assert code == 0, output
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -341,8 +326,8 @@ def test_a_local_run_counts_a_hung_reward_with_on_error_zero(
     assert "scored 2" not in output  # the reward's prints go to the log
     cfg["reward"]["on_error"] = "stop"
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
-    code, output = rlinf(
-        capfd, "train", str(tmp_path / "run.yaml"), "--run-dir", str(tmp_path / "run2"), "--quiet"
+    code, output = rlinf_main(
+        "train", str(tmp_path / "run.yaml"), "--run-dir", str(tmp_path / "run2"), "--quiet"
     )
     assert code != 0
     assert f"{tmp_path / 'train.jsonl'}:2" in output and "reward.timeout_s=1 s" in output, output

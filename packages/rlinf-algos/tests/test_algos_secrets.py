@@ -16,20 +16,6 @@ import yaml
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def rlinf(capfd: Any, *args: str) -> tuple[int, str]:
-    """``rlinf ARGS`` through the console script's entry point, in this process."""
-    from rlinf_core.cli import main
-
-    capfd.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else 1
-    out = capfd.readouterr()
-    return code, out.out + out.err
-
-
 @pytest.fixture
 def key(monkeypatch: pytest.MonkeyPatch) -> str:
     value = f"sk-test-{secrets.token_hex(12)}"
@@ -61,33 +47,33 @@ def _nowhere_in(folder: Path, value: str) -> None:
             assert value.encode() not in file.read_bytes(), file
 
 
-def test_print_config_and_dry_run_keep_the_interpolation(capfd: Any, tmp_path: Path, key: str) -> None:
+def test_print_config_and_dry_run_keep_the_interpolation(rlinf_main: Any, tmp_path: Path, key: str) -> None:
     config = _config(tmp_path)
-    code, out = rlinf(capfd, "train", str(config), "--print-config")
+    code, out = rlinf_main("train", str(config), "--print-config")
     assert code == 0, out
     assert key not in out
     printed = yaml.safe_load(out)
     env_vars = printed["cluster"]["node_groups"][0]["env_configs"][0]["env_vars"]
     assert env_vars == [{"WANDB_API_KEY": "${oc.env:FAKE_API_KEY}"}]
 
-    code, out = rlinf(capfd, "train", str(config), "--dry-run")
+    code, out = rlinf_main("train", str(config), "--dry-run")
     assert code == 0, out
     assert key not in out and "${oc.env:FAKE_API_KEY}" in out
 
 
-def test_a_validation_error_does_not_echo_the_key(capfd: Any, tmp_path: Path, key: str) -> None:
+def test_a_validation_error_does_not_echo_the_key(rlinf_main: Any, tmp_path: Path, key: str) -> None:
     config = _config(tmp_path, num_envs="${oc.env:FAKE_API_KEY}")
-    code, out = rlinf(capfd, "train", str(config), "--dry-run")
+    code, out = rlinf_main("train", str(config), "--dry-run")
     assert code == 2, out
     assert "env.num_envs" in out and "Traceback" not in out
     assert key not in out
 
 
 @pytest.mark.slow  # a real run: about 20 s on the 2-core machine
-def test_a_real_run_saves_and_prints_no_key(capfd: Any, tmp_path: Path, key: str) -> None:
+def test_a_real_run_saves_and_prints_no_key(rlinf_main: Any, tmp_path: Path, key: str) -> None:
     config = _config(tmp_path)
     run_dir = tmp_path / "run"
-    code, out = rlinf(capfd, "train", str(config), "--run-dir", str(run_dir), "--quiet")
+    code, out = rlinf_main("train", str(config), "--run-dir", str(run_dir), "--quiet")
     assert code == 0, out
     assert key not in out
     _nowhere_in(run_dir, key)
@@ -95,7 +81,7 @@ def test_a_real_run_saves_and_prints_no_key(capfd: Any, tmp_path: Path, key: str
     env_vars = saved["cluster"]["node_groups"][0]["env_configs"][0]["env_vars"]
     assert env_vars == [{"WANDB_API_KEY": "${oc.env:FAKE_API_KEY}"}]
     # the saved config.yaml runs again as it is (the interpolation resolved anew)
-    code, out = rlinf(capfd, "train", str(run_dir / "config.yaml"), "--dry-run")
+    code, out = rlinf_main("train", str(run_dir / "config.yaml"), "--dry-run")
     assert code == 0, out
     assert key not in out
 

@@ -22,20 +22,6 @@ import yaml
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def rlinf(capfd: Any, *args: str) -> tuple[int, str]:
-    """``rlinf ARGS`` through the console script's entry point, in this process."""
-    from rlinf_core.cli import main
-
-    capfd.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else 1
-    out = capfd.readouterr()
-    return code, out.out + out.err
-
-
 def _appears(marker: Path, within_s: float = 10.0) -> bool:
     """Whether ``marker`` exists within ``within_s`` (a shell command may still be starting)."""
     import time
@@ -111,11 +97,13 @@ def _crafted(run: Path, tmp_path: Path, **record: Any) -> Path:
     return out
 
 
-def test_a_wrapper_in_the_policy_metadata_is_not_run(embodied_run: Path, tmp_path: Path, capfd: Any) -> None:
+def test_a_wrapper_in_the_policy_metadata_is_not_run(
+    embodied_run: Path, tmp_path: Path, rlinf_main: Any
+) -> None:
     marker = tmp_path / "MARKER"
     evil = {"path": "pydoc:pipepager", "kwargs": {"cmd": f"touch {marker}"}}
     run = _crafted(embodied_run, tmp_path, env_wrappers=[evil])
-    code, out = rlinf(capfd, "eval", str(run), "-n", "1")
+    code, out = rlinf_main("eval", str(run), "-n", "1")
     _refused(code, out, "env_wrappers[0]", "pydoc:pipepager", "policy.safetensors")
     assert not marker.exists()
 
@@ -128,12 +116,12 @@ def test_a_wrapper_in_the_policy_metadata_is_not_run(embodied_run: Path, tmp_pat
     assert not marker.exists()
 
     # with --trust it runs (pipepager runs its command, then fails on the env it was given)
-    rlinf(capfd, "eval", str(run), "-n", "1", "--trust")
+    rlinf_main("eval", str(run), "-n", "1", "--trust")
     assert _appears(marker)
 
 
 def test_an_antigravity_env_id_is_not_imported(
-    embodied_run: Path, tmp_path: Path, capfd: Any, monkeypatch: pytest.MonkeyPatch
+    embodied_run: Path, tmp_path: Path, rlinf_main: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     marker = tmp_path / "MARKER"
     browser = tmp_path / "browser.sh"  # what antigravity's import would open the web page with
@@ -141,13 +129,13 @@ def test_an_antigravity_env_id_is_not_imported(
     browser.chmod(0o755)
     monkeypatch.setenv("BROWSER", str(browser))
     run = _crafted(embodied_run, tmp_path, env_id="antigravity:X-v0")
-    code, out = rlinf(capfd, "eval", str(run), "-n", "1")
+    code, out = rlinf_main("eval", str(run), "-n", "1")
     _refused(code, out, "env_id", "antigravity:X-v0")
     assert "antigravity" not in sys.modules and not marker.exists()
 
 
 def test_resume_with_the_runs_own_config_runs_none_of_its_code(
-    embodied_run: Path, tmp_path: Path, capfd: Any
+    embodied_run: Path, tmp_path: Path, rlinf_main: Any
 ) -> None:
     marker = tmp_path / "MARKER"
     run = tmp_path / "run"
@@ -156,12 +144,12 @@ def test_resume_with_the_runs_own_config_runs_none_of_its_code(
     cfg["env"]["wrappers"] = [{"path": "pydoc:pipepager", "kwargs": {"cmd": f"touch {marker}"}}]
     cfg["env"]["id"] = "rlinf_no_such_user_module:Env-v0"
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
-    code, out = rlinf(capfd, "train", str(run / "config.yaml"), "--resume", str(run))
+    code, out = rlinf_main("train", str(run / "config.yaml"), "--resume", str(run))
     _refused(code, out, "env.wrappers[0]", "env.id", "rlinf_no_such_user_module:Env-v0", "overrides")
     assert not marker.exists()
     # what the command line gives anew is the user's own: only the rest is named
-    code, out = rlinf(
-        capfd, "train", str(run / "config.yaml"), "--resume", str(run), "env.id=CartPole-v1", "--dry-run"
+    code, out = rlinf_main(
+        "train", str(run / "config.yaml"), "--resume", str(run), "env.id=CartPole-v1", "--dry-run"
     )
     _refused(code, out, "env.wrappers[0]")
     assert "env.id" not in out
@@ -261,10 +249,10 @@ def _lm_run(tmp_path: Path, model: Path, marker: Path, route: str) -> Path:
     ],
 )
 def test_a_language_model_run_names_its_code_and_runs_none(
-    model_folder: Path, tmp_path: Path, capfd: Any, route: str, named: str
+    model_folder: Path, tmp_path: Path, rlinf_main: Any, route: str, named: str
 ) -> None:
     marker = tmp_path / "MARKER"
     run = _lm_run(tmp_path, model_folder, marker, route)
-    code, out = rlinf(capfd, "eval", str(run))
+    code, out = rlinf_main("eval", str(run))
     assert not marker.exists(), out
     _refused(code, out, named, "config.yaml")
