@@ -128,7 +128,7 @@ class Killer:
 
 
 def train(args: argparse.Namespace, run_dir: Path, killer: Killer | None) -> dict[str, Any]:
-    from rlinf_algos.runtime.training import run_training
+    from rlinf_algos.training import run_training
     from rlinf_core.config import load_yaml
 
     overrides = [

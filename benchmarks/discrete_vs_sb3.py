@@ -77,7 +77,7 @@ def _preimport() -> None:
 
 def resolved_config(config: str, overrides: list[str]) -> dict[str, Any]:
     """The example's config as ``rlinf train`` resolves it (defaults filled in)."""
-    from rlinf_algos.runtime.training import dry_run
+    from rlinf_algos.training import dry_run
 
     return dry_run(str(ROOT / config), overrides=overrides)["config"]
 
@@ -126,7 +126,7 @@ def sb3_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
 def _rlinf(config: str, seed: int, overrides: list[str], episodes: int) -> dict[str, Any]:
     _preimport()
     from rlinf_algos.evaluate import evaluate_policy
-    from rlinf_algos.runtime.training import run_training
+    from rlinf_algos.training import run_training
 
     with tempfile.TemporaryDirectory() as d:
         t0, c0 = time.perf_counter(), tree_cpu_s(os.getpid())

@@ -19,7 +19,7 @@ value clipping              0.2 around the old value for rlinf and SB3 (``clip_r
 
 Peers (``--peers``):
 
-- ``rlinf``: ``rlinf_algos.runtime.training.run_training`` (env, rollout and actor workers over channels,
+- ``rlinf``: ``rlinf_algos.training.run_training`` (env, rollout and actor workers over channels,
   what ``rlinf train`` runs; configured as ``examples/quickstart.yaml``: one node, env stepping
   in 2 pipeline stages, ``max_staleness: 1`` so the next rollout overlaps the update) when that
   module is installed; the in-process run (``runner.scheduler: local``: the one driver with
@@ -99,9 +99,9 @@ PEERS = ("rlinf", "sb3", "rllib")
 
 
 def _distributed_runner() -> Any | None:
-    """``rlinf_algos.runtime.training.run_training`` when rlinf-algos is installed, else ``None``."""
+    """``rlinf_algos.training.run_training`` when rlinf-algos is installed, else ``None``."""
     try:
-        from rlinf_algos.runtime import training
+        from rlinf_algos import training
     except ImportError:
         return None
     return getattr(training, "run_training", None)
@@ -190,7 +190,7 @@ def peer_rlinf_distributed(warmup: int, iters: int, rollout_iters: int, seed: in
     0). Each ``run_training`` launches its own workers (counted in ``untimed_s``)."""
     run_training = _distributed_runner()
     if run_training is None:
-        raise RuntimeError("rlinf_algos.runtime.training.run_training is not installed")
+        raise RuntimeError("rlinf_algos.training.run_training is not installed")
     from rlinf_core.plugins import load_plugins
 
     host = load_plugins()
@@ -225,7 +225,7 @@ def peer_rlinf_distributed(warmup: int, iters: int, rollout_iters: int, seed: in
             out[part] = {
                 **clock.result(first, t_part),
                 "summary_sps": summary.get("env_steps_per_s"),
-                "runner": "distributed (rlinf_algos.runtime.training.run_training)",
+                "runner": "distributed (rlinf_algos.training.run_training)",
             }
     finally:
         if scheduler is not None:
@@ -559,7 +559,7 @@ def print_throughput(res: dict[str, Any], args: argparse.Namespace) -> dict[str,
         if row in res:
             why = f"the distributed run failed: {res[row]['error'].splitlines()[0][:200]}"
         else:
-            why = "rlinf-algos (rlinf_algos.runtime.training.run_training) is not installed"
+            why = "rlinf-algos (rlinf_algos.training.run_training) is not installed"
         return sps(f"{row}_inprocess"), f"in-process ({why})"
 
     rlinf_sps, rlinf_runner = pick("train:rlinf")

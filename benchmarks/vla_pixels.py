@@ -39,7 +39,7 @@ hands SB3 the parsed colour; rlinf's policy gets the words and learns what they 
 
 Peers (``--peers``):
 
-- ``rlinf``: ``rlinf_algos.runtime.training.run_training`` (env, rollout and actor workers on an
+- ``rlinf``: ``rlinf_algos.training.run_training`` (env, rollout and actor workers on an
   embedded Ray, what ``rlinf train`` runs; one node, env stepping in 2 pipeline stages,
   ``max_staleness: 1`` as the example config), and the in-process runner
   (``runner.scheduler: local``) as a second figure, ``rlinf_inprocess_sps``.
@@ -223,7 +223,7 @@ def peer_rlinf_distributed(
 ) -> dict[str, Any]:
     """``rlinf train``'s runner on one embedded Ray started once: rollout only (``rollout_iters``
     timed; skipped if 0), then PPO training (``iters`` timed; skipped if 0)."""
-    from rlinf_algos.runtime.training import run_training
+    from rlinf_algos.training import run_training
     from rlinf_core.plugins import load_plugins
 
     _prepare_gl()
@@ -257,7 +257,7 @@ def peer_rlinf_distributed(
             out[part] = {
                 **clock.result(first, t_part),
                 "summary_sps": summary.get("env_steps_per_s"),
-                "runner": "distributed (rlinf_algos.runtime.training.run_training)",
+                "runner": "distributed (rlinf_algos.training.run_training)",
             }
     finally:
         if scheduler is not None:

@@ -34,7 +34,7 @@ from rlinf_algos.distributions import ActionDist
 from rlinf_algos.envs import VectorEnvStepper, make_vector_env
 from rlinf_algos.evaluate import evaluate_policy, load_policy
 from rlinf_algos.models import build_policy
-from rlinf_algos.runtime.training import run_training
+from rlinf_algos.training import run_training
 from rlinf_core.errors import ConfigError
 
 HYBRID = spaces.Dict(

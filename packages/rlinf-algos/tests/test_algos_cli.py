@@ -208,7 +208,7 @@ def test_commands_and_runner_import_light() -> None:
     """`rlinf --help` must not pay for torch, ray, mujoco, tensorboardX or matplotlib."""
     code = (
         "import sys, click, rlinf_algos.plugin as p; p.rlinf_register_commands(click.Group()); "
-        "import rlinf_algos.runtime.training, rlinf_algos.cli, rlinf_algos.plot; "
+        "import rlinf_algos.training, rlinf_algos.cli, rlinf_algos.plot; "
         "print([m for m in ('torch', 'ray', 'gymnasium', 'mujoco', 'tensorboardX', 'matplotlib') if m in sys.modules])"
     )
     out = subprocess.run(

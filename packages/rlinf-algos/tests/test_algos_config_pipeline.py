@@ -20,7 +20,7 @@ from rlinf_algos.config.prepare import PreparedRun, prepare_run
 from rlinf_algos.config.validated import ValidatedConfig
 from rlinf_algos.lm.config import ArithTaskConfig, LMGRPOConfig, LMRunnerConfig
 from rlinf_algos.ppo import PPOConfig
-from rlinf_algos.runtime.training import run_training
+from rlinf_algos.training import run_training
 from rlinf_core.errors import ConfigError
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

@@ -498,7 +498,7 @@ def test_tf32_is_set_for_cuda_devices_only(monkeypatch: pytest.MonkeyPatch) -> N
 def test_summary_records_each_roles_device_and_torchs_cuda(tmp_path: Path) -> None:
     import json
 
-    from rlinf_algos.runtime.training import _record_devices
+    from rlinf_algos.training import _record_devices
 
     (tmp_path / "summary.json").write_text(json.dumps({"iterations": 3}))
     plan = _plan({"node_group": "node", "placement": "0:0-1"}, gpus=2)
@@ -519,7 +519,7 @@ def test_a_local_run_records_and_dry_runs_its_one_device(tmp_path: Path, host: A
     for a local run), with the NVIDIA driver ``none`` on the CPU."""
     import json
 
-    from rlinf_algos.runtime.training import _record_devices
+    from rlinf_algos.training import _record_devices
 
     out = _record_devices(tmp_path, {}, None, {"runner": {"device": "auto"}})
     assert out["devices"]["roles"] == {"local": ["cpu"]} and out["devices"]["driver"] == "none"

@@ -16,9 +16,9 @@ import torch
 
 from rlinf_algos.evaluate import load_policy
 from rlinf_algos.rundir import latest_checkpoint
-from rlinf_algos.runtime.training import run_training
 from rlinf_algos.runtime.workers.actor import digest as _digest
 from rlinf_algos.safe_state import load_state
+from rlinf_algos.training import run_training
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 

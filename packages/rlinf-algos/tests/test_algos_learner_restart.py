@@ -20,8 +20,8 @@ import yaml
 
 from rlinf_algos.evaluate import load_policy
 from rlinf_algos.runtime.recovery import RunFailed
-from rlinf_algos.runtime.training import run_training
 from rlinf_algos.safe_state import load_state
+from rlinf_algos.training import run_training
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 

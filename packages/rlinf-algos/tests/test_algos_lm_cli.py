@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from rlinf_algos.config.validate import validate_run_config
-from rlinf_algos.runtime.training import run_training
+from rlinf_algos.training import run_training
 from rlinf_core.config import apply_overrides, load_yaml
 from rlinf_core.errors import ConfigError
 

@@ -91,7 +91,7 @@ def test_lm_run_logs_every_row_to_tensorboard_without_progress_spam(
 
 
 def test_lm_run_without_csv_and_tensorboard(tmp_path: Path) -> None:
-    from rlinf_algos.runtime.training import run_training
+    from rlinf_algos.training import run_training
 
     data = apply_overrides(
         load_yaml(EXAMPLES / "grpo_arith.yaml"), [*TINY, "algorithm.iterations=1", "runner.loggers=[]"]

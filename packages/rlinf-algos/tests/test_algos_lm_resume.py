@@ -29,7 +29,7 @@ import yaml
 from rlinf_algos.config.prepare import dry_run
 from rlinf_algos.config.validate import validate_run_config
 from rlinf_algos.rundir import find_checkpoints, load_checkpoint, write_checkpoint
-from rlinf_algos.runtime.training import TrainingInterrupted, run_training
+from rlinf_algos.training import TrainingInterrupted, run_training
 from rlinf_core.config import apply_overrides, load_yaml
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

@@ -467,7 +467,7 @@ def test_leads_and_subagents_on_placed_agents_and_a_tool_component(
     and the subagents' sequences."""
     import yaml
 
-    from rlinf_algos.runtime.training import run_training
+    from rlinf_algos.training import run_training
     from rlinf_scheduler.runtime.cluster import Cluster
 
     config = _config(world_dir, warm_policy, {"max_turns": 2, "max_response_tokens": 160})

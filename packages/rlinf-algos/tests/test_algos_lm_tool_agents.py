@@ -645,7 +645,7 @@ def test_tools_episodes_on_placed_agents_and_a_tool_component(
     processes play the tools task's episodes, one tool process serves the search index, for one
     GRPO iteration; the tool process killed in the run is restarted in place; its figures have the same names as a run whose driver plays the episodes and
     runs the tools itself."""
-    from rlinf_algos.runtime.training import run_training
+    from rlinf_algos.training import run_training
     from rlinf_scheduler.runtime.cluster import Cluster
 
     def config(placement: dict[str, Any]) -> dict[str, Any]:

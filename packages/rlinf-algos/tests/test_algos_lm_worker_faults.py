@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from rlinf_algos.runtime.training import run_training
+from rlinf_algos.training import run_training
 from rlinf_core.config import apply_overrides, load_yaml
 from rlinf_core.errors import RlinfError
 

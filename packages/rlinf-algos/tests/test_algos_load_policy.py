@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import rlinf_algos
-from rlinf_algos.runtime.training import run_training
+from rlinf_algos.training import run_training
 from rlinf_core.errors import RlinfError
 
 ENV = "InvertedPendulum-v5"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from rlinf_algos.config.validate import validate_run_config
-from rlinf_algos.runtime.training import run_training
+from rlinf_algos.training import run_training
 from rlinf_core.errors import ConfigError
 
 

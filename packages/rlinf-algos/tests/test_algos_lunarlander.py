@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from rlinf_algos.evaluate import evaluate_policy, load_policy
-from rlinf_algos.runtime.training import run_training, validate_run_config
+from rlinf_algos.training import run_training, validate_run_config
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "lunarlander.yaml"
 

@@ -13,14 +13,13 @@ from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
 from rlinf_algos.config import LoraConfig
 from rlinf_algos.lm.config import LMModelConfig, ModelInitConfig
-from rlinf_algos.memory import (
-    GIB,
-    check_fits,
+from rlinf_algos.lm.memory import (
     config_from_dict,
     estimate_lm_memory,
     lm_model_counts,
     plan_memory,
 )
+from rlinf_algos.memory import GIB, check_fits
 from rlinf_algos.models.lora import add_adapters
 from rlinf_core.errors import ConfigError
 
@@ -116,7 +115,7 @@ def test_lora_lowers_gradients_and_optimizer_and_bf16_halves_frozen_weights() ->
 def test_a_7b_full_fine_tune_on_one_80gb_gpu_is_refused_lora_or_8_fsdp_ranks_fit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from rlinf_algos import memory
+    from rlinf_algos.lm import memory
 
     def roles(run: dict[str, Any], actor_ranks: int) -> Any:
         devices = {"actor": [f"cuda:{i}@node 0" for i in range(actor_ranks)], "rollout": ["cpu"]}

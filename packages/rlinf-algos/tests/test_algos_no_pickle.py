@@ -17,7 +17,7 @@ import yaml
 from rlinf_algos import load_policy
 from rlinf_algos.run_files import UnsafeStateFile, read_state
 from rlinf_algos.rundir import load_checkpoint
-from rlinf_algos.runtime.training import run_training
+from rlinf_algos.training import run_training
 
 ROOT_CONFIG = {
     "algorithm": {"name": "ppo", "rollout_steps": 32, "update_epochs": 1, "minibatch_size": 64},

@@ -17,7 +17,7 @@ import torch
 
 from rlinf_algos import objectives
 from rlinf_algos.grpo.config import GRPOConfig
-from rlinf_algos.runtime.training import run_training
+from rlinf_algos.training import run_training
 from rlinf_core.config import apply_overrides, load_yaml, validate_model
 from rlinf_core.errors import ConfigError, PluginError
 

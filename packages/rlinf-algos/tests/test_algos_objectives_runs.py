@@ -19,7 +19,7 @@ from rlinf_algos.lm.config import LMGRPOConfig, LMModelConfig, LMPPOConfig, Mode
 from rlinf_algos.lm.learner import LMLearner, pack_batch
 from rlinf_algos.lm.ppo import PPOLMLearner
 from rlinf_algos.lm.tokens import LMTokenizer
-from rlinf_algos.runtime.training import run_training
+from rlinf_algos.training import run_training
 from rlinf_core.config import apply_overrides, load_yaml
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

@@ -22,7 +22,7 @@ from rlinf_algos.lm.config import load_lm_sections
 from rlinf_algos.lm.local import LocalComponents
 from rlinf_algos.lm.tasks import make_task
 from rlinf_algos.lm.trainer import policy_to_train, resolve_model
-from rlinf_algos.runtime.training import _record_devices
+from rlinf_algos.training import _record_devices
 from rlinf_core.config import apply_overrides, load_yaml
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from rlinf_algos.runtime.training import run_training
+from rlinf_algos.training import run_training
 from rlinf_core.errors import RlinfError
 
 

@@ -137,7 +137,7 @@ def measure_throughput(
     the config as written); returns ``{"runs": [...], ...}`` with env steps/s, the time per
     update of each component and the scaling efficiency of every run (see the module
     docstring)."""
-    from rlinf_algos.runtime.training import run_training
+    from rlinf_algos.training import run_training
     from rlinf_core.plugins import load_plugins
     from rlinf_core.pools import is_seed_form
 

@@ -160,7 +160,7 @@ def train_cmd(
     The whole configuration is checked before anything starts. Runs on an embedded Ray, or on the
     cluster at RAY_ADDRESS. Ctrl-C or SIGTERM writes a checkpoint first; --resume RUN_DIR continues it.
     """
-    from rlinf_algos.runtime.training import TrainingInterrupted, run_training
+    from rlinf_algos.training import TrainingInterrupted, run_training
     from rlinf_core.errors import RlinfError
 
     if multirun:
@@ -284,8 +284,8 @@ def _multirun(
     naming the runs that failed."""
     from rlinf_algos.config.prepare import prepare_run
     from rlinf_algos.rundir import default_run_dir
-    from rlinf_algos.runtime.training import run_training
     from rlinf_algos.train_api import multirun_plan, multirun_table, run_multirun
+    from rlinf_algos.training import run_training
 
     sweep_dir = run_dir or default_run_dir(config)
     host = get_host(ctx)

@@ -15,7 +15,7 @@
   env-worker method serves it, what the rollout workers are told, how the learning side starts.
 
 The language-model family's flow is :mod:`rlinf_algos.lm.flow`. Adding an embodied algorithm is
-one folder with a recipe (its class derives from :class:`~rlinf_algos.algorithm.EmbodiedAlgorithm`)
+one folder with a recipe (its class derives from :class:`~rlinf_algos.embodied.algorithm.EmbodiedAlgorithm`)
 and one registration line in :mod:`rlinf_algos.plugin`.
 """
 

@@ -2,7 +2,7 @@
 
 :func:`train` takes the config as a path, a mapping or pydantic models and goes the way the
 command goes: compose (:func:`rlinf_core.compose.compose`), translate, validate, run
-(:func:`rlinf_algos.runtime.training.run_training`); bad input raises rlinf's errors
+(:func:`rlinf_algos.training.run_training`); bad input raises rlinf's errors
 (:class:`~rlinf_core.errors.ConfigError`, :class:`~rlinf_core.errors.RlinfError`), never
 ``SystemExit``.
 
@@ -82,7 +82,7 @@ def train(
         run_dir: where the run writes; default ``runs/<config name>-<time>``.
         overrides: command-line style overrides applied on top: ``key=value``, ``+key=value``,
             ``++key=value``, ``~key``, ``group=name``.
-        **kwargs: the other keywords of :func:`~rlinf_algos.runtime.training.run_training`:
+        **kwargs: the other keywords of :func:`~rlinf_algos.training.run_training`:
             ``resume``, ``overwrite``, ``progress`` (called with every metrics row),
             ``callbacks``, ``host``, ``config_path`` (where a mapping's defaults live).
 
@@ -90,7 +90,7 @@ def train(
         ConfigError: a problem in the config or an override (every problem, with its YAML path).
         RlinfError: anything else a user can fix (a run directory that holds a run...).
     """
-    from rlinf_algos.runtime.training import run_training
+    from rlinf_algos.training import run_training
 
     if isinstance(overrides, str):
         raise ConfigError(

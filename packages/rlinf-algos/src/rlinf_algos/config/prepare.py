@@ -15,7 +15,7 @@ and its ``--dry-run``, ``--print-config`` and ``--multirun``, :func:`rlinf_algos
 4. **plan** (``plan=True``): the placement of every component, the devices per role and the
    memory estimates (what ``--dry-run`` prints; a run's scheduler plans against the nodes it finds).
 
-The result, a :class:`PreparedRun`, is what :func:`rlinf_algos.runtime.training.run_training`
+The result, a :class:`PreparedRun`, is what :func:`rlinf_algos.training.run_training`
 runs: nothing is composed or validated again, and ``Algorithm.run`` receives
 :attr:`PreparedRun.config`, a mapping that carries the validated sections.
 """
@@ -248,7 +248,7 @@ def _planned(prepared: PreparedRun, inventory: Any, gpu_memory_gib: float | None
     devices do not allow, or estimated memory that cannot fit, is a :class:`ConfigError`."""
     from dataclasses import replace
 
-    from rlinf_algos.memory import check_fits, plan_memory
+    from rlinf_algos.memory import check_fits, planned_memory
     from rlinf_algos.parallel import local_devices, plan_devices, shared_gpu_problems
 
     data = prepared.config
@@ -273,7 +273,7 @@ def _planned(prepared: PreparedRun, inventory: Any, gpu_memory_gib: float | None
         weight_sync = _weight_sync(prepared, plan, devices)
     except ConfigError as err:
         raise _sourced(prepared.translation.translate_error(err), prepared.composition) from None
-    memory = plan_memory(prepared.resolved, devices, gpu_memory_gib)
+    memory = planned_memory(prepared.algorithm_class, prepared.resolved, devices, gpu_memory_gib)
     if plan is None:  # runner.scheduler: local: every role in this process, on one device
         devices = local_devices(device)
     check_fits(memory or [])

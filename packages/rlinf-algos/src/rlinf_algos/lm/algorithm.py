@@ -169,6 +169,16 @@ class GRPOLM(Algorithm):
         ``--dry-run`` prints; it runs as it is when fed back."""
         return resolved_lm_config(load_lm_sections(run_config), _cluster_of(run_config))
 
+    @classmethod
+    def plan_memory(
+        cls, run: Mapping[str, Any], devices: Mapping[str, Any], gpu_memory_gib: float | None
+    ) -> list[Any] | None:
+        """Each role's memory per process (:func:`rlinf_algos.lm.memory.plan_memory`), for
+        ``--dry-run`` and the refusal of plans that cannot fit."""
+        from rlinf_algos.lm.memory import plan_memory
+
+        return plan_memory(run, devices, gpu_memory_gib)
+
     def summary_text(self, summary: Mapping[str, Any]) -> str:
         """Held-out accuracy (reward 1) and mean reward before and after, not env steps."""
         return (

@@ -1,6 +1,6 @@
 """The training runtime: one driver for every algorithm family; never names an algorithm.
 
-- :mod:`~rlinf_algos.runtime.training`: ``rlinf train``'s entry point (validation, dry run,
+- :mod:`~rlinf_algos.training`: ``rlinf train``'s entry point (validation, dry run,
   scheduler start-up);
 - :mod:`~rlinf_algos.runtime.driver`: the one single controller of a run (books, checkpoints,
   resume, stops, worker deaths, the summary) over a flow's run;

@@ -21,7 +21,7 @@ once for every family:
   loads (damaged ones skipped with a warning);
 - SIGTERM and Ctrl-C (:class:`~rlinf_algos.runtime.stop.DeferredStop`): the iteration in flight
   finishes, then a checkpoint, the metrics, the policy and the summary are written and
-  :class:`~rlinf_algos.runtime.training.TrainingInterrupted` is raised; a second Ctrl-C stops at
+  :class:`~rlinf_algos.training.TrainingInterrupted` is raised; a second Ctrl-C stops at
   once (the checkpoint is still attempted);
 - worker deaths (:mod:`~rlinf_algos.runtime.recovery`): restarts in place, dropped batches, the
   learner restarted from checkpoints, and :class:`~rlinf_algos.runtime.recovery.RunFailed`
@@ -293,7 +293,7 @@ class Driver(Recovery):
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         """Run the flow to its end; returns the summary (also in ``summary.json``)."""
-        from rlinf_algos.runtime.training import TrainingInterrupted
+        from rlinf_algos.training import TrainingInterrupted
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         resumed = load_checkpoint(self.run_dir, self.flow.name) if self.resume else None

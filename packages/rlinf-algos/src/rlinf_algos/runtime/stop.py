@@ -2,7 +2,7 @@
 
 :class:`DeferredStop` turns SIGTERM and Ctrl-C into a request the driver reads between
 iterations: the iteration in flight ends, a checkpoint, the metrics, the policy and the summary
-are written, then :class:`~rlinf_algos.runtime.training.TrainingInterrupted` is raised. A second
+are written, then :class:`~rlinf_algos.training.TrainingInterrupted` is raised. A second
 Ctrl-C (or a second SIGTERM, 2 s or more after the first) stops at once.
 """
 
