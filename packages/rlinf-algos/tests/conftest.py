@@ -124,3 +124,54 @@ def rlinf_main(capfd: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, st
         return code, out.out + out.err
 
     return run
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Any:
+    """One embedded Ray for the module (runs attach to it instead of starting their own)."""
+    from rlinf_scheduler.runtime.cluster import Cluster
+
+    cluster = Cluster(1, ray_init={"num_cpus": 2})
+    yield cluster
+    cluster.shutdown()
+
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+TINY_LM = (
+    "model.init.hidden_size=16",
+    "model.init.num_layers=1",
+    "model.init.num_heads=2",
+    "sft.steps=2",
+    "sft.batch_size=4",
+    "algorithm.iterations=1",
+    "algorithm.prompts_per_iter=2",
+    "algorithm.group_size=2",
+    "task.eval_size=4",
+    "runner.eval_interval=0",
+)
+"""A language-model example shrunk to seconds: a 1-layer model of width 16, a 2-step warm start,
+one iteration of 2 prompts x 2 samples, 4 held-out questions, no evaluation between iterations."""
+
+
+class TinyLM:
+    """The tiny settings of a language-model example (``TINY_LM``); a later override wins."""
+
+    overrides = TINY_LM
+
+    def __call__(self, *extra: str) -> list[str]:
+        """``TINY_LM`` followed by ``extra``."""
+        return [*TINY_LM, *extra]
+
+    def config(self, *extra: str, example: str = "grpo_arith.yaml") -> dict[str, Any]:
+        """``examples/EXAMPLE`` (grpo_arith by default) with ``TINY_LM`` and ``extra`` applied."""
+        from rlinf_core.config import apply_overrides, load_yaml
+
+        return apply_overrides(load_yaml(EXAMPLES / example), self(*extra))
+
+
+@pytest.fixture(scope="session")
+def tiny_lm() -> TinyLM:
+    """``tiny_lm(*extra)``: the override list of a language-model example shrunk to seconds;
+    ``tiny_lm.config(*extra, example=...)``: that example's config with them applied."""
+    return TinyLM()

@@ -33,19 +33,11 @@ TINY_PPO: dict[str, Any] = {
 }
 """One PPO update of 2 envs x 32 steps, in process."""
 
-TINY_LM = [
-    "model.init.hidden_size=16",
-    "model.init.num_layers=1",
-    "model.init.num_heads=2",
+TINY_LM = (  # beside conftest's tiny_lm
     "sft.steps=0",
-    "algorithm.iterations=1",
-    "algorithm.prompts_per_iter=2",
-    "algorithm.group_size=2",
-    "task.eval_size=4",
-    "runner.eval_interval=0",
     "runner.scheduler=local",
     "runner.loggers=[csv]",
-]
+)
 
 
 @pytest.fixture
@@ -84,9 +76,9 @@ def test_an_embodied_run_validates_each_section_once(
 
 
 def test_a_language_model_run_validates_each_section_once(
-    tmp_path: Path, host: Any, validations: Counter[str]
+    tmp_path: Path, host: Any, validations: Counter[str], tiny_lm: Any
 ) -> None:
-    summary = rlinf_algos.train(EXAMPLES / "grpo_arith.yaml", tmp_path / "run", TINY_LM, host=host)
+    summary = rlinf_algos.train(EXAMPLES / "grpo_arith.yaml", tmp_path / "run", tiny_lm(*TINY_LM), host=host)
     assert summary["iterations"] == 1
     assert validations == {"ArithTaskConfig": 1, "LMGRPOConfig": 1, "LMRunnerConfig": 1}
 

@@ -26,16 +26,6 @@ ENV = "InvertedPendulum-v5"
 SUMMARY_KEYS = {"total_env_steps", "wall_s", "env_steps_per_s", "final_return_mean", "best_return_mean"}
 
 
-@pytest.fixture(scope="module")
-def ray_cluster() -> Any:
-    """One embedded Ray for the module (runs attach to it instead of starting their own)."""
-    from rlinf_scheduler.runtime.cluster import Cluster
-
-    cluster = Cluster(1, ray_init={"num_cpus": 2})
-    yield cluster
-    cluster.shutdown()
-
-
 def placement(env: str = "0", rollout: str = "0") -> dict[str, Any]:
     return {
         "num_nodes": 1,

@@ -29,16 +29,6 @@ BATCH = 64 * 4  # rollout_steps x num_envs: env steps per iteration
 INTERVAL = 2 * BATCH  # checkpoint_interval
 
 
-@pytest.fixture(scope="module")
-def ray_cluster() -> Any:
-    """One embedded Ray for the module (runs attach to it instead of starting their own)."""
-    from rlinf_scheduler.runtime.cluster import Cluster
-
-    cluster = Cluster(1, ray_init={"num_cpus": 2})
-    yield cluster
-    cluster.shutdown()
-
-
 def ppo_config(**runner: Any) -> dict[str, Any]:
     return {
         "cluster": {

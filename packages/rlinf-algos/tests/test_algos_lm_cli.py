@@ -20,19 +20,9 @@ from rlinf_core.errors import ConfigError
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
-TINY = [
-    "model.init.hidden_size=16",
-    "model.init.num_layers=1",
-    "model.init.num_heads=2",
-    "sft.steps=2",
-    "sft.batch_size=4",
-    "algorithm.iterations=1",
-    "algorithm.prompts_per_iter=2",
-    "algorithm.group_size=2",
+TINY = (  # beside conftest's tiny_lm
     "algorithm.kl_coef=0.05",
-    "task.eval_size=4",
-    "runner.eval_interval=0",
-]
+)
 
 
 def check_run_dir(run_dir: Path, mode: str) -> dict[str, Any]:
@@ -65,10 +55,16 @@ def check_run_dir(run_dir: Path, mode: str) -> dict[str, Any]:
     ("name", "mode"), [("grpo_arith.yaml", "single"), ("grpo_multiagent.yaml", "multiagent")]
 )
 def test_rlinf_train_runs_one_iteration_of_each_example(
-    host: Any, name: str, mode: str, tmp_path: Path, invoke: Any
+    host: Any, name: str, mode: str, tmp_path: Path, invoke: Any, tiny_lm: Any
 ) -> None:
     res = invoke(
-        host, "train", str(EXAMPLES / name), "--run-dir", str(tmp_path), *TINY, "runner.scheduler=local"
+        host,
+        "train",
+        str(EXAMPLES / name),
+        "--run-dir",
+        str(tmp_path),
+        *tiny_lm(*TINY),
+        "runner.scheduler=local",
     )
     assert res.exit_code == 0, res.output
     assert "held-out accuracy after the warm start" in res.output
@@ -118,27 +114,17 @@ def test_bad_configs_are_reported_up_front_with_their_yaml_paths(
     assert "unknown section" in paths["extra_section"]
 
 
-def test_resume_without_a_checkpoint_says_so(host: Any, tmp_path: Path) -> None:
+def test_resume_without_a_checkpoint_says_so(host: Any, tmp_path: Path, tiny_lm: Any) -> None:
     from rlinf_algos.lm.algorithm import GRPOLM
     from rlinf_algos.lm.config import load_lm_sections
     from rlinf_core.errors import RlinfError
 
-    data = apply_overrides(load_yaml(EXAMPLES / "grpo_arith.yaml"), TINY)
+    data = tiny_lm.config(*TINY)
     with pytest.raises(RlinfError, match=r"nothing to resume in .*checkpoints/step_<n>/"):
         GRPOLM(load_lm_sections(data).algorithm).run(None, data, tmp_path, resume=True)
 
 
 # -- the distributed runner ------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def ray_cluster() -> Any:
-    """One embedded Ray for the module (runs attach to it)."""
-    from rlinf_scheduler.runtime.cluster import Cluster
-
-    cluster = Cluster(1, ray_init={"num_cpus": 2})
-    yield cluster
-    cluster.shutdown()
 
 
 @pytest.mark.network
@@ -158,10 +144,11 @@ def ray_cluster() -> Any:
 )
 @pytest.mark.slow
 def test_distributed_run_places_every_component(
-    ray_cluster: Any, name: str, mode: str, extra: list[str], tmp_path: Path
+    ray_cluster: Any, name: str, mode: str, extra: list[str], tmp_path: Path, tiny_lm: Any
 ) -> None:
     data = apply_overrides(
-        load_yaml(EXAMPLES / name), [*TINY, *extra, "runner.worker_timeout=120", "runner.scheduler=ray"]
+        load_yaml(EXAMPLES / name),
+        tiny_lm(*TINY, *extra, "runner.worker_timeout=120", "runner.scheduler=ray"),
     )
     summary = run_training(data, run_dir=tmp_path)
     check_run_dir(tmp_path, mode)

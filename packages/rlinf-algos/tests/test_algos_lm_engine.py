@@ -20,19 +20,9 @@ from rlinf_core.errors import ConfigError
 from rlinf_core.plugins import hookimpl, load_plugins
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-TINY = [
-    "model.init.hidden_size=16",
-    "model.init.num_layers=1",
-    "model.init.num_heads=2",
-    "sft.steps=2",
-    "sft.batch_size=4",
-    "algorithm.iterations=1",
-    "algorithm.prompts_per_iter=2",
-    "algorithm.group_size=2",
+TINY = (  # beside conftest's tiny_lm
     "algorithm.kl_coef=0.0",
-    "task.eval_size=4",
-    "runner.eval_interval=0",
-]
+)
 
 
 class Counting(HFEngine):
@@ -74,7 +64,7 @@ def test_rlinf_algos_registers_the_hf_engine() -> None:
 
 
 def test_an_engine_from_a_plugin_runs_a_grpo_iteration(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_lm: Any
 ) -> None:
     import rlinf_core.plugins as plugins
 
@@ -83,7 +73,7 @@ def test_an_engine_from_a_plugin_runs_a_grpo_iteration(
     Counting.made.clear()
     data = apply_overrides(
         load_yaml(EXAMPLES / "grpo_arith.yaml"),
-        [*TINY, "runner.scheduler=local", "rollout.engine=counting", "rollout.options.tag=x"],
+        tiny_lm(*TINY, "runner.scheduler=local", "rollout.engine=counting", "rollout.options.tag=x"),
     )
     summary = train_lm(load_lm_sections(data), tmp_path, log=None)
     assert summary["iterations"] == 1

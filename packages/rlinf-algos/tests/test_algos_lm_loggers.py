@@ -24,21 +24,12 @@ from rlinf_core.errors import ConfigError
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
-TINY = [
-    "model.init.hidden_size=16",
-    "model.init.num_layers=1",
-    "model.init.num_heads=2",
-    "sft.steps=2",
-    "sft.batch_size=4",
+TINY = (  # beside conftest's tiny_lm
     "algorithm.iterations=3",
-    "algorithm.prompts_per_iter=2",
-    "algorithm.group_size=2",
-    "task.eval_size=4",
-    "runner.eval_interval=0",
     "runner.checkpoint_interval=0",
     "runner.log_interval=2",
     "runner.scheduler=local",
-]
+)
 
 
 def tensorboard_scalars(folder: Path) -> dict[str, dict[int, float]]:
@@ -68,10 +59,10 @@ def rows(path: Path) -> list[dict[str, str]]:
 
 
 def test_lm_run_logs_every_row_to_tensorboard_without_progress_spam(
-    host: Any, invoke: Any, tmp_path: Path
+    host: Any, invoke: Any, tmp_path: Path, tiny_lm: Any
 ) -> None:
     cfg = tmp_path / "grpo.yaml"
-    cfg.write_text(yaml.safe_dump(apply_overrides(load_yaml(EXAMPLES / "grpo_arith.yaml"), TINY)))
+    cfg.write_text(yaml.safe_dump(tiny_lm.config(*TINY)))
     run_dir = tmp_path / "run"
     res = invoke(host, "train", str(cfg), "--run-dir", str(run_dir))
     assert res.exit_code == 0, (res.output, res.exception)
@@ -90,11 +81,11 @@ def test_lm_run_logs_every_row_to_tensorboard_without_progress_spam(
     assert sorted(scalars["perf/wall_s"]) == [1, 2, 3]
 
 
-def test_lm_run_without_csv_and_tensorboard(tmp_path: Path) -> None:
+def test_lm_run_without_csv_and_tensorboard(tmp_path: Path, tiny_lm: Any) -> None:
     from rlinf_algos.training import run_training
 
     data = apply_overrides(
-        load_yaml(EXAMPLES / "grpo_arith.yaml"), [*TINY, "algorithm.iterations=1", "runner.loggers=[]"]
+        load_yaml(EXAMPLES / "grpo_arith.yaml"), tiny_lm(*TINY, "algorithm.iterations=1", "runner.loggers=[]")
     )
     summary = run_training(data, run_dir=tmp_path)
     assert summary["iterations"] == 1
@@ -102,11 +93,11 @@ def test_lm_run_without_csv_and_tensorboard(tmp_path: Path) -> None:
     assert (tmp_path / "metrics.jsonl").is_file() and json.loads((tmp_path / "summary.json").read_text())
 
 
-def test_lm_loggers_are_checked_up_front() -> None:
+def test_lm_loggers_are_checked_up_front(tiny_lm: Any) -> None:
     base = load_yaml(EXAMPLES / "grpo_arith.yaml")
     for loggers, where in (("[csv,mlflow]", "runner.loggers[1]"), ("[csv,csv]", "runner.loggers")):
         with pytest.raises(ConfigError) as err:
-            validate_run_config(apply_overrides(base, [*TINY, f"runner.loggers={loggers}"]))
+            validate_run_config(apply_overrides(base, tiny_lm(*TINY, f"runner.loggers={loggers}")))
         assert where in str(err.value), str(err.value)
 
 
@@ -197,7 +188,9 @@ def test_wandb_resume_continues_the_same_run(tmp_path: Path, monkeypatch: pytest
     )
 
 
-def test_the_warm_start_honours_runner_loggers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_warm_start_honours_runner_loggers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_lm: Any
+) -> None:
     """``runner.loggers: [csv]``: the arithmetic warm start (an ``rlinf sft`` run inside
     ``rlinf train``) writes its metrics.csv and never imports tensorboardX (the import is made
     to fail here: the GPU machine has no tensorboardX). Before, the warm start's own config
@@ -209,7 +202,7 @@ def test_the_warm_start_honours_runner_loggers(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setitem(sys.modules, "tensorboardX", None)  # `import tensorboardX` raises
     data = apply_overrides(
         load_yaml(EXAMPLES / "grpo_arith.yaml"),
-        [*TINY, "sft.check_size=4", "runner.loggers=[csv]", "runner.torch_threads=1"],
+        tiny_lm(*TINY, "sft.check_size=4", "runner.loggers=[csv]", "runner.torch_threads=1"),
     )
     run_dir = tmp_path / "run"
     run = resolve_model(load_lm_sections(data), run_dir, lambda _m: None)

@@ -16,29 +16,18 @@ import pytest
 from rlinf_algos.lm.algorithm import GRPOLM
 from rlinf_algos.lm.config import load_lm_sections
 from rlinf_algos.lm.flow import train_lm
-from rlinf_core.config import apply_overrides, load_yaml
 from rlinf_core.errors import RlinfError
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
-TINY = [
-    "model.init.hidden_size=16",
-    "model.init.num_layers=1",
-    "model.init.num_heads=2",
-    "sft.steps=2",
-    "sft.batch_size=4",
-    "algorithm.iterations=1",
-    "algorithm.prompts_per_iter=2",
-    "algorithm.group_size=2",
+TINY = (  # beside conftest's tiny_lm
     "algorithm.kl_coef=0.05",
-    "task.eval_size=4",
-    "runner.eval_interval=0",
     "runner.checkpoint_interval=1",
-]
+)
 
 
-def _run(name: str, tmp_path: Path, extra: list[str] = ()) -> dict:
-    data = apply_overrides(load_yaml(EXAMPLES / name), [*TINY, *extra])
+def _run(tiny_lm: Any, name: str, tmp_path: Path, extra: list[str] = ()) -> dict:
+    data = tiny_lm.config(*TINY, *extra, example=name)
     return train_lm(load_lm_sections(data), tmp_path, log=None)
 
 
@@ -47,8 +36,8 @@ def _run(name: str, tmp_path: Path, extra: list[str] = ()) -> dict:
     [("grpo_arith.yaml", []), ("grpo_multiagent.yaml", []), ("grpo_multiagent.yaml", ["task.mode=flat"])],
     ids=["single", "multiagent", "flat"],
 )
-def test_one_iteration_smoke(name: str, extra: list[str], tmp_path: Path) -> None:
-    summary = _run(name, tmp_path, extra)
+def test_one_iteration_smoke(name: str, extra: list[str], tmp_path: Path, tiny_lm: Any) -> None:
+    summary = _run(tiny_lm, name, tmp_path, extra)
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert on_disk == json.loads(json.dumps(summary))
     for key in ("accuracy_before", "accuracy_after"):
@@ -89,8 +78,8 @@ def _check_policy_folder(folder: Path) -> None:
     assert model.config.hidden_size == 16 and len(tok) == model.config.vocab_size
 
 
-def test_algorithm_class_and_module_entry_point(tmp_path: Path) -> None:
-    data = apply_overrides(load_yaml(EXAMPLES / "grpo_arith.yaml"), TINY)
+def test_algorithm_class_and_module_entry_point(tmp_path: Path, tiny_lm: Any) -> None:
+    data = tiny_lm.config(*TINY)
     summary = GRPOLM(load_lm_sections(data).algorithm).run(None, data, tmp_path / "a")
     assert summary["iterations"] == 1
     with pytest.raises(RlinfError, match=r"needs a started rlinf_core\.Scheduler"):

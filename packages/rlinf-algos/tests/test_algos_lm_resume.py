@@ -30,31 +30,23 @@ from rlinf_algos.config.prepare import dry_run
 from rlinf_algos.config.validate import validate_run_config
 from rlinf_algos.rundir import find_checkpoints, load_checkpoint, write_checkpoint
 from rlinf_algos.training import TrainingInterrupted, run_training
-from rlinf_core.config import apply_overrides, load_yaml
+from rlinf_core.config import load_yaml
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
-TINY = [
-    "model.init.hidden_size=16",
-    "model.init.num_layers=1",
-    "model.init.num_heads=2",
-    "sft.steps=2",
-    "sft.batch_size=4",
+TINY = (  # beside conftest's tiny_lm
     "algorithm.iterations=3",
-    "algorithm.prompts_per_iter=2",
-    "algorithm.group_size=2",
     "algorithm.kl_coef=0.05",
-    "task.eval_size=4",
     "runner.eval_interval=2",
     "runner.scheduler=local",
-]
+)
 
 TIMING = {"wall_s", "tokens_per_s", "generate_s", "reward_s", "reference_s", "update_s", "sync_s"}
 """Columns that measure time: they differ between any two runs."""
 
 
-def _config(extra: list[str] = ()) -> dict[str, Any]:
-    return apply_overrides(load_yaml(EXAMPLES / "grpo_arith.yaml"), [*TINY, *extra])
+def _config(tiny_lm: Any, extra: list[str] = ()) -> dict[str, Any]:
+    return tiny_lm.config(*TINY, *extra)
 
 
 def _rows(run_dir: Path) -> list[dict[str, str]]:
@@ -78,8 +70,10 @@ def _stop_after(k: int) -> Any:
 
 @pytest.mark.slow  # three short runs: about 40 s of CPU
 @pytest.mark.parametrize("extra", [[], ["model.lora.rank=4", "algorithm.lr=1e-3"]], ids=["full", "lora"])
-def test_stopped_and_resumed_run_equals_an_uninterrupted_one(extra: list[str], tmp_path: Path) -> None:
-    data = _config(extra)
+def test_stopped_and_resumed_run_equals_an_uninterrupted_one(
+    extra: list[str], tmp_path: Path, tiny_lm: Any
+) -> None:
+    data = _config(tiny_lm, extra)
     whole = run_training(data, run_dir=tmp_path / "whole")
     with pytest.raises(TrainingInterrupted) as stop:
         run_training(data, run_dir=tmp_path / "split", progress=_stop_after(1))
@@ -104,8 +98,8 @@ def test_stopped_and_resumed_run_equals_an_uninterrupted_one(extra: list[str], t
 
 
 @pytest.mark.slow
-def test_ppo_lm_resumes_with_its_critic(tmp_path: Path) -> None:
-    data = _config(["algorithm.name=ppo_lm", "algorithm.iterations=2", "runner.eval_interval=0"])
+def test_ppo_lm_resumes_with_its_critic(tmp_path: Path, tiny_lm: Any) -> None:
+    data = _config(tiny_lm, ["algorithm.name=ppo_lm", "algorithm.iterations=2", "runner.eval_interval=0"])
     whole = run_training(data, run_dir=tmp_path / "whole")
     with pytest.raises(TrainingInterrupted):
         run_training(data, run_dir=tmp_path / "split", progress=_stop_after(1))
@@ -116,12 +110,12 @@ def test_ppo_lm_resumes_with_its_critic(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # three short runs: about 40 s of CPU
-def test_a_checkpoint_of_the_earlier_lm_runtime_still_resumes(tmp_path: Path) -> None:
+def test_a_checkpoint_of_the_earlier_lm_runtime_still_resumes(tmp_path: Path, tiny_lm: Any) -> None:
     """A run stopped by the language-model runtime before the one driver kept its checkpoint in
     that runtime's shape: no ``run`` record, every metrics row in ``loop.rows``, the counters in
     ``faults``, and (killed before its end) no ``metrics.csv``. ``--resume`` continues it: each
     iteration's row once, with the values of an uninterrupted run."""
-    data = _config()
+    data = _config(tiny_lm)
     whole = run_training(data, run_dir=tmp_path / "whole")
     split = tmp_path / "split"
     with pytest.raises(TrainingInterrupted):
@@ -213,12 +207,19 @@ def _rlinf(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedP
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("scheduler", ["local", "ray"])
-def test_sigterm_writes_everything_then_plot_eval_and_resume_work(scheduler: str, tmp_path: Path) -> None:
+def test_sigterm_writes_everything_then_plot_eval_and_resume_work(
+    scheduler: str, tmp_path: Path, tiny_lm: Any
+) -> None:
     """SIGTERM once iteration 2's log line is out (a point the run reports): exit 143 within 20 s
     with a checkpoint, metrics.csv, summary.json and policy/; then plot, eval and --resume."""
     run_dir = tmp_path / "run"
     config = EXAMPLES / "grpo_arith.yaml"
-    extra = [*TINY[:-1], "runner.log_interval=1", "algorithm.iterations=40", f"runner.scheduler={scheduler}"]
+    extra = [
+        *tiny_lm(*TINY[:-1]),
+        "runner.log_interval=1",
+        "algorithm.iterations=40",
+        f"runner.scheduler={scheduler}",
+    ]
     exe = Path(sys.executable).parent / "rlinf"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.Popen(
@@ -292,7 +293,7 @@ def test_a_deferred_stop_ignores_a_handler_ray_left_behind() -> None:
 
 
 def test_time_limit_counts_grpo_seconds_not_the_warm_start(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_lm: Any
 ) -> None:
     """``runner.time_limit_s`` bounds GRPO's iterations: a warm start that took longer than the
     limit (here made to look 10,000 s long by moving the run's clock while it prepares the models)
@@ -322,5 +323,5 @@ def test_time_limit_counts_grpo_seconds_not_the_warm_start(
 
     monkeypatch.setattr(lm_run, "time", Clock())
     monkeypatch.setattr(trainer, "prepare_models", slow_prepare)
-    summary = run_training(_config(["runner.time_limit_s=1000"]), run_dir=tmp_path / "run")
+    summary = run_training(_config(tiny_lm, ["runner.time_limit_s=1000"]), run_dir=tmp_path / "run")
     assert summary["iterations"] == 3 and not summary["stopped_early"]

@@ -19,45 +19,25 @@ from typing import Any
 import pytest
 
 from rlinf_algos.training import run_training
-from rlinf_core.config import apply_overrides, load_yaml
 from rlinf_core.errors import RlinfError
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
-TINY = [
-    "model.init.hidden_size=16",
-    "model.init.num_layers=1",
-    "model.init.num_heads=2",
-    "sft.steps=2",
-    "sft.batch_size=4",
-    "algorithm.prompts_per_iter=2",
-    "algorithm.group_size=2",
+TINY = (  # beside conftest's tiny_lm
     "algorithm.kl_coef=0.05",
-    "task.eval_size=4",
-    "runner.eval_interval=0",
     "runner.checkpoint_interval=0",
     "runner.scheduler=ray",
-]
+)
 
 
-@pytest.fixture(scope="module")
-def ray_cluster() -> Any:
-    """One embedded Ray for the module (runs attach to it)."""
-    from rlinf_scheduler.runtime.cluster import Cluster
-
-    cluster = Cluster(1, ray_init={"num_cpus": 2})
-    yield cluster
-    cluster.shutdown()
-
-
-def config(*extra: str) -> dict[str, Any]:
-    return apply_overrides(load_yaml(EXAMPLES / "grpo_arith.yaml"), [*TINY, *extra])
+def config(tiny_lm: Any, *extra: str) -> dict[str, Any]:
+    return tiny_lm.config(*TINY, *extra)
 
 
 def test_killed_rollout_and_reward_workers_are_restarted_and_their_batches_dropped(
-    ray_cluster: Any, tmp_path: Path
+    ray_cluster: Any, tmp_path: Path, tiny_lm: Any
 ) -> None:
     victims = {2: "rollout", 3: "reward"}  # iteration -> the component killed in it
     killed: list[tuple[int, str, int]] = []
@@ -73,7 +53,7 @@ def test_killed_rollout_and_reward_workers_are_restarted_and_their_batches_dropp
         os.kill(pid, signal.SIGKILL)
 
     summary = run_training(
-        config("algorithm.iterations=4", "runner.worker_timeout=300"),
+        config(tiny_lm, "algorithm.iterations=4", "runner.worker_timeout=300"),
         run_dir=tmp_path,
         callbacks={"on_generating": on_generating},
     )
@@ -90,7 +70,7 @@ def test_killed_rollout_and_reward_workers_are_restarted_and_their_batches_dropp
         assert [int(r["step"]) for r in csv.DictReader(f)] == [1, 2, 3, 4]  # each row once
 
 
-def test_killed_reference_worker_is_named_at_once(ray_cluster: Any, tmp_path: Path) -> None:
+def test_killed_reference_worker_is_named_at_once(ray_cluster: Any, tmp_path: Path, tiny_lm: Any) -> None:
     timeout = 600.0
     killed: list[int] = []
 
@@ -102,7 +82,7 @@ def test_killed_reference_worker_is_named_at_once(ray_cluster: Any, tmp_path: Pa
     t0 = time.monotonic()
     with pytest.raises(RlinfError) as err:
         run_training(
-            config("algorithm.iterations=3", f"runner.worker_timeout={timeout}"),
+            config(tiny_lm, "algorithm.iterations=3", f"runner.worker_timeout={timeout}"),
             run_dir=tmp_path,
             callbacks={"on_generating": on_generating},
         )

@@ -46,20 +46,10 @@ PPO: dict[str, Any] = {
 }
 """Two PPO iterations (4 envs x 32 steps each, in two pipeline stages) on the threads scheduler."""
 
-LM_TINY = [
-    "model.init.hidden_size=16",
-    "model.init.num_layers=1",
-    "model.init.num_heads=2",
-    "sft.steps=2",
-    "sft.batch_size=4",
-    "algorithm.iterations=1",
-    "algorithm.prompts_per_iter=2",
-    "algorithm.group_size=2",
+LM_TINY = (  # beside conftest's tiny_lm
     "algorithm.kl_coef=0.05",
-    "task.eval_size=4",
-    "runner.eval_interval=0",
     "runner.scheduler=threads",
-]
+)
 
 
 def _install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
@@ -138,9 +128,11 @@ def test_a_ppo_run_on_the_plugin_scheduler(threads_plugin: Any, tmp_path: Path) 
     assert (tmp_path / "run" / "policy.safetensors").is_file()
 
 
-def test_a_grpo_lm_iteration_on_the_plugin_scheduler(threads_plugin: Any, tmp_path: Path) -> None:
+def test_a_grpo_lm_iteration_on_the_plugin_scheduler(
+    threads_plugin: Any, tmp_path: Path, tiny_lm: Any
+) -> None:
     host, mod = threads_plugin
-    config = apply_overrides(load_yaml(EXAMPLES / "grpo_arith.yaml"), LM_TINY)
+    config = tiny_lm.config(*LM_TINY)
     summary = rlinf_algos.train(config, tmp_path / "run", host=host)
     assert summary["iterations"] == 1
     assert summary["weight_sync"] == {"requested": "auto", "mode": "local"}
