@@ -71,6 +71,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlinf_algos.devices import device_report
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.config import (
     CriticConfig,
@@ -83,7 +84,7 @@ from rlinf_algos.lm.config import (
 from rlinf_algos.lm.learner import LMLearner, ReferenceModel, pack_batch
 from rlinf_algos.lm.ppo import PPOLMLearner
 from rlinf_algos.optim import adam_move_bound
-from rlinf_algos.parallel import DataParallel, device_report
+from rlinf_algos.parallel import DataParallel
 
 CPU_VS_DEVICE_ATOL = 2e-3
 """log-probs after ONE GRPO update (one AdamW step, lr 2e-4) on the CPU and on the device: a

@@ -64,8 +64,8 @@ QUICKSTART = [
 GPU_TEST_FILES = [
     "packages/rlinf-algos/tests/test_algos_devices.py",
     "packages/rlinf-algos/tests/test_algos_checkpoint_devices.py",
-    "packages/rlinf-algos/tests/test_algos_role_devices.py",
-    "packages/rlinf-algos/tests/test_algos_host_values.py",
+    "packages/rlinf-algos/tests/lm/test_role_devices.py",
+    "packages/rlinf-algos/tests/runtime/test_host_values.py",
 ]
 """The files with ``gpu``-marked tests that run without Ray (those of ``test_algos_parallel.py``
 and the scheduler's need two GPUs or Ray)."""

@@ -378,7 +378,7 @@ def fake_gpus(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def test_auto_is_the_gpu_of_the_local_rank(fake_gpus: Any) -> None:
-    from rlinf_algos.parallel import resolve_device
+    from rlinf_algos.devices import resolve_device
 
     fake_gpus(2)  # a process placed on a node sees every GPU of it
     assert resolve_device("auto", local_rank=0) == torch.device("cuda", 0)
@@ -392,7 +392,7 @@ def test_auto_is_the_gpu_of_the_local_rank(fake_gpus: Any) -> None:
 
 
 def test_a_rank_past_the_gpus_it_sees_is_refused(fake_gpus: Any) -> None:
-    from rlinf_algos.parallel import resolve_device
+    from rlinf_algos.devices import resolve_device
     from rlinf_core.errors import ConfigError
 
     fake_gpus(2)
@@ -402,7 +402,7 @@ def test_a_rank_past_the_gpus_it_sees_is_refused(fake_gpus: Any) -> None:
 
 
 def test_gpus_torch_cannot_use_name_the_torch_cuda_version(fake_gpus: Any) -> None:
-    from rlinf_algos.parallel import resolve_device
+    from rlinf_algos.devices import resolve_device
     from rlinf_core.errors import ConfigError
 
     fake_gpus(0, "0,1")
@@ -423,7 +423,7 @@ def _plan(actor: dict[str, Any], gpus: int) -> Any:
 
 
 def test_two_learner_ranks_on_one_gpu_are_refused_at_plan_time() -> None:
-    from rlinf_algos.parallel import plan_devices, shared_gpu_problems
+    from rlinf_algos.devices import plan_devices, shared_gpu_problems
 
     shared = _plan({"node_group": "node", "placement": "0:0-1"}, gpus=1)  # both see the one GPU
     (msg,) = shared_gpu_problems(shared, "auto")
@@ -485,7 +485,7 @@ def test_bfloat16_trains_float32_master_weights_under_autocast(spec: LMModelConf
 
 
 def test_tf32_is_set_for_cuda_devices_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rlinf_algos.parallel import configure_precision
+    from rlinf_algos.devices import configure_precision
 
     calls: list[str] = []
     monkeypatch.setattr(torch, "set_float32_matmul_precision", calls.append)

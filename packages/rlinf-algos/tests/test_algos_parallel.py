@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import torch
 
-from rlinf_algos.parallel import rendezvous, resolve_device
+from rlinf_algos.devices import resolve_device
+from rlinf_algos.parallel import rendezvous
 from rlinf_core.errors import ConfigError, RlinfError
 
 HELPERS = Path(__file__).parent / "helpers"

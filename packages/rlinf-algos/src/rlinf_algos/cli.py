@@ -407,7 +407,7 @@ def _echo_memory(memory: Any) -> None:
 def _echo_devices(devices: dict[str, Any]) -> None:
     """The ``# devices`` block of ``--dry-run``: each role's device per rank, and torch's CUDA
     version (with the driver's when this machine sees a GPU)."""
-    from rlinf_algos.parallel import device_report
+    from rlinf_algos.devices import device_report
 
     click.echo("# devices (per rank, under runner.device; rollout and reference follow their placement)")
     for name, ranks in devices.items():

@@ -81,7 +81,7 @@ def place_roles(
 ) -> list[RoleMemory]:
     """``roles`` each with what its placement gives a process: ``gpu_memory_gib`` (else this
     machine's GPU) for a role whose processes are on GPUs (``devices``:
-    :func:`rlinf_algos.parallel.plan_devices`), unknown otherwise."""
+    :func:`rlinf_algos.devices.plan_devices`), unknown otherwise."""
     gpu = int(gpu_memory_gib * GIB) if gpu_memory_gib is not None else None
     for role in roles:
         placed = devices.get(role.role) or ()

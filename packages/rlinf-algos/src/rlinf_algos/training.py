@@ -202,12 +202,12 @@ def _record_devices(
     run_dir: Path, summary: dict[str, Any], plan: Any, data: Mapping[str, Any]
 ) -> dict[str, Any]:
     """``summary`` (and ``summary.json``) with ``devices``: each placed role's device per rank
-    (:func:`rlinf_algos.parallel.plan_devices`; ``local``: the one device of a
+    (:func:`rlinf_algos.devices.plan_devices`; ``local``: the one device of a
     ``runner.scheduler: local`` run), torch's CUDA version and the NVIDIA driver's (``none``
-    without one), :func:`rlinf_algos.parallel.device_report`."""
+    without one), :func:`rlinf_algos.devices.device_report`."""
     import json
 
-    from rlinf_algos.parallel import device_report, local_devices, plan_devices
+    from rlinf_algos.devices import device_report, local_devices, plan_devices
 
     device = str((data.get("runner") or {}).get("device", "cpu"))
     try:

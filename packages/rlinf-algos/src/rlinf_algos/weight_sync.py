@@ -2,7 +2,7 @@
 --dry-run`` and by the driver that creates it.
 
 The learner's rank 0 publishes; the rollout workers and the reference consume. Their planned
-devices (:func:`rlinf_algos.parallel.plan_devices`) decide ``auto`` and check ``collective``
+devices (:func:`rlinf_algos.devices.plan_devices`) decide ``auto`` and check ``collective``
 (:func:`rlinf_core.weights.resolve_weight_sync_mode`): ``collective`` needs one kind of device
 (one NCCL or one Gloo group) and, on CUDA, a GPU per member (NCCL refuses two ranks of one group
 on one GPU); ``auto`` picks it only when every member is on a CUDA device of its own, so a run
@@ -61,7 +61,7 @@ def weight_sync_field() -> Any:
 def sync_devices(devices: Mapping[str, Sequence[str]], roles: Iterable[str] = WEIGHT_ROLES) -> dict[str, str]:
     """The members of a run's weight sync and their devices (``{"actor rank 0": "cpu",
     "rollout rank 1": "cuda:1@node 0", ...}``) from each role's device per rank (``devices``,
-    as :func:`~rlinf_algos.parallel.plan_devices` gives them): the learner's rank 0 publishes,
+    as :func:`~rlinf_algos.devices.plan_devices` gives them): the learner's rank 0 publishes,
     every rank of the other ``roles`` consumes."""
     out: dict[str, str] = {}
     for role in roles:

@@ -2,7 +2,7 @@
 ``vla`` model on PickCube-v1 from 64x64 RGB train a few iterations end to end, and a run's
 policy is evaluated with ``rlinf eval --suite``. Slow: importing ManiSkill takes 15-30 s here and
 SAPIEN renders a CPU frame in 60-250 ms. The adapter itself is tested in
-``test_algos_maniskill.py``."""
+``test_maniskill_adapter.py``."""
 
 from __future__ import annotations
 

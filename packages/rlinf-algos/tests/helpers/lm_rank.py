@@ -16,10 +16,11 @@ import torch
 from torch.distributed.tensor import DTensor
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from rlinf_algos.devices import resolve_device
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.config import LMGRPOConfig, LoraConfig
 from rlinf_algos.lm.learner import LMLearner
-from rlinf_algos.parallel import DataParallel, resolve_device
+from rlinf_algos.parallel import DataParallel
 
 VOCAB, N, T = 40, 12, 14
 

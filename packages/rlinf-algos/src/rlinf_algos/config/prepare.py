@@ -248,8 +248,8 @@ def _planned(prepared: PreparedRun, inventory: Any, gpu_memory_gib: float | None
     devices do not allow, or estimated memory that cannot fit, is a :class:`ConfigError`."""
     from dataclasses import replace
 
+    from rlinf_algos.devices import local_devices, plan_devices, shared_gpu_problems
     from rlinf_algos.memory import check_fits, planned_memory
-    from rlinf_algos.parallel import local_devices, plan_devices, shared_gpu_problems
 
     data = prepared.config
     plan = None

@@ -17,9 +17,9 @@ __all__ = ["AuditedChannel", "EmbodiedLearner", "EmbodiedRollout", "cpu_state_di
 
 def placed_device(host: Any) -> Any:
     """The torch device of a role's process that computes with a policy (rollout, reference):
-    :func:`~rlinf_algos.parallel.role_device` of the ``device`` option the driver launched it
+    :func:`~rlinf_algos.devices.role_device` of the ``device`` option the driver launched it
     with (``runner.device``; ``cpu`` when not given)."""
-    from rlinf_algos.parallel import role_device
+    from rlinf_algos.devices import role_device
 
     return role_device(str(host.options.get("device") or "cpu"))
 

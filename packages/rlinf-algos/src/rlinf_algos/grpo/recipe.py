@@ -16,11 +16,12 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from rlinf_algos.channels import grpo_keys
+from rlinf_algos.devices import resolve_device
 from rlinf_algos.flow import IterationPlan, LearnerContext, LocalSession, Recipe, await_call
 from rlinf_algos.grpo.learner import GRPOLearner, GRPOLearnerSide
 from rlinf_algos.grpo.rollout import GRPOCollector, collect_grpo
 from rlinf_algos.models import build_policy
-from rlinf_algos.parallel import DataParallel, resolve_device
+from rlinf_algos.parallel import DataParallel
 from rlinf_algos.policy_specs import gaussian_policy_spec
 from rlinf_core.errors import ConfigError
 

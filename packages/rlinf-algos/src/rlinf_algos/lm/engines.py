@@ -44,7 +44,7 @@ class HFEngine(RolloutEngine):
         merge_lora: sample from merged weights when the model has LoRA adapters (the one option,
             ``rollout.options.merge_lora``; ``None``: when the model is in float32).
         device: where the model lives and samples (``None``: the CPU); :func:`make_rollout`
-            gives the process's device from its placement (:func:`rlinf_algos.parallel.role_device`).
+            gives the process's device from its placement (:func:`rlinf_algos.devices.role_device`).
     """
 
     PLUGIN_NAME: ClassVar[str] = "hf"
@@ -196,7 +196,7 @@ def make_rollout(
     ``model`` section and sampling settings (``algorithm.temperature``, ``algorithm.top_p``,
     ``model.max_seq_len``); ``seed``: of this process's sampler; ``device``: where an engine
     that takes one computes (``None``: the placed process's device,
-    :func:`~rlinf_algos.parallel.role_device`; the local runtime passes its run's device). An
+    :func:`~rlinf_algos.devices.role_device`; the local runtime passes its run's device). An
     unknown engine or options it does not take are the :class:`ConfigError` of
     :func:`rollout_problems`."""
     cls = engine_class(run.rollout.engine, plugins)
@@ -205,7 +205,7 @@ def make_rollout(
     placed: dict[str, Any] = {}
     params = inspect.signature(cls).parameters
     if "device" in params or any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        from rlinf_algos.parallel import role_device
+        from rlinf_algos.devices import role_device
 
         placed["device"] = str(device if device is not None else role_device(str(run.runner.device)))
     return cls(

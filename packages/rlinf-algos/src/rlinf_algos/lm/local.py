@@ -31,9 +31,9 @@ class LocalComponents:
     what ``runner.scheduler: local`` runs. :class:`~rlinf_algos.lm.placed.LMPlacedRun` is the same
     interface over placed workers.
 
-    Every component computes on ``runner.device`` as :func:`~rlinf_algos.parallel.resolve_device`
+    Every component computes on ``runner.device`` as :func:`~rlinf_algos.devices.resolve_device`
     picks it here, the one device ``--dry-run`` and ``summary.json`` report for a local run
-    (:func:`~rlinf_algos.parallel.local_devices`); :meth:`devices` says where each one's
+    (:func:`~rlinf_algos.devices.local_devices`); :meth:`devices` says where each one's
     parameters actually are.
 
     Args:
@@ -43,7 +43,8 @@ class LocalComponents:
     """
 
     def __init__(self, run: LMRunConfig, tok: LMTokenizer, model: Any, task: Any) -> None:
-        from rlinf_algos.parallel import DataParallel, resolve_device
+        from rlinf_algos.devices import resolve_device
+        from rlinf_algos.parallel import DataParallel
 
         alg, rcfg = run.algorithm, run.runner
         self.device = resolve_device(str(rcfg.device))

@@ -282,7 +282,7 @@ def plan_memory(
 ) -> list[RoleMemory] | None:
     """The estimates of a language-model run (``None`` unless its model is a Hugging Face language model), each with what
     its placement gives a process: ``gpu_memory_gib`` (else this machine's GPU) for a role whose
-    processes are on GPUs (``devices``: :func:`rlinf_algos.parallel.plan_devices`), unknown
+    processes are on GPUs (``devices``: :func:`rlinf_algos.devices.plan_devices`), unknown
     otherwise."""
     model = run.get("model") or {}
     if not isinstance(model, Mapping) or not _builds_causal_lm(str(model.get("type", "mlp"))):

@@ -181,8 +181,8 @@ class LMReference:
         self.model: Any = None
 
     def freeze(self, spec: Any, state_dict: dict[str, Any]) -> None:
+        from rlinf_algos.devices import role_device
         from rlinf_algos.lm.learner import ReferenceModel
-        from rlinf_algos.parallel import role_device
 
         self.model = ReferenceModel(
             self.run.model,

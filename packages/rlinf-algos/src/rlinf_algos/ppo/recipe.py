@@ -14,9 +14,9 @@ from typing import Any, ClassVar
 import torch
 
 from rlinf_algos.channels import traj_key
+from rlinf_algos.devices import resolve_device
 from rlinf_algos.flow import IterationPlan, LearnerContext, LocalSession, Recipe, await_call
 from rlinf_algos.models import build_policy
-from rlinf_algos.parallel import resolve_device
 from rlinf_algos.policy_specs import gaussian_policy_spec
 from rlinf_algos.ports import LocalPort
 from rlinf_algos.ppo.learner import PPOLearnerSide

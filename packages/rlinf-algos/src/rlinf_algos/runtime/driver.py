@@ -189,7 +189,7 @@ class Driver(Recovery):
         (:meth:`rlinf_core.Scheduler.weight_sync`), which destroys it at its shutdown; a learner
         restarted from a checkpoint gets a new one. (The in-process runtime needs none: its
         flows hand the weights over directly.)"""
-        from rlinf_algos.parallel import plan_devices
+        from rlinf_algos.devices import plan_devices
         from rlinf_algos.weight_sync import choose_weight_sync
 
         plan = getattr(self.scheduler, "plan", None)  # a scheduler that places nothing has none

@@ -16,9 +16,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rlinf_algos.channels import ABORT, traj_key
+from rlinf_algos.devices import resolve_device
 from rlinf_algos.flow import IterationPlan, LearnerContext, LearnerSide, LocalSession, Recipe, await_call
 from rlinf_algos.models import build_policy, encoder_options
-from rlinf_algos.parallel import resolve_device
 from rlinf_algos.ports import LocalPort
 from rlinf_algos.replay import ReplayBuffer
 from rlinf_algos.sac.config import SACConfig

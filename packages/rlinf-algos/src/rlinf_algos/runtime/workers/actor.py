@@ -81,7 +81,8 @@ class ActorWorker(RoleWorker):
     def setup(self) -> None:
         import torch
 
-        from rlinf_algos.parallel import DataParallel, resolve_device
+        from rlinf_algos.devices import resolve_device
+        from rlinf_algos.parallel import DataParallel
 
         try:  # torch optimisers import torch._dynamo on first use (seconds): do it now, in parallel
             import torch._dynamo

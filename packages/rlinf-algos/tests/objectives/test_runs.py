@@ -22,7 +22,7 @@ from rlinf_algos.lm.tokens import LMTokenizer
 from rlinf_algos.training import run_training
 from rlinf_core.config import apply_overrides, load_yaml
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 TOK = LMTokenizer.arith()
 
 OUTCOME = ["grpo", "dr_grpo", "rloo", "reinforce_plus_plus"]

@@ -18,7 +18,7 @@ from rlinf_algos.lm.config import load_lm_sections
 from rlinf_algos.lm.flow import train_lm
 from rlinf_core.errors import RlinfError
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 
 TINY = (  # beside conftest's tiny_lm
     "algorithm.kl_coef=0.05",

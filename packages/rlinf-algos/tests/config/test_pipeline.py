@@ -23,7 +23,7 @@ from rlinf_algos.ppo import PPOConfig
 from rlinf_algos.training import run_training
 from rlinf_core.errors import ConfigError
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 
 TINY_PPO: dict[str, Any] = {
     "algorithm": {"name": "ppo", "rollout_steps": 32, "minibatch_size": 32, "update_epochs": 1},

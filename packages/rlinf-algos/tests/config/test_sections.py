@@ -108,7 +108,7 @@ def test_env_kwargs_of_the_wrong_type_are_found_before_anything_starts(tmp_path)
 
     from rlinf_algos.config.prepare import dry_run
 
-    example = Path(__file__).resolve().parents[3] / "examples" / "quickstart.yaml"
+    example = Path(__file__).resolve().parents[4] / "examples" / "quickstart.yaml"
     with pytest.raises(ConfigError) as info:
         dry_run(str(example), overrides=["env.kwargs={reset_noise_scale: abc}"])
     (problem,) = info.value.problems

@@ -19,7 +19,7 @@ from rlinf_algos.bench import render_throughput
 from rlinf_algos.config.prepare import dry_run
 from rlinf_core.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 SEED = ROOT / "examples" / "seed003"
 
 # the seed form maps embodied_vla on mujoco/franka to rlinf/FrankaReach-v0, which rlinf-hw-franka

@@ -22,7 +22,7 @@ from rlinf_algos.progress_bar import ProgressBar
 from rlinf_core.config import apply_overrides, load_yaml
 from rlinf_core.errors import ConfigError
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 
 TINY = (  # beside conftest's tiny_lm
     "algorithm.iterations=3",

@@ -18,7 +18,7 @@ from rlinf_algos.training import run_training
 from rlinf_core.config import apply_overrides, load_yaml
 from rlinf_core.errors import ConfigError
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 
 TINY = (  # beside conftest's tiny_lm
     "algorithm.kl_coef=0.05",

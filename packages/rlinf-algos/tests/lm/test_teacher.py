@@ -27,7 +27,7 @@ from rlinf_algos.lm.tokens import LMTokenizer
 from rlinf_algos.lm.trainer import resolve_model
 from rlinf_core.config import apply_overrides, load_yaml
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 
 
 def test_teacher_add_forgets_carries_when_told() -> None:

@@ -32,7 +32,7 @@ from rlinf_algos.rundir import find_checkpoints, load_checkpoint, write_checkpoi
 from rlinf_algos.training import TrainingInterrupted, run_training
 from rlinf_core.config import load_yaml
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 
 TINY = (  # beside conftest's tiny_lm
     "algorithm.iterations=3",

@@ -23,7 +23,7 @@ from rlinf_core.cli import build_cli
 from rlinf_core.errors import RlinfError
 from rlinf_core.plugins import load_plugins
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 EXAMPLES = sorted(
     p
     for p in (ROOT / "examples").glob("*.yaml")

@@ -18,7 +18,7 @@ from rlinf_algos.sac.recipe import sac_critic, sac_policy_spec
 from rlinf_core.config import load_yaml
 from rlinf_core.errors import ConfigError
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 
 
 def _spec(**extra: object) -> dict[str, object]:

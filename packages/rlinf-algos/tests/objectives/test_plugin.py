@@ -21,7 +21,7 @@ from rlinf_algos.training import run_training
 from rlinf_core.config import apply_overrides, load_yaml, validate_model
 from rlinf_core.errors import ConfigError, PluginError
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 
 PLUGIN = '''
 """A test plugin: the estimator ``best_of_group`` and the loss ``plain_pg``."""

@@ -18,7 +18,7 @@ from rlinf_algos.lm.task import Problem, sft_example, verify_chain
 from rlinf_algos.lm.tokens import ARITH_MARKERS, LMTokenizer
 from rlinf_core.config import apply_overrides, load_yaml
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 CORPUS = [f"What is {a}+{b}? The answer is {a + b}." for a in range(0, 100, 7) for b in range(0, 100, 3)]
 
 

@@ -1,7 +1,7 @@
 """Every role computes where the run reports it does (issue 52, item 2).
 
 ``runner.scheduler: local`` runs every language-model component in the driver's process; the
-one device ``--dry-run`` and ``summary.json`` report for it (:func:`rlinf_algos.parallel.local_devices`)
+one device ``--dry-run`` and ``summary.json`` report for it (:func:`rlinf_algos.devices.local_devices`)
 must be where the actor, the rollout engine and the reference hold their parameters. Before,
 the policy was loaded without a device, the learner got no data-parallel context and the
 reference stayed on the CPU: only the rollout followed ``runner.device``, so a GPU run trained
@@ -25,7 +25,7 @@ from rlinf_algos.lm.trainer import policy_to_train, resolve_model
 from rlinf_algos.training import _record_devices
 from rlinf_core.config import apply_overrides, load_yaml
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 
 TINY = [
     "model.init.hidden_size=16",

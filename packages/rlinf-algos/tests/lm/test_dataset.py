@@ -216,7 +216,7 @@ def test_distributed_dataset_run_with_lora_through_rlinf_train(tmp_path: Path) -
     assert (tmp_path / "run" / "adapter").is_dir() and (tmp_path / "run" / "policy" / "config.json").is_file()
 
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "grpo_verl_format"
+EXAMPLE = Path(__file__).resolve().parents[4] / "examples" / "grpo_verl_format"
 
 
 @pytest.mark.parametrize("grpo", ["grpo.yaml", "grpo_lora.yaml"])

@@ -171,7 +171,7 @@ def test_example_yamls_validate() -> None:
 
     from rlinf_core.config import load_yaml
 
-    root = Path(__file__).resolve().parents[3] / "examples"
+    root = Path(__file__).resolve().parents[4] / "examples"
     for name in ("grpo_arith.yaml", "grpo_multiagent.yaml"):
         run = load_lm_sections(load_yaml(root / name))
         assert run.algorithm.name == "grpo_lm"

@@ -23,7 +23,7 @@ from rlinf_core.errors import RlinfError
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 
 TINY = (  # beside conftest's tiny_lm
     "algorithm.kl_coef=0.05",

@@ -19,7 +19,7 @@ from rlinf_core.config import apply_overrides, load_yaml
 from rlinf_core.errors import ConfigError
 from rlinf_core.plugins import hookimpl, load_plugins
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 TINY = (  # beside conftest's tiny_lm
     "algorithm.kl_coef=0.0",
 )

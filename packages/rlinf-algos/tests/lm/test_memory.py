@@ -23,7 +23,7 @@ from rlinf_algos.memory import GIB, check_fits
 from rlinf_algos.models.lora import add_adapters
 from rlinf_core.errors import ConfigError
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 
 LLAMA_7B = {  # Llama-2-7B's config.json (the sizes that matter)
     "model_type": "llama",
