@@ -329,7 +329,7 @@ def test_stop_at_exact_match_ends_the_run_at_the_first_check_that_reaches_it(
     """``train.stop_at_exact_match``: checked every ``eval_interval`` steps on the
     ``eval_generate`` prompts (the decoder is replaced by one whose exact match rises by 0.1 per
     call, so the third check, at step 15, reaches 0.25); the summary and metrics say so."""
-    from rlinf_algos.lm import finetune
+    from rlinf_algos.lm import sft_flow
 
     calls: list[int] = []
 
@@ -337,7 +337,7 @@ def test_stop_at_exact_match_ends_the_run_at_the_first_check_that_reaches_it(
         calls.append(1)
         return 0.1 * (len(calls) - 1), ["" for _ in examples]  # 0.0 before training, then 0.1, 0.2, 0.3
 
-    monkeypatch.setattr(finetune, "_exact_match", rising)
+    monkeypatch.setattr(sft_flow, "exact_match", rising)
     cfg = _config(files["train"], files["val"], eval_interval=5, eval_generate=4, stop_at_exact_match=0.25)
     res = train_sft(load_sft_config(cfg), tmp_path / "run", log=None)
     s = res.summary
