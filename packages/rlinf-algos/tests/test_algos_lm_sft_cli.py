@@ -492,3 +492,43 @@ def test_rlinf_sft_terminated_by_sigterm_resumes_to_the_same_final_loss(
         got["train_loss_last"] == want["train_loss_last"] and got["val_loss_after"] == want["val_loss_after"]
     )
     assert _rows_of(run_dir) == _rows_of(cli_run)
+
+
+def test_the_learner_placed_by_a_scheduler_trains_as_in_process(
+    cli_run: Path, files: dict[str, Path], tmp_path: Path
+) -> None:
+    """The ``sft`` flow with its learner on an actor worker a scheduler placed (the ``threads``
+    test scheduler, :mod:`threads_scheduler`): the same rows and final loss as in this process."""
+    import importlib.util
+
+    from rlinf_algos.lm.sft_flow import run_sft
+
+    spec = importlib.util.spec_from_file_location(
+        "threads_scheduler", Path(__file__).parent / "threads_scheduler.py"
+    )
+    assert spec is not None and spec.loader is not None
+    threads = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(threads)
+    cfg = _config(files["train"], None, steps=6)
+    cfg["model"] = {"path": str(cli_run / "base_model")}
+    cfg["runner"].update(log_interval=2)
+    run = load_sft_config(cfg)
+    here, _ = run_sft(run, tmp_path / "here", say=lambda _m: None, resume=False, command=None, progress=None)
+    sched = threads.ThreadScheduler()
+    sched.start({})
+    try:
+        placed, model = run_sft(
+            run,
+            tmp_path / "placed",
+            say=lambda _m: None,
+            resume=False,
+            command=None,
+            progress=None,
+            scheduler=sched,
+        )
+    finally:
+        sched.shutdown()
+    assert model is None and "launch actor" in threads.CALLS
+    assert placed["train_loss_last"] == here["train_loss_last"] and placed["steps"] == 6
+    assert _rows_of(tmp_path / "placed") == _rows_of(tmp_path / "here")
+    assert (tmp_path / "placed" / "policy" / "config.json").is_file()
