@@ -532,3 +532,11 @@ def test_the_learner_placed_by_a_scheduler_trains_as_in_process(
     assert placed["train_loss_last"] == here["train_loss_last"] and placed["steps"] == 6
     assert _rows_of(tmp_path / "placed") == _rows_of(tmp_path / "here")
     assert (tmp_path / "placed" / "policy" / "config.json").is_file()
+
+
+def test_rlinf_eval_of_an_sft_run_says_what_to_do(cli_run: Path) -> None:
+    from rlinf_algos.cli import eval_cmd
+
+    res = CliRunner().invoke(eval_cmd, [str(cli_run)])
+    assert isinstance(res.exception, RlinfError), (res.output, res.exception)
+    assert "rlinf sft` run" in str(res.exception) and "\n" not in str(res.exception)
