@@ -247,13 +247,13 @@ def test_a_sigterm_delivered_twice_is_one_request(monkeypatch: pytest.MonkeyPatc
     second within the window is ignored (the checkpoint is still written); one later kills."""
     import signal
 
-    from rlinf_algos import cli
+    from rlinf_algos import cli_options as cli
 
     kills: list[int] = []
     monkeypatch.setattr(cli.os, "kill", lambda pid, sig: kills.append(sig))
     clock = [100.0]
     monkeypatch.setattr(cli.time, "monotonic", lambda: clock[0])
-    stop = cli._StopOnTerm()
+    stop = cli.StopOnTerm()
     try:
         with pytest.raises(KeyboardInterrupt):
             stop._handle(signal.SIGTERM, None)

@@ -10,11 +10,12 @@ prints as one line without a traceback.
 from __future__ import annotations
 
 import shlex
+import sys
 from pathlib import Path
 
 import click
 
-from rlinf_algos.cli_options import overwrite_option, run_dir_option
+from rlinf_algos.cli_options import StopOnTerm, overwrite_option, run_dir_option
 
 __all__ = ["sft_cmd"]
 
@@ -23,6 +24,12 @@ __all__ = ["sft_cmd"]
 @click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("overrides", nargs=-1)
 @run_dir_option
+@click.option(
+    "--resume",
+    "resume_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Continue the run in this directory from its newest checkpoint (SIGTERM and Ctrl-C write one).",
+)
 @overwrite_option
 @click.option("--quiet", is_flag=True, help="Print the summary line only (no progress bar).")
 @click.option(
@@ -35,6 +42,7 @@ def sft_cmd(
     config: Path,
     overrides: tuple[str, ...],
     run_dir: Path | None,
+    resume_dir: Path | None,
     overwrite: bool,
     quiet: bool,
     dry_run: bool,
@@ -49,6 +57,7 @@ def sft_cmd(
 
     The run directory gets config.yaml, metrics.csv, summary.json (validation loss before and
     after), policy/ (a model folder transformers loads; merged when LoRA) and adapter/ with LoRA.
+    Ctrl-C or SIGTERM writes a checkpoint first; --resume RUN_DIR continues it.
     """
     from rlinf_algos.config.prepare import compose_run_config
     from rlinf_algos.lm.finetune import check_sft_sources, load_sft_config, train_sft
@@ -64,20 +73,48 @@ def sft_cmd(
         click.echo(yaml.safe_dump(mask_secrets(run.model_dump(mode="json")), sort_keys=False), nl=False)
         click.echo(f"# {len(texts)} training examples; dry run: nothing was trained or written")
         return
-    target = run_dir or default_run_dir(config)
-    command = shlex.join(["rlinf", "sft", str(config), *overrides, "--run-dir", str(target)])
+    if resume_dir is not None and run_dir is not None and resume_dir != run_dir:
+        raise click.UsageError("give --resume RUN_DIR or --run-dir DIR, not both")
+    if overwrite and resume_dir is not None:
+        raise click.UsageError("--overwrite starts a new run; --resume continues one: give one of them")
+    target = resume_dir or run_dir or default_run_dir(config)
+    given = ["--resume", str(target)] if resume_dir is not None else ["--run-dir", str(target)]
+    command = shlex.join(["rlinf", "sft", str(config), *overrides, *given])
 
     def log(msg: str) -> None:
         click.echo(msg, err=True)
 
     from rlinf_algos.progress_bar import ProgressBar
+    from rlinf_algos.training import TrainingInterrupted
 
     bar = None if quiet else ProgressBar()
+    stop_signal = StopOnTerm()
     try:
         result = train_sft(
-            run, target, None if quiet else log, overwrite=overwrite, command=command, progress=bar
+            run,
+            target,
+            None if quiet else log,
+            overwrite=overwrite,
+            resume=resume_dir is not None,
+            command=command,
+            progress=bar,
         )
+    except (TrainingInterrupted, KeyboardInterrupt) as stop:
+        if bar is not None:
+            bar.close()
+            bar = None
+        what = "terminated (SIGTERM)" if stop_signal.received else "interrupted"
+        if isinstance(stop, TrainingInterrupted) and stop.checkpoint is not None:
+            click.echo(
+                f"{what}: wrote {stop.checkpoint}, the metrics, the policy and summary.json; continue with "
+                f"`rlinf sft {config} --resume {stop.run_dir}`",
+                err=True,
+            )
+        else:
+            click.echo(f"{what} before training started (run directory {target})", err=True)
+        sys.exit(143 if stop_signal.received else 130)
     finally:
+        stop_signal.restore()
         if bar is not None:
             bar.close()
     click.echo(result.summary["summary_text"])

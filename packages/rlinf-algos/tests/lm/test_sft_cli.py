@@ -329,7 +329,7 @@ def test_stop_at_exact_match_ends_the_run_at_the_first_check_that_reaches_it(
     """``train.stop_at_exact_match``: checked every ``eval_interval`` steps on the
     ``eval_generate`` prompts (the decoder is replaced by one whose exact match rises by 0.1 per
     call, so the third check, at step 15, reaches 0.25); the summary and metrics say so."""
-    from rlinf_algos.lm import finetune
+    from rlinf_algos.lm import sft_flow
 
     calls: list[int] = []
 
@@ -337,7 +337,7 @@ def test_stop_at_exact_match_ends_the_run_at_the_first_check_that_reaches_it(
         calls.append(1)
         return 0.1 * (len(calls) - 1), ["" for _ in examples]  # 0.0 before training, then 0.1, 0.2, 0.3
 
-    monkeypatch.setattr(finetune, "_exact_match", rising)
+    monkeypatch.setattr(sft_flow, "exact_match", rising)
     cfg = _config(files["train"], files["val"], eval_interval=5, eval_generate=4, stop_at_exact_match=0.25)
     res = train_sft(load_sft_config(cfg), tmp_path / "run", log=None)
     s = res.summary
@@ -354,3 +354,189 @@ def test_stop_at_exact_match_ends_the_run_at_the_first_check_that_reaches_it(
     with pytest.raises(ConfigError) as err:
         load_sft_config(_config(files["train"], None, adam_betas=[0.9, 1.0]))
     assert "adam_betas" in str(err.value)
+
+
+# -- under the driver: SIGTERM, resume, plot ---------------------------------------------------------
+
+
+def _rows_of(run_dir: Path) -> list[dict[str, str]]:
+    """``metrics.csv`` without its clock column."""
+    with (run_dir / "metrics.csv").open() as f:
+        return [{k: v for k, v in r.items() if k != "wall_s"} for r in csv.DictReader(f)]
+
+
+def _same_as_uninterrupted(run_dir: Path, first: Path) -> None:
+    """``run_dir`` (stopped and resumed) ends where ``first`` (uninterrupted, same seed) ended:
+    the same final losses, bit for bit, and the same metrics rows, each once."""
+    got, want = (json.loads((d / "summary.json").read_text()) for d in (run_dir, first))
+    for key in ("train_loss_last", "val_loss_after", "val_loss_before", "val_exact_match_after", "tokens"):
+        assert got[key] == want[key], key
+    assert got["steps"] == 40 and not got["interrupted"] and got["resumed_from"].endswith("step_10")
+    assert _rows_of(run_dir) == _rows_of(first)
+    assert [int(r["step"]) for r in _rows_of(run_dir)] == [10, 20, 30, 40]
+    assert (run_dir / "config.yaml").read_text() == (first / "config.yaml").read_text()
+    assert json.loads((run_dir / "val_generations.json").read_text()) == json.loads(
+        (first / "val_generations.json").read_text()
+    )
+
+
+def test_sigterm_between_steps_then_resume_ends_as_the_uninterrupted_run(
+    cli_run: Path, files: dict[str, Path], tmp_path: Path
+) -> None:
+    """SIGTERM (sent to this process when the row of step 10 is written) stops the run after that
+    step: a checkpoint, the metrics, the policy and the summary are written; ``--resume``
+    continues it to the uninterrupted run's end (``cli_run``: same config, same seed)."""
+    import os
+    import signal
+
+    from rlinf_algos.training import TrainingInterrupted
+
+    cfg = _config(files["train"], files["val"], eval_interval=20, eval_generate=4)
+    run_dir = tmp_path / "run"
+
+    def stop_at_10(row: dict[str, Any]) -> None:
+        if row["step"] == 10:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(TrainingInterrupted) as stop:
+        train_sft(load_sft_config(cfg), run_dir, log=None, progress=stop_at_10)
+    assert stop.value.checkpoint == run_dir / "checkpoints" / "step_10"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["interrupted"] and summary["steps"] == 10 and summary["val_loss_after"] is None
+    assert (run_dir / "policy" / "config.json").is_file() and [r["step"] for r in _rows_of(run_dir)] == ["10"]
+    path = _yaml(tmp_path / "sft.yaml", cfg)
+    res = invoke(str(path), "--resume", str(run_dir), "--quiet")
+    assert res.exit_code == 0, (res.output, res.exception)
+    _same_as_uninterrupted(run_dir, cli_run)
+
+
+def test_resume_errors_name_what_is_wrong(cli_run: Path, files: dict[str, Path], tmp_path: Path) -> None:
+    cfg = _yaml(tmp_path / "sft.yaml", _config(files["train"], files["val"]))
+    res = invoke(str(cfg), "--resume", str(cli_run))  # a finished run without checkpoints
+    assert isinstance(res.exception, RlinfError) and "nothing to resume" in str(res.exception)
+    res = invoke(str(cfg), "--resume", str(cli_run), "--run-dir", str(tmp_path / "x"))
+    assert res.exit_code == 2 and "not both" in res.output
+    res = invoke(str(cfg), "--resume", str(cli_run), "--overwrite")
+    assert res.exit_code == 2 and "--overwrite" in res.output
+
+
+def test_a_resumed_run_keeps_its_model(cli_run: Path, files: dict[str, Path], tmp_path: Path) -> None:
+    """Checkpoints every ``runner.checkpoint_interval`` steps and at the end; a run resumed with
+    another ``model`` section is refused naming the key, and ``config.yaml`` stays the run's."""
+    cfg = _config(files["train"], None, steps=4)
+    cfg["model"] = {"path": str(cli_run / "base_model")}  # no tokenizer to train
+    cfg["runner"].update(checkpoint_interval=2, log_interval=1)
+    run_dir = tmp_path / "run"
+    train_sft(load_sft_config(cfg), run_dir, log=None)
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_2", "step_4"]
+    before = (run_dir / "config.yaml").read_text()
+    cfg["model"]["lora"] = {"rank": 4, "alpha": 8, "target_modules": ["q_proj"]}
+    with pytest.raises(ConfigError) as err:
+        train_sft(load_sft_config(cfg), run_dir, log=None, resume=True)
+    assert [p.path for p in err.value.problems] == ["model.lora"]
+    assert (run_dir / "config.yaml").read_text() == before
+
+
+def test_rlinf_plot_draws_an_sft_run(cli_run: Path, tmp_path: Path) -> None:
+    from rlinf_algos.cli import plot_cmd
+
+    res = CliRunner().invoke(plot_cmd, [str(cli_run), "--out", str(tmp_path / "plots")])
+    assert res.exit_code == 0, (res.output, res.exception)
+    assert (tmp_path / "plots" / "metrics.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_rlinf_sft_terminated_by_sigterm_resumes_to_the_same_final_loss(
+    cli_run: Path, files: dict[str, Path], tmp_path: Path
+) -> None:
+    """The console script, stopped with SIGTERM from outside as ``timeout`` stops it (once its
+    row of step 10 is written), exits 143 and says how to continue; ``--resume`` ends where
+    the uninterrupted run (``cli_run``) ended."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cfg = _yaml(
+        tmp_path / "sft.yaml", _config(files["train"], files["val"], eval_interval=20, eval_generate=4)
+    )
+    run_dir = tmp_path / "run"
+    exe = Path(sys.executable).parent / "rlinf"
+    proc = subprocess.Popen(
+        [str(exe), "sft", str(cfg), "--run-dir", str(run_dir), "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            metrics = run_dir / "metrics.csv"
+            if metrics.is_file() and metrics.read_text().count("\n") >= 2:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before it could be stopped"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, (out, err)
+    assert "terminated (SIGTERM)" in err and "--resume" in err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["interrupted"] and 10 <= summary["steps"] < 40
+    res = invoke(str(cfg), "--resume", str(run_dir), "--quiet")
+    assert res.exit_code == 0, (res.output, res.exception)
+    got, want = (json.loads((d / "summary.json").read_text()) for d in (run_dir, cli_run))
+    assert (
+        got["train_loss_last"] == want["train_loss_last"] and got["val_loss_after"] == want["val_loss_after"]
+    )
+    assert _rows_of(run_dir) == _rows_of(cli_run)
+
+
+def test_the_learner_placed_by_a_scheduler_trains_as_in_process(
+    cli_run: Path, files: dict[str, Path], tmp_path: Path
+) -> None:
+    """The ``sft`` flow with its learner on an actor worker a scheduler placed (the ``threads``
+    test scheduler, :mod:`threads_scheduler`): the same rows and final loss as in this process."""
+    import importlib.util
+
+    from rlinf_algos.lm.sft_flow import run_sft
+
+    spec = importlib.util.spec_from_file_location(
+        "threads_scheduler", Path(__file__).parent / "threads_scheduler.py"
+    )
+    assert spec is not None and spec.loader is not None
+    threads = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(threads)
+    cfg = _config(files["train"], None, steps=6)
+    cfg["model"] = {"path": str(cli_run / "base_model")}
+    cfg["runner"].update(log_interval=2)
+    run = load_sft_config(cfg)
+    here, _ = run_sft(run, tmp_path / "here", say=lambda _m: None, resume=False, command=None, progress=None)
+    sched = threads.ThreadScheduler()
+    sched.start({})
+    try:
+        placed, model = run_sft(
+            run,
+            tmp_path / "placed",
+            say=lambda _m: None,
+            resume=False,
+            command=None,
+            progress=None,
+            scheduler=sched,
+        )
+    finally:
+        sched.shutdown()
+    assert model is None and "launch actor" in threads.CALLS
+    assert placed["train_loss_last"] == here["train_loss_last"] and placed["steps"] == 6
+    assert _rows_of(tmp_path / "placed") == _rows_of(tmp_path / "here")
+    assert (tmp_path / "placed" / "policy" / "config.json").is_file()
+
+
+def test_rlinf_eval_of_an_sft_run_says_what_to_do(cli_run: Path) -> None:
+    from rlinf_algos.cli import eval_cmd
+
+    res = CliRunner().invoke(eval_cmd, [str(cli_run)])
+    assert isinstance(res.exception, RlinfError), (res.output, res.exception)
+    assert "rlinf sft` run" in str(res.exception) and "\n" not in str(res.exception)

@@ -34,8 +34,14 @@ def _load_run(run_dir: Path) -> Any:
     path = run_dir / "config.yaml"
     if not path.is_file():
         raise RlinfError(f"no config.yaml in {run_dir}: is it a run directory written by `rlinf train`?")
-    try:  # composed: the ${oc.env:...} it keeps are resolved again
-        return load_lm_sections(load_config(path, what="config.yaml of the run"))
+    data = load_config(path, what="config.yaml of the run")  # composed: ${oc.env:...} resolved again
+    if "train" in data and "algorithm" not in data:
+        raise RlinfError(
+            f"{run_dir} is an `rlinf sft` run: it has no reward to score with (its validation loss and exact "
+            f"match are in its summary.json); evaluate a GRPO run that starts from it (model.path={run_dir}/policy)"
+        )
+    try:
+        return load_lm_sections(data)
     except ConfigError as err:
         raise RlinfError(f"{path} is not a language-model run's configuration: {err}") from None
 

@@ -167,9 +167,14 @@ def warm_start(
     sft_run = load_sft_config(warm_start_config(run, out / "data", len(val)))
     say = log or (lambda _msg: None)
     say(f"warm start: rlinf sft on {len(train)} demonstration rows, {cfg.steps} steps -> {out / 'policy'}")
-    result = train_sft(
-        sft_run, out, say, overwrite=False, command=f"rlinf sft {out / 'config.yaml'} (the warm start)"
-    )
+    from rlinf_algos.training import TrainingInterrupted
+
+    try:
+        result = train_sft(
+            sft_run, out, say, overwrite=False, command=f"rlinf sft {out / 'config.yaml'} (the warm start)"
+        )
+    except TrainingInterrupted:  # its checkpoint is the warm start's: the run itself has none yet
+        raise TrainingInterrupted(Path(run_dir), None) from None
     s = result.summary
     del result
     _release_cuda_cache()

@@ -155,6 +155,18 @@ class SFTRunnerConfig(ConfigSection):
         description="metrics backends: csv (metrics.csv), tensorboard (RUN_DIR/tensorboard), wandb "
         "(needs the wandb package; WANDB_MODE=offline works without a network); the same scalars go to each",
     )
+    checkpoint_interval: int = Field(
+        0,
+        ge=0,
+        description="steps between checkpoints (checkpoints/step_<n>/: model, optimiser, data position and "
+        "random streams; the newest two kept; one also at the end); 0: only on SIGTERM or Ctrl-C, which "
+        "always write one, so `rlinf sft CONFIG --resume RUN_DIR` continues a stopped run",
+    )
+    worker_timeout: float = Field(
+        600.0,
+        gt=0.0,
+        description="seconds the run waits on its learner when a scheduler placed it in a worker",
+    )
 
 
 class SFTRunConfig(BaseModel):
