@@ -504,7 +504,7 @@ def test_the_learner_placed_by_a_scheduler_trains_as_in_process(
     from rlinf_algos.lm.sft_flow import run_sft
 
     spec = importlib.util.spec_from_file_location(
-        "threads_scheduler", Path(__file__).parent / "threads_scheduler.py"
+        "threads_scheduler", Path(__file__).parents[1] / "threads_scheduler.py"
     )
     assert spec is not None and spec.loader is not None
     threads = importlib.util.module_from_spec(spec)
