@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import pytest
 
@@ -74,11 +75,45 @@ def test_an_embedded_start_that_timed_out_names_the_raylets_reason_and_the_fix(t
     assert text.startswith("could not start an embedded Ray: The current node timed out during startup")
     assert "the raylet of the newest Ray session logged: Timed out waiting for file " in text
     assert "dashboard_agent_listen_port_db43" in text and "has_value" not in text
-    assert "fixed 15 s" in text and "PYTHONDONTWRITEBYTECODE is set" in text and "compileall" in text
+    assert (
+        "fixed waits" in text
+        and "15 s for its dashboard agent" in text
+        and "PYTHONDONTWRITEBYTECODE is set" in text
+        and "compileall" in text
+    )
     # Without the variable there is no bytecode advice; without a raylet.err, no raylet line.
     plain = embedded_start_failure(_TIMED_OUT, str(tmp_path / "none"), {})
     assert "raylet of the newest" not in plain and "PYTHONDONTWRITEBYTECODE" not in plain
-    assert "fixed 15 s" in plain
+    assert "fixed waits" in plain and "load now" in plain
     assert embedded_start_failure(RuntimeError("boom"), str(tmp_path / "none"), {}) == (
         "could not start an embedded Ray: boom"
     )
+
+
+def test_the_start_up_waits_grow_with_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Item 9 of issue 53: an embedded Ray on a busy machine is started more times, and Ray's wait
+    for its GCS port grows with the load, within bounds; a wait the user set is left alone."""
+    from rlinf_scheduler.runtime import embedded
+    from rlinf_scheduler.runtime.embedded import gcs_port_wait_s, machine_load, start_attempts
+
+    assert [start_attempts(x) for x in (0.0, 0.9, 1.0, 2.5, 50.0)] == [2, 2, 3, 4, 5]
+    assert [gcs_port_wait_s(x) for x in (0.0, 1.0, 4.0, 100.0)] == [30.0, 30.0, 120.0, 300.0]
+    assert machine_load() >= 0.0
+    monkeypatch.setattr(embedded.os, "getloadavg", lambda: (8.0, 0.0, 0.0))
+    monkeypatch.setattr(embedded.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert machine_load() == 4.0
+    seen: list[str | None] = []
+
+    class Node:  # records what Ray's Node would read from the environment
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            seen.append(os.environ.get(embedded.GCS_PORT_WAIT_ENV))
+
+    import ray._private.node
+
+    monkeypatch.setattr(ray._private.node, "Node", Node)
+    monkeypatch.delenv(embedded.GCS_PORT_WAIT_ENV, raising=False)
+    embedded.start_local_node({"num_cpus": 1})
+    assert seen == ["120"] and embedded.GCS_PORT_WAIT_ENV not in os.environ
+    monkeypatch.setenv(embedded.GCS_PORT_WAIT_ENV, "45")
+    embedded.start_local_node({"num_cpus": 1})
+    assert seen[-1] == "45"

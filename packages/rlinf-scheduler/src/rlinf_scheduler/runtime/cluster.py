@@ -36,8 +36,10 @@ from rlinf_scheduler.runtime.code_sync import CodeSync, resolve_code_sync
 from rlinf_scheduler.runtime.embedded import (
     embedded_start_failure,
     free_tcp_ports,
+    machine_load,
     raylet_fatal_line,
     remove_session_dir,
+    start_attempts,
     start_local_node,
 )
 from rlinf_scheduler.runtime.node_info import (
@@ -365,17 +367,25 @@ class Cluster:
         ray_init.setdefault("include_dashboard", False)
         from rlinf_scheduler.runtime.embedded import loopback_node_ip
 
-        for attempt in (1, 2):
+        attempts = start_attempts(machine_load())
+        for attempt in range(1, attempts + 1):
+            started = time.monotonic()
             try:
                 self._embedded_node = start_local_node(ray_init)
                 break
             except ConfigError:
                 raise
             except Exception as err:
-                # A raylet gives its dashboard agent a fixed 15 s to report; on a cold or busy machine
-                # the agent can miss it. The second start finds its modules in the page cache.
-                if attempt == 1 and "timed out during startup" in str(err):
-                    log.warning("the embedded Ray did not start in time; trying once more")
+                # Ray gives a raylet fixed waits to start; on a cold or busy machine it can miss them.
+                # The next start finds Ray's modules in the page cache; a busier machine gets more tries.
+                if attempt < attempts and "timed out during startup" in str(err):
+                    log.warning(
+                        "the embedded Ray did not start within %.0f s (load %.1f per CPU); trying again (%d of %d)",
+                        time.monotonic() - started,
+                        machine_load(),
+                        attempt + 1,
+                        attempts,
+                    )
                     continue
                 raise SchedulerError(embedded_start_failure(err)) from err
         try:

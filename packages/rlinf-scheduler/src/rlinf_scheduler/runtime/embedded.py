@@ -3,7 +3,8 @@ cluster runs.
 
 :func:`start_local_node` starts it with the ports of the node's agents named (see its docstring);
 :func:`embedded_start_failure` explains a start that failed, with the fatal line of the raylet's
-log that Ray's own message leaves out.
+log that Ray's own message leaves out; :func:`machine_load` and :func:`start_attempts` make the
+start-up's waits grow with the machine's load (a start on a busy laptop is retried, not refused).
 """
 
 from __future__ import annotations
@@ -26,9 +27,12 @@ __all__ = [
     "LOOPBACK",
     "embedded_start_failure",
     "free_tcp_ports",
+    "gcs_port_wait_s",
     "loopback_node_ip",
+    "machine_load",
     "raylet_fatal_line",
     "remove_session_dir",
+    "start_attempts",
     "start_local_node",
 ]
 
@@ -38,6 +42,54 @@ KEEP_SESSION_ENV = "RLINF_KEEP_RAY_SESSION"
 LOOPBACK = "127.0.0.1"
 """The embedded Ray's address: it serves this machine only (RLinf's ``ray.init()`` binds every
 interface)."""
+
+
+GCS_PORT_WAIT_ENV = "RAY_gcs_server_port_wait_time_s"
+"""How long Ray waits for its GCS to bind its port (Ray's default: 30 s); set, it is left alone."""
+
+GCS_PORT_WAIT_S = 30.0
+MAX_START_ATTEMPTS = 5
+
+
+def machine_load() -> float:
+    """The 1-minute load average per CPU this process may run on (0.0 where the OS keeps none)."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # pragma: no cover - Windows
+        return 0.0
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS
+        cpus = os.cpu_count() or 1
+    return max(0.0, load) / max(1, cpus)
+
+
+def start_attempts(load_per_cpu: float) -> int:
+    """How many times an embedded Ray is started before its failure is final: 2 on an idle
+    machine, one more per unit of load per CPU, at most :data:`MAX_START_ATTEMPTS`. Ray gives a
+    raylet a fixed 30 s to register with its GCS (``Node.__init__``); a start that misses it on a
+    busy machine finds Ray's modules in the page cache the next time."""
+    return min(MAX_START_ATTEMPTS, 2 + int(max(0.0, load_per_cpu)))
+
+
+def gcs_port_wait_s(load_per_cpu: float) -> float:
+    """Ray's wait for its GCS port, scaled with the load: 30 s per unit of load per CPU above one,
+    at most 300 s."""
+    return min(300.0, GCS_PORT_WAIT_S * max(1.0, load_per_cpu))
+
+
+@contextlib.contextmanager
+def _scaled_waits(load_per_cpu: float) -> Iterator[None]:
+    """Ray's start-up waits that it reads from the environment, scaled with the load for the
+    duration of one start (a value the user set is kept)."""
+    if GCS_PORT_WAIT_ENV in os.environ:
+        yield
+        return
+    os.environ[GCS_PORT_WAIT_ENV] = str(int(gcs_port_wait_s(load_per_cpu)))
+    try:
+        yield
+    finally:
+        os.environ.pop(GCS_PORT_WAIT_ENV, None)
 
 
 def free_tcp_ports(count: int, host: str = "127.0.0.1") -> list[int]:
@@ -98,7 +150,7 @@ def start_local_node(ray_init: Mapping[str, Any]) -> Any:
         _system_config={} if WORKER_NICENESS_ENV in os.environ else {"worker_niceness": 0},
         **dict(ray_init),
     )
-    with loopback_node_ip():
+    with loopback_node_ip(), _scaled_waits(machine_load()):
         return Node(params, head=True, shutdown_at_exit=True, spawn_reaper=True)
 
 
@@ -155,8 +207,9 @@ def embedded_start_failure(
         text += f"; the raylet of the newest Ray session logged: {cause}"
     if "timed out during startup" in str(err) or "agent" in cause:
         text += (
-            ". A raylet gives its dashboard agent a fixed 15 s to start, which a busy machine can miss: "
-            "try again when it is less loaded"
+            f". Ray gives a raylet fixed waits to start (30 s to register, 15 s for its dashboard agent), "
+            f"which a busy machine can miss "
+            f"(load now {machine_load():.1f} per CPU): try again when it is less loaded"
         )
         if environ.get("PYTHONDONTWRITEBYTECODE"):
             text += (
