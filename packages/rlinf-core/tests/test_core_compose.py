@@ -119,8 +119,12 @@ defaults:
     assert compose(tmp_path / "first.yaml")["db"]["port"] == 3306  # _self_ first: defaults win
     assert compose(tmp_path / "last.yaml")["db"]["port"] == 1  # no _self_: it goes last
     forms = compose(tmp_path / "forms.yaml")
-    # nested defaults: `db: pg` is relative to server/ and its package to web; `/db` is absolute
-    assert forms == {"db": {"port": 3306, "user": "root"}, "web": {"db": {"port": 5432}, "name": "apache"}}
+    # nested defaults: `db: pg` is relative to server/ and its package to web; `/db` names the
+    # root's db/ folder, its package still relative to web (Hydra's rule: rlinf put it at the top)
+    assert forms == {
+        "db": {"port": 3306, "user": "root"},
+        "web": {"db": {"port": 3306, "user": "root"}, "name": "apache"},
+    }
     assert compose(tmp_path / "glob.yaml") == {"top_level": True}  # a `# @package _global_` header
 
 

@@ -36,9 +36,12 @@ list per run.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import math
 import re
+import threading
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,9 +83,6 @@ MAX_CONFIG_FILES = 1000
 MAX_SWEEP_RUNS = 10_000
 """The most runs one ``--multirun`` may expand to."""
 
-_SELF = "_self_"
-_GLOBAL = "_global_"
-_PACKAGE_HEADER = re.compile(r"^#\s*@package\s+(\S+)\s*$")
 
 
 def load_config(
@@ -168,11 +168,10 @@ def compose_traced(
     else:
         raise ConfigError(f"a config is a file path or a mapping, got {type(config).__name__}")
     group_overrides, value_overrides = _split_overrides(overrides, root, data)
-    composer = _Composer(root, group_overrides)
-    composer.include_primary(data, source)
-    composer.check_unused()
-    out = composer.data
-    origin = composer.origin
+    if "defaults" in data or group_overrides:
+        out, origin = _compose_with_hydra(root, data, source, group_overrides)
+    else:  # nothing to compose: Hydra (and its import) would return the file as it is
+        out, origin = data, {(): source}
     if value_overrides:
         out = apply_overrides(out, value_overrides)
         for raw in value_overrides:
@@ -195,275 +194,274 @@ def compose_traced(
 # -- reading files -------------------------------------------------------------------------------
 
 
-def _read(path: Path, what: str) -> tuple[dict[str, Any], str | None]:
-    """``(mapping, package header or None)`` of one YAML file, with :func:`parse_yaml`'s guards."""
+def _read(path: Path, what: str) -> tuple[dict[str, Any], str]:
+    """``(mapping, its first 512 characters)`` of one YAML file, with :func:`parse_yaml`'s
+    guards (the head holds Hydra's ``# @package`` header, if any)."""
     text = read_user_text(path, what=what, max_bytes=MAX_USER_FILE_BYTES, error=ConfigError)
     data = parse_yaml(text, source=str(path))
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
-    header = None
-    for line in text.splitlines()[:3]:
-        match = _PACKAGE_HEADER.match(line.strip())
-        if match:
-            header = match.group(1)
-            break
-    return data, header
+    return data, text[:512]
 
 
-# -- the defaults tree ---------------------------------------------------------------------------
+# -- the defaults tree, composed by Hydra --------------------------------------------------------
 
-
-def _join(*parts: str) -> str:
-    return ".".join(p for p in parts if p)
+_PRIMARY = "__rlinf_primary__"
+"""The name Hydra knows the primary config by (a file of any name, or a mapping)."""
+_SCHEME = "rlinf"
+_LOCK = threading.RLock()
+"""Hydra keeps its state in process globals (``GlobalHydra``): one composition at a time."""
+_UNDER_WAY: list[_Request] = []
 
 
 @dataclass
-class _Entry:
-    """One item of a defaults list."""
+class _Request:
+    """One composition under way: what the guarded config source serves Hydra, and what it read."""
 
-    text: str  # as written, for messages
-    group: str  # absolute group folder ("" for the config root), "/"-separated
-    names: list[str | None]  # the choice(s); None: nothing
-    package: str | None  # the explicit @package, absolute, or None
-    optional: bool = False
-    is_group: bool = False  # "group: name" (or "group/name"): a choice the command line may swap
-    default_package: str = ""  # where it goes without @package or a header: the parent's + its group
-
-
-@dataclass
-class _GroupOverride:
-    raw: str
-    group: str
-    package: str | None
-    names: list[str | None]
-    add: bool
-    used: list[str] = field(default_factory=list)
+    root: Path
+    primary: dict[str, Any]
+    primary_source: str
+    files: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    """Hydra's config path (``env/maniskill``) -> (the file, its mapping as written)."""
+    pinned: dict[str, str] = field(default_factory=dict)
+    """An override given to Hydra -> the override as the user wrote it."""
 
 
-class _Composer:
-    def __init__(self, root: Path, overrides: list[_GroupOverride]) -> None:
-        self.root = root
-        self.overrides = overrides
-        self.data: dict[str, Any] = {}
-        self.origin: dict[tuple[str, ...], str] = {}
-        self.stack: list[Path] = []
-        self.files = 0
-        self.in_file: dict[str, _GroupOverride] = {}  # `override group: name` entries of the primary
+def _compose_with_hydra(
+    root: Path, primary: dict[str, Any], source: str, group_overrides: list[str]
+) -> tuple[dict[str, Any], dict[tuple[str, ...], str]]:
+    """The defaults tree of ``primary`` composed by Hydra's compose API (``hydra.compose``), with
+    ``group_overrides`` (``group=name``, ``+group=name``, ``~group``); every file read through
+    :func:`_read`'s guards. Returns the composed mapping (interpolations left as written) and
+    where every key came from. Hydra's global state is saved and put back: a program that uses
+    Hydra itself keeps its own."""
+    from hydra import compose as hydra_compose
+    from hydra import version
+    from hydra._internal.hydra import Hydra  # what initialize_config_dir() calls, with our source
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
 
-    def include_primary(self, data: dict[str, Any], source: str) -> None:
-        defaults = data.pop("defaults", None)
-        entries = self._entries(defaults, source, group="", package="")
-        entries += [
-            _Entry(
-                o.raw, o.group, o.names, o.package, is_group=True, default_package=o.group.replace("/", ".")
+    _guarded_source()
+    request = _Request(root, primary, source)
+    with _LOCK, warnings.catch_warnings():  # Hydra's notice that `_self_` goes last, as it always has
+        backup = get_gh_backup()
+        base = version.VersionBase.instance().getbase()
+        _UNDER_WAY.append(request)
+        try:
+            GlobalHydra.instance().clear()
+            warnings.filterwarnings("ignore", message=".*Defaults list is missing `_self_`")
+            version.setbase("1.3")
+            search_path = create_config_search_path(f"{_SCHEME}://{root.absolute()}")
+            Hydra.create_main_hydra2(task_name="rlinf", config_search_path=search_path)
+            loader = GlobalHydra.instance().config_loader()
+            if any(_unpinned(o) for o in group_overrides):
+                listed = _override_keys(loader.compute_defaults_list(_PRIMARY, [], RunMode.RUN).defaults_tree)
+                group_overrides = [_pin(o, listed, request) for o in group_overrides]
+            cfg = hydra_compose(_PRIMARY, group_overrides)
+            chosen = loader.compute_defaults_list(_PRIMARY, group_overrides, RunMode.RUN).defaults
+            data = OmegaConf.to_container(cfg, resolve=False)
+        except ConfigError:
+            raise
+        except Exception as err:  # Hydra's exceptions, as one line naming the file and the entry
+            raise _hydra_problem(err, request, group_overrides) from None
+        finally:
+            _UNDER_WAY.pop()
+            restore_gh_from_backup(backup)
+            version.VersionBase.instance().version_base = base
+    assert isinstance(data, dict)
+    return data, _origins(chosen, request)
+
+
+@functools.cache
+def _guarded_source() -> type:
+    """Hydra's config source for rlinf (scheme ``rlinf://``): Hydra's file source, except that
+    each file is read with :func:`_read`'s guards (size, NUL bytes, alias bombs, depth: one
+    :class:`ConfigError` line naming the file), its defaults list checked with rlinf's messages
+    and its ``group/name`` entries made choices the command line may swap, as before."""
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSource
+    from omegaconf import OmegaConf
+
+    class RlinfConfigSource(ConfigSource):
+        @staticmethod
+        def scheme() -> str:
+            return _SCHEME
+
+        def load_config(self, config_path: str) -> ConfigResult:
+            request = _UNDER_WAY[-1]
+            name = self._normalize_file_name(config_path)
+            if name == f"{_PRIMARY}.yaml":
+                data, source, header = request.primary, request.primary_source, ""
+            else:
+                path = request.root / name
+                if not path.is_file():
+                    raise ConfigLoadError(f"Config not found : {path}")
+                if len(request.files) >= MAX_CONFIG_FILES:
+                    raise ConfigError(
+                        f"{request.primary_source}: the defaults lists name more than {MAX_CONFIG_FILES} files"
+                    )
+                data, header = _read(path, "config file")
+                source = str(path)
+            request.files[name.removesuffix(".yaml")] = (source, data)
+            data = {k: v for k, v in data.items() if k != "hydra"}  # Hydra's own settings: dropped
+            if "defaults" in data:
+                data["defaults"] = _hydra_defaults(data["defaults"], source)
+            try:
+                header_dict = ConfigSource._get_header_dict(header)
+            except ValueError as err:
+                raise ConfigError(f"{source}: {_first_line(err)}") from None
+            return ConfigResult(
+                config=OmegaConf.create(data, flags={"allow_objects": True}),
+                path=f"{self.scheme()}://{self.path}",
+                provider=self.provider,
+                header=header_dict,
             )
-            for o in self.overrides
-            if o.add
-        ]
-        if not any(e.group == _SELF for e in entries):
-            entries.append(_Entry(_SELF, _SELF, [], None))
-        self._compose(entries, data, source, package="")
 
-    def check_unused(self) -> None:
-        for o in self.overrides:
-            if o.add:
-                continue
-            if not o.used:
-                listed = f"{o.group}@{o.package}" if o.package is not None else o.group
-                raise ConfigError(
-                    f"override {o.raw!r}: no {listed!r} in the defaults lists to choose from; add it with "
-                    f"+{o.raw.lstrip('+')}"
-                )
-            if o.package is None and len(set(o.used)) > 1:
-                options = ", ".join(f"{o.group}@{p}=..." for p in sorted(set(o.used)))
-                raise ConfigError(
-                    f"override {o.raw!r}: group {o.group!r} is listed at several packages; name one: {options}"
-                )
+        def available(self) -> bool:
+            return True
 
-    def _entries(self, defaults: Any, source: str, *, group: str, package: str) -> list[_Entry]:
-        if defaults is None:
-            return []
-        if not isinstance(defaults, list):
-            raise ConfigError(
-                f"{source}: defaults: must be a list (of `group/name`, `group: name` or `_self_`), got "
-                f"{describe_value(defaults)}"
-            )
-        out: list[_Entry] = []
-        for i, item in enumerate(defaults):
-            entry = self._entry(item, f"{source}: defaults[{i}]", group=group, package=package)
-            if entry is not None and not _is_hydra_group(entry.group):
-                out.append(entry)
-        return out
+        def is_group(self, config_path: str) -> bool:
+            return (_UNDER_WAY[-1].root / config_path).is_dir()
 
-    def _entry(self, item: Any, where: str, *, group: str, package: str) -> _Entry | None:
-        """One defaults item, with its group folder and package made absolute."""
-        valid = "valid: `group/name`, `group/name@package`, `group: name`, `optional group: name`, `_self_`"
+        def is_config(self, config_path: str) -> bool:
+            name = self._normalize_file_name(config_path)
+            return name == f"{_PRIMARY}.yaml" or (_UNDER_WAY[-1].root / name).is_file()
+
+        def list(self, config_path: str, results_filter: Any) -> list[str]:
+            files: list[str] = []
+            folder = _UNDER_WAY[-1].root / config_path
+            for entry in sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []:
+                path = f"{config_path}/{entry}" if config_path else entry
+                self._list_add_result(files, path, entry, results_filter)
+            return sorted(set(files))
+
+    Plugins.instance().register(RlinfConfigSource)
+    return RlinfConfigSource
+
+
+_VALID = "valid: `group/name`, `group/name@package`, `group: name`, `optional group: name`, `_self_`"
+
+
+def _hydra_defaults(defaults: Any, source: str) -> list[Any]:
+    """``defaults`` checked with rlinf's messages, in Hydra's form: a ``group/name`` (or
+    ``group/name@package``) entry becomes ``group: name`` (``group@package: name``), which the
+    command line may swap as it could before (Hydra swaps only the mapping form)."""
+    if not isinstance(defaults, list):
+        raise ConfigError(
+            f"{source}: defaults: must be a list (of `group/name`, `group: name` or `_self_`), got "
+            f"{describe_value(defaults)}"
+        )
+    out: list[Any] = []
+    for i, item in enumerate(defaults):
+        where = f"{source}: defaults[{i}]"
         if isinstance(item, str):
             text = item.strip()
-            if text == _SELF:
-                return _Entry(_SELF, _SELF, [], None)
-            spec, _, pkg = text.partition("@")
-            spec = spec.strip()
-            if not spec:
-                raise ConfigError(f"{where}: {describe_value(item)} names no file; {valid}")
-            sub, _, name = spec.rpartition("/")
-            return _Entry(
-                text,
-                self._group(sub, group),
-                [name],
-                self._package(pkg.strip(), package) if pkg else None,
-                is_group=bool(sub),
-                default_package=self._default_package(sub, package),
-            )
+            spec, at, pkg = text.partition("@")
+            if not spec.strip():
+                raise ConfigError(f"{where}: {describe_value(item)} names no file; {_VALID}")
+            group, _, name = spec.strip().rpartition("/")
+            if not _is_hydra_group(group):
+                out.append({f"{group}{at}{pkg.strip()}": name} if group and name else text)
+            continue
         if isinstance(item, Mapping) and len(item) == 1:
             ((key, value),) = item.items()
             words = str(key).split()
-            optional = override = False
             while len(words) > 1 and words[0] in ("optional", "override"):
-                optional |= words[0] == "optional"
-                override |= words[0] == "override"
                 words = words[1:]
             if len(words) != 1:
-                raise ConfigError(f"{where}: {describe_value(dict(item))} is not a defaults entry; {valid}")
-            spec, _, pkg = words[0].partition("@")
+                raise ConfigError(f"{where}: {describe_value(dict(item))} is not a defaults entry; {_VALID}")
             if isinstance(value, list):
-                names: list[str | None] = [str(v) for v in value]
-            elif value is None:
-                names = [None]
-            elif isinstance(value, str | int | float) and not isinstance(value, bool):
-                names = [str(value)]
-            else:
+                value = [str(v) for v in value]
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                value = str(value)
+            elif value is not None and not isinstance(value, str):
                 raise ConfigError(
-                    f"{where}: {spec}: the choice must be a file name, got {describe_value(value)}"
+                    f"{where}: {words[0].partition('@')[0]}: the choice must be a file name, got "
+                    f"{describe_value(value)}"
                 )
-            entry = _Entry(
-                f"{key}: {value}",
-                self._group(spec, group),
-                names,
-                self._package(pkg.strip(), package) if pkg else None,
-                optional=optional,
-                is_group=True,
-                default_package=self._default_package(spec, package),
-            )
-            if override:  # Hydra allows it in the primary config only; it is accepted anywhere here
-                self.in_file.setdefault(
-                    _override_key(entry.group, entry.package),
-                    _GroupOverride(entry.text, entry.group, entry.package, names, add=False, used=["file"]),
-                )
-                return None
-            return entry
-        raise ConfigError(f"{where}: {describe_value(item)} is not a defaults entry; {valid}")
+            if not _is_hydra_group(words[0].partition("@")[0]):
+                out.append({str(key): value})
+            continue
+        raise ConfigError(f"{where}: {describe_value(item)} is not a defaults entry; {_VALID}")
+    return out
 
-    @staticmethod
-    def _group(spec: str, group: str) -> str:
-        spec = spec.strip()
-        if spec.startswith("/"):
-            return spec.strip("/")
-        return "/".join(p for p in (group, spec.strip("/")) if p)
 
-    @staticmethod
-    def _default_package(spec: str, parent: str) -> str:
-        """A group's package: ``/a/b`` -> ``a.b``; ``a/b`` -> the parent's package + ``a.b``."""
-        spec = spec.strip()
-        if spec.startswith("/"):
-            return spec.strip("/").replace("/", ".")
-        return _join(parent, spec.strip("/").replace("/", "."))
+def _override_keys(tree: Any) -> set[str]:
+    """The ``group@package`` keys of every group entry in Hydra's defaults tree."""
+    from hydra.core.default_element import GroupDefault
 
-    @staticmethod
-    def _package(pkg: str, parent: str) -> str:
-        if pkg == _GLOBAL:
-            return ""
-        if pkg.startswith(_GLOBAL + "."):
-            return pkg[len(_GLOBAL) + 1 :]
-        if pkg == "_here_":
-            return parent
-        return _join(parent, pkg)
+    keys: set[str] = set()
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        element = getattr(node, "node", node)
+        if isinstance(element, GroupDefault):
+            keys.add(element.get_override_key())
+        stack.extend(getattr(node, "children", None) or [])
+    return keys
 
-    def _choice(self, entry: _Entry, package: str) -> tuple[list[str | None], str]:
-        """The names to load for ``entry`` at ``package``: the command line's choice, then an
-        ``override`` entry's, then the entry's own."""
-        if not entry.is_group:
-            return entry.names, f"defaults entry {entry.text!r}"
-        for o in self.overrides:
-            if o.add or o.group != entry.group:
-                continue
-            if o.package is None or o.package == package:
-                o.used.append(package)
-                return o.names, f"override {o.raw!r} (for defaults entry {entry.text!r})"
-        for key in (_override_key(entry.group, package), _override_key(entry.group, None)):
-            if key in self.in_file:
-                return self.in_file[key].names, f"defaults entry {self.in_file[key].raw!r}"
-        return entry.names, f"defaults entry {entry.text!r}"
 
-    def _compose(self, entries: list[_Entry], own: dict[str, Any], source: str, *, package: str) -> None:
-        for entry in entries:
-            if entry.group == _SELF:
-                self._merge(own, package, source)
-                continue
-            where = entry.package if entry.package is not None else entry.default_package
-            names, how = self._choice(entry, where)
-            for name in names:
-                if name is None:
-                    continue
-                if name == "???":
-                    raise ConfigError(
-                        f"{source}: defaults entry {entry.text!r} needs a choice: give "
-                        f"{entry.group}=NAME on the command line"
-                    )
-                self._include(entry, name, source, package, how)
+def _unpinned(override: str) -> bool:
+    """Whether ``override`` chooses (or deletes) a group's file without naming its package."""
+    return not override.startswith("+") and "@" not in override.partition("=")[0]
 
-    def _include(self, entry: _Entry, name: str, source: str, parent_package: str, how: str) -> None:
-        rel = "/".join(p for p in (entry.group, name) if p) + ".yaml"
-        path = self.root / rel
-        if not path.is_file():
-            if entry.optional:
-                return
-            folder = self.root / entry.group
-            options = sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
-            have = f"; {entry.group or 'it'}/ has: {', '.join(options)}" if options else ""
-            raise ConfigError(f"{source}: {how}: no file {rel} in {self.root}{have}")
-        resolved = path.resolve()
-        if resolved in self.stack:
-            chain = " -> ".join(p.name for p in [*self.stack, resolved])
-            raise ConfigError(f"{source}: defaults entry {entry.text!r} includes itself ({chain})")
-        self.files += 1
-        if self.files > MAX_CONFIG_FILES:
-            raise ConfigError(f"{source}: the defaults lists name more than {MAX_CONFIG_FILES} files")
-        data, header = _read(path, "config file")
-        if entry.package is not None:
-            package = entry.package
-        elif header is not None and header != "_group_":
-            package = self._package(header, parent_package)
-        else:
-            package = entry.default_package
-        self.stack.append(resolved)
-        defaults = data.pop("defaults", None)
-        entries = self._entries(defaults, str(path), group=entry.group, package=package)
-        if not any(e.group == _SELF for e in entries):
-            entries.append(_Entry(_SELF, _SELF, [], None))
-        self._compose(entries, data, str(path), package=package)
-        self.stack.pop()
 
-    def _merge(self, content: dict[str, Any], package: str, source: str) -> None:
-        parts = [p for p in package.split(".") if p]
-        node = self.data
-        for i, part in enumerate(parts):
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
-                self.origin[tuple(parts[: i + 1])] = source
-            node = node[part]
-        _deep_merge(node, copy.deepcopy(content), tuple(parts), self.origin, source)
+def _pin(override: str, listed: set[str], request: _Request) -> str:
+    """``group=name`` (or ``~group``) with the package at which the defaults lists name
+    ``group``, when that is not the group's own: Hydra matches ``group@package`` only, rlinf
+    has always let a group listed at one package be chosen by its name alone."""
+    if not _unpinned(override):
+        return override
+    key, eq, name = override.partition("=")
+    group = key.lstrip("~")
+    keys = {k for k in listed if k.partition("@")[0] == group}
+    if not keys:
+        raise ConfigError(
+            f"override {override!r}: no {group!r} in the defaults lists to choose from; add it with "
+            f"+{override.lstrip('~+')}"
+        )
+    if len(keys) > 1:
+        options = ", ".join(f"{k}=..." for k in sorted(keys))
+        raise ConfigError(
+            f"override {override!r}: group {group!r} is listed at several packages; name one: {options}"
+        )
+    (pinned,) = keys
+    request.pinned[f"{key[:1] if key.startswith('~') else ''}{pinned}{eq}{name}"] = override
+    return f"{'~' if key.startswith('~') else ''}{pinned}{eq}{name}"
 
 
 def _is_hydra_group(group: str) -> bool:
-    """Hydra's own groups (``hydra/job_logging``...) configure Hydra, not the run: skipped."""
+    """Hydra's own groups (``hydra/job_logging``...) configure Hydra's application runner, not
+    the run (the compose API uses none of them): skipped, as before."""
+    group = group.strip("/")
     return group == "hydra" or group.startswith("hydra/")
 
 
-def _override_key(group: str, package: str | None) -> str:
-    return f"{group}@{package}" if package is not None else group
+def _origins(chosen: Sequence[Any], request: _Request) -> dict[tuple[str, ...], str]:
+    """Key path -> the file that set it, replaying Hydra's defaults list (its ``_self_`` order)
+    over the files it read: what error messages name."""
+    shadow: dict[str, Any] = {}
+    origin: dict[tuple[str, ...], str] = {}
+    for item in chosen:
+        path = item.config_path
+        if path is None or path not in request.files:  # Hydra's own configs (hydra/...)
+            continue
+        source, data = request.files[path]
+        content = {k: v for k, v in data.items() if k != "defaults"}
+        parts = [p for p in (item.package or "").split(".") if p]
+        node = shadow
+        for i, part in enumerate(parts):
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+                origin[tuple(parts[: i + 1])] = source
+            node = node[part]
+        _deep_merge(node, content, tuple(parts), origin, source)
+    return origin
 
 
 def _deep_merge(
@@ -493,30 +491,131 @@ def _paths(value: Any, path: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
             yield from _paths(v, (*path, str(i)))
 
 
+def _first_line(err: BaseException) -> str:
+    """The first line of ``err``'s message (of its cause's, when it has none)."""
+    while not str(err).strip() and (err.__cause__ or err.__context__) is not None:
+        err = err.__cause__ or err.__context__  # type: ignore[assignment]
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _hydra_problem(err: Exception, request: _Request, overrides: list[str]) -> ConfigError:
+    """One :class:`ConfigError` line for what Hydra refused, naming the file and the entry."""
+    from hydra.errors import MissingConfigException
+
+    cause: BaseException | None = err
+    while cause is not None:  # a guard of the config source, wrapped by Hydra
+        if isinstance(cause, ConfigError):
+            return cause
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(err, RecursionError):  # Hydra follows a defaults list that includes itself
+        loop = _loop(request)
+        if loop:
+            parent, child = loop[-2], loop[-1]
+            chain = " -> ".join(Path(request.files[p][0]).name for p in loop)
+            return ConfigError(
+                f"{request.files[parent][0]}: defaults entry {_entry_text(request, parent, child)!r} "
+                f"includes itself ({chain})"
+            )
+    message = _first_line(err)
+    match = re.match(r"In '([^']*)': (.*)", message)
+    parent, message = (match.group(1), match.group(2)) if match else (_PRIMARY, message)
+    source = request.files.get(parent, (request.primary_source, {}))[0]
+    if isinstance(err, MissingConfigException) and err.missing_cfg_file:
+        missing = str(err.missing_cfg_file)
+        group, _, name = missing.rpartition("/")
+        entry = _entry_text(request, parent, group)
+        how = f"defaults entry {entry!r}"
+        for given in overrides:
+            key, _, value = given.partition("=")
+            if key.lstrip("+").partition("@")[0] == group and value == name:
+                how = f"override {request.pinned.get(given, given)!r}" + (f" (for {how})" if entry else "")
+        folder = request.root / group
+        options = sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+        have = f"; {group or 'it'}/ has: {', '.join(options)}" if options else ""
+        return ConfigError(f"{source}: {how}: no file {missing}.yaml in {request.root}{have}")
+    choice = re.match(r"You must specify '([^']*)'", message)
+    if choice:
+        entry = _entry_text(request, parent, choice.group(1).partition("@")[0])
+        return ConfigError(
+            f"{source}: defaults entry {entry!r} needs a choice: give {choice.group(1)}=NAME on the command line"
+        )
+    return ConfigError(f"{source}: {message.replace(_PRIMARY, Path(request.primary_source).stem)}")
+
+
+def _entries(request: _Request, parent: str) -> Iterator[tuple[str, list[str], str]]:
+    """``(group, config paths, the entry as written)`` of each entry of ``parent``'s defaults
+    list (``parent``: a config path Hydra read), groups and paths from the config root."""
+    here = parent.rpartition("/")[0]
+    defaults = request.files.get(parent, ("", {}))[1].get("defaults")
+    for item in defaults if isinstance(defaults, list) else []:
+        if isinstance(item, str):
+            text = item.strip()
+            spec, _, name = text.partition("@")[0].rpartition("/")
+            names = [name]
+        elif isinstance(item, Mapping) and len(item) == 1:
+            ((key, value),) = item.items()
+            spec, text = str(key).split()[-1].partition("@")[0], f"{key}: {value}"
+            names = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+        else:
+            continue
+        group = spec.strip("/") if spec.startswith("/") else "/".join(p for p in (here, spec) if p)
+        yield group, ["/".join(p for p in (group, n) if p) for n in names], text
+
+
+def _entry_text(request: _Request, parent: str, group_or_path: str) -> str:
+    """The defaults entry of ``parent`` that chooses from a group (or names a config path)."""
+    for group, paths, text in _entries(request, parent):
+        if group_or_path == group or group_or_path in paths:
+            return text
+    return ""
+
+
+def _loop(request: _Request) -> list[str]:
+    """A chain of config paths whose defaults lists include the first again, or ``[]``."""
+    stack: list[str] = []
+
+    def visit(path: str) -> list[str]:
+        if path in stack:
+            return [*stack[stack.index(path) :], path]
+        if path not in request.files:
+            return []
+        stack.append(path)
+        for _, paths, _ in _entries(request, path):
+            found = next((x for x in (visit(p) for p in paths) if x), [])
+            if found:
+                return found
+        stack.pop()
+        return []
+
+    return visit(_PRIMARY)
+
+
 # -- command-line group overrides ----------------------------------------------------------------
 
 
 def _split_overrides(
     overrides: Sequence[str], root: Path, data: Mapping[str, Any]
-) -> tuple[list[_GroupOverride], list[str]]:
+) -> tuple[list[str], list[str]]:
     """Overrides that choose a defaults file (``group=name``, ``group@pkg=name``,
-    ``+group=name``, ``~group``) apart from value overrides. An override is a group choice when
-    its key has ``@``, or names a folder next to the config that holds ``<value>.yaml``."""
-    groups: list[_GroupOverride] = []
+    ``+group=name``, ``~group``), written for Hydra, apart from value overrides. An override is
+    a group choice when its key has ``@``, or names a folder next to the config that holds
+    ``<value>.yaml`` or that the defaults list names."""
+    groups: list[str] = []
     values: list[str] = []
     for raw in overrides:
         op, key, value, has_value = parse_override(raw)
         spec, at, pkg = key.partition("@")
-        group_dir = root / spec.replace(".", "/") if "/" not in spec else root / spec
-        names: list[str | None]
+        group = (spec.replace(".", "/") if "/" not in spec else spec).strip("/")
+        group_dir = root / group
         if op == "delete" and (at or _listed(data, spec)):
-            names = [None]
-        elif has_value and isinstance(value, str | int | float) and not isinstance(value, bool):
+            groups.append(f"~{group}{at}{pkg}")
+            continue
+        if has_value and isinstance(value, str | int | float) and not isinstance(value, bool):
             chooses = group_dir.is_dir() and ((group_dir / f"{value}.yaml").is_file() or _listed(data, spec))
             if not at and not chooses:
                 values.append(raw)
                 continue
-            names = [str(value)]
         elif at:
             raise ConfigError(f"override {raw!r}: a group choice takes a file name: {spec}@{pkg}=NAME")
         else:
@@ -524,9 +623,12 @@ def _split_overrides(
             continue
         if op == "force":
             raise ConfigError(f"override {raw!r}: ++ sets values; choose a defaults file with {key}=NAME")
-        groups.append(
-            _GroupOverride(raw, spec.strip("/"), pkg or None, names, add=op == "add" and names != [None])
-        )
+        name = str(value)
+        if not re.fullmatch(r"[\w\-./]+", name):
+            raise ConfigError(
+                f"override {raw!r}: {name!r} is not a config file name (letters, digits, _ - . /)"
+            )
+        groups.append(f"{'+' if op == 'add' else ''}{group}{at}{pkg}={name}")
     return groups, values
 
 
