@@ -1,40 +1,45 @@
-"""Composing a run configuration the way Hydra does: the first step every config file takes.
+"""Composing a run configuration with Hydra: the first step every config file takes.
 
 :func:`compose` turns a config file (or a mapping) and command-line overrides into one plain
 mapping, in this order:
 
-1. **Defaults lists.** A file's ``defaults:`` list names other files, merged in list order:
-   ``group/name`` (the file ``group/name.yaml`` relative to the primary config's folder, its
-   content placed at the package ``group``), ``group/name@target.path`` (placed at
-   ``target.path``; ``@_global_`` is the top), ``group: name`` (the same, in Hydra's mapping
-   form), ``optional group: name`` (skipped when the file is missing), ``override group: name``
-   (changes the choice of a group listed deeper down), ``group: null`` (none) and ``_self_`` (where
-   the file's own keys are merged; last when not listed, as in Hydra 1.1+). Included files may
-   have ``defaults:`` of their own: their groups are relative to their folder (``/group``: to
-   the primary config's folder), their packages relative to theirs. A ``# @package X`` first line
-   sets a file's package when the entry gives none. Dictionaries merge key by key; any other value
-   (lists included) is replaced by the later one.
-2. **Command-line overrides.** ``group=name`` (or ``group@package=name``) swaps a defaults choice
-   and ``+group=name`` adds one (when ``group/`` is a folder next to the config); every other
-   override is a value override (:func:`rlinf_core.config.apply_overrides`): ``key=value``,
-   ``+key=value``, ``++key=value``, ``~key``.
+1. **Defaults lists**, composed by ``hydra-core``'s compose API (``hydra.compose``; never
+   ``@hydra.main``: no working-directory change, no ``outputs/`` folder, no logging set up, and
+   no ``_target_`` is ever instantiated). A file's ``defaults:`` list names other files, merged
+   in list order as Hydra does: ``group: name`` (the file ``group/name.yaml``, its content at
+   the package ``group``), ``group@target.path: name``, ``optional group: name``,
+   ``override group: name`` (in the primary config, at the end of its list), ``group: null``,
+   ``group: [a, b]``, choices interpolated from other choices (``${model}_data``), ``# @package``
+   headers and ``_self_`` (last when not listed). Groups are relative to the including file's
+   folder (``/group``: to the primary config's), packages relative to its package. Two things
+   stay as rlinf had them (docs/design/core.md, "Configuration on Hydra"): a ``group/name``
+   string entry is a choice the command line may swap, like ``group: name``, and Hydra's own
+   ``hydra:`` section and ``hydra/...`` groups are dropped. Every file is read with rlinf's
+   guards (size, NUL bytes, alias bombs, depth).
+2. **Command-line overrides.** ``group=name`` (or ``group@package=name``; the package may be
+   left out when the group is listed at one package) swaps a defaults choice, ``+group=name``
+   adds one and ``~group`` removes one (when ``group/`` is a folder next to the config): these
+   go to Hydra. Every other override is a value override
+   (:func:`rlinf_core.config.apply_overrides`): ``key=value``, ``+key=value``, ``++key=value``,
+   ``~key``.
 3. **Interpolation.** ``${a.b}`` (the value at ``a.b``), ``${oc.env:NAME,default}`` (an
    environment variable) and OmegaConf's other ``oc.*`` resolvers, resolved with OmegaConf
    (imported only when a config has ``${`` or ``???``); ``???`` marks a value that must be given.
-   Hydra's own ``hydra:`` section is dropped. What ``${oc.env:NAME}`` brought in (an API key
-   given to workers through ``env_vars``) is a secret: :meth:`Composition.unresolved` puts the
-   interpolation back where the value stands (what a run's ``config.yaml``, ``--print-config``
-   and ``--dry-run`` show, as Hydra keeps interpolations unresolved in what it saves), and
-   :func:`mask_secrets` replaces the values this process resolved wherever they appear (error
-   messages, text written elsewhere).
+   What ``${oc.env:NAME}`` brought in (an API key given to workers through ``env_vars``) is a
+   secret: :meth:`Composition.unresolved` puts the interpolation back where the value stands
+   (what a run's ``config.yaml``, ``--print-config`` and ``--dry-run`` show, as Hydra keeps
+   interpolations unresolved in what it saves), and :func:`mask_secrets` replaces the values this
+   process resolved wherever they appear (error messages, text written elsewhere).
 
-Every problem is one :class:`ConfigError` line that names the file (or the override) and the
-key. :func:`sweep` expands ``--multirun`` overrides (``runner.seed=0,1,2``) into one override
-list per run.
+A file without a ``defaults:`` list, given no group override, has nothing to compose: it skips
+Hydra (and its import). Every problem, Hydra's included, is one :class:`ConfigError` line that
+names the file (or the override) and the key or entry. :func:`sweep` expands ``--multirun``
+overrides (``runner.seed=0,1,2``) into one override list per run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import itertools
@@ -42,7 +47,8 @@ import math
 import re
 import threading
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections import ChainMap
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,7 +88,6 @@ MAX_CONFIG_FILES = 1000
 
 MAX_SWEEP_RUNS = 10_000
 """The most runs one ``--multirun`` may expand to."""
-
 
 
 def load_config(
@@ -168,10 +173,13 @@ def compose_traced(
     else:
         raise ConfigError(f"a config is a file path or a mapping, got {type(config).__name__}")
     group_overrides, value_overrides = _split_overrides(overrides, root, data)
+    origin: ChainMap[tuple[str, ...], str] = ChainMap({})  # the overrides' first, then the files'
     if "defaults" in data or group_overrides:
-        out, origin = _compose_with_hydra(root, data, source, group_overrides)
+        out, files = _compose_with_hydra(root, data, source, group_overrides)
+        origin.maps.append(files)
     else:  # nothing to compose: Hydra (and its import) would return the file as it is
-        out, origin = data, {(): source}
+        out = data
+        origin.maps.append({(): source})
     if value_overrides:
         out = apply_overrides(out, value_overrides)
         for raw in value_overrides:
@@ -225,56 +233,98 @@ class _Request:
     primary_source: str
     files: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     """Hydra's config path (``env/maniskill``) -> (the file, its mapping as written)."""
+    heads: dict[str, str] = field(default_factory=dict)
+    """A file -> its first 512 characters (its ``# @package`` header)."""
     pinned: dict[str, str] = field(default_factory=dict)
     """An override given to Hydra -> the override as the user wrote it."""
 
 
 def _compose_with_hydra(
     root: Path, primary: dict[str, Any], source: str, group_overrides: list[str]
-) -> tuple[dict[str, Any], dict[tuple[str, ...], str]]:
+) -> tuple[dict[str, Any], Mapping[tuple[str, ...], str]]:
     """The defaults tree of ``primary`` composed by Hydra's compose API (``hydra.compose``), with
     ``group_overrides`` (``group=name``, ``+group=name``, ``~group``); every file read through
     :func:`_read`'s guards. Returns the composed mapping (interpolations left as written) and
-    where every key came from. Hydra's global state is saved and put back: a program that uses
-    Hydra itself keeps its own."""
+    where every key came from (worked out from Hydra's defaults list when first asked: only
+    error messages ask)."""
     from hydra import compose as hydra_compose
-    from hydra import version
-    from hydra._internal.hydra import Hydra  # what initialize_config_dir() calls, with our source
-    from hydra._internal.utils import create_config_search_path
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.initialize import get_gh_backup, restore_gh_from_backup
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
-    _guarded_source()
     request = _Request(root, primary, source)
-    with _LOCK, warnings.catch_warnings():  # Hydra's notice that `_self_` goes last, as it always has
+    with _hydra(request, group_overrides) as loader:
+        if any(_unpinned(o) for o in group_overrides):
+            listed = _override_keys(loader.compute_defaults_list(_PRIMARY, [], RunMode.RUN).defaults_tree)
+            group_overrides[:] = [_pin(o, listed, request) for o in group_overrides]
+        data = OmegaConf.to_container(hydra_compose(_PRIMARY, group_overrides), resolve=False)
+    assert isinstance(data, dict)
+
+    def origins() -> dict[tuple[str, ...], str]:
+        try:
+            with _hydra(request, group_overrides) as loader:
+                chosen = loader.compute_defaults_list(_PRIMARY, group_overrides, RunMode.RUN).defaults
+        except ConfigError:  # a file changed since: name the primary config
+            return {(): source}
+        return _origins(chosen, request)
+
+    return data, _Lazy(origins)
+
+
+class _Lazy(Mapping[tuple[str, ...], str]):
+    """A mapping made by ``make`` when first read."""
+
+    def __init__(self, make: Callable[[], dict[tuple[str, ...], str]]) -> None:
+        self._make = make
+        self._data: dict[tuple[str, ...], str] | None = None
+
+    def _get(self) -> dict[tuple[str, ...], str]:
+        if self._data is None:
+            self._data = self._make()
+        return self._data
+
+    def __getitem__(self, key: tuple[str, ...]) -> str:
+        return self._get()[key]
+
+    def __iter__(self) -> Iterator[tuple[str, ...]]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+
+@contextlib.contextmanager
+def _hydra(request: _Request, overrides: list[str]) -> Iterator[Any]:
+    """Hydra initialised on ``request``'s folder (what ``initialize_config_dir`` does, with
+    rlinf's guarded config source), yielding its config loader. Hydra's global state
+    (``GlobalHydra``, its version base) is saved before and put back after, so that composing
+    again, or a program that uses Hydra itself, finds it as it was; Hydra's exceptions become
+    one :class:`ConfigError` line naming the file and the entry."""
+    from hydra import version
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+
+    _guarded_source()
+    with _LOCK, warnings.catch_warnings():
         backup = get_gh_backup()
         base = version.VersionBase.instance().getbase()
         _UNDER_WAY.append(request)
         try:
             GlobalHydra.instance().clear()
-            warnings.filterwarnings("ignore", message=".*Defaults list is missing `_self_`")
+            warnings.filterwarnings("ignore", message=".*Defaults list is missing `_self_`")  # it goes last
             version.setbase("1.3")
-            search_path = create_config_search_path(f"{_SCHEME}://{root.absolute()}")
+            search_path = create_config_search_path(f"{_SCHEME}://{request.root.absolute()}")
             Hydra.create_main_hydra2(task_name="rlinf", config_search_path=search_path)
-            loader = GlobalHydra.instance().config_loader()
-            if any(_unpinned(o) for o in group_overrides):
-                listed = _override_keys(loader.compute_defaults_list(_PRIMARY, [], RunMode.RUN).defaults_tree)
-                group_overrides = [_pin(o, listed, request) for o in group_overrides]
-            cfg = hydra_compose(_PRIMARY, group_overrides)
-            chosen = loader.compute_defaults_list(_PRIMARY, group_overrides, RunMode.RUN).defaults
-            data = OmegaConf.to_container(cfg, resolve=False)
+            yield GlobalHydra.instance().config_loader()
         except ConfigError:
             raise
         except Exception as err:  # Hydra's exceptions, as one line naming the file and the entry
-            raise _hydra_problem(err, request, group_overrides) from None
+            raise _hydra_problem(err, request, overrides) from None
         finally:
             _UNDER_WAY.pop()
             restore_gh_from_backup(backup)
             version.VersionBase.instance().version_base = base
-    assert isinstance(data, dict)
-    return data, _origins(chosen, request)
 
 
 @functools.cache
@@ -297,6 +347,9 @@ def _guarded_source() -> type:
             name = self._normalize_file_name(config_path)
             if name == f"{_PRIMARY}.yaml":
                 data, source, header = request.primary, request.primary_source, ""
+            elif name.removesuffix(".yaml") in request.files:  # read once per composition
+                source, data = request.files[name.removesuffix(".yaml")]
+                header = request.heads.get(source, "")
             else:
                 path = request.root / name
                 if not path.is_file():
@@ -307,6 +360,7 @@ def _guarded_source() -> type:
                     )
                 data, header = _read(path, "config file")
                 source = str(path)
+                request.heads[source] = header
             request.files[name.removesuffix(".yaml")] = (source, data)
             data = {k: v for k, v in data.items() if k != "hydra"}  # Hydra's own settings: dropped
             if "defaults" in data:
@@ -518,7 +572,7 @@ def _hydra_problem(err: Exception, request: _Request, overrides: list[str]) -> C
                 f"includes itself ({chain})"
             )
     message = _first_line(err)
-    match = re.match(r"In '([^']*)': (.*)", message)
+    match = re.match(r"In '?([^':]*)'?: (.*)", message)
     parent, message = (match.group(1), match.group(2)) if match else (_PRIMARY, message)
     source = request.files.get(parent, (request.primary_source, {}))[0]
     if isinstance(err, MissingConfigException) and err.missing_cfg_file:
