@@ -179,6 +179,11 @@ def main() -> None:
                 row[f"{label} cold ms"] = round(figures["cold"][name], 1)
         rows.append(row)
     report["figures"] = rows
+    report["source"] = "benchmarks/compose_time.py"
+    report["conditions"] = (
+        f"load average {report['machine']['load_at_start'][0]:.1f} at the start on "
+        f"{os.cpu_count()} CPUs: the figures are as noisy as that load"
+    )
     report["notes"] = [
         "warm: median of the composes in one process; cold: one compose in a fresh interpreter "
         "with its imports (median of 3). No example has a defaults list: they skip Hydra.",
