@@ -278,7 +278,7 @@ def test_omegaconf_is_imported_only_to_resolve(tmp_path: Path) -> None:
         "from rlinf_core.compose import load_config\n"
         "assert 'omegaconf' not in sys.modules and 'torch' not in sys.modules and 'ray' not in sys.modules\n"
         f"load_config({str(plain)!r}, ['runner.seed=2'])\n"
-        "assert 'omegaconf' not in sys.modules\n"
+        "assert 'omegaconf' not in sys.modules and 'hydra' not in sys.modules\n"
         f"assert load_config({str(plain)!r}, ['+x=${{runner.seed}}'])['x'] == 1\n"
         "assert 'omegaconf' in sys.modules\n"
     )

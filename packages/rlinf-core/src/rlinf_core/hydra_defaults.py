@@ -204,8 +204,12 @@ def _guarded_source() -> type:
                 header_dict = ConfigSource._get_header_dict(header)
             except ValueError as err:
                 raise ConfigError(f"{source}: {_first_line(err)}") from None
+            try:
+                config = OmegaConf.create(data, flags={"allow_objects": True})
+            except Exception as err:  # a key OmegaConf cannot hold (null, a list...)
+                raise ConfigError(f"{source}: {_first_line(err)}") from None
             return ConfigResult(
-                config=OmegaConf.create(data, flags={"allow_objects": True}),
+                config=config,
                 path=f"{self.scheme()}://{self.path}",
                 provider=self.provider,
                 header=header_dict,
