@@ -414,3 +414,22 @@ def test_secrets_from_included_files_stay_masked(tmp_path: Path, monkeypatch: py
     assert composition.unresolved(composition.data)["creds"]["key"] == "${oc.env:RLINF_COMPOSE_TEST_KEY}"
     assert composition.source_of("creds.key") == str(tmp_path / "creds" / "api.yaml")
     assert "sk-included" not in mask_secrets(f"failed with {composition.data['creds']['key']}")
+
+
+def test_now_resolves_with_or_without_a_defaults_list(tmp_path: Path) -> None:
+    """Hydra's ``${now:FORMAT}``: the same in a file that skips Hydra (in a fresh interpreter,
+    where Hydra has registered nothing) and in one Hydra composes."""
+    import datetime
+
+    plain = write(tmp_path, {"plain.yaml": "run: {day: '${now:%Y}'}\n", "g/a.yaml": "x: 1\n"})
+    listed = write(tmp_path, {"listed.yaml": "defaults: [g/a]\nrun: {day: '${now:%Y}'}\n"})
+    year = str(datetime.datetime.now().year)
+    code = (
+        "import sys\n"
+        "from rlinf_core.compose import load_config\n"
+        f"assert load_config({str(plain)!r})['run']['day'] == {year!r}\n"
+        "assert 'hydra' not in sys.modules\n"
+        f"assert load_config({str(listed)!r})['run']['day'] == {year!r}\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

@@ -46,6 +46,7 @@ import re
 from collections import ChainMap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -278,6 +279,8 @@ def _resolve(data: dict[str, Any], origin: Mapping[tuple[str, ...], str]) -> dic
     from omegaconf import OmegaConf
     from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+    if not OmegaConf.has_resolver("now"):  # Hydra's ${now:FORMAT}, also where Hydra is not imported
+        OmegaConf.register_new_resolver("now", lambda fmt: datetime.now().strftime(fmt), use_cache=True)
     try:
         cfg = OmegaConf.create(data, flags={"allow_objects": True})
         out = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
@@ -300,7 +303,8 @@ def _resolve(data: dict[str, Any], origin: Mapping[tuple[str, ...], str]) -> dic
             hint = "; interpolations name keys from the top: ${section.key}"
         elif "Unsupported interpolation type" in message:
             hint = (
-                "; rlinf resolves ${key.path} and OmegaConf's oc.* resolvers (oc.env, oc.select, oc.decode)"
+                "; rlinf resolves ${key.path}, OmegaConf's oc.* resolvers (oc.env, oc.select, oc.decode) "
+                "and Hydra's ${now:FORMAT}"
             )
         else:
             hint = "; write \\${ for a literal ${"
