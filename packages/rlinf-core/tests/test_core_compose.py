@@ -344,6 +344,13 @@ def test_hydra_refusals_are_one_line_naming_the_file(tmp_path: Path) -> None:
             load_config(tmp_path / name)
         text = str(err.value)
         assert "\n" not in text and message in text and "__rlinf_primary__" not in text, text
+    rlinf_style = write(tmp_path / "rlinf", RLINF_STYLE)
+    with pytest.raises(ConfigError) as err:
+        load_config(rlinf_style, ["model@wrong.pkg=cnn_policy"])
+    assert str(err.value) == (
+        f"{rlinf_style}: Could not override 'model@wrong.pkg'. Did you mean to override model@actor.model? "
+        "To append to your default list use +model@wrong.pkg=cnn_policy"
+    )
 
 
 def test_composing_leaves_the_process_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

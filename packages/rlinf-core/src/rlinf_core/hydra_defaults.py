@@ -385,11 +385,17 @@ def _paths(value: Any, path: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
 
 
 def _first_line(err: BaseException) -> str:
-    """The first line of ``err``'s message (of its cause's, when it has none)."""
+    """``err``'s message (its cause's, when it has none) as one line: Hydra's hints ("Did you
+    mean to override model@actor.model?") kept, its config search path left out."""
     while not str(err).strip() and (err.__cause__ or err.__context__) is not None:
         err = err.__cause__ or err.__context__  # type: ignore[assignment]
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
+    lines: list[str] = []
+    for line in str(err).strip().splitlines():
+        if line.startswith("Config search path"):
+            break
+        if line.strip():
+            lines.append(line.strip())
+    return " ".join(lines) if lines else type(err).__name__
 
 
 def _hydra_problem(err: Exception, request: _Request, overrides: list[str]) -> ConfigError:
