@@ -440,3 +440,25 @@ def test_now_resolves_with_or_without_a_defaults_list(tmp_path: Path) -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_where_each_key_came_from_follows_the_choices(tmp_path: Path) -> None:
+    """``source_of`` names the file Hydra's choice merged (after a command-line swap and a value
+    override), also once the composition has been pickled."""
+    import pickle
+
+    from rlinf_core.compose import compose_traced
+
+    path = write(tmp_path, RLINF_STYLE)
+    composition = pickle.loads(
+        pickle.dumps(compose_traced(path, ["training_backend=ddp", "actor.model.hidden_dim=9"]))
+    )
+    assert composition.source_of("actor.fsdp_config.strategy") == str(
+        tmp_path / "training_backend" / "ddp.yaml"
+    )
+    assert composition.source_of("actor.model.model_type") == str(tmp_path / "model" / "mlp_policy.yaml")
+    assert composition.source_of("actor.model.hidden_dim") == "override 'actor.model.hidden_dim=9'"
+    assert composition.source_of("env.eval.max_episode_steps") == str(
+        tmp_path / "env" / "frankasim_base.yaml"
+    )
+    assert composition.source_of("algorithm.group_size") is None  # the primary config

@@ -87,17 +87,18 @@ def compose_defaults(
     from omegaconf import OmegaConf
 
     request = _Request(root, primary, source)
-    with _hydra(request, group_overrides) as loader:
-        if any(_unpinned(o) for o in group_overrides):
+    overrides = list(group_overrides)
+    with _hydra(request, overrides) as loader:
+        if any(_unpinned(o) for o in overrides):
             listed = _override_keys(loader.compute_defaults_list(_PRIMARY, [], RunMode.RUN).defaults_tree)
-            group_overrides[:] = [_pin(o, listed, request) for o in group_overrides]
-        data = OmegaConf.to_container(hydra_compose(_PRIMARY, group_overrides), resolve=False)
+            overrides = [_pin(o, listed, request) for o in overrides]
+        data = OmegaConf.to_container(hydra_compose(_PRIMARY, overrides), resolve=False)
     assert isinstance(data, dict)
 
     def origins() -> dict[tuple[str, ...], str]:
         try:
-            with _hydra(request, group_overrides) as loader:
-                chosen = loader.compute_defaults_list(_PRIMARY, group_overrides, RunMode.RUN).defaults
+            with _hydra(request, overrides) as loader:
+                chosen = loader.compute_defaults_list(_PRIMARY, overrides, RunMode.RUN).defaults
         except ConfigError:  # a file changed since: name the primary config
             return {(): source}
         return _origins(chosen, request)
@@ -125,6 +126,9 @@ class _Lazy(Mapping[tuple[str, ...], str]):
 
     def __len__(self) -> int:
         return len(self._get())
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled (or copied) as the plain mapping it makes
+        return (dict, (self._get(),))
 
 
 @contextlib.contextmanager
