@@ -119,8 +119,12 @@ defaults:
     assert compose(tmp_path / "first.yaml")["db"]["port"] == 3306  # _self_ first: defaults win
     assert compose(tmp_path / "last.yaml")["db"]["port"] == 1  # no _self_: it goes last
     forms = compose(tmp_path / "forms.yaml")
-    # nested defaults: `db: pg` is relative to server/ and its package to web; `/db` is absolute
-    assert forms == {"db": {"port": 3306, "user": "root"}, "web": {"db": {"port": 5432}, "name": "apache"}}
+    # nested defaults: `db: pg` is relative to server/ and its package to web; `/db` names the
+    # root's db/ folder, its package still relative to web (Hydra's rule: rlinf put it at the top)
+    assert forms == {
+        "db": {"port": 3306, "user": "root"},
+        "web": {"db": {"port": 3306, "user": "root"}, "name": "apache"},
+    }
     assert compose(tmp_path / "glob.yaml") == {"top_level": True}  # a `# @package _global_` header
 
 
@@ -274,9 +278,187 @@ def test_omegaconf_is_imported_only_to_resolve(tmp_path: Path) -> None:
         "from rlinf_core.compose import load_config\n"
         "assert 'omegaconf' not in sys.modules and 'torch' not in sys.modules and 'ray' not in sys.modules\n"
         f"load_config({str(plain)!r}, ['runner.seed=2'])\n"
-        "assert 'omegaconf' not in sys.modules\n"
+        "assert 'omegaconf' not in sys.modules and 'hydra' not in sys.modules\n"
         f"assert load_config({str(plain)!r}, ['+x=${{runner.seed}}'])['x'] == 1\n"
         "assert 'omegaconf' in sys.modules\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+HYDRA_FEATURES = {
+    "main.yaml": """\
+defaults:
+  - dataset: imagenet
+  - model: alexnet
+  - pair: ${dataset}_${model}
+  - extras: [a, b]
+  - _self_
+""",
+    "dataset/imagenet.yaml": "size: 224\n",
+    "dataset/cifar.yaml": "size: 32\n",
+    "model/alexnet.yaml": "layers: 8\n",
+    "pair/imagenet_alexnet.yaml": "lr: 0.01\n",
+    "pair/cifar_alexnet.yaml": "lr: 0.1\n",
+    "extras/a.yaml": "x: 1\n",
+    "extras/b.yaml": "y: 2\n",
+}
+
+
+def test_hydra_composes_choices_interpolated_from_other_choices(tmp_path: Path) -> None:
+    """Hydra's defaults-list interpolation (``pair: ${dataset}_${model}``): a choice made from
+    the others, following a command-line swap. rlinf's own composer looked for a file named
+    ``${dataset}_${model}.yaml``."""
+    path = write(tmp_path, HYDRA_FEATURES)
+    cfg = load_config(path)
+    assert cfg == {
+        "dataset": {"size": 224},
+        "model": {"layers": 8},
+        "pair": {"lr": 0.01},
+        "extras": {"x": 1, "y": 2},
+    }
+    assert load_config(path, ["dataset=cifar"])["pair"] == {"lr": 0.1}
+
+
+def test_hydra_refusals_are_one_line_naming_the_file(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            **HYDRA_FEATURES,
+            "late.yaml": "defaults:\n  - override dataset: cifar\n  - dataset: imagenet\n",
+            "twice.yaml": "defaults:\n  - dataset: imagenet\n  - dataset: cifar\n",
+            "nul.yaml": "defaults:\n  - bad: x\n",
+            "bad/x.yaml": "a: 1\x00\n",
+            "choice.yaml": "defaults:\n  - dataset: ???\n",
+        },
+    )
+    cases = {
+        "late.yaml": "late.yaml: Override 'dataset : cifar' is defined before 'dataset: imagenet'.",
+        "twice.yaml": "twice.yaml: Multiple values for dataset. To override a value use 'override dataset: cifar'",
+        "nul.yaml": f"{tmp_path / 'bad' / 'x.yaml'}: invalid YAML: a NUL byte at line 1, column 5",
+        "choice.yaml": "choice.yaml: defaults entry 'dataset: ???' needs a choice: give dataset=NAME on the "
+        "command line",
+    }
+    for name, message in cases.items():
+        with pytest.raises(ConfigError) as err:
+            load_config(tmp_path / name)
+        text = str(err.value)
+        assert "\n" not in text and message in text and "__rlinf_primary__" not in text, text
+    rlinf_style = write(tmp_path / "rlinf", RLINF_STYLE)
+    with pytest.raises(ConfigError) as err:
+        load_config(rlinf_style, ["model@wrong.pkg=cnn_policy"])
+    assert str(err.value) == (
+        f"{rlinf_style}: Could not override 'model@wrong.pkg'. Did you mean to override model@actor.model? "
+        "To append to your default list use +model@wrong.pkg=cnn_policy"
+    )
+
+
+def test_composing_leaves_the_process_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``_target_`` is instantiated (no code runs from a shared file), the working directory,
+    its contents and logging stay as they were, and a program's own Hydra keeps its state."""
+    import logging
+
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    marker = tmp_path / "instantiated"
+    conf = tmp_path / "conf"
+    path = write(
+        conf,
+        {
+            "main.yaml": "defaults:\n  - tool: opener\n  - _self_\nhydra:\n  run:\n    dir: outputs/x\n",
+            "tool/opener.yaml": f"_target_: builtins.open\n_args_: [{marker}, w]\n",
+        },
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    handlers, level = list(logging.getLogger().handlers), logging.getLogger().level
+    own = write(tmp_path / "own", {"app.yaml": "mine: 1\n"})
+    with initialize_config_dir(config_dir=str(own.parent), version_base="1.3"):
+        for _ in range(3):
+            cfg = load_config(path)
+            assert cfg == {"tool": {"_target_": "builtins.open", "_args_": [str(marker), "w"]}}
+        assert hydra_compose("app") == {"mine": 1}  # the program's Hydra, untouched
+    assert not GlobalHydra.instance().is_initialized()
+    load_config(path)
+    assert not GlobalHydra.instance().is_initialized()
+    assert not marker.exists()
+    assert Path.cwd() == work and list(work.iterdir()) == [] and not (conf / "outputs").exists()
+    assert logging.getLogger().handlers == handlers and logging.getLogger().level == level
+
+
+def test_concurrent_composes_each_get_their_own(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = write(tmp_path, RLINF_STYLE)
+
+    def one(i: int) -> dict:
+        backend = "ddp" if i % 2 else "fsdp"
+        return load_config(path, [f"runner.experiment_name=e{i}", f"training_backend={backend}"])
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(one, range(4)))
+    for i, cfg in enumerate(results):
+        assert cfg["runner"]["logger"]["log_path"].endswith(f"/e{i}")
+        assert cfg["actor"]["fsdp_config"]["strategy"] == ("ddp" if i % 2 else "fsdp")
+
+
+def test_secrets_from_included_files_stay_masked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlinf_core.compose import compose_traced, mask_secrets
+
+    monkeypatch.setenv("RLINF_COMPOSE_TEST_KEY", "sk-included-file-secret")
+    path = write(
+        tmp_path,
+        {
+            "main.yaml": "defaults: [creds/api]\nrunner: {seed: 1}\n",
+            "creds/api.yaml": "key: ${oc.env:RLINF_COMPOSE_TEST_KEY}\n",
+        },
+    )
+    composition = compose_traced(path)
+    assert composition.data["creds"]["key"] == "sk-included-file-secret"
+    assert composition.unresolved(composition.data)["creds"]["key"] == "${oc.env:RLINF_COMPOSE_TEST_KEY}"
+    assert composition.source_of("creds.key") == str(tmp_path / "creds" / "api.yaml")
+    assert "sk-included" not in mask_secrets(f"failed with {composition.data['creds']['key']}")
+
+
+def test_now_resolves_with_or_without_a_defaults_list(tmp_path: Path) -> None:
+    """Hydra's ``${now:FORMAT}``: the same in a file that skips Hydra (in a fresh interpreter,
+    where Hydra has registered nothing) and in one Hydra composes."""
+    import datetime
+
+    plain = write(tmp_path, {"plain.yaml": "run: {day: '${now:%Y}'}\n", "g/a.yaml": "x: 1\n"})
+    listed = write(tmp_path, {"listed.yaml": "defaults: [g/a]\nrun: {day: '${now:%Y}'}\n"})
+    year = str(datetime.datetime.now().year)
+    code = (
+        "import sys\n"
+        "from rlinf_core.compose import load_config\n"
+        f"assert load_config({str(plain)!r})['run']['day'] == {year!r}\n"
+        "assert 'hydra' not in sys.modules\n"
+        f"assert load_config({str(listed)!r})['run']['day'] == {year!r}\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_where_each_key_came_from_follows_the_choices(tmp_path: Path) -> None:
+    """``source_of`` names the file Hydra's choice merged (after a command-line swap and a value
+    override), also once the composition has been pickled."""
+    import pickle
+
+    from rlinf_core.compose import compose_traced
+
+    path = write(tmp_path, RLINF_STYLE)
+    composition = pickle.loads(
+        pickle.dumps(compose_traced(path, ["training_backend=ddp", "actor.model.hidden_dim=9"]))
+    )
+    assert composition.source_of("actor.fsdp_config.strategy") == str(
+        tmp_path / "training_backend" / "ddp.yaml"
+    )
+    assert composition.source_of("actor.model.model_type") == str(tmp_path / "model" / "mlp_policy.yaml")
+    assert composition.source_of("actor.model.hidden_dim") == "override 'actor.model.hidden_dim=9'"
+    assert composition.source_of("env.eval.max_episode_steps") == str(
+        tmp_path / "env" / "frankasim_base.yaml"
+    )
+    assert composition.source_of("algorithm.group_size") is None  # the primary config
