@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -16,7 +17,6 @@ from rlinf_algos.lm.config import LMModelConfig, ModelInitConfig, load_lm_sectio
 from rlinf_algos.lm.flow import train_lm
 from rlinf_algos.lm.task import Problem, sft_example, verify_chain
 from rlinf_algos.lm.tokens import ARITH_MARKERS, LMTokenizer
-from rlinf_core.config import apply_overrides, load_yaml
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 CORPUS = [f"What is {a}+{b}? The answer is {a + b}." for a in range(0, 100, 7) for b in range(0, 100, 3)]
@@ -101,22 +101,11 @@ def test_arith_view_maps_the_sequence_ends(tmp_path: Path) -> None:
     assert arith.arith_view().encode(chain) == arith.encode(chain)
 
 
-def test_multiagent_example_on_a_user_folder(tmp_path: Path) -> None:
+def test_multiagent_example_on_a_user_folder(tmp_path: Path, tiny_lm: Any) -> None:
     """One iteration of grpo_multiagent.yaml from a folder with a ChatML BPE tokenizer: the warm
     start, the lead's <call>/<ret> turns, the subagents and the verifier all run."""
     src = _folder(tmp_path / "user")
-    data = apply_overrides(
-        load_yaml(EXAMPLES / "grpo_multiagent.yaml"),
-        [
-            "sft.steps=3",
-            "sft.batch_size=4",
-            "algorithm.iterations=1",
-            "algorithm.prompts_per_iter=2",
-            "algorithm.group_size=2",
-            "task.eval_size=4",
-            "runner.eval_interval=0",
-        ],
-    )
+    data = tiny_lm.config("sft.steps=3", example="grpo_multiagent.yaml")
     data["model"] = {"path": str(src)}
     logs: list[str] = []
     run_dir = tmp_path / "run"
