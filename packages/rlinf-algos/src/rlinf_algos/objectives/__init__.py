@@ -30,8 +30,10 @@ The two kinds of estimator (``critic=``):
 
 A policy loss is ``fn(log_prob, old_log_prob, advantages, mask, settings, ref_log_prob=None) ->
 (loss, stats)`` over ``[B, L]`` tensors (:class:`~rlinf_algos.objectives.losses.LossSettings`:
-clip range, KL weight, aggregation), ``stats`` holding ``kl``, ``clip_fraction`` and
-``ratio_mean``. Each function may name the loss aggregation it is defined with (``aggregation=``):
+clip range, dual clip, KL weight, aggregation), ``stats`` holding ``kl``, ``clip_fraction`` and
+``ratio_mean`` (an empty dict may be returned when ``settings.stats`` is false). Embodied ``ppo``
+trains on single steps: its rows are ``[B, 1]`` (one step each, the mask all ones), so a loss
+that reads whole sequences (``sequences=True``: ``gspo``) is refused there. Each function may name the loss aggregation it is defined with (``aggregation=``):
 ``algorithm.aggregation: null`` takes the loss's, else the estimator's, else ``token-mean``.
 
 This module imports no torch (the config models validate names with it); the functions'
@@ -112,15 +114,25 @@ def advantage_estimator(
     return mark
 
 
-def policy_loss(name: str, *, aggregation: str | None = None) -> Callable[[F], F]:
-    """Mark ``fn`` as the policy loss ``name`` (what ``algorithm.policy_loss`` selects);
-    ``aggregation``: the loss aggregation it is defined with, or ``None``. Return it from
-    ``rlinf_register_policy_losses``."""
+def policy_loss(name: str, *, aggregation: str | None = None, sequences: bool = False) -> Callable[[F], F]:
+    """Mark ``fn`` as the policy loss ``name`` (what ``algorithm.policy_loss`` selects).
+
+    Args:
+        name: the registered name (matched case-insensitively).
+        aggregation: the loss aggregation it is defined with, or ``None``.
+        sequences: ``True`` when the loss reads whole sequences (a ratio over each row's
+            tokens, as GSPO's): the algorithms whose samples are single steps (``ppo``: each
+            row of ``[B, 1]`` one step of a random minibatch) refuse it.
+
+    The function is returned unchanged, with ``PLUGIN_NAME``, ``aggregation`` and
+    ``needs_sequences`` attributes; return it from ``rlinf_register_policy_losses``.
+    """
     _check_aggregation(name, aggregation)
 
     def mark(fn: F) -> F:
         fn.PLUGIN_NAME = name  # type: ignore[attr-defined]
         fn.aggregation = aggregation  # type: ignore[attr-defined]
+        fn.needs_sequences = sequences  # type: ignore[attr-defined]
         return fn
 
     return mark
@@ -186,9 +198,11 @@ def estimator_names(critic: bool | None = None) -> list[str]:
     )
 
 
-def policy_loss_names() -> list[str]:
-    """The registered policy losses' names, sorted."""
-    return sorted(_name_of(f) for f in _registries()[1].values())
+def policy_loss_names(sequences: bool = True) -> list[str]:
+    """The registered policy losses' names, sorted; ``sequences=False``: only those an
+    algorithm of single-step samples takes (no ``needs_sequences``)."""
+    fns = _registries()[1].values()
+    return sorted(_name_of(f) for f in fns if sequences or not getattr(f, "needs_sequences", False))
 
 
 def check_estimator(name: str, critic: bool) -> str:
@@ -219,15 +233,22 @@ def registered_name(cls: Any, value: str, info: Any) -> str:
     if value == cls.model_fields[field].default:
         return value
     if field == "policy_loss":
-        return check_policy_loss(value)
+        return check_policy_loss(value, sequences=bool(getattr(cls, "sequence_losses", True)))
     return check_estimator(value, critic=bool(getattr(cls, "critic_estimators", False)))
 
 
-def check_policy_loss(name: str) -> str:
-    """``name`` when it is a registered policy loss, else a ``ValueError`` naming them."""
-    if name.casefold() not in _registries()[1]:
+def check_policy_loss(name: str, sequences: bool = True) -> str:
+    """``name`` when it is a registered policy loss the algorithm can use, else a
+    ``ValueError`` naming those it can: ``sequences=False`` for an algorithm whose samples are
+    single steps (it refuses a loss marked ``sequences=True``)."""
+    fn = _registries()[1].get(name.casefold())
+    fits = policy_loss_names(sequences)
+    if fn is None:
+        raise ValueError(f"unknown policy loss {name!r}; registered: {', '.join(fits) or 'none'}")
+    if not sequences and getattr(fn, "needs_sequences", False):
         raise ValueError(
-            f"unknown policy loss {name!r}; registered: {', '.join(policy_loss_names()) or 'none'}"
+            f"policy loss {name!r} reads whole sequences (algorithm.name grpo, grpo_lm or ppo_lm); "
+            f"this algorithm trains on single steps and takes one of: {', '.join(fits)}"
         )
     return name
 
