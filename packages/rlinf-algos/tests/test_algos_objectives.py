@@ -43,6 +43,35 @@ def test_the_built_ins_are_registered_by_name_and_kind() -> None:
     assert est("GRPO") is est("grpo")  # names match case-insensitively
 
 
+def test_the_deferred_built_ins_carry_their_functions_marks() -> None:
+    # rlinf-algos registers stand-ins (no torch until one is called): their marks are the
+    # functions' own, and the lookups hand out the functions themselves
+    from rlinf_algos.objectives import advantages, losses
+
+    ests, lss = objectives._registries()
+    for reg, module in ((ests, advantages), (lss, losses)):
+        for key, proxy in reg.items():
+            fn = getattr(module, proxy.__name__)
+            for mark in ("PLUGIN_NAME", "needs_critic", "aggregation", "needs_sequences"):
+                assert getattr(proxy, mark, None) == getattr(fn, mark, None), (key, mark)
+            assert (est(key) if reg is ests else loss(key)) is fn
+
+
+def test_listing_and_validating_the_names_import_no_torch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from rlinf_core.plugins import load_plugins; "
+        "rows = {r['name']: r['registers'] for r in load_plugins().describe()}; "
+        "from rlinf_algos.ppo.config import PPOConfig; from rlinf_algos.grpo.config import GRPOConfig; "
+        "GRPOConfig(adv_estimator='rloo', policy_loss='gspo'); PPOConfig(policy_loss='dapo'); "
+        "print(rows['algos']['policy_losses'], 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "['ppo_clip', 'dapo', 'gspo'] False", out.stderr[-2000:]
+
+
 @pytest.mark.parametrize(
     ("model", "data", "says"),
     [

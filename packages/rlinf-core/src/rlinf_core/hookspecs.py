@@ -195,7 +195,8 @@ def rlinf_register_advantage_estimators() -> list[Callable[..., Any]] | None:
     Called in the driver (config validation) and in the processes that compute advantages (the
     actor, the reward worker of embodied GRPO), and by ``rlinf plugins`` (which lists the names).
     The functions may import torch at module level: the hook runs only when a run names an
-    estimator or the plugins are listed.
+    estimator or the plugins are listed (``rlinf_algos.objectives.deferred`` stand-ins import
+    nothing until called).
     """
 
 

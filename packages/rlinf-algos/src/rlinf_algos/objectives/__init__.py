@@ -43,6 +43,7 @@ modules do.
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
@@ -57,6 +58,7 @@ __all__ = [
     "check_estimator",
     "check_policy_loss",
     "clear_cache",
+    "deferred",
     "estimator",
     "estimator_names",
     "loss_function",
@@ -136,6 +138,43 @@ def policy_loss(name: str, *, aggregation: str | None = None, sequences: bool = 
         return fn
 
     return mark
+
+
+class _Deferred:
+    """What :func:`deferred` returns: calls the function at ``module:attr``, imported once."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.__name__ = path.rpartition(":")[2]
+        self._fn: Callable[..., Any] | None = None
+
+    @property
+    def target(self) -> Callable[..., Any]:
+        """The function itself (its module imported on first use)."""
+        if self._fn is None:
+            module, _, attr = self.path.partition(":")
+            self._fn = getattr(importlib.import_module(module), attr)
+        return self._fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.target(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"deferred({self.path!r})"
+
+
+def deferred(path: str) -> Callable[..., Any]:
+    """A stand-in for the function at ``"module:attr"`` that imports its module only when
+    called, for a hook that should not import torch: mark it with the decorator the function
+    has (``advantage_estimator("gae", critic=True)(deferred("pkg.mod:gae"))``), so that
+    validating a name and ``rlinf plugins`` read the marks without importing the maths;
+    :func:`estimator` and :func:`loss_function` hand out the function itself. The marks must
+    match the function's own (rlinf-algos tests its built-ins' for that)."""
+    return _Deferred(path)
+
+
+def _target(fn: Any) -> Any:
+    return fn.target if isinstance(fn, _Deferred) else fn
 
 
 def _check_aggregation(name: str, aggregation: str | None) -> None:
@@ -254,9 +293,10 @@ def check_policy_loss(name: str, sequences: bool = True) -> str:
 
 
 def estimator(name: str) -> Any:
-    """The estimator registered as ``name`` (validated configs name one)."""
+    """The estimator registered as ``name`` (validated configs name one): the function itself,
+    imported now if it was registered :func:`deferred`."""
     try:
-        return _registries()[0][name.casefold()]
+        return _target(_registries()[0][name.casefold()])
     except KeyError:
         raise PluginError(
             f"unknown advantage estimator {name!r}; registered: {', '.join(estimator_names())}"
@@ -264,9 +304,9 @@ def estimator(name: str) -> Any:
 
 
 def loss_function(name: str) -> Any:
-    """The policy loss registered as ``name``."""
+    """The policy loss registered as ``name`` (the function itself, as :func:`estimator`)."""
     try:
-        return _registries()[1][name.casefold()]
+        return _target(_registries()[1][name.casefold()])
     except KeyError:
         raise PluginError(
             f"unknown policy loss {name!r}; registered: {', '.join(policy_loss_names())}"
