@@ -60,9 +60,11 @@ class PPORollout:
 
 
 class PPOLearner:
-    """The learner side of PPO: GAE, then ``update_epochs`` passes of minibatch updates of the
-    clipped surrogate, clipped value loss and entropy bonus, with gradient clipping and an
-    approx-KL early stop. One optimiser over actor and critic, one backward per minibatch."""
+    """The learner side of PPO: the registered estimator (``algorithm.adv_estimator``, GAE),
+    then ``update_epochs`` passes of minibatch updates of the registered policy loss
+    (``algorithm.policy_loss``, the clipped surrogate ``ppo_clip``), clipped value loss and
+    entropy bonus, with gradient clipping and an approx-KL early stop. One optimiser over actor
+    and critic, one backward per minibatch."""
 
     def __init__(
         self, model: GaussianActorCritic, cfg: PPOConfig, seed: int = 0, dp: DataParallel | None = None
