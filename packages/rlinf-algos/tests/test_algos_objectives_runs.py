@@ -258,3 +258,15 @@ def test_embodied_grpo_by_name_on_placed_workers(tmp_path: Path) -> None:
     summary = run_training(config, run_dir=tmp_path / "run")
     assert summary["workers"]["reward"] == 1 and summary["total_env_steps"] >= 200
     assert summary["restarts"] == 0 and summary["dropped_batches"] == 0
+
+
+@pytest.mark.slow
+def test_embodied_ppo_by_name_on_placed_workers(tmp_path: Path) -> None:
+    """``examples/quickstart.yaml`` shortened on its default scheduler (ray: env, rollout and
+    actor workers): the actor trains with the named loss and PPO's dual clip through it."""
+    local = [o for o in QUICKSTART_SHORT if not o.startswith("runner.scheduler")]
+    extra = ["algorithm.policy_loss=dapo", "algorithm.clip_high=0.28", "algorithm.dual_clip=3.0"]
+    config = apply_overrides(load_yaml(EXAMPLES / "quickstart.yaml"), [*local, *extra])
+    summary = run_training(config, run_dir=tmp_path / "run")
+    assert summary["workers"]["actor"] == 1 and summary["total_env_steps"] >= 64
+    assert summary["restarts"] == 0 and summary["dropped_batches"] == 0
