@@ -138,3 +138,29 @@ def test_no_global_manager_is_built_at_import():
 
     assert not any(isinstance(v, plugins.PluginHost) for v in vars(plugins).values())
     assert load_plugins(entry_points=[]) is not load_plugins(entry_points=[])
+
+
+def test_describe_lists_the_estimators_and_losses_by_name():
+    # what `rlinf plugins` shows: the functions' PLUGIN_NAME (else __name__), by hook
+    from rlinf_core import hookimpl
+
+    def clipped(*args):
+        return None
+
+    clipped.PLUGIN_NAME = "my_clip"
+
+    def best_of_group(outcomes, cfg):
+        return None
+
+    class Plugin:
+        @hookimpl
+        def rlinf_register_advantage_estimators(self):
+            return [best_of_group]
+
+        @hookimpl
+        def rlinf_register_policy_losses(self):
+            return [clipped]
+
+    (row,) = load_plugins(entry_points=[], extra=[("mine", Plugin())]).describe()
+    assert row["registers"]["advantage_estimators"] == ["best_of_group"]
+    assert row["registers"]["policy_losses"] == ["my_clip"]

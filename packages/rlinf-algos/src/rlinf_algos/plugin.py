@@ -67,16 +67,31 @@ def rlinf_register_tools() -> list[Any]:
 
 @hookimpl
 def rlinf_register_advantage_estimators() -> list[Any]:
-    from rlinf_algos.objectives import advantages as a
+    # deferred: validating a name and `rlinf plugins` read the marks without importing torch
+    from rlinf_algos.objectives import advantage_estimator as mark
+    from rlinf_algos.objectives import deferred
 
-    return [a.gae, a.grpo, a.dr_grpo, a.rloo, a.reinforce_plus_plus]
+    at = "rlinf_algos.objectives.advantages:"
+    return [
+        mark("gae", critic=True)(deferred(at + "gae")),
+        mark("grpo")(deferred(at + "grpo")),
+        mark("dr_grpo", aggregation="seq-mean-token-sum-norm")(deferred(at + "dr_grpo")),
+        mark("rloo")(deferred(at + "rloo")),
+        mark("reinforce_plus_plus")(deferred(at + "reinforce_plus_plus")),
+    ]
 
 
 @hookimpl
 def rlinf_register_policy_losses() -> list[Any]:
-    from rlinf_algos.objectives import losses
+    from rlinf_algos.objectives import deferred
+    from rlinf_algos.objectives import policy_loss as mark
 
-    return [losses.ppo_clip, losses.dapo, losses.gspo]
+    at = "rlinf_algos.objectives.losses:"
+    return [
+        mark("ppo_clip")(deferred(at + "ppo_clip")),
+        mark("dapo", aggregation="token-mean")(deferred(at + "dapo")),
+        mark("gspo", aggregation="seq-mean-token-mean", sequences=True)(deferred(at + "gspo")),
+    ]
 
 
 @hookimpl

@@ -43,6 +43,35 @@ def test_the_built_ins_are_registered_by_name_and_kind() -> None:
     assert est("GRPO") is est("grpo")  # names match case-insensitively
 
 
+def test_the_deferred_built_ins_carry_their_functions_marks() -> None:
+    # rlinf-algos registers stand-ins (no torch until one is called): their marks are the
+    # functions' own, and the lookups hand out the functions themselves
+    from rlinf_algos.objectives import advantages, losses
+
+    ests, lss = objectives._registries()
+    for reg, module in ((ests, advantages), (lss, losses)):
+        for key, proxy in reg.items():
+            fn = getattr(module, proxy.__name__)
+            for mark in ("PLUGIN_NAME", "needs_critic", "aggregation", "needs_sequences"):
+                assert getattr(proxy, mark, None) == getattr(fn, mark, None), (key, mark)
+            assert (est(key) if reg is ests else loss(key)) is fn
+
+
+def test_listing_and_validating_the_names_import_no_torch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from rlinf_core.plugins import load_plugins; "
+        "rows = {r['name']: r['registers'] for r in load_plugins().describe()}; "
+        "from rlinf_algos.ppo.config import PPOConfig; from rlinf_algos.grpo.config import GRPOConfig; "
+        "GRPOConfig(adv_estimator='rloo', policy_loss='gspo'); PPOConfig(policy_loss='dapo'); "
+        "print(rows['algos']['policy_losses'], 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "['ppo_clip', 'dapo', 'gspo'] False", out.stderr[-2000:]
+
+
 @pytest.mark.parametrize(
     ("model", "data", "says"),
     [
@@ -60,6 +89,17 @@ def test_the_built_ins_are_registered_by_name_and_kind() -> None:
         (GRPOConfig, {"adv_estimator": "gae"}, "'gae' needs a critic (algorithm.name ppo or ppo_lm)"),
         (LMPPOConfig, {"adv_estimator": "rloo"}, "this algorithm takes one of: gae"),
         (PPOConfig, {"adv_estimator": "grpo"}, "this algorithm takes one of: gae"),
+        (
+            PPOConfig,
+            {"policy_loss": "gspo"},
+            "algorithm.policy_loss: policy loss 'gspo' reads whole sequences (algorithm.name grpo, grpo_lm "
+            "or ppo_lm); this algorithm trains on single steps and takes one of: dapo, ppo_clip (got 'gspo')",
+        ),
+        (
+            PPOConfig,
+            {"policy_loss": "clip"},
+            "algorithm.policy_loss: unknown policy loss 'clip'; registered: dapo, ppo_clip (got 'clip')",
+        ),
         (LMPPOConfig, {"dynamic_sampling": {}}, "algorithm.dynamic_sampling: a grpo_lm option"),
         (GRPOConfig, {"aggregation": "mean"}, "algorithm.aggregation: Input should be 'token-mean'"),
         (
@@ -193,6 +233,20 @@ def test_ppo_clip_by_hand() -> None:
     assert float(st["clip_fraction"]) == 1.0 and float(st["ratio_mean"]) == pytest.approx(1.0)
 
 
+def test_dual_clip_bounds_a_negative_advantage_by_hand() -> None:
+    # ratio 5 on both rows, clip 0.2, c = 3: A = -1 -> min(-5, -1.2) = -5, bounded by
+    # max(-5, 3 * -1) = -3; A = +1 -> min(5, 1.2) = 1.2 (untouched); token-mean of the negated
+    # objective: (3 - 1.2) / 2 = 0.9 (without the dual clip: (5 - 1.2) / 2 = 1.9)
+    logp, adv, mask = torch.log(torch.full((2, 1), 5.0)), torch.tensor([-1.0, 1.0]), torch.ones(2, 1)
+    for name in ("ppo_clip", "dapo"):
+        out, _ = loss(name)(logp, torch.zeros(2, 1), adv, mask, LossSettings(0.2, 0.2, dual_clip=3.0))
+        assert float(out) == pytest.approx(0.9), name
+        plain, _ = loss(name)(logp, torch.zeros(2, 1), adv, mask, LossSettings(0.2, 0.2))
+        assert float(plain) == pytest.approx(1.9)
+    # a caller that reads no statistics gets none
+    assert loss("ppo_clip")(logp, torch.zeros(2, 1), adv, mask, LossSettings(stats=False))[1] == {}
+
+
 def test_dapo_clips_higher_and_weighs_every_token_alike() -> None:
     # eps_low 0.2, eps_high 0.28, A = 1: ratio 1.5 -> 1.28 (not PPO's 1.2); ratio 0.5 -> 0.5
     # sequence 0 has tokens [1.5, 0.5], sequence 1 one token [1.5] (padding after it):
@@ -304,3 +358,21 @@ def test_the_default_estimator_and_loss_give_the_numbers_of_before(aggregation: 
     s = LossSettings(cfg.clip_low, cfg.clip_high, 0.05, objectives.resolve_aggregation(cfg))
     got, _ = loss(cfg.policy_loss)(logp, old, adv, mask, s, ref)
     assert torch.equal(got, _old_policy_loss(logp, old, adv, mask, 0.2, 0.28, ref, 0.05, aggregation))
+
+
+@pytest.mark.parametrize("dual_clip", [None, 3.0])
+def test_embodied_ppo_default_loss_gives_the_numbers_of_before(dual_clip: float | None) -> None:
+    # embodied PPO trains on single steps: [B, 1] rows under an all-ones mask; the registered
+    # ppo_clip gives what ppo.functional.policy_loss (the learner's loss before the registry) gave
+    from rlinf_algos.ppo import functional as ppo_f
+
+    g = torch.Generator().manual_seed(1)
+    logp, old = torch.randn(64, generator=g) * 0.3, torch.randn(64, generator=g) * 0.3
+    adv = torch.randn(64, generator=g)
+    cfg = PPOConfig(clip_high=0.28, dual_clip=dual_clip)
+    s = LossSettings(
+        cfg.clip_low, cfg.clip_high, aggregation=objectives.resolve_aggregation(cfg), dual_clip=dual_clip
+    )
+    got, _ = loss(cfg.policy_loss)(logp.unsqueeze(1), old.unsqueeze(1), adv, torch.ones(64, 1), s)
+    want = ppo_f.policy_loss(logp - old, adv, cfg.clip_low, cfg.clip_high, dual_clip)
+    assert torch.equal(got, want)

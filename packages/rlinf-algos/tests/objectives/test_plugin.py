@@ -2,10 +2,12 @@
 each and one hook each (``rlinf_register_advantage_estimators``,
 ``rlinf_register_policy_losses``). The plugin is a real installed-looking distribution written
 here (a ``*.dist-info`` with an ``rlinf`` entry point on ``sys.path``), found as any installed
-plugin is; a run names its functions in the YAML and trains with them."""
+plugin is; a run names its functions in the YAML and trains with them (embodied GRPO: both;
+embodied PPO: the loss), and ``rlinf plugins`` lists them."""
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -143,6 +145,33 @@ def test_a_run_trains_with_the_plugins_functions_by_name(plugin: Any, tmp_path: 
     summary = run_training(config, run_dir=tmp_path / "run")
     assert summary["total_env_steps"] >= 100
     assert plugin.CALLS["best_of_group"] >= 1 and plugin.CALLS["plain_pg"] >= 1
+
+
+def test_embodied_ppo_trains_with_the_plugins_loss_by_name(plugin: Any, tmp_path: Path) -> None:
+    # embodied PPO hands the loss its single steps as [B, 1] rows (mask all ones)
+    config = apply_overrides(
+        load_yaml(EXAMPLES / "quickstart.yaml"),
+        [
+            "runner.scheduler=local", "algorithm.rollout_steps=16", "algorithm.minibatch_size=16",
+            "algorithm.update_epochs=1", "env.num_envs=2", "model.hidden_sizes=[16,16]", "runner.total_steps=64",
+            "runner.checkpoint_interval=0", "algorithm.policy_loss=plain_pg",
+        ],
+    )  # fmt: skip
+    summary = run_training(config, run_dir=tmp_path / "run")
+    assert summary["total_env_steps"] >= 64 and plugin.CALLS["plain_pg"] >= 1
+
+
+def test_rlinf_plugins_lists_the_estimators_and_losses_by_name(plugin: Any, invoke: Any) -> None:
+    from rlinf_core.plugins import load_plugins
+
+    host = load_plugins()
+    res = invoke(host, "plugins", "--json")
+    assert res.exit_code == 0, res.output
+    rows = {p["name"]: p["registers"] for p in json.loads(res.stdout)["plugins"]}
+    assert rows["rlinf_testobjectives"]["advantage_estimators"] == ["best_of_group"]
+    assert rows["rlinf_testobjectives"]["policy_losses"] == ["plain_pg"]
+    assert rows["algos"]["advantage_estimators"] == ["gae", "grpo", "dr_grpo", "rloo", "reinforce_plus_plus"]
+    assert rows["algos"]["policy_losses"] == ["ppo_clip", "dapo", "gspo"]
 
 
 def test_two_plugins_claiming_one_name_are_both_named(

@@ -193,8 +193,10 @@ def rlinf_register_advantage_estimators() -> list[Callable[..., Any]] | None:
         registers nothing.
 
     Called in the driver (config validation) and in the processes that compute advantages (the
-    actor, the reward worker of embodied GRPO). The functions may import torch at module level:
-    the hook runs only when a run names an estimator.
+    actor, the reward worker of embodied GRPO), and by ``rlinf plugins`` (which lists the names).
+    The functions may import torch at module level: the hook runs only when a run names an
+    estimator or the plugins are listed (``rlinf_algos.objectives.deferred`` stand-ins import
+    nothing until called).
     """
 
 
@@ -208,10 +210,12 @@ def rlinf_register_policy_losses() -> list[Callable[..., Any]] | None:
         ``rlinf_algos.objectives.losses.LossSettings``; ``stats``: ``kl``, ``clip_fraction``,
         ``ratio_mean``), named by their ``PLUGIN_NAME`` (rlinf-algos'
         ``rlinf_algos.objectives.policy_loss`` decorator sets it, and the aggregation the loss is
-        defined with) or ``__name__``. Two plugins claiming one name is an error naming both.
+        defined with, and whether it reads whole sequences, which embodied ``ppo``'s single
+        steps refuse) or ``__name__``. Two plugins claiming one name is an error naming both.
         ``None`` or an empty list registers nothing.
 
-    Called in the driver (config validation) and in the actor processes.
+    Called in the driver (config validation), in the actor processes, and by ``rlinf plugins``
+    (which lists the names).
     """
 
 

@@ -337,6 +337,9 @@ class PluginHost:
                 plugin, "rlinf_register_envs", errors, lambda s: getattr(s, "id", repr(s))
             )
             registers["tools"] = _names_from(plugin, "rlinf_register_tools", errors, _plugin_name)
+            # functions chosen by name (algorithm.adv_estimator / algorithm.policy_loss)
+            for kind in ("advantage_estimators", "policy_losses"):
+                registers[kind] = _names_from(plugin, f"rlinf_register_{kind}", errors, _plugin_name)
             group = click.Group("rlinf")
             fn = getattr(plugin, "rlinf_register_commands", None)
             if fn is not None:

@@ -30,8 +30,10 @@ The two kinds of estimator (``critic=``):
 
 A policy loss is ``fn(log_prob, old_log_prob, advantages, mask, settings, ref_log_prob=None) ->
 (loss, stats)`` over ``[B, L]`` tensors (:class:`~rlinf_algos.objectives.losses.LossSettings`:
-clip range, KL weight, aggregation), ``stats`` holding ``kl``, ``clip_fraction`` and
-``ratio_mean``. Each function may name the loss aggregation it is defined with (``aggregation=``):
+clip range, dual clip, KL weight, aggregation), ``stats`` holding ``kl``, ``clip_fraction`` and
+``ratio_mean`` (an empty dict may be returned when ``settings.stats`` is false). Embodied ``ppo``
+trains on single steps: its rows are ``[B, 1]`` (one step each, the mask all ones), so a loss
+that reads whole sequences (``sequences=True``: ``gspo``) is refused there. Each function may name the loss aggregation it is defined with (``aggregation=``):
 ``algorithm.aggregation: null`` takes the loss's, else the estimator's, else ``token-mean``.
 
 This module imports no torch (the config models validate names with it); the functions'
@@ -41,6 +43,7 @@ modules do.
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
@@ -55,6 +58,7 @@ __all__ = [
     "check_estimator",
     "check_policy_loss",
     "clear_cache",
+    "deferred",
     "estimator",
     "estimator_names",
     "loss_function",
@@ -112,18 +116,65 @@ def advantage_estimator(
     return mark
 
 
-def policy_loss(name: str, *, aggregation: str | None = None) -> Callable[[F], F]:
-    """Mark ``fn`` as the policy loss ``name`` (what ``algorithm.policy_loss`` selects);
-    ``aggregation``: the loss aggregation it is defined with, or ``None``. Return it from
-    ``rlinf_register_policy_losses``."""
+def policy_loss(name: str, *, aggregation: str | None = None, sequences: bool = False) -> Callable[[F], F]:
+    """Mark ``fn`` as the policy loss ``name`` (what ``algorithm.policy_loss`` selects).
+
+    Args:
+        name: the registered name (matched case-insensitively).
+        aggregation: the loss aggregation it is defined with, or ``None``.
+        sequences: ``True`` when the loss reads whole sequences (a ratio over each row's
+            tokens, as GSPO's): the algorithms whose samples are single steps (``ppo``: each
+            row of ``[B, 1]`` one step of a random minibatch) refuse it.
+
+    The function is returned unchanged, with ``PLUGIN_NAME``, ``aggregation`` and
+    ``needs_sequences`` attributes; return it from ``rlinf_register_policy_losses``.
+    """
     _check_aggregation(name, aggregation)
 
     def mark(fn: F) -> F:
         fn.PLUGIN_NAME = name  # type: ignore[attr-defined]
         fn.aggregation = aggregation  # type: ignore[attr-defined]
+        fn.needs_sequences = sequences  # type: ignore[attr-defined]
         return fn
 
     return mark
+
+
+class _Deferred:
+    """What :func:`deferred` returns: calls the function at ``module:attr``, imported once."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.__name__ = path.rpartition(":")[2]
+        self._fn: Callable[..., Any] | None = None
+
+    @property
+    def target(self) -> Callable[..., Any]:
+        """The function itself (its module imported on first use)."""
+        if self._fn is None:
+            module, _, attr = self.path.partition(":")
+            self._fn = getattr(importlib.import_module(module), attr)
+        return self._fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.target(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"deferred({self.path!r})"
+
+
+def deferred(path: str) -> Callable[..., Any]:
+    """A stand-in for the function at ``"module:attr"`` that imports its module only when
+    called, for a hook that should not import torch: mark it with the decorator the function
+    has (``advantage_estimator("gae", critic=True)(deferred("pkg.mod:gae"))``), so that
+    validating a name and ``rlinf plugins`` read the marks without importing the maths;
+    :func:`estimator` and :func:`loss_function` hand out the function itself. The marks must
+    match the function's own (rlinf-algos tests its built-ins' for that)."""
+    return _Deferred(path)
+
+
+def _target(fn: Any) -> Any:
+    return fn.target if isinstance(fn, _Deferred) else fn
 
 
 def _check_aggregation(name: str, aggregation: str | None) -> None:
@@ -186,9 +237,11 @@ def estimator_names(critic: bool | None = None) -> list[str]:
     )
 
 
-def policy_loss_names() -> list[str]:
-    """The registered policy losses' names, sorted."""
-    return sorted(_name_of(f) for f in _registries()[1].values())
+def policy_loss_names(sequences: bool = True) -> list[str]:
+    """The registered policy losses' names, sorted; ``sequences=False``: only those an
+    algorithm of single-step samples takes (no ``needs_sequences``)."""
+    fns = _registries()[1].values()
+    return sorted(_name_of(f) for f in fns if sequences or not getattr(f, "needs_sequences", False))
 
 
 def check_estimator(name: str, critic: bool) -> str:
@@ -219,23 +272,31 @@ def registered_name(cls: Any, value: str, info: Any) -> str:
     if value == cls.model_fields[field].default:
         return value
     if field == "policy_loss":
-        return check_policy_loss(value)
+        return check_policy_loss(value, sequences=bool(getattr(cls, "sequence_losses", True)))
     return check_estimator(value, critic=bool(getattr(cls, "critic_estimators", False)))
 
 
-def check_policy_loss(name: str) -> str:
-    """``name`` when it is a registered policy loss, else a ``ValueError`` naming them."""
-    if name.casefold() not in _registries()[1]:
+def check_policy_loss(name: str, sequences: bool = True) -> str:
+    """``name`` when it is a registered policy loss the algorithm can use, else a
+    ``ValueError`` naming those it can: ``sequences=False`` for an algorithm whose samples are
+    single steps (it refuses a loss marked ``sequences=True``)."""
+    fn = _registries()[1].get(name.casefold())
+    fits = policy_loss_names(sequences)
+    if fn is None:
+        raise ValueError(f"unknown policy loss {name!r}; registered: {', '.join(fits) or 'none'}")
+    if not sequences and getattr(fn, "needs_sequences", False):
         raise ValueError(
-            f"unknown policy loss {name!r}; registered: {', '.join(policy_loss_names()) or 'none'}"
+            f"policy loss {name!r} reads whole sequences (algorithm.name grpo, grpo_lm or ppo_lm); "
+            f"this algorithm trains on single steps and takes one of: {', '.join(fits)}"
         )
     return name
 
 
 def estimator(name: str) -> Any:
-    """The estimator registered as ``name`` (validated configs name one)."""
+    """The estimator registered as ``name`` (validated configs name one): the function itself,
+    imported now if it was registered :func:`deferred`."""
     try:
-        return _registries()[0][name.casefold()]
+        return _target(_registries()[0][name.casefold()])
     except KeyError:
         raise PluginError(
             f"unknown advantage estimator {name!r}; registered: {', '.join(estimator_names())}"
@@ -243,9 +304,9 @@ def estimator(name: str) -> Any:
 
 
 def loss_function(name: str) -> Any:
-    """The policy loss registered as ``name``."""
+    """The policy loss registered as ``name`` (the function itself, as :func:`estimator`)."""
     try:
-        return _registries()[1][name.casefold()]
+        return _target(_registries()[1][name.casefold()])
     except KeyError:
         raise PluginError(
             f"unknown policy loss {name!r}; registered: {', '.join(policy_loss_names())}"

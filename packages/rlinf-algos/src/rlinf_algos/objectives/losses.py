@@ -49,6 +49,10 @@ class LossSettings:
         kl_coef: weight of the k3 KL to the reference (needs ``ref_log_prob`` when ``> 0``).
         aggregation: one of :data:`rlinf_algos.objectives.AGGREGATIONS`.
         norm_length: ``C`` of ``seq-mean-token-sum-norm`` (``None``: the batch's ``L``).
+        dual_clip: ``c > 1`` bounds the objective of a negative advantage below by ``c * A``
+            (Ye et al. 2020, "dual-clip PPO"), or ``None``.
+        stats: ``False`` when the caller does not read the statistics (embodied PPO computes
+            its own from the log-ratios): a loss may then return an empty dict and skip them.
     """
 
     clip_low: float = 0.2
@@ -56,6 +60,8 @@ class LossSettings:
     kl_coef: float = 0.0
     aggregation: str = "token-mean"
     norm_length: int | None = None
+    dual_clip: float | None = None
+    stats: bool = True
 
 
 def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
@@ -116,6 +122,8 @@ def _clipped(
     objective = torch.minimum(
         ratio * advantages, torch.clamp(ratio, 1.0 - s.clip_low, 1.0 + s.clip_high) * advantages
     )
+    if s.dual_clip is not None:
+        objective = torch.where(advantages < 0, torch.maximum(objective, s.dual_clip * advantages), objective)
     per_token = -objective
     kl = None
     if s.kl_coef > 0.0:
@@ -126,6 +134,8 @@ def _clipped(
     elif ref_log_prob is not None:
         kl = k3_kl(log_prob, ref_log_prob)
     loss = aggregate(per_token, mask, s.aggregation, s.norm_length)
+    if not s.stats:
+        return loss, {}
     with torch.no_grad():
         clipped = ((ratio < 1.0 - s.clip_low) | (ratio > 1.0 + s.clip_high)).to(log_prob.dtype)
         stats = {
@@ -151,6 +161,7 @@ def ppo_clip(
     ``rho_t = exp(log pi(y_t) - log pi_old(y_t))``,
     ``l_t = -min(rho_t * A, clip(rho_t, 1 - clip_low, 1 + clip_high) * A) + kl_coef * k3_t``,
 
+    with ``settings.dual_clip = c``, ``-max(min(...), c * A)`` where ``A < 0`` (Ye et al. 2020),
     aggregated as ``settings.aggregation`` says (``token-mean`` when nothing chooses one).
 
     Args:
@@ -189,7 +200,7 @@ def dapo(
     return _clipped(log_prob - old_log_prob, log_prob, advantages, mask, settings, ref_log_prob, "dapo")
 
 
-@policy_loss("gspo", aggregation="seq-mean-token-mean")
+@policy_loss("gspo", aggregation="seq-mean-token-mean", sequences=True)
 def gspo(
     log_prob: Tensor,
     old_log_prob: Tensor,
@@ -208,7 +219,8 @@ def gspo(
     Written per token as GSPO-token (eq. 13) and verl do, ``s_{i,t} = sg(s_i) * pi(y_{i,t}) /
     sg(pi(y_{i,t}))``: the same value as ``s_i``, the gradient of eq. 7 for sequence-level
     advantages. Aggregated ``seq-mean-token-mean`` unless ``algorithm.aggregation`` says
-    otherwise. The paper's clip range is far narrower than PPO's (3e-4 / 4e-4): set
+    otherwise. It reads whole sequences (``sequences=True``): embodied ``ppo``, whose rows are
+    single steps, refuses it. The paper's clip range is far narrower than PPO's (3e-4 / 4e-4): set
     ``clip_low`` / ``clip_high`` for it. Arguments and return as :func:`ppo_clip`."""
     log_ratio = log_prob - old_log_prob
     seq = masked_mean(log_ratio, mask, dim=1).unsqueeze(1)  # log s_i, [B, 1]

@@ -23,6 +23,11 @@ class PPOConfig(ConfigSection):
     gamma: float = Field(0.99, ge=0.0, le=1.0, description="discount")
     gae_lambda: float = Field(0.95, ge=0.0, le=1.0, description="GAE lambda")
     adv_estimator: str = Field("gae", description="registered advantage estimator of a critic: gae")
+    policy_loss: str = Field(
+        "ppo_clip",
+        description="registered policy loss of single steps: ppo_clip, dapo (gspo reads whole sequences: "
+        "grpo, grpo_lm, ppo_lm)",
+    )
     lr: float = Field(3e-4, gt=0.0, description="Adam learning rate")
     anneal_lr: bool = Field(True, description="decay the learning rate linearly to 0 over the run")
     adam_eps: float = Field(1e-5, gt=0.0, description="Adam epsilon")
@@ -56,4 +61,5 @@ class PPOConfig(ConfigSection):
     normalize_reward: bool = Field(True, description="scale rewards by the std of the discounted return")
 
     critic_estimators: ClassVar[bool] = True
-    _registered = field_validator("adv_estimator")(registered_name)
+    sequence_losses: ClassVar[bool] = False  # each sample is one step of a random minibatch
+    _registered = field_validator("adv_estimator", "policy_loss")(registered_name)

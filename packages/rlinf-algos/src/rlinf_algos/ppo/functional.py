@@ -78,7 +78,9 @@ def policy_loss(
     clip_high: float = 0.2,
     dual_clip: float | None = None,
 ) -> Tensor:
-    """Clipped surrogate loss with an asymmetric clip range and optional dual clip.
+    """Clipped surrogate loss with an asymmetric clip range and optional dual clip: the
+    reference form of the registered ``ppo_clip`` loss over single steps, which the learner
+    trains with (``algorithm.policy_loss``; :mod:`rlinf_algos.objectives.losses`).
 
     ``ratio = exp(log_ratio)``; the PPO objective per sample is
     ``min(ratio * A, clip(ratio, 1 - clip_low, 1 + clip_high) * A)`` and the loss is its negated

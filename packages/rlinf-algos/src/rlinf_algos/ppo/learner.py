@@ -16,6 +16,7 @@ from rlinf_algos.channels import traj_key
 from rlinf_algos.flow import LearnerContext, LearnerSide
 from rlinf_algos.models.mlp import GaussianActorCritic, module_device
 from rlinf_algos.objectives.advantages import StepRewards
+from rlinf_algos.objectives.losses import LossSettings
 from rlinf_algos.optim import LeanAdam, clip_grads_, make_adam
 from rlinf_algos.parallel import DataParallel
 from rlinf_algos.ppo import functional as F
@@ -59,9 +60,11 @@ class PPORollout:
 
 
 class PPOLearner:
-    """The learner side of PPO: GAE, then ``update_epochs`` passes of minibatch updates of the
-    clipped surrogate, clipped value loss and entropy bonus, with gradient clipping and an
-    approx-KL early stop. One optimiser over actor and critic, one backward per minibatch."""
+    """The learner side of PPO: the registered estimator (``algorithm.adv_estimator``, GAE),
+    then ``update_epochs`` passes of minibatch updates of the registered policy loss
+    (``algorithm.policy_loss``, the clipped surrogate ``ppo_clip``), clipped value loss and
+    entropy bonus, with gradient clipping and an approx-KL early stop. One optimiser over actor
+    and critic, one backward per minibatch."""
 
     def __init__(
         self, model: GaussianActorCritic, cfg: PPOConfig, seed: int = 0, dp: DataParallel | None = None
@@ -74,7 +77,17 @@ class PPOLearner:
         self.adam = LeanAdam(self.optimizer)
         self.generator = torch.Generator().manual_seed(seed)
         self.version = 0
-        self.estimator = objectives.estimator(cfg.adv_estimator)  # registered (rlinf_algos.objectives)
+        # the registered functions the section names (rlinf_algos.objectives); each sample is one
+        # step, a [B, 1] row to the loss, whose statistics the update computes from the log-ratios
+        self.estimator = objectives.estimator(cfg.adv_estimator)
+        self.loss_fn = objectives.loss_function(cfg.policy_loss)
+        self.loss_settings = LossSettings(
+            cfg.clip_low,
+            cfg.clip_high,
+            aggregation=objectives.resolve_aggregation(cfg),
+            dual_clip=cfg.dual_clip,
+            stats=False,
+        )
 
     def set_lr_fraction(self, frac: float) -> None:
         """Set the learning rate to ``frac * cfg.lr`` (linear annealing)."""
@@ -120,6 +133,7 @@ class PPOLearner:
         model, adam, dp = self.model, self.adam, self.dp
         adam.refresh()
         stats = torch.zeros(cfg.update_epochs * M, 4, device=dev)  # pg, vf, -entropy, grad norm
+        ones = torch.ones(mb, 1, device=dev)  # every [B, 1] row is a valid step
         ratios = torch.zeros(cfg.update_epochs * M, mb, device=dev)  # log-ratios, for KL and clip fraction
         n_mb = 0
         epochs = 0
@@ -145,8 +159,11 @@ class PPOLearner:
                 for j, (u, v) in enumerate(pieces):
                     a, b = i * mb + u, i * mb + v
                     logp, entropy, value = model.evaluate(obs_tree.take(e_obs, slice(a, b)), e_act[a:b])
-                    log_ratio = logp - e_logp[a:b]
-                    pg = F.policy_loss(log_ratio, e_adv[i, u:v], cfg.clip_low, cfg.clip_high, cfg.dual_clip)
+                    old = e_logp[a:b]
+                    log_ratio = logp - old
+                    pg, _ = self.loss_fn(
+                        logp.unsqueeze(1), old.unsqueeze(1), e_adv[i, u:v], ones[u:v], self.loss_settings
+                    )
                     vf = F.value_loss(value, e_ret[a:b], e_val[a:b], cfg.value_clip)
                     loss = pg * pg_coef + cfg.vf_coef * vf
                     aux = model.auxiliary_loss() if has_aux else None
