@@ -185,20 +185,7 @@ def test_overlong_penalty_reaches_the_advantages(spec: LMModelConfig) -> None:
 
 # -- grpo_arith, one iteration by name (slow) ----------------------------------------------------
 
-TINY = [
-    "runner.scheduler=local",
-    "model.init.hidden_size=16",
-    "model.init.num_layers=1",
-    "model.init.num_heads=2",
-    "sft.steps=2",
-    "sft.batch_size=4",
-    "algorithm.iterations=1",
-    "algorithm.prompts_per_iter=2",
-    "algorithm.group_size=2",
-    "task.eval_size=4",
-    "runner.eval_interval=0",
-    "runner.checkpoint_interval=0",
-]
+TINY = ("runner.checkpoint_interval=0",)  # beside conftest's tiny_lm
 
 
 @pytest.mark.slow
@@ -212,10 +199,10 @@ TINY = [
     ],
     ids=[*OUTCOME, *LOSSES, "ppo_lm-gae", "dapo-sampling"],
 )
-def test_grpo_arith_runs_each_by_name(tmp_path: Path, extra: list[str]) -> None:
+def test_grpo_arith_runs_each_by_name(tmp_path: Path, extra: list[str], tiny_lm: Any) -> None:
     from rlinf_algos.lm.flow import train_lm
 
-    data = apply_overrides(load_yaml(EXAMPLES / "grpo_arith.yaml"), [*TINY, *extra])
+    data = tiny_lm.config(*TINY, "runner.scheduler=local", *extra)
     run = load_lm_sections(data)
     summary = train_lm(run, tmp_path, log=None)
     assert summary["iterations"] == 1
@@ -227,11 +214,13 @@ def test_grpo_arith_runs_each_by_name(tmp_path: Path, extra: list[str]) -> None:
 
 
 @pytest.mark.slow
-def test_grpo_arith_dynamic_sampling_on_placed_workers(tmp_path: Path, rlinf_script: Any) -> None:
+def test_grpo_arith_dynamic_sampling_on_placed_workers(
+    tmp_path: Path, rlinf_script: Any, tiny_lm: Any
+) -> None:
     """``rlinf train`` on its default scheduler (ray: rollout, reward and actor workers): an
     iteration whose update the actor defers draws more prompts through the same workers (the
     actor's version moves on each draw, so every draw has channel keys of its own)."""
-    overrides = [o for o in TINY if not o.startswith("runner.scheduler")]
+    overrides = tiny_lm(*TINY)
     proc = rlinf_script(
         "train", str(EXAMPLES / "grpo_arith.yaml"), *overrides, "algorithm.iterations=2",
         "algorithm.adv_estimator=rloo", "algorithm.policy_loss=dapo", "+algorithm.dynamic_sampling={max_draws: 2}",
