@@ -117,3 +117,39 @@ def test_the_start_up_waits_grow_with_the_load(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv(embedded.GCS_PORT_WAIT_ENV, "45")
     embedded.start_local_node({"num_cpus": 1})
     assert seen[-1] == "45"
+
+
+def _children() -> set[int]:
+    """The live processes whose parent is this one."""
+    me, out = os.getpid(), set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == me and fields[0] != "Z":
+                out.add(int(entry))
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_a_start_that_fails_leaves_no_ray_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start that times out (here: failing right after Ray started its GCS, dashboard and
+    raylet) stops what it started, so the retries on a busy machine do not pile up Rays."""
+    import ray._private.node
+
+    from rlinf_scheduler.runtime.embedded import start_local_node
+
+    started = ray._private.node.Node.start_ray_processes
+
+    def start_then_time_out(self: Any) -> None:
+        started(self)
+        raise RuntimeError("The current node timed out during startup (simulated)")
+
+    monkeypatch.setattr(ray._private.node.Node, "start_ray_processes", start_then_time_out)
+    before = _children()
+    with pytest.raises(RuntimeError, match="simulated"):
+        start_local_node({"num_cpus": 1})
+    assert _children() - before == set()

@@ -150,8 +150,25 @@ def start_local_node(ray_init: Mapping[str, Any]) -> Any:
         _system_config={} if WORKER_NICENESS_ENV in os.environ else {"worker_niceness": 0},
         **dict(ray_init),
     )
+
+    class _Node(Node):
+        """Ray's ``Node`` that stops what it started when its start fails (Ray leaves the GCS,
+        dashboard, monitors and raylet of a start that timed out running until the process exits,
+        so every retry on a busy machine would add a whole Ray beside it), and removes the session
+        folder."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            try:
+                super().__init__(*args, **kwargs)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    self.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
+                with contextlib.suppress(Exception):
+                    remove_session_dir(self)
+                raise
+
     with loopback_node_ip(), _scaled_waits(machine_load()):
-        return Node(params, head=True, shutdown_at_exit=True, spawn_reaper=True)
+        return _Node(params, head=True, shutdown_at_exit=True, spawn_reaper=True)
 
 
 def remove_session_dir(node: Any) -> str | None:
