@@ -42,7 +42,7 @@ from typing import Any
 from rlinf_algos.flow import await_call
 from rlinf_algos.run_files import UnsafeStateFile
 from rlinf_algos.rundir import latest_checkpoint, load_checkpoint
-from rlinf_core.errors import RlinfError
+from rlinf_core.errors import PeerLost, RlinfError
 
 __all__ = [
     "OOM_KNOBS",
@@ -80,9 +80,16 @@ class LearnerDied(Exception):
         self.reason = reason
 
 
+GROUP_BROKEN = "LearnerGroupBroken"
+"""The class name of the error a learner rank raises when its group lost a rank
+(:class:`~rlinf_algos.parallel.LearnerGroupBroken`; by name: the driver imports no torch). The
+rank exits right after, so the group counts as dead."""
+
+
 def worker_died(err: BaseException, component: str | None = None) -> bool:
-    """``err`` says a worker's process died (of ``component``, when given)."""
-    return getattr(err, "error_type", "") == "WorkerDied" and (
+    """``err`` says a worker's process died (of ``component``, when given), or that a learner
+    rank's group lost a rank (it exits: the group is as good as dead)."""
+    return getattr(err, "error_type", "") in ("WorkerDied", GROUP_BROKEN) and (
         component is None or getattr(err, "component", None) == component
     )
 
@@ -142,8 +149,21 @@ def user_error(err: BaseException) -> WorkerUserError | None:
 
 
 def failure_reason(err: BaseException) -> str:
+    """One line on a worker's failure, the root cause first: the worker (role, rank, pid) and
+    its call, then what happened; for a worker that only lost a peer (a
+    :class:`~rlinf_core.errors.PeerLost`, whose message names the peer first), its message
+    first, then the call."""
     method, summary = getattr(err, "method", None), getattr(err, "summary", None)
-    return f"{method}(): {summary}" if method and summary else str(err).splitlines()[0]
+    if not (method and summary):
+        return (str(err).strip().splitlines() or [type(err).__name__])[0]
+    first = (str(summary).strip().splitlines() or [""])[0]
+    if isinstance(getattr(err, "cause", None), PeerLost):
+        return f"{first} (in {method}())"
+    component = getattr(err, "component", None)
+    if component is None:
+        return f"{method}(): {first}"
+    pid = getattr(err, "pid", None)
+    return f"{component} rank {getattr(err, 'rank', 0)}{f', pid {pid}' if pid else ''}: {method}(): {first}"
 
 
 class Recovery:
@@ -184,7 +204,8 @@ class Recovery:
         known = self.pids.get(role, [])
         pid = known[rank] if rank < len(known) else None
         method = getattr(err, "method", "?")
-        how = "its process died" if worker_died(err) else getattr(err, "error_type", type(err).__name__)
+        kind = getattr(err, "error_type", type(err).__name__)
+        how = "its process died" if kind == "WorkerDied" else kind
         return f"{role} rank {rank}{f', pid {pid}' if pid else ''} failed in {method}() {where}: {how}"
 
     def count_restarts(self, what: str, n: int = 1) -> None:
@@ -238,12 +259,14 @@ class Recovery:
 
     def drop(self, k: int, lost: int, why: str) -> None:
         """Count iteration ``k``'s partial batch (``lost`` progress units collected) as dropped and
-        start the next generation of channel keys."""
+        start the next generation of channel keys. The event starts with the root cause (the
+        first line of ``why``), then the drop."""
         self.dropped_batches += 1
         self.dropped_steps += lost
+        cause = (why.strip().splitlines() or ["a worker failed"])[0]
         self.log(
-            f"iteration {k}: dropped its partial batch ({lost} {self.exe.unit}s collected) after a worker "
-            f"failure ({why}); generation {self.gen} -> {self.gen + 1}"
+            f"{cause}; iteration {k}: dropped its partial batch ({lost} {self.exe.unit}s collected) after "
+            f"this worker failure; generation {self.gen} -> {self.gen + 1}"
         )
         self.gen += 1
 
