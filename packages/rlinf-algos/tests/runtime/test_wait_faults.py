@@ -151,10 +151,48 @@ def test_a_learner_rank_killed_mid_collective_restarts_the_group_naming_it(
     (event,) = summary["learner_restarts"]
     # the root cause first: the killed rank, not rank 0 that exited because its peer was gone
     assert event["reason"].startswith(f"actor rank 1, pid {fault.pid}: train(): "), event
-    assert event["checkpoint"].endswith("step_0000000512.safetensors"), event
+    # back to the newest checkpoint (the steps since it are lost, and collected again)
+    assert event["checkpoint"].endswith(f"step_{event['step'] - event['steps_lost']:010d}.safetensors"), event
     died = next(e for e in summary["events"] if e.startswith("the learner (actor worker) died"))
     assert f": actor rank 1, pid {fault.pid}: " in died.splitlines()[0], died
     assert fault.recovered_after() < TIMEOUT + SLACK_S
     assert not set(pids[0]) & set(pids[-1])  # both ranks are new processes
     assert summary["total_env_steps"] == 6 * BATCH
     assert rows(tmp_path) == [BATCH * i for i in range(1, 7)]  # each row once
+
+
+def test_a_stopped_rollout_worker_is_named_and_replaced_within_its_bound(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    """A rollout worker that stops answering (SIGSTOP, never killed): the env worker's wait for
+    its actions ends after ``runner.worker_timeout``, and the driver, once it ended the
+    iteration, waits for the stopped call ``runner.worker_timeout`` more, then names it and
+    restarts it (its process killed): a bounded wait, never a hang."""
+    timeout = 45.0
+    config = ppo_config(checkpoint_interval=0, worker_timeout=timeout)
+    stopped: dict[str, Any] = {}
+
+    def on_collecting(run: Any, k: int) -> None:
+        if k == 2 and not stopped:
+            stopped["pid"] = run.pids["rollout"][0]
+            stopped["at"] = time.monotonic()
+            os.kill(stopped["pid"], signal.SIGSTOP)
+
+    iterations: list[tuple[float, int]] = []
+    summary = run_training(
+        config,
+        run_dir=tmp_path,
+        callbacks={
+            "on_collecting": on_collecting,
+            "on_iteration": lambda run, k: iterations.append((time.monotonic(), k)),
+        },
+    )
+    pid = stopped["pid"]
+    first = next(e for e in summary["events"] if str(pid) in e)
+    assert first.startswith(
+        f"rollout rank 0, pid {pid}: collect(): it did not return within {timeout:g} s (runner.worker_timeout)"
+    ), first
+    assert summary["restarts"] == 1 and summary["dropped_batches"] == 1, summary["events"]
+    recovered = next(t for t, _ in iterations if t > stopped["at"]) - stopped["at"]
+    assert timeout < recovered < 2 * timeout + SLACK_S  # the env worker's wait, then the driver's
+    assert rows(tmp_path) == [BATCH * i for i in range(1, 7)]

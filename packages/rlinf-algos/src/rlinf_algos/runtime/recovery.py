@@ -50,6 +50,7 @@ __all__ = [
     "LearnerDied",
     "Recovery",
     "RunFailed",
+    "WorkerHung",
     "failure_reason",
     "out_of_memory",
     "out_of_memory_message",
@@ -86,10 +87,29 @@ GROUP_BROKEN = "LearnerGroupBroken"
 rank exits right after, so the group counts as dead."""
 
 
+class WorkerHung(RlinfError):
+    """A worker's call did not return within ``runner.worker_timeout`` after its iteration was
+    ended (its process is stopped, or stuck where no wait of its own is bounded): it is handled as
+    a dead worker (its process is killed when it is restarted). The message names the worker
+    (role, rank, pid), the call and the seconds waited."""
+
+    error_type = "WorkerHung"
+
+    def __init__(self, component: str, rank: int, pid: int | None, method: str, waited: float) -> None:
+        self.component, self.rank, self.pid, self.method = component, rank, pid, method
+        self.summary = (
+            f"it did not return within {waited:g} s (runner.worker_timeout) after the iteration was ended"
+        )
+        super().__init__(
+            f"{component} rank {rank}{f', pid {pid}' if pid else ''}: {method}(): {self.summary}"
+        )
+
+
 def worker_died(err: BaseException, component: str | None = None) -> bool:
-    """``err`` says a worker's process died (of ``component``, when given), or that a learner
-    rank's group lost a rank (it exits: the group is as good as dead)."""
-    return getattr(err, "error_type", "") in ("WorkerDied", GROUP_BROKEN) and (
+    """``err`` says a worker's process died (of ``component``, when given) or hung
+    (:class:`WorkerHung`), or that a learner rank's group lost a rank (it exits: the group is as
+    good as dead)."""
+    return getattr(err, "error_type", "") in ("WorkerDied", "WorkerHung", GROUP_BROKEN) and (
         component is None or getattr(err, "component", None) == component
     )
 
@@ -205,7 +225,7 @@ class Recovery:
         pid = known[rank] if rank < len(known) else None
         method = getattr(err, "method", "?")
         kind = getattr(err, "error_type", type(err).__name__)
-        how = "its process died" if kind == "WorkerDied" else kind
+        how = {"WorkerDied": "its process died", "WorkerHung": getattr(err, "summary", kind)}.get(kind, kind)
         return f"{role} rank {rank}{f', pid {pid}' if pid else ''} failed in {method}() {where}: {how}"
 
     def count_restarts(self, what: str, n: int = 1) -> None:
@@ -359,7 +379,9 @@ class Recovery:
         ``dead``, another error to ``fatal``. On the first failure (or a result that says
         ``aborted``) ``abort()`` ends the iteration for everyone, so the survivors return.
         ``watch``: long-running calls (a rollout rank's serve loop) whose end during the wait
-        means that worker failed. ``learn`` (the iteration's learning side) is watched: if the
+        means that worker failed. Once the iteration is ended, the calls still running get
+        ``runner.worker_timeout`` to return; one that does not goes to ``dead`` as a
+        :class:`WorkerHung` (restarted like a dead worker: its process is killed). ``learn`` (the iteration's learning side) is watched: if the
         learner dies meanwhile, ``drain`` takes what the iteration leaves on its channels until the
         calls return (no producer waits on a bounded key nobody reads) and the death is returned
         last. Returns ``(results, dead, fatal, learner error)``."""
@@ -376,15 +398,30 @@ class Recovery:
         drained: Any = None
         loop = asyncio.get_running_loop()
 
+        deadline: float | None = None
+
         async def end() -> None:
-            nonlocal aborted
+            nonlocal aborted, deadline
             if not aborted:
                 aborted = True
+                deadline = loop.time() + self.timeout
                 await loop.run_in_executor(None, abort)
 
         while pending:
             waiting = pending | set(watched) | ({follow} if follow is not None else set())
-            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            left = None if deadline is None else deadline - loop.time()
+            done: set[Any] = set()
+            if left is None or left > 0:
+                done, _ = await asyncio.wait(waiting, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            if not done and deadline is not None and loop.time() >= deadline:
+                for f in pending:  # ended, but still running: stopped or stuck
+                    role, rank = futs[f]
+                    known = self.pids.get(role, [])
+                    pid = known[rank] if rank < len(known) else None
+                    method = getattr(calls[(role, rank)], "method", "?")
+                    dead[(role, rank)] = WorkerHung(role, rank, pid, method, self.timeout)
+                    f.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved
+                break
             if follow is not None and follow in done:
                 err = None if follow.cancelled() else follow.exception()
                 follow = None
