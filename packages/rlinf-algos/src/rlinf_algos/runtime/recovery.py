@@ -381,10 +381,10 @@ class Recovery:
         ``watch``: long-running calls (a rollout rank's serve loop) whose end during the wait
         means that worker failed. Once the iteration is ended, the calls still running get
         ``runner.worker_timeout`` to return; one that does not goes to ``dead`` as a
-        :class:`WorkerHung` (restarted like a dead worker: its process is killed). ``learn`` (the iteration's learning side) is watched: if the
-        learner dies meanwhile, ``drain`` takes what the iteration leaves on its channels until the
-        calls return (no producer waits on a bounded key nobody reads) and the death is returned
-        last. Returns ``(results, dead, fatal, learner error)``."""
+        :class:`WorkerHung` (restarted like a dead worker: its process is killed). ``learn``
+        (the iteration's learning side) is watched: if the learner dies meanwhile, ``drain``
+        takes what the iteration leaves on its channels until the calls return (no producer waits
+        on a bounded key nobody reads) and the death is returned last. Returns ``(results, dead, fatal, learner error)``."""
         futs = {asyncio.ensure_future(await_call(c)): key for key, c in calls.items()}
         watched = {f: key for key, f in (watch or {}).items()}
         results: dict[Any, Any] = {}
@@ -404,8 +404,8 @@ class Recovery:
             nonlocal aborted, deadline
             if not aborted:
                 aborted = True
-                deadline = loop.time() + self.timeout
                 await loop.run_in_executor(None, abort)
+                deadline = loop.time() + self.timeout
 
         while pending:
             waiting = pending | set(watched) | ({follow} if follow is not None else set())
