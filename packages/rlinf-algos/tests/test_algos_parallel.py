@@ -373,3 +373,34 @@ def test_a_lm_learner_on_a_cuda_device_its_placement_lacks_is_refused(
     )
     assert result.exit_code != 0
     assert "runner.device" in _said(result) and "no accelerators" in _said(result)
+
+
+@pytest.mark.slow
+@pytest.mark.network
+@pytest.mark.parametrize("mode", ["collective", "arrive"])
+def test_a_rank_that_dies_mid_wait_is_named_first_at_once(tmp_path: Path, mode: str) -> None:
+    """Rank 1 dies with SIGKILL while rank 0 waits for it in an all-reduce (Gloo) or an arrival:
+    rank 0's error names rank 1, its pid and node first, then itself and how long it waited, long
+    before the group's timeout."""
+    import json
+
+    out = tmp_path / "rank0.json"
+    port = _free_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(HELPERS / "lost_rank.py"), str(r), "2", str(port), mode, str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    logs = [p.communicate(timeout=120)[0] for p in procs]
+    assert procs[0].returncode == 0 and procs[1].returncode == -9, "\n".join(logs)
+    got = json.loads(out.read_text())
+    during = "sync_grads()" if mode == "collective" else "reaching update 1"
+    assert got["message"].startswith(
+        f"LearnerGroupBroken: actor rank 1 (pid {got['pid']} on {got['node']}) died: actor rank 0 (pid "
+    ), got
+    assert "waited for it " in got["message"] and f"s in {during}" in got["message"], got
+    assert 0.5 < got["waited"] < 10.0 < got["timeout"], got  # found dead, not timed out

@@ -27,7 +27,7 @@ from ray import cloudpickle  # noqa: E402
 from ray.cluster_utils import Cluster as RayTestCluster  # noqa: E402
 
 from rlinf_core import Worker  # noqa: E402
-from rlinf_core.errors import SchedulerError, WaitTimeout  # noqa: E402
+from rlinf_core.errors import PeerLost, SchedulerError, WaitTimeout  # noqa: E402
 from rlinf_scheduler.runtime.cluster import Cluster, free_tcp_ports  # noqa: E402
 from rlinf_scheduler.runtime.scheduler import RayScheduler  # noqa: E402
 from rlinf_scheduler.runtime.worker_group import WorkerError  # noqa: E402
@@ -164,6 +164,15 @@ class Probe(Worker):
         time.sleep(0.1)
         os._exit(3)  # a secondary death
 
+    def lose_peer(self) -> int:
+        if self.rank == 0:  # it found its peer gone (a collective's closed connection) first
+            raise PeerLost("actor rank 1 is gone: rank 0 waited for it in a collective")
+        if self.rank == 1:
+            time.sleep(1.5)
+            os._exit(3)  # the root cause: its process dies, a moment later
+        time.sleep(60)
+        return self.rank
+
     def slow(self, seconds: float) -> int:
         time.sleep(seconds if self.rank == 1 else 0)
         return self.rank
@@ -261,8 +270,9 @@ class TestOnOneConnection:
         e = err.value
         text = str(e)
         assert text.startswith(
-            "component 'actor' rank 2 on node 1 (127.0.0.2) failed in fail_on(): ValueError"
+            f"component 'actor' rank 2 (pid {e.pid}) on node 1 (127.0.0.2) failed in fail_on(): ValueError"
         )
+        assert isinstance(e.pid, int) and e.pid > 0
         assert "bad batch on rank 2" in e.remote_traceback and 'raise ValueError(f"bad batch' in text
         assert "stopped ranks 0, 1" in text
         assert (e.component, e.rank, e.node_rank, e.method) == ("actor", 2, 1, "fail_on")
@@ -281,6 +291,20 @@ class TestOnOneConnection:
         assert err.value.rank == 1 and err.value.error_type == "RuntimeError"
         assert "the root cause" in str(err.value).splitlines()[0]
         assert "its process died" in str(err.value)
+
+    def test_a_rank_that_lost_its_peer_does_not_hide_the_peer_s_death(self, cluster):
+        """Rank 0 reports a lost peer (PeerLost) at once; rank 1, the peer, dies 1.5 s later: the
+        error is rank 1's death, with rank 0's report after it."""
+        plan = cluster.plan(CLUSTER)
+        group = cluster.launch(plan["actor"], Probe)
+        t = time.monotonic()
+        with pytest.raises(WorkerError) as err:
+            group.lose_peer().wait(120)
+        assert time.monotonic() - t < 30
+        e = err.value
+        assert (e.rank, e.error_type) == (1, "WorkerDied"), str(e)
+        assert str(e).startswith(f"component 'actor' rank 1 (pid {e.pid}) on node 1"), str(e)
+        assert "rank 0 also failed (PeerLost)" in str(e)
 
     def test_call_timeout_names_late_ranks(self, cluster):
         plan = cluster.plan(CLUSTER)

@@ -10,6 +10,15 @@ announces itself on the store; a rank that is not there within the timeout is na
 node, in the error (``rendezvous``); the per-iteration :meth:`DataParallel.arrive` does the same
 for every update, so a missing rank never leaves the others waiting silently in a collective.
 
+Every wait of the group is bounded by ``timeout`` (``2 * runner.worker_timeout + 30`` s for the
+actor: a rank waits for rank 0, which waits on the channel first): the rendezvous, each
+:meth:`~DataParallel.arrive`, and every collective (the process group's timeout, which Gloo
+honours). A rank that *dies* is found sooner: where the rendezvous recorded a peer on this node,
+its process id is checked while an arrival waits, and a collective whose peer's connection closed
+fails at once. Either way the error is a :class:`LearnerGroupBroken` (:meth:`DataParallel.lost`)
+whose first line names the rank that is gone (its pid and node), then the rank that waited, in
+what and for how long.
+
 How one update is split (the learners call these; their maths does not change):
 
 - rank 0 takes the iteration's data off the trajectory channel and :meth:`broadcast_object`
@@ -57,7 +66,7 @@ import torch
 from torch import Tensor, nn
 
 from rlinf_algos.devices import configure_precision
-from rlinf_core.errors import ConfigError, RlinfError
+from rlinf_core.errors import ConfigError, PeerLost, RlinfError
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +74,7 @@ __all__ = [
     "BUCKET_BYTES",
     "STRATEGIES",
     "DataParallel",
+    "LearnerGroupBroken",
     "LearnerOutOfMemory",
     "grad_buckets",
     "rendezvous",
@@ -80,6 +90,36 @@ class LearnerOutOfMemory(RlinfError):
     """A learner ran out of accelerator memory (``torch.OutOfMemoryError``); the message names the
     rank, the device and the call. Not a crash to restart: the driver ends the run with the
     knobs that lower the need (:func:`rlinf_algos.runtime.recovery.out_of_memory_message`)."""
+
+
+class LearnerGroupBroken(PeerLost):
+    """A rank of the learner group is gone (died, or did not arrive within the timeout) while
+    another waited for it in a collective or an arrival; the first line names the gone rank, its
+    pid and node, then the rank that waited, in what and for how long."""
+
+
+def _where(text: str) -> tuple[str, int | None]:
+    """``(node, pid)`` of what a rank wrote at the rendezvous (``"node (pid 123)"``)."""
+    node, _, rest = text.partition(" (pid ")
+    try:
+        return node, int(rest.rstrip(")"))
+    except ValueError:
+        return node, None
+
+
+def _process_gone(pid: int) -> bool:
+    """Whether process ``pid`` of this node is gone (a zombie counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def grad_buckets(grads: Sequence[Tensor], cap: int) -> list[list[int]]:
@@ -191,6 +231,8 @@ class DataParallel:
         self._arrivals = 0
         self.bucket_bytes = BUCKET_BYTES  # the most gradient bytes in one all-reduce (ddp)
         self.comm_s = 0.0  # seconds spent in gradient collectives since the last take_comm_s()
+        self.what = "actor"  # the role the ranks belong to, in messages
+        self.peers: dict[int, str] = {}  # rank -> "node (pid N)", as each wrote at the rendezvous
 
     # -- setup ---------------------------------------------------------------------------------
     @classmethod
@@ -222,6 +264,8 @@ class DataParallel:
         if not port:
             raise RlinfError(f"{what}: {world} ranks need a rendezvous port (MASTER_PORT is not set)")
         store = rendezvous(addr, port, rank, world, timeout, what)
+        dp.what = what
+        dp.peers = {r: store.get(f"rlinf/arrived/{r}").decode() for r in range(world)}
         backend = "nccl" if dp.device.type == "cuda" else "gloo"
         if dp.device.type == "cuda":
             torch.cuda.set_device(dp.device)
@@ -372,19 +416,65 @@ class DataParallel:
 
     def arrive(self, tag: str) -> None:
         """Every rank reaches ``tag`` (once per update) within the timeout, or a
-        :class:`RlinfError` names the ranks that did not."""
+        :class:`LearnerGroupBroken` names the ranks that did not (at once for a rank of this node
+        whose process died)."""
         if not self.distributed:
             return
         self._arrivals += 1
         prefix = f"rlinf/at/{self._arrivals}"
         self.store.set(f"{prefix}/{self.rank}", tag)
-        missing = _store_wait(self.store, [f"{prefix}/{r}" for r in range(self.world)], self.timeout)
-        if missing:
+        t0 = time.monotonic()
+        keys = [f"{prefix}/{r}" for r in range(self.world)]
+        while True:
+            left = self.timeout - (time.monotonic() - t0)
+            missing = _store_wait(self.store, keys, max(0.0, min(0.5, left)))
+            if not missing:
+                return
             ranks = sorted(int(k.rsplit("/", 1)[1]) for k in missing)
-            raise RlinfError(
-                f"learner rank(s) {', '.join(map(str, ranks))} of {self.world} did not reach {tag} within "
-                f"{self.timeout:g} s (rank {self.rank} waited)"
-            )
+            dead = self.dead_ranks(ranks)
+            if dead or left <= 0:
+                raise self.lost(f"reaching {tag}", time.monotonic() - t0, gone=dead or ranks)
+
+    def dead_ranks(self, ranks: Iterable[int] | None = None) -> list[int]:
+        """The ranks (of ``ranks``, default every other one) whose process is known to be gone:
+        those the rendezvous recorded on this node whose process id no longer runs."""
+        here = os.uname().nodename
+        out = []
+        for r in range(self.world) if ranks is None else ranks:
+            node, pid = _where(self.peers.get(r, ""))
+            if r != self.rank and pid is not None and node == here and _process_gone(pid):
+                out.append(r)
+        return out
+
+    def describe(self, rank: int) -> str:
+        """``actor rank 1 (pid 123 on node-a)``: a rank as the rendezvous recorded it."""
+        node, pid = _where(self.peers.get(rank, ""))
+        where = f"pid {pid} on {node}" if pid is not None else (node or "where unknown")
+        return f"{self.what} rank {rank} ({where})"
+
+    def lost(
+        self,
+        during: str,
+        waited: float,
+        error: BaseException | None = None,
+        gone: Sequence[int] | None = None,
+    ) -> LearnerGroupBroken:
+        """The error of a rank whose group broke ``during`` a call, after ``waited`` seconds:
+        the gone ranks first (``gone``, default those :meth:`dead_ranks` finds), then this rank,
+        then ``error``'s first line (the collective's own words)."""
+        gone = list(self.dead_ranks() if gone is None else gone)
+        dead = set(self.dead_ranks(gone))
+        if gone:
+            head = "; ".join(f"{self.describe(r)} {'died' if r in dead else 'did not answer'}" for r in gone)
+        else:
+            head = f"a rank of the {self.what} learner group of {self.world} is gone or stuck"
+        detail = ""
+        if error is not None:
+            detail = ": " + ((str(error).strip().splitlines() or [type(error).__name__])[0][:300])
+        limit = "" if dead or not gone else f" (the group's timeout is {self.timeout:g} s)"
+        return LearnerGroupBroken(
+            f"{head}: {self.describe(self.rank)} waited for it {waited:.1f} s in {during}{limit}{detail}"
+        )
 
     def broadcast_object(self, obj: Any) -> Any:
         """Rank 0's ``obj`` on every rank (pickled once, sent over the Gloo control group)."""

@@ -20,6 +20,7 @@ __all__ = [
     "ConfigProblem",
     "HardwareError",
     "NetworkError",
+    "PeerLost",
     "PluginError",
     "RlinfError",
     "SchedulerError",
@@ -107,6 +108,15 @@ class SchedulerError(RlinfError):
 
 class WaitTimeout(RlinfError, TimeoutError):
     """A wait ran out of time. The message says what was waited for and for how long."""
+
+
+class PeerLost(RlinfError):
+    """A wait ended because a peer process it depended on is gone (it died, or stopped answering).
+
+    The message names the peer first (role, rank, pid, node), then who waited, for what and for
+    how long. It is a *consequence*: where the peer's own failure is known too (a scheduler
+    collecting the failures of one call), that failure is the root cause and is reported first;
+    this one follows it."""
 
 
 class ChannelError(RlinfError):

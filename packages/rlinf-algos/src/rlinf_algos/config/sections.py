@@ -178,7 +178,12 @@ class RunnerConfig(ConfigSection):
         "checkpoint, losing at most checkpoint_interval env steps",
     )
     worker_timeout: float = Field(
-        300.0, gt=0.0, description="seconds a worker waits on a channel before reporting what it waited for"
+        300.0,
+        gt=0.0,
+        description="seconds any wait of a worker may take before it reports what it waited for (a channel "
+        "put or get, a link to an env or rollout worker, a weight publish or fetch, a call on a worker, a "
+        "restart); the learner group's rendezvous, arrivals and collectives wait 2 x this + 30 s. A peer "
+        "process that dies is found sooner, and named first",
     )
     loggers: list[Literal["csv", "tensorboard", "wandb"]] = Field(
         default_factory=lambda: ["csv", "tensorboard"],

@@ -362,7 +362,10 @@ class EmbodiedPlacedRun(FlowRun):
             if isinstance(res, dict) and res.get("root_cause")
         ]
         why = (
-            "; ".join(f"{c} rank {r}: {e}" for (c, r), e in (dead | fatal).items())
+            "; ".join(
+                failure_reason(e) if hasattr(e, "component") else f"{c} rank {r}: {e}"
+                for (c, r), e in (dead | fatal).items()
+            )
             or "; ".join(said[:2])
             or "a peer ended the iteration"
         )

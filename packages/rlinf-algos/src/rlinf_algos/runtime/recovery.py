@@ -42,7 +42,7 @@ from typing import Any
 from rlinf_algos.flow import await_call
 from rlinf_algos.run_files import UnsafeStateFile
 from rlinf_algos.rundir import latest_checkpoint, load_checkpoint
-from rlinf_core.errors import RlinfError
+from rlinf_core.errors import PeerLost, RlinfError
 
 __all__ = [
     "OOM_KNOBS",
@@ -50,6 +50,7 @@ __all__ = [
     "LearnerDied",
     "Recovery",
     "RunFailed",
+    "WorkerHung",
     "failure_reason",
     "out_of_memory",
     "out_of_memory_message",
@@ -80,9 +81,35 @@ class LearnerDied(Exception):
         self.reason = reason
 
 
+GROUP_BROKEN = "LearnerGroupBroken"
+"""The class name of the error a learner rank raises when its group lost a rank
+(:class:`~rlinf_algos.parallel.LearnerGroupBroken`; by name: the driver imports no torch). The
+rank exits right after, so the group counts as dead."""
+
+
+class WorkerHung(RlinfError):
+    """A worker's call did not return within ``runner.worker_timeout`` after its iteration was
+    ended (its process is stopped, or stuck where no wait of its own is bounded): it is handled as
+    a dead worker (its process is killed when it is restarted). The message names the worker
+    (role, rank, pid), the call and the seconds waited."""
+
+    error_type = "WorkerHung"
+
+    def __init__(self, component: str, rank: int, pid: int | None, method: str, waited: float) -> None:
+        self.component, self.rank, self.pid, self.method = component, rank, pid, method
+        self.summary = (
+            f"it did not return within {waited:g} s (runner.worker_timeout) after the iteration was ended"
+        )
+        super().__init__(
+            f"{component} rank {rank}{f', pid {pid}' if pid else ''}: {method}(): {self.summary}"
+        )
+
+
 def worker_died(err: BaseException, component: str | None = None) -> bool:
-    """``err`` says a worker's process died (of ``component``, when given)."""
-    return getattr(err, "error_type", "") == "WorkerDied" and (
+    """``err`` says a worker's process died (of ``component``, when given) or hung
+    (:class:`WorkerHung`), or that a learner rank's group lost a rank (it exits: the group is as
+    good as dead)."""
+    return getattr(err, "error_type", "") in ("WorkerDied", "WorkerHung", GROUP_BROKEN) and (
         component is None or getattr(err, "component", None) == component
     )
 
@@ -142,8 +169,21 @@ def user_error(err: BaseException) -> WorkerUserError | None:
 
 
 def failure_reason(err: BaseException) -> str:
+    """One line on a worker's failure, the root cause first: the worker (role, rank, pid) and
+    its call, then what happened; for a worker that only lost a peer (a
+    :class:`~rlinf_core.errors.PeerLost`, whose message names the peer first), its message
+    first, then the call."""
     method, summary = getattr(err, "method", None), getattr(err, "summary", None)
-    return f"{method}(): {summary}" if method and summary else str(err).splitlines()[0]
+    if not (method and summary):
+        return (str(err).strip().splitlines() or [type(err).__name__])[0]
+    first = (str(summary).strip().splitlines() or [""])[0]
+    if isinstance(getattr(err, "cause", None), PeerLost):
+        return f"{first} (in {method}())"
+    component = getattr(err, "component", None)
+    if component is None:
+        return f"{method}(): {first}"
+    pid = getattr(err, "pid", None)
+    return f"{component} rank {getattr(err, 'rank', 0)}{f', pid {pid}' if pid else ''}: {method}(): {first}"
 
 
 class Recovery:
@@ -184,7 +224,8 @@ class Recovery:
         known = self.pids.get(role, [])
         pid = known[rank] if rank < len(known) else None
         method = getattr(err, "method", "?")
-        how = "its process died" if worker_died(err) else getattr(err, "error_type", type(err).__name__)
+        kind = getattr(err, "error_type", type(err).__name__)
+        how = {"WorkerDied": "its process died", "WorkerHung": getattr(err, "summary", kind)}.get(kind, kind)
         return f"{role} rank {rank}{f', pid {pid}' if pid else ''} failed in {method}() {where}: {how}"
 
     def count_restarts(self, what: str, n: int = 1) -> None:
@@ -238,12 +279,14 @@ class Recovery:
 
     def drop(self, k: int, lost: int, why: str) -> None:
         """Count iteration ``k``'s partial batch (``lost`` progress units collected) as dropped and
-        start the next generation of channel keys."""
+        start the next generation of channel keys. The event starts with the root cause (the
+        first line of ``why``), then the drop."""
         self.dropped_batches += 1
         self.dropped_steps += lost
+        cause = (why.strip().splitlines() or ["a worker failed"])[0]
         self.log(
-            f"iteration {k}: dropped its partial batch ({lost} {self.exe.unit}s collected) after a worker "
-            f"failure ({why}); generation {self.gen} -> {self.gen + 1}"
+            f"{cause}; iteration {k}: dropped its partial batch ({lost} {self.exe.unit}s collected) after "
+            f"this worker failure; generation {self.gen} -> {self.gen + 1}"
         )
         self.gen += 1
 
@@ -336,10 +379,12 @@ class Recovery:
         ``dead``, another error to ``fatal``. On the first failure (or a result that says
         ``aborted``) ``abort()`` ends the iteration for everyone, so the survivors return.
         ``watch``: long-running calls (a rollout rank's serve loop) whose end during the wait
-        means that worker failed. ``learn`` (the iteration's learning side) is watched: if the
-        learner dies meanwhile, ``drain`` takes what the iteration leaves on its channels until the
-        calls return (no producer waits on a bounded key nobody reads) and the death is returned
-        last. Returns ``(results, dead, fatal, learner error)``."""
+        means that worker failed. Once the iteration is ended, the calls still running get
+        ``runner.worker_timeout`` to return; one that does not goes to ``dead`` as a
+        :class:`WorkerHung` (restarted like a dead worker: its process is killed). ``learn``
+        (the iteration's learning side) is watched: if the learner dies meanwhile, ``drain``
+        takes what the iteration leaves on its channels until the calls return (no producer waits
+        on a bounded key nobody reads) and the death is returned last. Returns ``(results, dead, fatal, learner error)``."""
         futs = {asyncio.ensure_future(await_call(c)): key for key, c in calls.items()}
         watched = {f: key for key, f in (watch or {}).items()}
         results: dict[Any, Any] = {}
@@ -353,15 +398,30 @@ class Recovery:
         drained: Any = None
         loop = asyncio.get_running_loop()
 
+        deadline: float | None = None
+
         async def end() -> None:
-            nonlocal aborted
+            nonlocal aborted, deadline
             if not aborted:
                 aborted = True
                 await loop.run_in_executor(None, abort)
+                deadline = loop.time() + self.timeout
 
         while pending:
             waiting = pending | set(watched) | ({follow} if follow is not None else set())
-            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            left = None if deadline is None else deadline - loop.time()
+            done: set[Any] = set()
+            if left is None or left > 0:
+                done, _ = await asyncio.wait(waiting, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            if not done and deadline is not None and loop.time() >= deadline:
+                for f in pending:  # ended, but still running: stopped or stuck
+                    role, rank = futs[f]
+                    known = self.pids.get(role, [])
+                    pid = known[rank] if rank < len(known) else None
+                    method = getattr(calls[(role, rank)], "method", "?")
+                    dead[(role, rank)] = WorkerHung(role, rank, pid, method, self.timeout)
+                    f.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved
+                break
             if follow is not None and follow in done:
                 err = None if follow.cancelled() else follow.exception()
                 follow = None

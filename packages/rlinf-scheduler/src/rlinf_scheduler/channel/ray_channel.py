@@ -282,7 +282,9 @@ class RayChannel(Channel):
                 f"item references of channel {self.name!r}",
             )
             try:
-                values = ray.get(refs)
+                values = ray.get(refs, timeout=self._fetch_wait())
+            except ray.exceptions.GetTimeoutError:
+                raise self._payload_late(slots) from None
             except ray.exceptions.ObjectLostError as exc:
                 raise self._payload_lost(slots, exc) from exc
             fetched = {e[1]: v for e, v in zip(slots, values, strict=True)}
@@ -295,8 +297,13 @@ class RayChannel(Channel):
             import ray
 
             try:
-                refs = await self._actor.take.remote([e[1] for e in slots], [e[3] for e in slots])
-                values = await asyncio.gather(*refs)
+                refs = await asyncio.wait_for(
+                    self._actor.take.remote([e[1] for e in slots], [e[3] for e in slots]),
+                    SLOT_WAIT + _REPLY_SLACK,
+                )
+                values = await asyncio.wait_for(asyncio.gather(*refs), self._fetch_wait())
+            except TimeoutError:
+                raise self._payload_late(slots) from None
             except ray.exceptions.RayTaskError as exc:
                 cause = exc.cause if isinstance(getattr(exc, "cause", None), ChannelError) else None
                 if cause is not None:
@@ -306,6 +313,19 @@ class RayChannel(Channel):
                 raise self._payload_lost(slots, exc) from exc
             fetched = {e[1]: v for e, v in zip(slots, values, strict=True)}
         return [self._value(e, fetched) for e in entries]
+
+    def _fetch_wait(self) -> float:
+        """How long fetching items' object-store payloads may take: the channel's default
+        timeout (at least :data:`SLOT_WAIT`)."""
+        t = self.default_timeout
+        return SLOT_WAIT if math.isinf(t) or t < SLOT_WAIT else t
+
+    def _payload_late(self, slots: list[tuple[Any, ...]]) -> ChannelTimeout:
+        producers = sorted({str(e[3]) for e in slots})
+        return ChannelTimeout(
+            f"timed out after {self._fetch_wait():g} s fetching the object-store payload of {len(slots)} "
+            f"item(s) of channel {self.name!r} from {', '.join(producers)} (is its node overloaded or gone?)"
+        )
 
     def _payload_lost(self, slots: list[tuple[Any, ...]], exc: BaseException) -> ChannelPeerDied:
         producers = sorted({e[3] for e in slots})

@@ -26,7 +26,7 @@ import sys
 import warnings
 from typing import Any
 
-from rlinf_core.errors import ChannelClosed, ChannelEmpty, ChannelError, ChannelFull, ChannelTimeout
+from rlinf_core.errors import ChannelClosed, ChannelEmpty, ChannelError, ChannelFull, ChannelTimeout, PeerLost
 
 __all__ = [
     "HDR",
@@ -53,10 +53,11 @@ SLOT_WAIT = 60.0
 """Seconds a consumer waits for a large item's object reference to reach the actor."""
 
 
-class ChannelPeerDied(ChannelError):
+class ChannelPeerDied(ChannelError, PeerLost):
     """A producer or consumer a waiter depends on died (or the channel actor itself did).
 
-    ``peer`` is the dead process's description (its name, pid and node address).
+    ``peer`` is the dead process's description (its name, pid and node address). A
+    :class:`~rlinf_core.errors.PeerLost`: the peer's own failure, where known, is the root cause.
     """
 
     def __init__(self, message: str, peer: str = "") -> None:

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rlinf_core.errors import ConfigError, SchedulerError, WaitTimeout
+from rlinf_core.errors import ConfigError, PeerLost, SchedulerError, WaitTimeout
 from rlinf_core.worker import GroupCall, Worker, WorkerGroup, WorkerInfo
 from rlinf_scheduler.runtime._ray import import_ray
 from rlinf_scheduler.runtime.node_info import NET_DEVICES_ENV, NODE_RANK_ENV, NodeInfo
@@ -64,13 +64,20 @@ VISIBILITY_VARS: Mapping[str, tuple[str, ...]] = {
 FAILURE_GRACE_S = 0.5
 """After the first failure, how long to wait for the other ranks' errors to pick the root cause."""
 
+PEER_GRACE_S = 5.0
+"""When every failure in so far is a consequence (a :class:`~rlinf_core.errors.PeerLost`: a rank
+whose peer is gone), how long to wait for the peer's own failure, the root cause, to come in."""
+
 
 class WorkerError(SchedulerError):
-    """A worker failed. ``str()`` starts with the component, rank, node and method, then the remote
-    traceback of the root cause; ``others`` lists the other ranks that failed or were stopped.
+    """A worker failed. ``str()`` starts with the component, rank, process id, node and method,
+    then the remote traceback of the root cause; ``others`` lists the other ranks that failed or
+    were stopped. The root cause is the rank whose own code raised, else a rank whose process
+    died, else a rank that only reports a lost peer (:class:`~rlinf_core.errors.PeerLost`).
 
     Attributes:
         component, rank, node_rank, node_ip, method: where it failed.
+        pid: the process id of the failed rank (``None`` when unknown).
         error_type: the remote exception's class name (``ValueError``, ``ActorDied``...).
         remote_traceback: the remote traceback text ('' when the process died without one).
         cause: the remote exception object when it could be deserialized.
@@ -89,8 +96,10 @@ class WorkerError(SchedulerError):
         remote_traceback: str = "",
         cause: BaseException | None = None,
         others: Sequence[str] = (),
+        pid: int | None = None,
     ) -> None:
         self.component = component
+        self.pid = pid
         self.rank = rank
         self.node_rank = node_rank
         self.node_ip = node_ip
@@ -101,7 +110,8 @@ class WorkerError(SchedulerError):
         self.cause = cause
         self.others = list(others)
         head = (
-            f"component {component!r} rank {rank} on node {node_rank} ({node_ip}) failed in {method}(): "
+            f"component {component!r} rank {rank}{f' (pid {pid})' if pid else ''} on node {node_rank} "
+            f"({node_ip}) failed in {method}(): "
             f"{error_type}: {summary}"
         )
         parts = [head]
@@ -287,19 +297,12 @@ class RayGroupCall(GroupCall[Any]):
     def _failure(self) -> WorkerError:
         """Collect what failed, pick the root cause, stop the group, build the error."""
         ray = import_ray()
-        ready, _ = ray.wait(self.refs, num_returns=len(self.refs), timeout=FAILURE_GRACE_S)
-        ready_set = set(ready)
-        failures: list[tuple[int, _Member, BaseException]] = []
-        for m, ref in zip(self._members, self.refs, strict=True):
-            if ref not in ready_set:
-                continue
-            try:
-                ray.get(ref, timeout=0)
-            except ray.exceptions.RayError as err:
-                failures.append((_severity(ray, err), m, err))
+        failures = self._collect(FAILURE_GRACE_S)
+        if failures and failures[0][0] == CONSEQUENCE and len(failures) < len(self.refs):
+            # every rank in so far only lost a peer: give the peer's own failure time to arrive
+            failures = self._collect(PEER_GRACE_S, until_root=True)
         if not failures:  # pragma: no cover - ray.get raised, so one is ready
             raise SchedulerError(f"component {self._group.component!r}: {self.method}() failed")
-        failures.sort(key=lambda f: (f[0], f[1].rank))
         _, root_member, root = failures[0]
         others = [f"rank {m.rank} also failed ({_kind(ray, e)})" for _, m, e in failures[1:]]
         stopped = self._group._stop_after_failure(exclude={m.rank for _, m, _ in failures})
@@ -307,14 +310,43 @@ class RayGroupCall(GroupCall[Any]):
             others.append(f"stopped ranks {', '.join(map(str, stopped))} of {self._group.component!r}")
         return _worker_error(ray, self._group.component, root_member, self.method, root, others)
 
+    def _collect(self, grace: float, until_root: bool = False) -> list[tuple[int, _Member, BaseException]]:
+        """The failed ranks' ``(severity, member, error)``, root cause first, once every rank
+        finished or ``grace`` seconds passed (``until_root``: or once a failure that is not a
+        consequence is in)."""
+        ray = import_ray()
+        deadline = time.monotonic() + grace
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            step = min(left, 0.1) if until_root else left
+            ready, _ = ray.wait(self.refs, num_returns=len(self.refs), timeout=step)
+            ready_set = set(ready)
+            failures: list[tuple[int, _Member, BaseException]] = []
+            for m, ref in zip(self._members, self.refs, strict=True):
+                if ref not in ready_set:
+                    continue
+                try:
+                    ray.get(ref, timeout=0)
+                except ray.exceptions.RayError as err:
+                    failures.append((_severity(ray, err), m, err))
+            failures.sort(key=lambda f: (f[0], f[1].rank))
+            rooted = failures and failures[0][0] < CONSEQUENCE
+            if len(ready) == len(self.refs) or left <= 0 or (until_root and rooted):
+                return failures
+
+
+CONSEQUENCE = 2
+"""The severity of a rank that failed only because a peer is gone (:func:`_severity`)."""
+
 
 def _severity(ray: Any, err: BaseException) -> int:
-    """0: an exception raised by the worker's code; 1: the worker process died; 2: anything else."""
+    """0: an exception raised by the worker's code; 1: the worker process died; 2 (:data:`CONSEQUENCE`):
+    the worker's code reports a lost peer (:class:`~rlinf_core.errors.PeerLost`); 3: anything else."""
     if isinstance(err, ray.exceptions.RayTaskError):
-        return 0
+        return CONSEQUENCE if isinstance(getattr(err, "cause", None), PeerLost) else 0
     if isinstance(err, ray.exceptions.RayActorError):
         return 1
-    return 2
+    return 3
 
 
 def _kind(ray: Any, err: BaseException) -> str:
@@ -357,6 +389,7 @@ def _worker_error(
         remote_traceback=tb,
         cause=getattr(err, "cause", None),
         others=others,
+        pid=m.pid,
     )
 
 

@@ -259,7 +259,7 @@ class Consumer:
             t + 30.0,
             f"weights {self.name!r}",
         )
-        got_version, state = load_entry(self.name, reply)
+        got_version, state = load_entry(self.name, reply, t)
         state = {k: v.to(self.device) if hasattr(v, "to") else v for k, v in state.items()}
         from rlinf_scheduler.channel.wire import pack_payload
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from typing import Any, ClassVar
 
-from rlinf_core.errors import ChannelError
+from rlinf_core.errors import ChannelError, ChannelTimeout
 from rlinf_core.weights import WeightSync, WeightSyncStats
 from rlinf_scheduler.channel.client import ray_get
 from rlinf_scheduler.channel.peer import peer_desc
@@ -39,8 +39,10 @@ def put_state(state_dict: Any) -> tuple[list[Any], bool, int]:
     return [ray.put(packed)], has_torch, nbytes
 
 
-def load_entry(name: str, reply: tuple[int, list[Any], bool, str]) -> tuple[int, Any]:
-    """``(version, state_dict)`` of a registry reply, read from the object store."""
+def load_entry(name: str, reply: tuple[int, list[Any], bool, str], timeout: float) -> tuple[int, Any]:
+    """``(version, state_dict)`` of a registry reply, read from the object store within
+    ``timeout`` seconds (:class:`~rlinf_core.errors.ChannelTimeout` naming the weights, the
+    version, the publisher and the seconds otherwise)."""
     import ray
 
     version, refs, has_torch, publisher = reply
@@ -50,7 +52,12 @@ def load_entry(name: str, reply: tuple[int, list[Any], bool, str]) -> tuple[int,
             "collective; use the handle the driver created for them"
         )
     try:
-        value = ray.get(refs[0])
+        value = ray.get(refs[0], timeout=timeout)
+    except ray.exceptions.GetTimeoutError:
+        raise ChannelTimeout(
+            f"timed out after {timeout:g} s fetching weights {name!r} version {version} from the object "
+            f"store (published by {publisher}; is its node overloaded or unreachable?)"
+        ) from None
     except ray.exceptions.ObjectLostError as exc:
         raise ChannelPeerDied(
             f"weights {name!r}: the publisher {publisher} died and its published object went "
@@ -158,7 +165,7 @@ class WeightBroadcast(WeightSync):
 
     def _store(self, reply: tuple[int, list[Any], bool, str]) -> tuple[int, Any]:
         t0 = time.perf_counter()
-        self._cache = load_entry(self.name, reply)
+        self._cache = load_entry(self.name, reply, self.default_timeout)
         self._stats.fetches += 1
         self._stats.bytes_fetched += pack_payload(self._cache[1])[1]
         self._stats.fetch_s += time.perf_counter() - t0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import threading
 import time
 from typing import Any
 
@@ -28,6 +29,10 @@ from rlinf_core.errors import ChannelError, RlinfError
 from rlinf_core.weights import WeightSync
 
 log = logging.getLogger(__name__)
+
+EXIT_GRACE_S = 2.0
+"""How long a rank whose learner group broke lives on after raising, so that its error (which
+names the gone rank) reaches the driver before its process ends."""
 
 __all__ = ["ActorWorker", "digest"]
 
@@ -71,7 +76,7 @@ class ActorWorker(RoleWorker):
     takes the batches, publishes the weights and answers ``state``/``policy`` (the other ranks
     take part in the gathering and return ``None``). A collective that fails (a rank died) ends
     this process too, so the whole group goes down and the driver restarts it from the newest
-    checkpoint.
+    checkpoint; the error it raises first names the rank that is gone (the root cause).
 
     Options: ``strategy`` (``ddp`` or ``fsdp``), ``micro_batch_size``, ``device`` (``runner.device``).
     """
@@ -135,13 +140,30 @@ class ActorWorker(RoleWorker):
             ) from None
 
     def _group_call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(...)`` on a learner group of several ranks. When a collective or an arrival fails
+        (a rank died or is stuck), this rank raises a
+        :class:`~rlinf_algos.parallel.LearnerGroupBroken` whose first line names the gone rank
+        (the root cause), then this rank, the call and how long it waited, and exits
+        :data:`EXIT_GRACE_S` later, once the driver has the error: no rank is left waiting."""
+        from rlinf_algos.parallel import LearnerGroupBroken
+
+        t0 = time.monotonic()
         try:
             return fn(*args, **kwargs)
         except (RuntimeError, RlinfError) as err:
             if isinstance(err, ChannelError) or type(err).__name__ in ("ConfigError", "OutOfMemoryError"):
                 raise
-            log.exception("actor rank %d: the learner group failed (%s); this rank exits", self.rank, err)
-            os._exit(70)
+            name = getattr(fn, "__name__", "a call")
+            broken = (
+                err
+                if isinstance(err, LearnerGroupBroken)
+                else self.dp.lost(f"{name}()", time.monotonic() - t0, err)
+            )
+            log.error("%s; this rank exits in %g s", broken, EXIT_GRACE_S)
+            exit_timer = threading.Timer(EXIT_GRACE_S, os._exit, args=(70,))
+            exit_timer.daemon = True
+            exit_timer.start()
+            raise broken from None
 
     def configure(
         self,

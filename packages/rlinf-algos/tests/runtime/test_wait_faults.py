@@ -1,0 +1,198 @@
+"""Peers that die in the middle of a wait, on a real embedded Ray with real MuJoCo envs: a rollout
+worker killed while the learner broadcasts weights to it (``rollout.weight_sync: collective``,
+Gloo), and a learner rank killed while the other rank waits for it in a collective (the actor on
+2 processes, ``actor.strategy: ddp``, Gloo). Each run recovers as the runtime does (a restarted
+rollout worker and a dropped batch; the learner group back from its newest checkpoint) within
+``runner.worker_timeout``, and the event says the root cause first: the killed worker, its pid.
+
+Both faults are staged the same way: the victim is stopped (SIGSTOP) where the runtime reports
+that rollout rank 0 collects iteration ``k`` (``on_collecting``); while it is stopped the learner
+finishes its update on ``k - 1`` and then waits for the victim (in the weight broadcast, or in the
+collective that hands the other rank its batch), a wait that would last until the timeout; then
+the victim is killed (SIGKILL). The publish's duration (``publish_s`` of the update) shows the
+broadcast did wait for the stopped rollout worker."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlinf_algos.training import run_training
+
+pytestmark = [pytest.mark.slow, pytest.mark.network]
+
+BATCH = 64 * 4  # rollout_steps x num_envs: env steps per iteration
+TIMEOUT = 120.0  # runner.worker_timeout: the bound of every wait
+STOPPED_S = 6.0  # how long the victim is stopped before it is killed
+SLACK_S = 60.0  # a restart starts a process that imports torch: slow on a loaded 2-core machine
+
+
+def ppo_config(**runner: Any) -> dict[str, Any]:
+    return {
+        "cluster": {
+            "num_nodes": 1,
+            "component_placement": {
+                "env": {"node_group": "node", "placement": "0"},
+                "rollout": {"node_group": "node", "placement": "0"},
+                "actor": {"node_group": "node", "placement": "0"},
+            },
+        },
+        "algorithm": {"name": "ppo", "rollout_steps": 64, "update_epochs": 2, "minibatch_size": 64},
+        "env": {"id": "InvertedPendulum-v5", "num_envs": 4},
+        "model": {"hidden_sizes": [16, 16]},
+        "rollout": {"pipeline_stages": 2},
+        "runner": {
+            "total_steps": 6 * BATCH,
+            "log_interval": BATCH,
+            "checkpoint_interval": 2 * BATCH,
+            "worker_timeout": TIMEOUT,
+            "seed": 3,
+            "loggers": ["csv"],
+            **runner,
+        },
+    }
+
+
+def rows(run_dir: Path) -> list[int]:
+    with (run_dir / "metrics.csv").open() as f:
+        return [int(r["step"]) for r in csv.DictReader(f)]
+
+
+class StopThenKill:
+    """Callbacks: at ``on_collecting(k_fault)``, SIGSTOP the process ``victim(run)`` names, and
+    SIGKILL it :data:`STOPPED_S` later (from a thread: the run goes on meanwhile). Records the
+    kill's time, every ``on_iteration`` (its time, ``k``) and each update's ``publish_s``."""
+
+    def __init__(self, k_fault: int, victim: Any) -> None:
+        self.k_fault, self.victim = k_fault, victim
+        self.pid: int | None = None
+        self.killed_at: float | None = None
+        self.iterations: list[tuple[float, int]] = []
+        self.publish_s: list[float] = []
+        self.thread: threading.Thread | None = None
+
+    def on_collecting(self, run: Any, k: int) -> None:
+        if k != self.k_fault or self.pid is not None:
+            return
+        self.pid = int(self.victim(run))
+        os.kill(self.pid, signal.SIGSTOP)
+
+        def kill() -> None:
+            time.sleep(STOPPED_S)
+            self.killed_at = time.monotonic()
+            os.kill(self.pid, signal.SIGKILL)
+
+        self.thread = threading.Thread(target=kill, daemon=True)
+        self.thread.start()
+
+    def on_iteration(self, run: Any, k: int) -> None:
+        self.iterations.append((time.monotonic(), k))
+        self.publish_s.append(float((getattr(run, "last_metrics", None) or {}).get("publish_s", 0.0)))
+
+    def callbacks(self) -> dict[str, Any]:
+        return {"on_collecting": self.on_collecting, "on_iteration": self.on_iteration}
+
+    def recovered_after(self) -> float:
+        """Seconds from the kill to the first iteration that started after it."""
+        assert self.killed_at is not None
+        return next(t for t, _ in self.iterations if t > self.killed_at) - self.killed_at
+
+
+def test_a_rollout_worker_killed_mid_weight_sync_is_restarted_and_its_batch_dropped(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    config = ppo_config(checkpoint_interval=0)
+    config["rollout"]["weight_sync"] = "collective"  # a Gloo broadcast group: the publish waits for it
+    fault = StopThenKill(2, lambda run: run.pids["rollout"][0])
+    summary = run_training(config, run_dir=tmp_path, callbacks=fault.callbacks())
+    assert fault.killed_at is not None
+    # the broadcast of the update on iteration 1 waited for the stopped worker until it was killed
+    # (a broadcast of this MLP over loopback takes milliseconds), not until the timeout
+    assert 1.0 < max(fault.publish_s) < STOPPED_S + 10.0, fault.publish_s
+    assert summary["restarts"] == 1 and summary["dropped_batches"] == 1, summary["events"]
+    assert summary["total_env_steps"] == 6 * BATCH and summary["learner_restarts"] == []
+    # the first event of the fault says the root cause first, on one line: the killed worker
+    first = next(e for e in summary["events"] if str(fault.pid) in e)
+    assert first.startswith(f"rollout rank 0, pid {fault.pid}: collect(): the worker's process died; "), first
+    assert "iteration 2: dropped its partial batch" in first and "\n" not in first, first
+    assert (
+        f"rollout rank 0, pid {fault.pid} failed in collect() in iteration 2: its process died"
+        in summary["events"]
+    )
+    assert "restarted rollout rank(s) [0]" in "\n".join(summary["events"])
+    assert fault.recovered_after() < TIMEOUT + SLACK_S
+    assert rows(tmp_path) == [BATCH * i for i in range(1, 7)]  # each row once
+
+
+def test_a_learner_rank_killed_mid_collective_restarts_the_group_naming_it(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    config = ppo_config()
+    config["cluster"]["component_placement"]["actor"]["placement"] = "0:0-1"
+    config["actor"] = {"strategy": "ddp"}
+    fault = StopThenKill(4, lambda run: run.pids["actor"][1])
+    pids: list[list[int]] = []
+    callbacks = fault.callbacks()
+    on_iteration = callbacks["on_iteration"]
+
+    def record(run: Any, k: int) -> None:
+        pids.append(list(run.pids["actor"]))
+        on_iteration(run, k)
+
+    summary = run_training(config, run_dir=tmp_path, callbacks={**callbacks, "on_iteration": record})
+    assert fault.killed_at is not None and summary["learner_world_size"] == 2
+    (event,) = summary["learner_restarts"]
+    # the root cause first: the killed rank, not rank 0 that exited because its peer was gone
+    assert event["reason"].startswith(f"actor rank 1, pid {fault.pid}: train(): "), event
+    # back to the newest checkpoint (the steps since it are lost, and collected again)
+    assert event["checkpoint"].endswith(f"step_{event['step'] - event['steps_lost']:010d}.safetensors"), event
+    died = next(e for e in summary["events"] if e.startswith("the learner (actor worker) died"))
+    assert f": actor rank 1, pid {fault.pid}: " in died.splitlines()[0], died
+    assert fault.recovered_after() < TIMEOUT + SLACK_S
+    assert not set(pids[0]) & set(pids[-1])  # both ranks are new processes
+    assert summary["total_env_steps"] == 6 * BATCH
+    assert rows(tmp_path) == [BATCH * i for i in range(1, 7)]  # each row once
+
+
+def test_a_stopped_rollout_worker_is_named_and_replaced_within_its_bound(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    """A rollout worker that stops answering (SIGSTOP, never killed): the env worker's wait for
+    its actions ends after ``runner.worker_timeout``, and the driver, once it ended the
+    iteration, waits for the stopped call ``runner.worker_timeout`` more, then names it and
+    restarts it (its process killed): a bounded wait, never a hang."""
+    timeout = 45.0
+    config = ppo_config(checkpoint_interval=0, worker_timeout=timeout)
+    stopped: dict[str, Any] = {}
+
+    def on_collecting(run: Any, k: int) -> None:
+        if k == 2 and not stopped:
+            stopped["pid"] = run.pids["rollout"][0]
+            stopped["at"] = time.monotonic()
+            os.kill(stopped["pid"], signal.SIGSTOP)
+
+    iterations: list[tuple[float, int]] = []
+    summary = run_training(
+        config,
+        run_dir=tmp_path,
+        callbacks={
+            "on_collecting": on_collecting,
+            "on_iteration": lambda run, k: iterations.append((time.monotonic(), k)),
+        },
+    )
+    pid = stopped["pid"]
+    first = next(e for e in summary["events"] if str(pid) in e)
+    assert first.startswith(
+        f"rollout rank 0, pid {pid}: collect(): it did not return within {timeout:g} s (runner.worker_timeout)"
+    ), first
+    assert summary["restarts"] == 1 and summary["dropped_batches"] == 1, summary["events"]
+    recovered = next(t for t, _ in iterations if t > stopped["at"]) - stopped["at"]
+    assert timeout < recovered < 2 * timeout + SLACK_S  # the env worker's wait, then the driver's
+    assert rows(tmp_path) == [BATCH * i for i in range(1, 7)]
