@@ -59,6 +59,16 @@ def _stack(rows: list[Any]) -> Any:
     return np.stack([np.asarray(r) for r in rows])
 
 
+def _keys(path: str) -> tuple[str, ...]:
+    return tuple(path.split("/")) if path else ()
+
+
+def _leaf(obs: Any, keys: tuple[str, ...]) -> Any:
+    for key in keys:
+        obs = obs[key]
+    return obs
+
+
 def _where(err: BaseException) -> str:
     """``file:line`` of the innermost frame of ``err``'s traceback outside this file."""
     frames = [f for f in traceback.extract_tb(err.__traceback__) if not f.filename.endswith("server.py")]
@@ -74,8 +84,8 @@ class Server:
         self.shared_fd = shared_fd
         self.block_map: mmap.mmap | None = None
         self.views: dict[str, np.ndarray] = {}
-        self.obs_paths: list[str] = []
-        self.text_paths: list[str] = []
+        self.slots: list[tuple[tuple[str, ...], np.ndarray, np.ndarray]] = []  # obs leaves: keys, views
+        self.text_slots: list[tuple[str, tuple[str, ...]]] = []
 
     def make(self, spec: dict[str, Any]) -> dict[str, Any]:
         self.sim = self.backend.make(spec)
@@ -101,8 +111,9 @@ class Server:
             self.block_map.close()
         self.block_map = mmap.mmap(self.shared_fd, lay.size)
         self.views = lay.views(self.block_map)
-        self.obs_paths = [k[len("obs/") :] for k in self.views if k.startswith("obs/")]
-        self.text_paths = lay.text
+        paths = [k[len("obs/") :] for k in self.views if k.startswith("obs/")]
+        self.slots = [(_keys(p), self.views["obs/" + p], self.views["final_obs/" + p]) for p in paths]
+        self.text_slots = [(p, _keys(p)) for p in lay.text]
         return {}
 
     def step(self) -> bytes:
@@ -111,33 +122,30 @@ class Server:
         v = self.views
         if not v:
             raise ValueError("step before share: the shared block is not mapped")
+        n, sim, once, slots, texts = self.sim.num_envs, self.sim, self.once, self.slots, self.text_slots
         actions, reward, success = v["actions"], v["reward"], v["success"]
         term, trunc, done = v["terminated"], v["truncated"], v["done"]
         final_success, final_once = v["final_success"], v["final_success_once"]
-        done[:] = False
-        paths, texts = self.obs_paths, self.text_paths
-        obs_text: dict[str, list[Any]] = {p: [] for p in texts}
-        final_text: dict[str, list[Any]] = {p: [] for p in texts}
-        for i in range(self.sim.num_envs):
-            obs, r, te, tr, info = self.sim.step(i, actions[i].copy())  # not a view the next step changes
+        done.fill(False)
+        obs_text: dict[str, list[Any]] = {p: [] for p, _ in texts}
+        final_text: dict[str, list[Any]] = {p: [None] * n for p, _ in texts}
+        for i in range(n):
+            obs, r, te, tr, info = sim.step(i, actions[i].copy())  # not a view the next step changes
             ok = bool(info.get("success", False))
-            self.once[i] = self.once[i] or ok
-            reward[i], term[i], trunc[i], success[i] = float(r), bool(te), bool(tr), ok
+            once[i] = once[i] or ok
+            reward[i], term[i], trunc[i], success[i] = r, te, tr, ok
             if te or tr:
-                done[i], final_success[i], final_once[i] = True, ok, self.once[i]
-                for p in paths:
-                    v["final_obs/" + p][i] = wire.tree_get(obs, p)
-                for p in texts:
-                    final_text[p].append(str(wire.tree_get(obs, p)))
-                obs, _ = self.sim.reset(i, None, None)
-                self.once[i] = False
-            elif texts:
-                for p in texts:
-                    final_text[p].append(None)
-            for p in paths:
-                v["obs/" + p][i] = wire.tree_get(obs, p)
-            for p in texts:
-                obs_text[p].append(str(wire.tree_get(obs, p)))
+                done[i], final_success[i], final_once[i] = True, ok, once[i]
+                for keys, _, final in slots:
+                    final[i] = _leaf(obs, keys)
+                for p, keys in texts:
+                    final_text[p][i] = str(_leaf(obs, keys))
+                obs, _ = sim.reset(i, None, None)
+                once[i] = False
+            for keys, view, _ in slots:
+                view[i] = _leaf(obs, keys)
+            for p, keys in texts:
+                obs_text[p].append(str(_leaf(obs, keys)))
         if not texts:
             return b""
         return json.dumps({"obs": obs_text, "final_obs": final_text}, separators=(",", ":")).encode()

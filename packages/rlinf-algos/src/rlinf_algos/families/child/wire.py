@@ -289,13 +289,6 @@ def _leaves(spec: dict[str, Any], path: str) -> Any:
         raise WireError(f"cannot lay out an observation of kind {spec['kind']!r}")
 
 
-def tree_get(obs: Any, path: str) -> Any:
-    """The leaf at ``path`` of an observation (``""``: the observation itself)."""
-    for key in path.split("/") if path else ():
-        obs = obs[key]
-    return obs
-
-
 def tree_set(tree: dict[str, Any], path: str, value: Any) -> None:
     """Put ``value`` at ``path`` of a nested dict, making the dicts on the way."""
     keys = path.split("/")
