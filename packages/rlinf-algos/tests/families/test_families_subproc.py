@@ -243,3 +243,14 @@ def test_a_simulator_killed_by_sigkill_is_named_and_its_shared_block_goes_with_i
     finally:
         env.close()
     assert _blocks() == before
+
+
+def test_an_observation_space_without_a_layout_is_named_and_leaves_nothing_open() -> None:
+    before = _blocks() if os.path.isdir("/proc/self/fd") else 0
+    with pytest.raises(
+        SimulatorError,
+        match=r"the toy simulator \(pid \d+.*its observation space has a leaf of kind 'discrete'",
+    ):
+        make(1, odd_obs=True)
+    if os.path.isdir("/proc/self/fd"):
+        assert _blocks() == before

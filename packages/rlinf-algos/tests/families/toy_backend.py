@@ -5,7 +5,8 @@ moved by ``0.25 dx``; reward ``-|goal - x|``; success while ``|goal - x| < 0.1``
 without one, the copy's generator draws it from ``[-1, 0]``.
 
 ``spec["dict_obs"]``: observations are ``{"state": [x, goal], "instruction": "go to TASK, step T"}``
-instead (a text leaf that changes every step).
+instead (a text leaf that changes every step); ``spec["odd_obs"]`` declares an observation space
+of a kind rlinf cannot lay out.
 
 Faults on demand (``spec``): ``die_at`` (``os._exit(3)`` at that step of copy 0, after writing
 a line to stderr), ``hang_at`` (sleeps for ever at that step), ``raise_at`` (``ValueError``).
@@ -36,7 +37,9 @@ class Toy:
         state = {"kind": "box", "shape": [2], "dtype": "float32"}
         text = {"kind": "text", "max_length": 64}
         return {
-            "obs": {"kind": "dict", "keys": {"state": state, "instruction": text}}
+            "obs": {"kind": "discrete", "n": 3}
+            if self.spec.get("odd_obs")
+            else {"kind": "dict", "keys": {"state": state, "instruction": text}}
             if self.spec.get("dict_obs")
             else state,
             "action": {"low": np.full(1, -1.0, np.float32), "high": np.full(1, 1.0, np.float32)},

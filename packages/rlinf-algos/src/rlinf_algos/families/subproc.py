@@ -5,8 +5,8 @@
 it, and exchanges :mod:`~rlinf_algos.families.child.wire` frames over two pipes: messages (plain
 data and numpy arrays, no pickle) for the rare requests, and for each step an 8-byte frame each
 way while actions, observations, rewards and flags sit in a shared-memory block the parent made
-(an anonymous ``memfd``, so nothing outlives the two processes). Every wait is bounded: building the simulator by ``start_timeout``, each reset, step
-or render by ``timeout``; on expiry the process is killed and a :class:`SimulatorError` names
+(an anonymous ``memfd``, so nothing outlives the two processes). Every wait is bounded: building
+the simulator by ``start_timeout``, each reset, step or render by ``timeout``; on expiry the process is killed and a :class:`SimulatorError` names
 the family, its pid and interpreter, the request it did not answer and for how long. A process
 that dies is reported with the last lines it wrote to stderr.
 
@@ -308,7 +308,10 @@ class RemoteVectorEnv(VectorEnv):
         try:
             spaces = self.proc.request("make", timeout=self.start_timeout, spec=self.spec)["spaces"]
             action_dim = int(np.asarray(spaces["action"]["low"]).size)
-            self.layout = wire.Layout.for_step(self.num_envs, action_dim, spaces["obs"])
+            try:
+                self.layout = wire.Layout.for_step(self.num_envs, action_dim, spaces["obs"])
+            except (wire.WireError, KeyError, TypeError, ValueError) as err:
+                raise SimulatorError(f"{self.proc.describe()}: its observation space {err}") from None
             self.proc.share(self.layout)
             self.obs_paths = [k[len("obs/") :] for k in self.layout.fields if k.startswith("obs/")]
             return spaces

@@ -286,7 +286,7 @@ def _leaves(spec: dict[str, Any], path: str) -> Any:
     elif spec["kind"] in ("box", "text"):
         yield path, spec
     else:
-        raise WireError(f"cannot lay out an observation of kind {spec['kind']!r}")
+        raise WireError(f"has a leaf of kind {spec['kind']!r} (box, text or dict expected)")
 
 
 def tree_set(tree: dict[str, Any], path: str, value: Any) -> None:
