@@ -9,11 +9,14 @@ interrupts it), on one core:
   the actions read from and the results written into the shared block;
 - **env worker**: ``VectorEnvStepper.step`` in rlinf's interpreter (episode statistics, action
   clipping, the vector env's copies out of the block) with the exchange itself left out;
-- **pipe round trip**: an 8-byte frame each way between two processes on the core (the
-  exchange's floor: two system calls and two switches each way).
+- **exchange**: a step of the vector env against a simulator process whose backend does nothing
+  (the frames, the system calls, the switches between the two processes, both sides' Python),
+  less the vector env's own work, which the env worker column has;
+- **pipe round trip**: an 8-byte write and read each way between two bare processes on the core
+  (the floor of the exchange).
 
-The added work per env step is ``server - simulator + (env worker + pipe round trip) / N``; what
-it leaves out is what a loaded core costs a process that blocks twice a step (other jobs run in
+The added work per env step is ``server - simulator + (env worker + exchange) / N``; what it
+leaves out is what a loaded core costs a process that blocks twice a step (other jobs run in
 between and take its cache), which the wall-clock ratio of ``env_families.py`` shows. Usage::
 
     uv run python benchmarks/env_families_breakdown.py --json benchmarks/results/env_families_breakdown.json
@@ -29,6 +32,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -84,23 +88,66 @@ def child_side(python: str, n: int, rounds: int, core: int) -> dict[str, float]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def env_worker(n: int, rounds: int) -> float:
-    """Seconds per env step of ``VectorEnvStepper.step`` without the exchange."""
+NULL_BACKEND = """
+import numpy as np
+class Null:
+    def __init__(self, spec):
+        self.num_envs = len(spec["tasks"])
+        self.obs = np.zeros(39, np.float32)
+    def spaces(self):
+        return {"obs": {"kind": "box", "shape": [39], "dtype": "float32"},
+                "action": {"low": np.full(4, -1.0, np.float32), "high": np.full(4, 1.0, np.float32)}}
+    def reset(self, i, seed, init):
+        return self.obs, {}
+    def step(self, i, action):
+        return self.obs, 0.0, False, False, {"success": False}
+    def close(self):
+        pass
+def make(spec):
+    return Null(spec)
+"""
+
+
+def _fastest(f: Any, rounds: int) -> float:
+    best = 1e9
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def env_worker(n: int, rounds: int) -> tuple[float, float]:
+    """Seconds per batch of ``VectorEnvStepper.step`` and of the bare vector env's step, both
+    without the exchange."""
     from rlinf_algos.envs import VectorEnvStepper
 
     st = VectorEnvStepper("reach-v3", n, 0, family="metaworld")
     try:
-        proc = st.envs.unwrapped.proc
-        proc.step = dict  # the block keeps the last step's results: the worker's own work alone
+        raw = st.envs.unwrapped
+        raw.proc.step = dict  # the block keeps the last step's results: the worker's own work alone
         actions = np.random.default_rng(0).uniform(-1, 1, (n, 4)).astype(np.float32)
-        best = 1e9
-        for _ in range(rounds):
-            t0 = time.perf_counter()
-            st.step(actions)
-            best = min(best, time.perf_counter() - t0)
-        return best / n
+        return _fastest(lambda: st.step(actions), rounds), _fastest(lambda: raw.step(actions), rounds)
     finally:
         st.close()
+
+
+def exchange(n: int, rounds: int) -> float:
+    """Seconds per batch of the vector env's step against a simulator process doing nothing."""
+    import tempfile
+
+    from rlinf_algos.families.subproc import RemoteVectorEnv
+
+    with tempfile.TemporaryDirectory() as tmp:
+        backend = Path(tmp) / "null_backend.py"
+        backend.write_text(NULL_BACKEND)
+        env = RemoteVectorEnv("null", sys.executable, backend, {"tasks": ["null"] * n}, timeout=60.0)
+        try:
+            env.reset(seed=0)
+            actions = np.zeros((n, 4), np.float32)
+            return _fastest(lambda: env.step(actions), rounds)
+        finally:
+            env.close()
 
 
 def pipe_round_trip(rounds: int) -> float:
@@ -151,13 +198,15 @@ def main() -> None:
     }
     rtt = pipe_round_trip(args.rounds * 5)
     print(
-        f"{'envs':>4} {'simulator':>10} {'backend':>8} {'server':>8} {'env worker':>11} {'pipe rtt':>9} "
-        f"{'added/step':>11} {'added':>7}   (us per env step; env worker and pipe per batch / N)"
+        f"{'envs':>4} {'simulator':>10} {'backend':>8} {'server':>8} {'env worker':>11} {'exchange':>9} "
+        f"{'pipe rtt':>9} {'added/step':>11} {'added':>7}   (us per env step; env worker, exchange and "
+        "pipe per batch / N)"
     )
     for n in (int(x) for x in args.envs.split(",")):
         child = child_side(python, n, args.rounds, args.core)
-        worker = env_worker(n, args.rounds)
-        added = child["server"] - child["simulator"] + worker + rtt / n
+        worker, vector = env_worker(n, args.rounds)
+        swap = max(0.0, exchange(n, args.rounds) - vector)
+        added = child["server"] - child["simulator"] + (worker + swap) / n
         row = {
             "family": "metaworld",
             "task": "reach-v3",
@@ -165,8 +214,9 @@ def main() -> None:
             "simulator_us": 1e6 * child["simulator"],
             "backend_us": 1e6 * child["backend"],
             "server_us": 1e6 * child["server"],
-            "env_worker_us": 1e6 * worker,
-            "pipe_round_trip_us": 1e6 * rtt,
+            "env_worker_us": 1e6 * worker / n,
+            "exchange_us": 1e6 * swap / n,
+            "pipe_round_trip_us": 1e6 * rtt / n,
             "added_us_per_step": 1e6 * added,
             "added_pct": 100.0 * added / child["simulator"],
         }
@@ -174,8 +224,8 @@ def main() -> None:
         print(
             f"{n:>4} {fmt(row['simulator_us'], '.1f'):>10} {fmt(row['backend_us'], '.1f'):>8} "
             f"{fmt(row['server_us'], '.1f'):>8} {fmt(row['env_worker_us'], '.1f'):>11} "
-            f"{fmt(row['pipe_round_trip_us'], '.1f'):>9} {fmt(row['added_us_per_step'], '.1f'):>11} "
-            f"{fmt(row['added_pct'], '.1f'):>6}%"
+            f"{fmt(row['exchange_us'], '.1f'):>9} {fmt(row['pipe_round_trip_us'], '.1f'):>9} "
+            f"{fmt(row['added_us_per_step'], '.1f'):>11} {fmt(row['added_pct'], '.1f'):>6}%"
         )
     finish(report, t0, args.json)
 

@@ -186,7 +186,11 @@ def test_a_step_is_one_8_byte_frame_each_way_and_gives_arrays_of_its_own(
         env.reset(seed=0)
         first = env.step(np.full((3, 1), 0.5, np.float32))
         written, got = [], []
-        real_writev, real_read = os.writev, os.read
+        real_write, real_writev, real_read = os.write, os.writev, os.read
+
+        def write(fd: int, data: bytes) -> int:
+            written.append(memoryview(data).nbytes)
+            return real_write(fd, data)
 
         def writev(fd: int, buffers: list) -> int:
             written.append(sum(memoryview(b).nbytes for b in buffers))
@@ -197,6 +201,7 @@ def test_a_step_is_one_8_byte_frame_each_way_and_gives_arrays_of_its_own(
             got.append(len(out))
             return out
 
+        monkeypatch.setattr(os, "write", write)
         monkeypatch.setattr(os, "writev", writev)
         monkeypatch.setattr(os, "read", read)
         second = env.step(np.full((3, 1), -0.5, np.float32))

@@ -127,8 +127,8 @@ class Server:
         term, trunc, done = v["terminated"], v["truncated"], v["done"]
         final_success, final_once = v["final_success"], v["final_success_once"]
         done.fill(False)
-        obs_text: dict[str, list[Any]] = {p: [] for p, _ in texts}
-        final_text: dict[str, list[Any]] = {p: [None] * n for p, _ in texts}
+        obs_text: dict[str, list[Any]] = {p: [] for p, _ in texts} if texts else {}
+        final_text: dict[str, list[Any]] = {p: [None] * n for p, _ in texts} if texts else {}
         for i in range(n):
             obs, r, te, tr, info = sim.step(i, actions[i].copy())  # not a view the next step changes
             ok = bool(info.get("success", False))

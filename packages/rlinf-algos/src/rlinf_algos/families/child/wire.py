@@ -158,9 +158,15 @@ def write_message(fd: int, value: Any) -> None:
     _write_all(fd, encode(value))
 
 
+_EMPTY = {kind: FRAME.pack(kind, 0) for kind in (STEP, STEPPED)}
+
+
 def write_frame(fd: int, kind: int, body: bytes = b"") -> None:
     """Send a ``STEP`` or ``STEPPED`` frame (blocking)."""
-    _write_all(fd, [FRAME.pack(kind, len(body)), body])
+    if body:
+        _write_all(fd, [FRAME.pack(kind, len(body)), body])
+    else:  # 8 bytes: one write, whole (a pipe never splits a write of up to PIPE_BUF bytes)
+        os.write(fd, _EMPTY[kind])
 
 
 def _read_exactly(fd: int, n: int, deadline: float | None, what: str) -> bytearray:
@@ -184,7 +190,16 @@ def read_frame(fd: int, deadline: float | None = None, what: str = "a message") 
     """The next frame's ``(kind, body length)``; waits until ``deadline`` (``time.monotonic``;
     ``None``: for ever): :class:`WireTimeout` after it, :class:`WireError` when the pipe closes
     or the header is not one."""
-    kind, size = FRAME.unpack(_read_exactly(fd, FRAME.size, deadline, what))
+    if deadline is not None:  # the usual case in one select and one read
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise WireTimeout(what)
+    head = os.read(fd, FRAME.size)
+    if not head:
+        raise WireError(f"the pipe closed while reading {what}")
+    if len(head) < FRAME.size:
+        head += _read_exactly(fd, FRAME.size - len(head), deadline, what)
+    kind, size = FRAME.unpack(head)
     if kind not in (MSG, STEP, STEPPED) or size >= _MAX_BODY:
         raise WireError(f"a malformed frame (kind {kind}, {size} bytes) while reading {what}")
     return kind, size
