@@ -15,12 +15,15 @@ run:
 Every process is pinned to one core (``taskset -c CORE``; the child inherits it), so the ratio is
 the overhead per step. Beside the steps per second (wall clock, which other jobs on a loaded
 machine's core also take), each side's CPU time per step is measured: the bare loop's process
-time, and rlinf's env worker's plus its simulator process's (``/proc/PID/task/*/schedstat``), so
-the ``cpu overhead`` column is what rlinf adds whatever else the core runs (less the cache it
-loses to them). Each batch of ``N`` steps is also timed alone: the 10th percentile of those times
-(``p10 overhead``) is the cost of a step when no other job took the core during it, which is what
-a quiet machine sees. ``overhead`` is from the medians over the repeats; each repeat's own ratios
-are kept (``*_runs``) for the spread.
+time, and rlinf's env worker's plus its simulator process's (``/proc/PID/task/*/schedstat``).
+The ``cpu overhead`` column leaves out the time other jobs run, but still grows with the load:
+the env worker and its simulator block twice a step and get the core back after other jobs'
+turns, most likely with a cold cache (the pieces timed apart sum to far less). Each batch of ``N`` steps is also timed alone (``p10 overhead``:
+the 10th percentile of those times on each side): the bare loop's fastest batches are ones no
+other job interrupted, but rlinf's step yields the core twice, so on a loaded machine even its
+fastest batches include other jobs' turns; the figure nears a quiet machine's only at low load.
+``overhead`` is from the medians over the repeats; each repeat's own ratios are kept
+(``*_runs``) for the spread. ``benchmarks/env_families_breakdown.py`` times the pieces apart.
 Usage::
 
     uv run python benchmarks/env_families.py --steps 3000 --json benchmarks/results/env_families_metaworld.json

@@ -6,9 +6,10 @@ it, and exchanges :mod:`~rlinf_algos.families.child.wire` frames over two pipes:
 data and numpy arrays, no pickle) for the rare requests, and for each step an 8-byte frame each
 way while actions, observations, rewards and flags sit in a shared-memory block the parent made
 (an anonymous ``memfd``, so nothing outlives the two processes). Every wait is bounded: building
-the simulator by ``start_timeout``, each reset, step or render by ``timeout``; on expiry the process is killed and a :class:`SimulatorError` names
-the family, its pid and interpreter, the request it did not answer and for how long. A process
-that dies is reported with the last lines it wrote to stderr.
+the simulator by ``start_timeout``, each reset, step or render by ``timeout``; on expiry the
+process is killed and a :class:`SimulatorError` names the family, its pid and interpreter, the
+request it did not answer and for how long. A process that dies is reported with its exit code
+and the last lines it wrote to stderr.
 
 :class:`RemoteVectorEnv` is the vector env the runtime steps (gymnasium's ``SAME_STEP``
 autoreset contract, ``info["final_obs"]``, per-step ``info["success"]`` and, for finished
