@@ -13,7 +13,18 @@ run:
   (episode statistics, action clipping, final observations).
 
 Every process is pinned to one core (``taskset -c CORE``; the child inherits it), so the ratio is
-the overhead per step. Usage::
+the overhead per step. Beside the steps per second (wall clock, which other jobs on a loaded
+machine's core also take), each side's CPU time per step is measured: the bare loop's process
+time, and rlinf's env worker's plus its simulator process's (``/proc/PID/task/*/schedstat``).
+The ``cpu overhead`` column leaves out the time other jobs run, but still grows with the load:
+the env worker and its simulator block twice a step and get the core back after other jobs'
+turns, most likely with a cold cache (the pieces timed apart sum to far less). Each batch of ``N`` steps is also timed alone (``p10 overhead``:
+the 10th percentile of those times on each side): the bare loop's fastest batches are ones no
+other job interrupted, but rlinf's step yields the core twice, so on a loaded machine even its
+fastest batches include other jobs' turns; the figure nears a quiet machine's only at low load.
+``overhead`` is from the medians over the repeats; each repeat's own ratios are kept
+(``*_runs``) for the spread. ``benchmarks/env_families_breakdown.py`` times the pieces apart.
+Usage::
 
     uv run python benchmarks/env_families.py --steps 3000 --json benchmarks/results/env_families_metaworld.json
     uv run python benchmarks/env_families.py --quick
@@ -49,18 +60,23 @@ for i, e in enumerate(envs):
         e.model.vis.quality.offsamples = 0
         e.render(); v = e.mujoco_renderer._get_viewer("rgb_array")
         v.scn.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0; v.scn.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
-rng = np.random.default_rng(0); t = [0] * n
-start = time.perf_counter()
+rng = np.random.default_rng(0); t = [0] * n; lap = []
+start = time.perf_counter(); cpu = time.process_time()
 for k in range(steps // n):
+    t0 = time.perf_counter()
     for i, e in enumerate(envs):
         e.step(rng.uniform(-1, 1, 4)); t[i] += 1
         if pixels: e.render()
         if t[i] >= 500: e.reset(); t[i] = 0
-print(json.dumps({"steps_per_s": (steps // n) * n / (time.perf_counter() - start)}))
+    lap.append(time.perf_counter() - t0)
+cpu, wall = time.process_time() - cpu, time.perf_counter() - start
+print(json.dumps({"steps_per_s": (steps // n) * n / wall, "cpu_s": cpu / ((steps // n) * n),
+                  "p10_s": float(np.percentile(lap, 10)) / n}))
 """
 
 
-def bare(python: str, n: int, steps: int, mode: str, core: int) -> float:
+def bare(python: str, n: int, steps: int, mode: str, core: int) -> dict[str, float]:
+    """``steps_per_s`` and ``cpu_s`` (CPU seconds per env step) of MetaWorld's own loop."""
     out = subprocess.run(
         ["taskset", "-c", str(core), python, "-c", BARE, str(n), str(steps), mode],
         capture_output=True,
@@ -70,10 +86,23 @@ def bare(python: str, n: int, steps: int, mode: str, core: int) -> float:
     )
     if out.returncode != 0:
         raise SystemExit(out.stderr[-2000:])
-    return json.loads(out.stdout.strip().splitlines()[-1])["steps_per_s"]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def through_rlinf(n: int, steps: int, mode: str, which: str) -> float:
+def _cpu_of(pid: int) -> float:
+    """CPU seconds the process ``pid`` has run, all its threads (nanoseconds in schedstat)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total / 1e9
+
+
+def through_rlinf(n: int, steps: int, mode: str, which: str) -> dict[str, float]:
+    """``steps_per_s`` and ``cpu_s`` (this process's and the simulator's CPU seconds per env
+    step) through the vector env or the stepper."""
     from rlinf_algos.envs import VectorEnvStepper
 
     obs_mode = "state" if mode == "state" else "pixels"
@@ -81,14 +110,21 @@ def through_rlinf(n: int, steps: int, mode: str, which: str) -> float:
     rng = np.random.default_rng(0)
     try:
         raw = st.envs.unwrapped
-        start = time.perf_counter()
+        pid = raw.proc.pid
+        step = st.step if which == "stepper" else raw.step
+        lap = []
+        child, cpu, start = _cpu_of(pid), time.process_time(), time.perf_counter()
         for _ in range(steps // n):
-            actions = rng.uniform(-1, 1, (n, 4)).astype(np.float32)
-            if which == "stepper":
-                st.step(actions)
-            else:
-                raw.step(actions)
-        return (steps // n) * n / (time.perf_counter() - start)
+            t0 = time.perf_counter()
+            step(rng.uniform(-1, 1, (n, 4)).astype(np.float32))
+            lap.append(time.perf_counter() - t0)
+        wall, cpu, child = time.perf_counter() - start, time.process_time() - cpu, _cpu_of(pid) - child
+        done = (steps // n) * n
+        return {
+            "steps_per_s": done / wall,
+            "cpu_s": (cpu + child) / done,
+            "p10_s": float(np.percentile(lap, 10)) / n,
+        }
     finally:
         st.close()
 
@@ -102,6 +138,7 @@ def main() -> None:
     p.add_argument("--core", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="500 steps, state, 1 repeat")
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--note", action="append", default=[], help="a line for the JSON's notes")
     args = p.parse_args()
     if args.quick:
         args.steps, args.modes, args.repeats = 500, "state", 1
@@ -116,7 +153,12 @@ def main() -> None:
         "machine": machine(("rlinf-algos", "gymnasium", "numpy"), core=args.core),
         "rows": [],
     }
-    print(f"{'mode':<8} {'envs':>4} {'bare':>8} {'vector env':>11} {'stepper':>8} {'overhead':>9}")
+    if args.note:
+        report["notes"] = list(args.note)
+    print(
+        f"{'mode':<8} {'envs':>4} {'bare':>8} {'vector env':>11} {'stepper':>8} {'overhead':>9} "
+        f"{'bare cpu/step':>14} {'rlinf cpu/step':>15} {'cpu overhead':>13} {'p10 overhead':>13}"
+    )
     for mode in args.modes.split(","):
         for n in (int(x) for x in args.envs.split(",")):
             b, v, s = [], [], []
@@ -124,21 +166,45 @@ def main() -> None:
                 b.append(bare(python, n, args.steps, mode, args.core))
                 v.append(through_rlinf(n, args.steps, mode, "vector"))
                 s.append(through_rlinf(n, args.steps, mode, "stepper"))
+            med = {
+                k: float(np.median([r["steps_per_s"] for r in x])) for k, x in (("b", b), ("v", v), ("s", s))
+            }
+            cpu_b = float(np.median([r["cpu_s"] for r in b]))
+            cpu_s = float(np.median([r["cpu_s"] for r in s]))
             row = {
                 "family": "metaworld",
                 "task": "reach-v3",
                 "mode": mode,
                 "envs": n,
-                "bare_steps_per_s": float(np.median(b)),
-                "vector_env_steps_per_s": float(np.median(v)),
-                "stepper_steps_per_s": float(np.median(s)),
-                "overhead_pct": 100.0 * (1 - float(np.median(s)) / float(np.median(b))),
+                "bare_steps_per_s": med["b"],
+                "vector_env_steps_per_s": med["v"],
+                "stepper_steps_per_s": med["s"],
+                "overhead_pct": 100.0 * (1 - med["s"] / med["b"]),
+                "overhead_pct_runs": [
+                    100.0 * (1 - y["steps_per_s"] / x["steps_per_s"]) for x, y in zip(b, s, strict=True)
+                ],
+                "bare_cpu_us_per_step": 1e6 * cpu_b,
+                "stepper_cpu_us_per_step": 1e6 * cpu_s,
+                "cpu_overhead_pct": 100.0 * (cpu_s / cpu_b - 1),
+                "cpu_overhead_pct_runs": [
+                    100.0 * (y["cpu_s"] / x["cpu_s"] - 1) for x, y in zip(b, s, strict=True)
+                ],
+                "bare_p10_us_per_step": 1e6 * float(np.median([r["p10_s"] for r in b])),
+                "stepper_p10_us_per_step": 1e6 * float(np.median([r["p10_s"] for r in s])),
+                "p10_overhead_pct_runs": [
+                    100.0 * (y["p10_s"] / x["p10_s"] - 1) for x, y in zip(b, s, strict=True)
+                ],
                 "repeats": args.repeats,
             }
+            row["p10_overhead_pct"] = 100.0 * (
+                row["stepper_p10_us_per_step"] / row["bare_p10_us_per_step"] - 1
+            )
             report["rows"].append(row)
             print(
                 f"{mode:<8} {n:>4} {fmt(row['bare_steps_per_s']):>8} {fmt(row['vector_env_steps_per_s']):>11} "
-                f"{fmt(row['stepper_steps_per_s']):>8} {fmt(row['overhead_pct'], '.1f'):>8}%"
+                f"{fmt(row['stepper_steps_per_s']):>8} {fmt(row['overhead_pct'], '.1f'):>8}% "
+                f"{fmt(row['bare_cpu_us_per_step']):>11} us {fmt(row['stepper_cpu_us_per_step']):>12} us "
+                f"{fmt(row['cpu_overhead_pct'], '.1f'):>12}% {fmt(row['p10_overhead_pct'], '.1f'):>12}%"
             )
     finish(report, t0, args.json)
 

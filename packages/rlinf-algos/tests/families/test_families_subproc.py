@@ -157,3 +157,105 @@ def test_an_interpreter_that_is_not_there_is_a_config_error_naming_env_python() 
         family_python(MetaWorldFamily(), "/nonexistent/python")
     assert err.value.problems[0].path == "env.python"
     assert "rlinf env setup metaworld" in err.value.problems[0].message
+
+
+def test_dict_observations_cross_with_their_text_and_final_rows() -> None:
+    env = make(2, max_episode_steps=3, dict_obs=True)
+    try:
+        obs, _ = env.reset(seed=0, options={"init": [0, 2]})
+        assert obs["state"].tolist() == [[0.0, 1.0], [-1.0, 1.0]]
+        assert obs["instruction"] == ("go to right, step 0",) * 2
+        obs, _, _, _, info = env.step(np.ones((2, 1), np.float32))
+        assert obs["instruction"] == ("go to right, step 1",) * 2 and "final_obs" not in info
+        for _ in range(2):
+            obs, _, _, trunc, info = env.step(np.ones((2, 1), np.float32))
+        assert trunc.tolist() == [True, True]
+        assert obs["instruction"] == ("go to right, step 0",) * 2  # the next episodes' first
+        last = info["final_obs"][1]
+        assert last["instruction"] == "go to right, step 3" and np.allclose(last["state"], [-0.25, 1.0])
+        assert np.allclose(info["final_obs"][0]["state"], [0.75, 1.0])
+    finally:
+        env.close()
+
+
+def test_a_step_is_one_8_byte_frame_each_way_and_gives_arrays_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    env = make(3)
+    try:
+        env.reset(seed=0)
+        first = env.step(np.full((3, 1), 0.5, np.float32))
+        written, got = [], []
+        real_write, real_writev, real_read = os.write, os.writev, os.read
+
+        def write(fd: int, data: bytes) -> int:
+            written.append(memoryview(data).nbytes)
+            return real_write(fd, data)
+
+        def writev(fd: int, buffers: list) -> int:
+            written.append(sum(memoryview(b).nbytes for b in buffers))
+            return real_writev(fd, buffers)
+
+        def read(fd: int, n: int) -> bytes:
+            out = real_read(fd, n)
+            got.append(len(out))
+            return out
+
+        monkeypatch.setattr(os, "write", write)
+        monkeypatch.setattr(os, "writev", writev)
+        monkeypatch.setattr(os, "read", read)
+        second = env.step(np.full((3, 1), -0.5, np.float32))
+        monkeypatch.undo()
+        assert written == [8] and sum(got) == 8  # the arrays stayed in the shared block
+        # what a step returns is the caller's: the next step does not change it
+        assert not np.shares_memory(first[0], env.proc.views["obs/"])
+        assert np.allclose(second[0][:, 0] - first[0][:, 0], -0.125)
+    finally:
+        env.close()
+
+
+def _blocks() -> int:
+    """This process's open descriptors of simulator blocks."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += "rlinf-sim-block" in os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass
+    return n
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the block is a memfd on Linux only")
+def test_a_simulator_killed_by_sigkill_is_named_and_its_shared_block_goes_with_it() -> None:
+    import signal
+    import sys
+
+    before = _blocks()
+    env = make(2)
+    try:
+        env.reset(seed=0)
+        assert _blocks() > before  # its file and its mapping (mmap holds a descriptor too)
+        pid = env.proc.pid
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(SimulatorError) as err:
+            env.step(np.zeros((2, 1), np.float32))
+        msg = str(err.value)
+        assert f"the toy simulator (pid {pid}, {sys.executable})" in msg and "(exit -9)" in msg
+        assert _blocks() == before
+        env.reset(seed=1)  # a new process with a new block
+        assert _blocks() > before
+        env.step(np.zeros((2, 1), np.float32))
+    finally:
+        env.close()
+    assert _blocks() == before
+
+
+def test_an_observation_space_without_a_layout_is_named_and_leaves_nothing_open() -> None:
+    before = _blocks() if os.path.isdir("/proc/self/fd") else 0
+    with pytest.raises(
+        SimulatorError,
+        match=r"the toy simulator \(pid \d+.*its observation space has a leaf of kind 'discrete'",
+    ):
+        make(1, odd_obs=True)
+    if os.path.isdir("/proc/self/fd"):
+        assert _blocks() == before

@@ -4,6 +4,10 @@ moved by ``0.25 dx``; reward ``-|goal - x|``; success while ``|goal - x| < 0.1``
 ``max_episode_steps`` (default 8) steps. ``init`` picks the start ``x = -0.5 * init``;
 without one, the copy's generator draws it from ``[-1, 0]``.
 
+``spec["dict_obs"]``: observations are ``{"state": [x, goal], "instruction": "go to TASK, step T"}``
+instead (a text leaf that changes every step); ``spec["odd_obs"]`` declares an observation space
+of a kind rlinf cannot lay out.
+
 Faults on demand (``spec``): ``die_at`` (``os._exit(3)`` at that step of copy 0, after writing
 a line to stderr), ``hang_at`` (sleeps for ever at that step), ``raise_at`` (``ValueError``).
 """
@@ -30,15 +34,24 @@ class Toy:
         self.total = 0
 
     def spaces(self) -> dict[str, Any]:
+        state = {"kind": "box", "shape": [2], "dtype": "float32"}
+        text = {"kind": "text", "max_length": 64}
         return {
-            "obs": {"kind": "box", "shape": [2], "dtype": "float32"},
+            "obs": {"kind": "discrete", "n": 3}
+            if self.spec.get("odd_obs")
+            else {"kind": "dict", "keys": {"state": state, "instruction": text}}
+            if self.spec.get("dict_obs")
+            else state,
             "action": {"low": np.full(1, -1.0, np.float32), "high": np.full(1, 1.0, np.float32)},
             "max_episode_steps": self.max_steps,
             "tasks": [{"name": t, "instruction": f"go to {t}", "init_states": 3} for t in self.tasks],
         }
 
-    def _obs(self, i: int) -> np.ndarray:
-        return np.array([self.x[i], 1.0], np.float32)
+    def _obs(self, i: int) -> Any:
+        state = np.array([self.x[i], 1.0], np.float32)
+        if self.spec.get("dict_obs"):
+            return {"state": state, "instruction": f"go to {self.tasks[i]}, step {self.t[i]}"}
+        return state
 
     def reset(self, i: int, seed: int | None, init: int | None) -> tuple[np.ndarray, dict[str, Any]]:
         if seed is not None:

@@ -2,11 +2,14 @@
 
 :class:`SimProcess` starts ``python child/server.py BACKEND`` in the interpreter a family needs
 (``env.python``, or the venv ``rlinf env setup FAMILY`` made), with no Ray, torch or rlinf in
-it, and exchanges :mod:`~rlinf_algos.families.child.wire` messages (numpy arrays, no pickle) over
-two pipes. Every wait is bounded: building the simulator by ``start_timeout``, each reset, step
-or render by ``timeout``; on expiry the process is killed and a :class:`SimulatorError` names
-the family, its pid and interpreter, the request it did not answer and for how long. A process
-that dies is reported with the last lines it wrote to stderr.
+it, and exchanges :mod:`~rlinf_algos.families.child.wire` frames over two pipes: messages (plain
+data and numpy arrays, no pickle) for the rare requests, and for each step an 8-byte frame each
+way while actions, observations, rewards and flags sit in a shared-memory block the parent made
+(an anonymous ``memfd``, so nothing outlives the two processes). Every wait is bounded: building
+the simulator by ``start_timeout``, each reset, step or render by ``timeout``; on expiry the
+process is killed and a :class:`SimulatorError` names the family, its pid and interpreter, the
+request it did not answer and for how long. A process that dies is reported with its exit code
+and the last lines it wrote to stderr.
 
 :class:`RemoteVectorEnv` is the vector env the runtime steps (gymnasium's ``SAME_STEP``
 autoreset contract, ``info["final_obs"]``, per-step ``info["success"]`` and, for finished
@@ -18,6 +21,8 @@ simulator's EOFError ended every worker, is what this avoids).
 
 from __future__ import annotations
 
+import json
+import mmap
 import os
 import signal
 import subprocess
@@ -67,11 +72,14 @@ class SimProcess:
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 (the process writes to it until closed)
         child_env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
         child_env.update(env or {})
-        child_env["RLINF_SIM_FDS"] = f"{c_read},{c_write}"
+        self.shared = _shared_file()
+        self.block: mmap.mmap | None = None
+        self.views: dict[str, np.ndarray] = {}
+        child_env["RLINF_SIM_FDS"] = f"{c_read},{c_write},{self.shared.fileno()}"
         try:
             self.proc = subprocess.Popen(
                 [python, "-s", "-u", str(CHILD_DIR / "server.py"), str(backend)],
-                pass_fds=(c_read, c_write),
+                pass_fds=(c_read, c_write, self.shared.fileno()),
                 stdin=subprocess.DEVNULL,
                 stdout=self.stderr,
                 stderr=self.stderr,
@@ -82,6 +90,7 @@ class SimProcess:
         except OSError as err:
             for fd in (p_read, c_write, c_read, p_write):
                 os.close(fd)
+            self.shared.close()
             raise SimulatorError(f"{family}: cannot start its interpreter {python}: {err.strerror}") from None
         os.close(c_read)
         os.close(c_write)
@@ -102,17 +111,42 @@ class SimProcess:
 
     def request(self, cmd: str, timeout: float | None = None, **payload: Any) -> dict[str, Any]:
         """Send ``cmd`` and wait for its reply (at most ``timeout``, default :attr:`timeout`)."""
+        return self._exchange(cmd, timeout, lambda: wire.write_message(self.wfd, {"cmd": cmd, **payload}))
+
+    def share(self, layout: wire.Layout) -> dict[str, np.ndarray]:
+        """Size the shared block for ``layout``, map it here and in the process; its views."""
+        self.shared.truncate(layout.size)
+        self.request("share", layout=layout.to_plain())
+        self.block = mmap.mmap(self.shared.fileno(), layout.size)
+        self.views = layout.views(self.block)
+        return self.views
+
+    def step(self) -> dict[str, Any]:
+        """Step with the actions in the shared block; the ``STEPPED`` body's value (text
+        leaves) or ``{}``, the results being in the block."""
+        return self._exchange("step", None, lambda: wire.write_frame(self.wfd, wire.STEP))
+
+    def _exchange(self, cmd: str, timeout: float | None, send: Any) -> dict[str, Any]:
         wait = self.timeout if timeout is None else timeout
         started = time.monotonic()
+        deadline = started + wait
+        what = f"the answer to {cmd!r}"
         try:
-            wire.write_message(self.wfd, {"cmd": cmd, **payload})
-            reply = wire.read_message(self.rfd, wait, f"the answer to {cmd!r}")
+            send()
+            kind, size = wire.read_frame(self.rfd, deadline, what)
+            if kind == wire.STEPPED:
+                body = wire.read_body(self.rfd, size, deadline, what)
+                reply = json.loads(body) if body else {}
+            elif kind == wire.MSG:
+                reply = wire.read_value(self.rfd, size, deadline, what)
+            else:
+                raise wire.WireError(f"a frame of kind {kind} in {what}")
         except wire.WireTimeout:
             self.kill()
             raise SimulatorError(
                 f"{self.describe()} did not answer {cmd!r} within {wait:.0f} s (env.timeout_s); it was killed"
             ) from None
-        except (wire.WireError, OSError):
+        except (wire.WireError, OSError, ValueError):
             code = self._reap()
             tail = self.stderr_tail()
             self.kill()
@@ -159,6 +193,14 @@ class SimProcess:
         self.stderr.close()
 
     def _close_fds(self) -> None:
+        self.views = {}
+        if self.block is not None:
+            try:
+                self.block.close()
+            except BufferError:  # a view of it is still alive: the mapping goes with the views
+                pass
+            self.block = None
+        self.shared.close()
         for name in ("rfd", "wfd"):
             fd = getattr(self, name, -1)
             if fd >= 0:
@@ -167,6 +209,17 @@ class SimProcess:
                 except OSError:
                     pass
                 setattr(self, name, -1)
+
+
+def _shared_file() -> Any:
+    """An anonymous file for the shared block: a ``memfd`` (Linux), else an unlinked temporary
+    file; either way no name is left to clean up."""
+    if hasattr(os, "memfd_create"):
+        try:
+            return os.fdopen(os.memfd_create("rlinf-sim-block"), "r+b", buffering=0)
+        except OSError:
+            pass
+    return tempfile.TemporaryFile(buffering=0)
 
 
 def space_from_spec(spec: dict[str, Any]) -> Any:
@@ -202,7 +255,7 @@ def _as_obs(obs: Any) -> Any:
 
 
 def _row(obs: Any, j: int) -> Any:
-    return {k: v[j] for k, v in obs.items()} if isinstance(obs, dict) else obs[j]
+    return {k: _row(v, j) for k, v in obs.items()} if isinstance(obs, dict) else obs[j]
 
 
 class RemoteVectorEnv(VectorEnv):
@@ -254,7 +307,15 @@ class RemoteVectorEnv(VectorEnv):
     def _start(self) -> dict[str, Any]:
         self.proc = SimProcess(self.family, self.python, self.backend, timeout=self.timeout, env=self.env)
         try:
-            return self.proc.request("make", timeout=self.start_timeout, spec=self.spec)["spaces"]
+            spaces = self.proc.request("make", timeout=self.start_timeout, spec=self.spec)["spaces"]
+            action_dim = int(np.asarray(spaces["action"]["low"]).size)
+            try:
+                self.layout = wire.Layout.for_step(self.num_envs, action_dim, spaces["obs"])
+            except (wire.WireError, KeyError, TypeError, ValueError) as err:
+                raise SimulatorError(f"{self.proc.describe()}: its observation space {err}") from None
+            self.proc.share(self.layout)
+            self.obs_paths = [k[len("obs/") :] for k in self.layout.fields if k.startswith("obs/")]
+            return spaces
         except BaseException:
             self.proc.kill()
             self.proc = None
@@ -296,44 +357,50 @@ class RemoteVectorEnv(VectorEnv):
         return _as_obs(reply["obs"]), {}
 
     def step(self, actions: np.ndarray) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        actions = np.asarray(actions, np.float32).reshape(self.num_envs, -1)
-        r = self._call("step", actions=actions)
-        obs = _as_obs(r["obs"])
-        info: dict[str, Any] = {
-            "success": np.asarray(r["success"], bool),
-            "_success": np.ones(self.num_envs, bool),
-        }
-        done = list(r["done"])
-        if done:
-            n = self.num_envs
-            final_obs = np.empty(n, dtype=object)
-            mask = np.zeros(n, bool)
-            success = np.zeros(n, bool)
-            once = np.zeros(n, bool)
-            finals = _as_obs(r["final_obs"])
-            for j, i in enumerate(done):
-                final_obs[i] = _row(finals, j)
-                mask[i] = True
-                success[i] = r["final_success"][j]
-                once[i] = r["final_success_once"][j]
+        proc = self._live()
+        v = proc.views
+        np.copyto(v["actions"], np.asarray(actions).reshape(v["actions"].shape), casting="same_kind")
+        try:
+            text = proc.step()
+        except SimulatorError:
+            if not proc.alive():
+                proc.kill()
+                self.proc = None
+            raise
+        obs = self._gather(v, "obs/", text.get("obs"))
+        info: dict[str, Any] = {"success": v["success"].copy(), "_success": np.ones(self.num_envs, bool)}
+        done = v["done"]
+        if done.any():
+            mask = done.copy()
+            finals = self._gather(v, "final_obs/", text.get("final_obs"))
+            final_obs = np.empty(self.num_envs, dtype=object)
+            for i in np.flatnonzero(mask):
+                final_obs[i] = _row(finals, i)
             info.update(
                 final_obs=final_obs,
                 _final_obs=mask,
                 final_info={
-                    "success": success,
+                    "success": np.where(mask, v["final_success"], False),
                     "_success": mask.copy(),
-                    "success_once": once,
+                    "success_once": np.where(mask, v["final_success_once"], False),
                     "_success_once": mask.copy(),
                 },
                 _final_info=mask.copy(),
             )
-        return (
-            obs,
-            np.asarray(r["reward"], np.float64),
-            np.asarray(r["terminated"], bool),
-            np.asarray(r["truncated"], bool),
-            info,
-        )
+        return obs, v["reward"].copy(), v["terminated"].copy(), v["truncated"].copy(), info
+
+    def _gather(self, views: dict[str, np.ndarray], prefix: str, text: dict[str, list[Any]] | None) -> Any:
+        """The observations under ``prefix`` in the block (copies), with the text leaves of a
+        ``STEPPED`` body, in the shape the observation space has."""
+        paths, text = self.obs_paths, text or {}
+        if paths == [""] and not text:
+            return views[prefix].copy()
+        tree: dict[str, Any] = {}
+        for p in paths:
+            wire.tree_set(tree, p, views[prefix + p].copy())
+        for p, rows in text.items():
+            wire.tree_set(tree, p, tuple(rows))
+        return tree
 
     def render(self) -> np.ndarray:
         """``[N, H, W, 3]`` uint8 frames of every copy's camera."""

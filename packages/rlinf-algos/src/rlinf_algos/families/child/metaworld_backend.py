@@ -100,7 +100,11 @@ class MetaWorldSim:
 
     def _obs(self, i: int, state: np.ndarray) -> Any:
         self.states[i] = np.asarray(state, np.float64)
-        state = np.concatenate([np.asarray(state, np.float32), self.one_hot[i]])
+        state = (
+            np.concatenate([state, self.one_hot[i]], dtype=np.float32)
+            if self.suite
+            else state.astype(np.float32)
+        )
         if self.obs_mode == "state":
             return state
         out = {"image": self.render(i), "instruction": instruction(self.tasks[i])}
