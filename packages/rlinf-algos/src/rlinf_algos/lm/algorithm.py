@@ -160,6 +160,7 @@ class GRPOLM(Algorithm):
             resume=resume,
             scheduler=scheduler,
             callbacks=callbacks,
+            write_config=False,  # rlinf train wrote config.yaml before the scheduler started
         )
 
     @classmethod
