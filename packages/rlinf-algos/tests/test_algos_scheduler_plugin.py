@@ -361,3 +361,18 @@ def test_embodied_grpo_starts_no_reference_at_kl_coef_0(threads_plugin: Any, tmp
     assert "reference" not in summary["workers"]
     rows = _rows(tmp_path / "run")
     assert rows and all(r["reference_s"] == 0.0 for r in rows)
+
+
+def test_dry_run_plans_no_reference_at_kl_coef_0() -> None:
+    """``--dry-run`` of a GRPO run at ``kl_coef: 0`` (grpo_lm's example, embodied GRPO's with
+    the override) leaves the placed ``reference`` out of the plan, the devices and the weight
+    sync, and says why; at ``kl_coef > 0`` it is planned."""
+    from rlinf_algos.config.prepare import dry_run
+
+    for example, overrides in (("grpo_arith.yaml", []), ("grpo_pendulum.yaml", ["algorithm.kl_coef=0"])):
+        out = dry_run(EXAMPLES / example, overrides=overrides)
+        assert "reference" not in out["plan"].components and "kl_coef is 0" in out["idle"]["reference"]
+        assert "reference" not in out["devices"]
+        assert not [m for m in out["weight_sync"]["members"] if m.startswith("reference")]
+    out = dry_run(EXAMPLES / "grpo_pendulum.yaml")  # kl_coef 0.01
+    assert "reference" in out["plan"].components and out["idle"] == {}

@@ -61,6 +61,16 @@ class GRPO(EmbodiedAlgorithm):
         return problems
 
     @classmethod
+    def idle_components(cls, run_config: Mapping[str, Any]) -> dict[str, str]:
+        """The placed components a run of ``run_config`` never starts, and why: the
+        ``reference`` at ``algorithm.kl_coef: 0`` (``--dry-run`` leaves them out of the plan)."""
+        algo = run_config.get("algorithm")
+        kl = algo.get("kl_coef", 0.0) if isinstance(algo, Mapping) else 0.0
+        if isinstance(kl, int | float) and kl == 0:
+            return {"reference": "algorithm.kl_coef is 0: no KL term, no reference is started"}
+        return {}
+
+    @classmethod
     def validate_sections(
         cls, run_config: Mapping[str, Any], algorithm_config: Any = None, host: Any = None
     ) -> tuple[Any, list[ConfigProblem]]:
