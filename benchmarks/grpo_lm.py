@@ -245,7 +245,7 @@ def _placed_child(tree: str, kl: float, run_dir: Path) -> None:
         load_yaml(ROOT / "examples" / "grpo_arith.yaml"), [*PLACED, f"algorithm.kl_coef={kl}"]
     )
     rlinf_algos.train(config, run_dir)
-    (run_dir / "code.txt").write_text(str(Path(rlinf_algos.__file__).resolve().parents[3]))
+    (run_dir / "code.txt").write_text(str(Path(rlinf_algos.__file__).resolve().parents[4]))
 
 
 def bench_placed(trees: list[Path], repeats: int) -> list[dict[str, Any]]:

@@ -67,13 +67,14 @@ def hand_on(
     """Hand the episodes of the part ``key`` on from where they were played: what the verifier
     reads (``final_responses``, ``answers``) to the reward rank (``episodes``); in training, the
     whole episodes to the actor (``scored``) and their sequences to the reference (``refq``,
-    when ``reference``)."""
-    if train:
-        channels["scored"].put(eps, key, timeout=timeout)
-        if reference:
-            channels["refq"].put({"sequences": eps["sequences"]}, key, timeout=timeout)
+    when ``reference``). The longest work starts first: the reference's forward, the scoring,
+    then the actor's packing."""
+    if train and reference:
+        channels["refq"].put({"sequences": eps["sequences"]}, key, timeout=timeout)
     light = {"final_responses": eps["final_responses"], "answers": eps["answers"]}
     channels["episodes"].put(light, key, timeout=timeout)
+    if train:
+        channels["scored"].put(eps, key, timeout=timeout)
 
 
 def padded_ids(sequences: list[list[int]], pad_id: int) -> Any:
@@ -294,36 +295,23 @@ class LMActor:
             if is_abort(parts[-1]):
                 return None
         outcomes: dict[str, Any] = {"correct": [], "well_formed": [], "generated_tokens": 0}
-        seqs_n = sum(len(p["sequences"]) for p in parts)
-        packed = (
-            pack_batch(
-                [x for p in parts for x in p["sequences"]],
-                [x for p in parts for x in p["loss_masks"]],
-                self.tok.pad_id,
-            )
-            if seqs_n
-            else None
-        )
+        seqs = [x for p in parts for x in p["sequences"]]
+        batch = pack_batch(seqs, [x for p in parts for x in p["loss_masks"]], self.tok.pad_id)
         for k, p in zip(keys, parts, strict=True):  # their rewards, from the reward ranks
             score = scored.get(k + "/score", timeout=timeout)
             if is_abort(score):
                 return None
             p.update(score)
-        seqs: list[list[int]] = []
-        masks: list[list[int]] = []
         index: list[int] = []
         rewards: list[float] = []
         for p in parts:
             off = len(rewards)
-            seqs += p["sequences"]
-            masks += p["loss_masks"]
             index += [off + e for e in p["episode_index"]]
             rewards += [float(x) for x in p["rewards"]]
             outcomes["correct"] += list(p.get("correct", []))
             outcomes["well_formed"] += list(p.get("well_formed", []))
             outcomes["generated_tokens"] += int(p.get("generated_tokens", 0))
         outcomes["rewards"] = rewards
-        batch = packed if packed is not None else pack_batch(seqs, masks, self.tok.pad_id)
         batch["episode_index"] = torch.tensor(index, dtype=torch.long, device="cpu")  # host batch
         batch["rewards"] = torch.tensor(rewards, dtype=torch.float32, device="cpu")
         ref_s = 0.0
