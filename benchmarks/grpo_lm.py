@@ -231,9 +231,10 @@ PLACED = [
     "runner.eval_interval=0",
     "runner.time_limit_s=null",
     "runner.seed=0",
+    "algorithm.skip_uniform_groups=false",  # time the update (and the KL term) on every sequence
 ]
 """``examples/grpo_arith.yaml`` shortened for ``--placed`` (16 prompts x 8 = 128 episodes an
-iteration, 5 iterations after a 60-step warm start)."""
+iteration, 5 iterations after a 60-step warm start, the update on every sequence)."""
 
 
 def _placed_child(tree: str, kl: float, run_dir: Path) -> None:
@@ -250,6 +251,7 @@ def _placed_child(tree: str, kl: float, run_dir: Path) -> None:
 
 def bench_placed(trees: list[Path], repeats: int) -> list[dict[str, Any]]:
     """Part 4: every tree at each ``kl_coef``, ``repeats`` times, interleaved."""
+    import shutil
     import subprocess
     import sys
 
@@ -263,10 +265,15 @@ def bench_placed(trees: list[Path], repeats: int) -> list[dict[str, Any]]:
                     env.pop("RAY_ADDRESS", None)
                     srcs = [str(p) for p in sorted((tree / "packages").glob("*/src"))]
                     env["PYTHONPATH"] = os.pathsep.join([*srcs, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-                    t0 = time.perf_counter()
                     argv = [sys.executable, __file__, "--placed-child", str(tree), str(kl), str(run_dir)]
-                    proc = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=ROOT)
-                    wall = time.perf_counter() - t0
+                    for attempt in range(3):  # a busy machine may miss Ray's start-up deadlines
+                        shutil.rmtree(run_dir, ignore_errors=True)
+                        t0 = time.perf_counter()
+                        proc = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=ROOT)
+                        wall = time.perf_counter() - t0
+                        if proc.returncode == 0 or "could not start an embedded Ray" not in proc.stderr:
+                            break
+                        print(f"  (Ray did not start in time; try {attempt + 2} of 3)", flush=True)
                     if proc.returncode != 0:
                         raise SystemExit(
                             f"placed run of {tree} failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
