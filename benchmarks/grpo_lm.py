@@ -286,15 +286,19 @@ def bench_placed(trees: list[Path], repeats: int) -> list[dict[str, Any]]:
                 episodes = int(PLACED[2].split("=")[1]) * 8
                 walls = [b["wall_s"] - a["wall_s"] for a, b in itertools.pairwise(metrics)]
                 row = {
-                    "tree": "this tree" if tree == ROOT else f"--src {trees.index(tree) + 1}",
+                    "tree": "this tree" if tree == ROOT else f"TREE{trees.index(tree) + 1}",
                     "kl_coef": kl,
                     "repeat": rep,
                     "episodes_per_iter": episodes,
-                    "iteration_s": statistics.mean(walls),
-                    "samples_per_s": episodes / statistics.mean(walls),
-                    "run_wall_s": wall,
-                    "workers": {k: v.get("processes") for k, v in summary["placement"].items()},
-                    **{f"{p}_s": statistics.mean(m[f"{p}_s"] for m in metrics[1:]) for p in PHASES},
+                    "iteration_s": round(statistics.mean(walls), 3),
+                    "samples_per_s": round(episodes / statistics.mean(walls), 1),
+                    "run_wall_s": round(wall, 1),
+                    "workers": ", ".join(
+                        f"{k} x{v['processes']}"
+                        for k, v in summary["placement"].items()
+                        if v.get("processes")
+                    ),
+                    **{f"{p}_s": round(statistics.mean(m[f"{p}_s"] for m in metrics[1:]), 3) for p in PHASES},
                 }
                 print(
                     f"{row['tree']:>12} kl {kl:<5} rep {rep}  {row['samples_per_s']:7.1f} samples/s  "
@@ -339,10 +343,16 @@ def main() -> None:
                 "machine": f"{os.cpu_count()} CPUs, shared; load average {load0[0]:.1f} at the start, "
                 f"{os.getloadavg()[0]:.1f} at the end",
                 "command": "uv run python benchmarks/grpo_lm.py --placed "
-                + " ".join(f"--src {p}" for p in args.src)
+                + " ".join(f"--src TREE{i + 1}" for i in range(len(args.src)))
                 + f" --repeats {args.repeats} --json {args.json}",
                 "seeds": [0],
                 "figures": rows,
+                "notes": [
+                    "TREE1 is the source tree before the hops were cut (main a79b83f, `git archive a79b83f "
+                    "packages | tar -x -C TREE1`); 'this tree' is the branch. Runs interleaved on one machine.",
+                    "samples/s: the 128 episodes of an iteration over its wall time, iterations 2-5 of one run; "
+                    "the phase seconds are the means of the same rows.",
+                ],
             }
             args.json.write_text(json.dumps(record, indent=2))
             print(f"wrote {args.json}")
