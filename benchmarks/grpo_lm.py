@@ -23,13 +23,23 @@ The machine is shared, so wall-clock figures move with its load; CPU time is rep
 Part 3, on request: the multi-agent example against its flat single-agent baseline, the same
 warm-start and GRPO budget for both (two full training runs):
 
+Part 4, on request (``--placed``): placed ``grpo_lm`` samples/s, ``examples/grpo_arith.yaml``
+shortened on its own scheduler (Ray: rollout, reward, reference when ``kl_coef > 0``, actor
+workers), at ``kl_coef`` 0 (the example's) and 0.01; samples/s is the episodes of an iteration
+over its wall time (row to row, the first iteration left out). ``--src TREE`` (repeatable) runs
+the same measurement on other source trees (their ``packages/*/src`` first on ``PYTHONPATH``,
+for the driver and, inherited, its Ray workers), interleaved with this one, so before and after
+share the machine's load:
+
     uv run python benchmarks/grpo_lm.py [--quick] [--json PATH] [--threads N]
     uv run python benchmarks/grpo_lm.py --compare-multiagent RUN_ROOT [--reuse] [key=value ...] [--json PATH]
+    uv run python benchmarks/grpo_lm.py --placed [--src TREE ...] [--repeats N] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -213,6 +223,93 @@ def compare_multiagent(run_root: Path, overrides: list[str], reuse: bool = False
     return rows
 
 
+PLACED = [
+    "sft.steps=60",
+    "algorithm.iterations=5",
+    "algorithm.prompts_per_iter=16",
+    "task.eval_size=16",
+    "runner.eval_interval=0",
+    "runner.time_limit_s=null",
+    "runner.seed=0",
+    "algorithm.skip_uniform_groups=false",  # time the update (and the KL term) on every sequence
+]
+"""``examples/grpo_arith.yaml`` shortened for ``--placed`` (16 prompts x 8 = 128 episodes an
+iteration, 5 iterations after a 60-step warm start, the update on every sequence)."""
+
+
+def _placed_child(tree: str, kl: float, run_dir: Path) -> None:
+    """One placed run in this process (the parent sets ``PYTHONPATH`` to ``tree``'s sources)."""
+    import rlinf_algos
+    from rlinf_core.config import apply_overrides, load_yaml
+
+    config = apply_overrides(
+        load_yaml(ROOT / "examples" / "grpo_arith.yaml"), [*PLACED, f"algorithm.kl_coef={kl}"]
+    )
+    rlinf_algos.train(config, run_dir)
+    (run_dir / "code.txt").write_text(str(Path(rlinf_algos.__file__).resolve().parents[4]))
+
+
+def bench_placed(trees: list[Path], repeats: int) -> list[dict[str, Any]]:
+    """Part 4: every tree at each ``kl_coef``, ``repeats`` times, interleaved."""
+    import shutil
+    import subprocess
+    import sys
+
+    rows = []
+    for rep in range(repeats):
+        for kl in (0.0, 0.01):
+            for tree in trees:
+                with tempfile.TemporaryDirectory() as d:
+                    run_dir = Path(d) / "run"
+                    env = dict(os.environ)
+                    env.pop("RAY_ADDRESS", None)
+                    srcs = [str(p) for p in sorted((tree / "packages").glob("*/src"))]
+                    env["PYTHONPATH"] = os.pathsep.join([*srcs, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+                    argv = [sys.executable, __file__, "--placed-child", str(tree), str(kl), str(run_dir)]
+                    for attempt in range(3):  # a busy machine may miss Ray's start-up deadlines
+                        shutil.rmtree(run_dir, ignore_errors=True)
+                        t0 = time.perf_counter()
+                        proc = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=ROOT)
+                        wall = time.perf_counter() - t0
+                        if proc.returncode == 0 or "could not start an embedded Ray" not in proc.stderr:
+                            break
+                        print(f"  (Ray did not start in time; try {attempt + 2} of 3)", flush=True)
+                    if proc.returncode != 0:
+                        raise SystemExit(
+                            f"placed run of {tree} failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
+                        )
+                    ran = Path((run_dir / "code.txt").read_text())
+                    if ran != tree.resolve():
+                        raise SystemExit(f"the run of {tree} imported rlinf from {ran}")
+                    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+                    summary = json.loads((run_dir / "summary.json").read_text())
+                episodes = int(PLACED[2].split("=")[1]) * 8
+                walls = [b["wall_s"] - a["wall_s"] for a, b in itertools.pairwise(metrics)]
+                row = {
+                    "tree": "this tree" if tree == ROOT else f"TREE{trees.index(tree) + 1}",
+                    "kl_coef": kl,
+                    "repeat": rep,
+                    "episodes_per_iter": episodes,
+                    "iteration_s": round(statistics.mean(walls), 3),
+                    "samples_per_s": round(episodes / statistics.mean(walls), 1),
+                    "run_wall_s": round(wall, 1),
+                    "workers": ", ".join(
+                        f"{k} x{v['processes']}"
+                        for k, v in summary["placement"].items()
+                        if v.get("processes")
+                    ),
+                    **{f"{p}_s": round(statistics.mean(m[f"{p}_s"] for m in metrics[1:]), 3) for p in PHASES},
+                }
+                print(
+                    f"{row['tree']:>12} kl {kl:<5} rep {rep}  {row['samples_per_s']:7.1f} samples/s  "
+                    f"iteration {row['iteration_s']:.2f} s  (generate {row['generate_s']:.2f}, reward "
+                    f"{row['reward_s']:.3f}, reference {row['reference_s']:.3f}, update {row['update_s']:.2f})",
+                    flush=True,
+                )
+                rows.append(row)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller batches, fewer repetitions")
@@ -227,7 +324,39 @@ def main() -> None:
     )
     ap.add_argument("--reuse", action="store_true", help="--compare-multiagent: report the runs in RUN_ROOT")
     ap.add_argument("overrides", nargs="*", help="key.path=value overrides for --compare-multiagent")
+    ap.add_argument("--placed", action="store_true", help="instead: placed grpo_lm samples/s (Part 4)")
+    ap.add_argument("--src", type=Path, action="append", default=[], help="--placed: another source tree")
+    ap.add_argument("--repeats", type=int, default=2, help="--placed: runs of each tree and kl_coef")
+    ap.add_argument("--placed-child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.placed_child:
+        tree, kl, run_dir = args.placed_child
+        _placed_child(tree, float(kl), Path(run_dir))
+        return
+    if args.placed:
+        load0 = os.getloadavg()
+        rows = bench_placed([*args.src, ROOT], args.repeats)
+        if args.json:
+            record = {
+                "title": "Placed grpo_lm samples/s before and after the hops were cut (examples/grpo_arith.yaml shortened)",
+                "date": time.strftime("%Y-%m-%d"),
+                "machine": f"{os.cpu_count()} CPUs, shared; load average {load0[0]:.1f} at the start, "
+                f"{os.getloadavg()[0]:.1f} at the end",
+                "command": "uv run python benchmarks/grpo_lm.py --placed "
+                + " ".join(f"--src TREE{i + 1}" for i in range(len(args.src)))
+                + f" --repeats {args.repeats} --json {args.json}",
+                "seeds": [0],
+                "figures": rows,
+                "notes": [
+                    "TREE1 is the source tree before the hops were cut (main a79b83f, `git archive a79b83f "
+                    "packages | tar -x -C TREE1`); 'this tree' is the branch. Runs interleaved on one machine.",
+                    "samples/s: the 128 episodes of an iteration over its wall time, iterations 2-5 of one run; "
+                    "the phase seconds are the means of the same rows.",
+                ],
+            }
+            args.json.write_text(json.dumps(record, indent=2))
+            print(f"wrote {args.json}")
+        return
     torch.set_num_threads(args.threads)
     if args.compare_multiagent is not None:
         args.compare_multiagent.mkdir(parents=True, exist_ok=True)

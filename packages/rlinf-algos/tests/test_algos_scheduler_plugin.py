@@ -180,3 +180,191 @@ def test_weight_sync_modes_and_schedulers_learn_the_same_numbers(
     learned["threads"] = _learning(tmp_path / "threads")
     assert [r[0] for r in learned["collective"]] == [2048.0, 4096.0]
     assert learned["collective"] == learned["object_store"] == learned["threads"]
+
+
+# -- the hops of a placed iteration (issue 50 item 5), on the threads scheduler -----------------
+HOPS_LM = [
+    *[o for o in LM_TINY if not o.startswith("algorithm.iterations")],
+    "algorithm.iterations=2",
+    "algorithm.skip_uniform_groups=false",  # an update on every sequence: the KL term moves it
+    "+algorithm.overlong={max_length: 12, cache: 10}",  # rewards that differ: a gradient
+    "runner.seed=4",
+]
+"""Two iterations of ``examples/grpo_arith.yaml`` shrunk, ``kl_coef`` 0.05 (the reference runs)."""
+
+HOPS_ROWS = [  # the rows of :data:`HOPS_LM` before the hops were cut (main a79b83f)
+    {"reward_mean": 0.0, "train_accuracy": 0.0, "sequences": 4, "generated_tokens": 22, "loss": 0.128564,
+     "kl": 0.0, "clip_fraction": 0.0, "grad_norm": 0.393088},
+    {"reward_mean": 0.0, "train_accuracy": 0.0, "sequences": 4, "generated_tokens": 56, "loss": 0.075761,
+     "kl": 0.0, "clip_fraction": 0.0, "grad_norm": 0.17008},
+]  # fmt: skip
+ROW_KEYS = (
+    "reward_mean",
+    "train_accuracy",
+    "sequences",
+    "generated_tokens",
+    "loss",
+    "kl",
+    "clip_fraction",
+    "grad_norm",
+)
+
+
+@pytest.fixture(scope="module")
+def hops_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """One placed grpo_lm run (:data:`HOPS_LM`) on the threads scheduler, with what it did
+    recorded: every channel put (channel, key, the payload's keys), every file replaced into
+    place, the model loads on the driver's thread, and whether each training pass of the reward
+    rank found the reference's log-probabilities already computed."""
+    import os
+    import threading
+
+    from rlinf_algos.lm import hf
+    from rlinf_algos.lm.learner import ReferenceModel
+    from rlinf_algos.lm.roles import LMScorer
+    from rlinf_core.channel import LocalChannel
+
+    tmp = tmp_path_factory.mktemp("hops")
+    seen: dict[str, Any] = {"puts": [], "replaced": [], "driver_loads": 0, "reference_first": []}
+    referenced = threading.Condition()
+    counts = {"reference": 0, "scored": 0}
+    put, replace, load, score = LocalChannel.put, os.replace, hf.load_causal_lm, LMScorer.score
+    compute = ReferenceModel.compute_log_probs
+
+    def spy_put(self: Any, item: Any, key: Any = None, **kw: Any) -> None:
+        seen["puts"].append((self.name, str(key), sorted(item) if isinstance(item, dict) else None))
+        return put(self, item, key, **kw) if key is not None else put(self, item, **kw)
+
+    def spy_replace(src: Any, dst: Any) -> None:
+        seen["replaced"].append(Path(dst))
+        replace(src, dst)
+
+    def spy_load(*a: Any, **kw: Any) -> Any:  # on the driver's thread, besides its warm start
+        import traceback
+
+        warm = any(f.name == "warm_start" for f in traceback.extract_stack())
+        seen["driver_loads"] += threading.current_thread() is threading.main_thread() and not warm
+        return load(*a, **kw)
+
+    def spy_compute(self: Any, batch: Any) -> Any:
+        out = compute(self, batch)
+        with referenced:
+            counts["reference"] += 1
+            referenced.notify_all()
+        return out
+
+    def spy_score(self: Any, keys: Any, dest: Any, report: Any = None) -> Any:
+        if dest:  # the k-th training pass: was its reference computed beside it?
+            counts["scored"] += 1
+            with referenced:
+                k = counts["scored"]
+                seen["reference_first"].append(referenced.wait_for(lambda: counts["reference"] >= k, 10.0))
+        return score(self, keys, dest, report)
+
+    with pytest.MonkeyPatch.context() as mp:
+        host, mod = _install(tmp, mp)
+        mp.setattr(LocalChannel, "put", spy_put)
+        mp.setattr(os, "replace", spy_replace)
+        mp.setattr(hf, "load_causal_lm", spy_load)
+        mp.setattr(ReferenceModel, "compute_log_probs", spy_compute)
+        mp.setattr(LMScorer, "score", spy_score)
+        try:
+            config = apply_overrides(load_yaml(EXAMPLES / "grpo_arith.yaml"), HOPS_LM)
+            seen["summary"] = rlinf_algos.train(config, tmp / "run", host=host)
+            seen["calls"] = list(mod.CALLS)
+        finally:
+            sys.modules.pop(MODULE, None)
+    seen["run_dir"] = tmp / "run"
+    yield seen
+
+
+def test_placed_grpo_lm_rows_are_unchanged_by_the_cut_hops(hops_run: dict[str, Any]) -> None:
+    """The same seed learns the same numbers as before the hops were cut: the reordering moved
+    data, not maths."""
+    import json
+
+    rows = [json.loads(x) for x in (hops_run["run_dir"] / "metrics.jsonl").read_text().splitlines()]
+    got = [{k: r[k] for k in ROW_KEYS} for r in rows]
+    assert len(got) == len(HOPS_ROWS)
+    for row, want in zip(got, HOPS_ROWS, strict=True):
+        assert row == pytest.approx(want, rel=1e-4, abs=1e-6)
+
+
+def test_placed_grpo_lm_moves_whole_episodes_once(hops_run: dict[str, Any]) -> None:
+    """The whole episodes (sequences and loss masks) go from where they were played to the
+    actor in one hop, once per iteration; the reward rank gets only what it scores, the
+    evaluations move no training sequences at all."""
+    whole = [(ch, key) for ch, key, keys in hops_run["puts"] if keys and "loss_masks" in keys]
+    assert len(whole) == hops_run["summary"]["iterations"] == 2, whole
+
+
+def test_placed_grpo_lm_reference_runs_beside_the_reward(hops_run: dict[str, Any]) -> None:
+    """The reference's log-probabilities do not wait for the rewards: the reference takes the
+    sequences as they are played, so each iteration's reward rank finds them already computed
+    (before, the actor asked the reference only after every part was scored and packed)."""
+    assert hops_run["reference_first"] == [True, True]
+
+
+def test_placed_grpo_lm_writes_config_yaml_once(hops_run: dict[str, Any]) -> None:
+    """``rlinf train`` writes the run's ``config.yaml`` once, atomically (the flow no longer
+    writes it again)."""
+    assert hops_run["replaced"].count(hops_run["run_dir"] / "config.yaml") == 1
+
+
+def test_placed_grpo_lm_final_policy_is_the_learners(hops_run: dict[str, Any]) -> None:
+    """``policy/`` holds the learner's last weights, written from its state: the driver never
+    loads the model itself (before, it loaded a whole copy to count parameters and to write it)."""
+    from safetensors.torch import load_file
+
+    from rlinf_algos.rundir import load_checkpoint
+
+    assert hops_run["driver_loads"] == 0
+    run_dir = hops_run["run_dir"]
+    _, state = load_checkpoint(run_dir, "grpo_lm")
+    learner = state["actor"]["weights"]
+    written = load_file(str(run_dir / "policy" / "model.safetensors"))
+    assert set(learner) <= set(written)
+    assert all(torch_equal(written[k], v) for k, v in learner.items())
+    summary = hops_run["summary"]
+    assert summary["parameters"] == sum(v.numel() for v in learner.values())
+
+
+def torch_equal(a: Any, b: Any) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))
+
+
+def test_embodied_grpo_starts_no_reference_at_kl_coef_0(threads_plugin: Any, tmp_path: Path) -> None:
+    """At ``kl_coef: 0`` (the default) no reference worker is started and the sequences go
+    straight from the rollout workers to the actor; the run still learns (finite losses)."""
+    host, mod = threads_plugin
+    config = apply_overrides(
+        load_yaml(EXAMPLES / "grpo_pendulum.yaml"),
+        [
+            "algorithm.kl_coef=0", "algorithm.group_size=2", "algorithm.num_groups=2", "env.num_envs=4",
+            "env.max_episode_steps=10", "runner.total_steps=80", "runner.log_interval=40",
+            "runner.checkpoint_interval=0", "runner.scheduler=threads",
+        ],
+    )  # fmt: skip
+    summary = rlinf_algos.train(config, tmp_path / "run", host=host)
+    launched = sorted(c for c in mod.CALLS if c.startswith("launch "))
+    assert launched == ["launch actor", "launch env", "launch reward", "launch rollout"]
+    assert "reference" not in summary["workers"]
+    rows = _rows(tmp_path / "run")
+    assert rows and all(r["reference_s"] == 0.0 for r in rows)
+
+
+def test_dry_run_plans_no_reference_at_kl_coef_0() -> None:
+    """``--dry-run`` of a GRPO run at ``kl_coef: 0`` (grpo_lm's example, embodied GRPO's with
+    the override) leaves the placed ``reference`` out of the plan, the devices and the weight
+    sync, and says why; at ``kl_coef > 0`` it is planned."""
+    from rlinf_algos.config.prepare import dry_run
+
+    for example, overrides in (("grpo_arith.yaml", []), ("grpo_pendulum.yaml", ["algorithm.kl_coef=0"])):
+        out = dry_run(EXAMPLES / example, overrides=overrides)
+        assert "reference" not in out["plan"].components and "kl_coef is 0" in out["idle"]["reference"]
+        assert "reference" not in out["devices"]
+        assert not [m for m in out["weight_sync"]["members"] if m.startswith("reference")]
+    out = dry_run(EXAMPLES / "grpo_pendulum.yaml")  # kl_coef 0.01
+    assert "reference" in out["plan"].components and out["idle"] == {}

@@ -323,6 +323,8 @@ def _print_dry_run(
         )
     click.echo("# placement plan")
     click.echo(out["plan"].render(), nl=False)
+    for name, why in (out.get("idle") or {}).items():
+        click.echo(f"# not started: {name} ({why})")
     _echo_devices(out.get("devices") or {})
     _echo_weight_sync(out.get("weight_sync"))
     _echo_memory(out.get("memory"))

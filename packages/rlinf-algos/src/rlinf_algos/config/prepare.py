@@ -58,6 +58,9 @@ class PreparedRun:
             rank, each role's memory estimate, whether the inventory was the one the worker pools
             imply, and the weight sync the run would use (``{"requested", "mode", "members"}``,
             :mod:`rlinf_algos.weight_sync`).
+        idle: with ``plan=True``: the placed components this run never starts, and why (the
+            algorithm's ``idle_components``: a ``reference`` at ``algorithm.kl_coef: 0``); they
+            are left out of the plan, the devices and the weight sync.
     """
 
     composition: Any
@@ -71,6 +74,7 @@ class PreparedRun:
     memory: Any = None
     inventory_implied: bool = False
     weight_sync: dict[str, Any] | None = None
+    idle: dict[str, str] = field(default_factory=dict)
 
     @property
     def saved(self) -> dict[str, Any]:
@@ -124,7 +128,7 @@ class PreparedRun:
     def report(self) -> dict[str, Any]:
         """What :func:`dry_run` returns: ``config`` (resolved, but ``${oc.env:...}`` kept:
         :attr:`saved`), ``scheduler``, ``plan``,
-        ``devices``, ``memory``, ``expansion``, ``inventory_implied``, ``weight_sync``."""
+        ``devices``, ``memory``, ``expansion``, ``inventory_implied``, ``weight_sync``, ``idle``."""
         return {
             "config": self.saved,
             "scheduler": self.scheduler,
@@ -134,6 +138,7 @@ class PreparedRun:
             "expansion": self.expansion,
             "inventory_implied": self.inventory_implied,
             "weight_sync": self.weight_sync,
+            "idle": self.idle,
         }
 
 
@@ -254,14 +259,14 @@ def _planned(prepared: PreparedRun, inventory: Any, gpu_memory_gib: float | None
     data = prepared.config
     plan = None
     implied = False
+    idle: dict[str, str] = {}
     if prepared.scheduler != LOCAL:
         scheduler_cls = prepared.host.schedulers.get(prepared.scheduler)
         if inventory is None and prepared.expansion is not None:
             inventory, implied = prepared.expansion.inventory, True
+        cluster, idle = _without_idle(prepared.algorithm_class, data)
         try:
-            plan = scheduler_cls.plan_placement(
-                {"cluster": data["cluster"]}, inventory, hardware=prepared.host
-            )
+            plan = scheduler_cls.plan_placement({"cluster": cluster}, inventory, hardware=prepared.host)
         except ConfigError as err:
             raise _sourced(prepared.translation.translate_error(err), prepared.composition) from None
     device = str((prepared.resolved.get("runner") or {}).get("device", "cpu"))  # with its default
@@ -284,7 +289,22 @@ def _planned(prepared: PreparedRun, inventory: Any, gpu_memory_gib: float | None
         memory=memory,
         inventory_implied=implied,
         weight_sync=weight_sync,
+        idle=idle,
     )
+
+
+def _without_idle(algo_cls: Any, data: Mapping[str, Any]) -> tuple[Any, dict[str, str]]:
+    """The ``cluster`` section without the placed components the run never starts (the
+    algorithm's ``idle_components(config)``: ``{name: why}``), and those."""
+    cluster = data["cluster"]
+    find = getattr(algo_cls, "idle_components", None)
+    placement = cluster.get("component_placement") if isinstance(cluster, Mapping) else None
+    idle = dict(find(data)) if find is not None else {}
+    if not idle or not isinstance(placement, Mapping):
+        return cluster, {}
+    kept = {k: v for k, v in placement.items() if any(n.strip() not in idle for n in str(k).split(","))}
+    gone = {n.strip() for k in placement if k not in kept for n in str(k).split(",")}
+    return {**cluster, "component_placement": kept}, {n: why for n, why in idle.items() if n in gone}
 
 
 def _weight_sync(prepared: PreparedRun, plan: Any, devices: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ language-model GRPO), :mod:`~rlinf_algos.grpo.learner`, :mod:`~rlinf_algos.grpo.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from pydantic import BaseModel
@@ -35,7 +36,9 @@ class GRPO(EmbodiedAlgorithm):
     PLUGIN_NAME: ClassVar[str] = "grpo"
     config_model: ClassVar[type[BaseModel]] = GRPOConfig
     components: ClassVar[tuple[str, ...]] = ("env", "rollout", "actor", "reward", "reference")
-    required_components: ClassVar[tuple[str, ...]] = ("env", "rollout", "actor", "reward", "reference")
+    required_components: ClassVar[tuple[str, ...]] = ("env", "rollout", "actor", "reward")
+    """The ``reference`` is required too when ``algorithm.kl_coef > 0`` (its KL term uses it):
+    :meth:`validate_sections` checks that; at ``kl_coef: 0`` none is started."""
     action_kinds: ClassVar[tuple[str, ...]] = ("box", "discrete", "multi_discrete", "multi_binary")
 
     @classmethod
@@ -56,6 +59,50 @@ class GRPO(EmbodiedAlgorithm):
                 )
             )
         return problems
+
+    @classmethod
+    def idle_components(cls, run_config: Mapping[str, Any]) -> dict[str, str]:
+        """The placed components a run of ``run_config`` never starts, and why: the
+        ``reference`` at ``algorithm.kl_coef: 0`` (``--dry-run`` leaves them out of the plan)."""
+        algo = run_config.get("algorithm")
+        kl = algo.get("kl_coef", 0.0) if isinstance(algo, Mapping) else 0.0
+        if isinstance(kl, int | float) and kl == 0:
+            return {"reference": "algorithm.kl_coef is 0: no KL term, no reference is started"}
+        return {}
+
+    @classmethod
+    def validate_sections(
+        cls, run_config: Mapping[str, Any], algorithm_config: Any = None, host: Any = None
+    ) -> tuple[Any, list[ConfigProblem]]:
+        """The embodied checks, and a ``reference`` missing from the placement while
+        ``algorithm.kl_coef > 0``."""
+        sections, problems = super().validate_sections(run_config, algorithm_config, host)
+        algo = run_config.get("algorithm")
+        kl = algo.get("kl_coef", 0.0) if isinstance(algo, Mapping) else 0.0
+        runner = run_config.get("runner")
+        scheduler = (runner.get("scheduler") if isinstance(runner, Mapping) else None) or "ray"
+        cluster = run_config.get("cluster")
+        placement = cluster.get("component_placement") if isinstance(cluster, Mapping) else None
+        placed = (
+            {x.strip() for key in placement for x in str(key).split(",")}
+            if isinstance(placement, Mapping)
+            else set()
+        )
+        if (
+            scheduler != "local"
+            and isinstance(kl, int | float)
+            and kl > 0
+            and placed
+            and "reference" not in placed
+        ):
+            problems.append(
+                ConfigProblem(
+                    "cluster.component_placement",
+                    f"algorithm.kl_coef is {kl:g}: its KL term needs the reference policy: place a "
+                    "`reference` component, or set algorithm.kl_coef: 0",
+                )
+            )
+        return sections, problems
 
     @classmethod
     def memory_items(cls, sections: Any, algo_config: Any) -> list[tuple[str, str, int]]:

@@ -5,10 +5,12 @@ On workers, every iteration's groups start from seeds of their own (``seed + k *
 the env workers reset each group's copies alike and step until every episode ended
 (``EnvWorker.run_episodes``); the rollout workers record the episodes; the reward worker turns
 the returns into group advantages; the reference worker adds the frozen policy's log-probabilities
-(``kl_coef > 0``); the actor updates on both. The batch goes rollout -> reference -> actor in
-several hops, so its channel keys are the iteration's own (``"<generation>.<iteration>"``): an
-abort of iteration ``k`` can never overtake iteration ``k - 1``'s data. In one process the
-collector resets and steps the vector env itself and the learner holds the reference.
+(``kl_coef > 0``); the actor updates on both. With ``kl_coef > 0`` the batch goes rollout ->
+reference -> actor; at ``kl_coef: 0`` (the default) no reference is started and the sequences go
+straight from the rollout workers to the actor. The channel keys are the iteration's own
+(``"<generation>.<iteration>"``): an abort of iteration ``k`` can never overtake iteration
+``k - 1``'s data. In one process the collector resets and steps the vector env itself and the
+learner holds the reference.
 """
 
 from __future__ import annotations
@@ -78,11 +80,25 @@ class GRPORecipe(Recipe):
         "group_return_std",
         "reference_s",
     )
-    extra_components: ClassVar[tuple[str, ...]] = ("reward", "reference")
-    policy_components: ClassVar[tuple[str, ...]] = ("reference",)  # it freezes version 0
-    stateful_components: ClassVar[tuple[str, ...]] = ("reference",)
-
     max_steps: int = 0
+
+    @property
+    def uses_reference(self) -> bool:
+        """Whether the KL term needs the frozen reference (``algorithm.kl_coef > 0``): without it
+        no reference worker is started and no batch passes through one."""
+        return float(self.cfg.kl_coef) > 0
+
+    @property  # type: ignore[override]
+    def extra_components(self) -> tuple[str, ...]:
+        return ("reward", "reference") if self.uses_reference else ("reward",)
+
+    @property  # type: ignore[override]
+    def policy_components(self) -> tuple[str, ...]:
+        return ("reference",) if self.uses_reference else ()  # it freezes version 0
+
+    @property  # type: ignore[override]
+    def stateful_components(self) -> tuple[str, ...]:
+        return ("reference",) if self.uses_reference else ()
 
     def policy_spec(self, model_cfg: Any, spaces: Any) -> dict[str, Any]:
         return gaussian_policy_spec(model_cfg, spaces, True)
@@ -122,10 +138,12 @@ class GRPORecipe(Recipe):
             "rollout_world": run.N,
             "timeout": run.timeout,
         }
-        return {
-            "reward": {**common, "threads": 0},
-            "reference": {**common, "weights": run.weights, "threads": 1, "device": run.runner_cfg.device},
-        }
+        launches = {"reward": {**common, "threads": 0}}
+        if self.uses_reference:
+            launches["reference"] = {
+                **common, "weights": run.weights, "threads": 1, "device": run.runner_cfg.device,
+            }  # fmt: skip
+        return launches
 
     def body(self, role: str, host: Any) -> Any:
         from rlinf_algos.grpo.roles import EpisodeScorer, FrozenPolicy
@@ -142,26 +160,24 @@ class GRPORecipe(Recipe):
         groups = run.groups
 
         async def learn() -> list[dict[str, Any]]:
-            """The reward worker scores the episodes, the reference worker adds its
-            log-probabilities, the actor updates on both (concurrently; they hand the data on over
-            the channel). Returns ``[actor metrics]`` (aborted if any of them was)."""
-            calls = [
-                groups["reward"].on(0).score(batch),
-                groups["reference"].on(0).log_probs(batch),
-                groups["actor"].train(batch),
-            ]
-            reward, reference, metrics = [(await await_call(c))[0] for c in calls]
-            if reward.get("aborted") or reference.get("aborted") or metrics.get("aborted"):
-                why = next((x["error"] for x in (reward, reference, metrics) if x.get("error")), "aborted")
+            """The reward worker scores the episodes, the reference worker (``kl_coef > 0``) adds
+            its log-probabilities, the actor updates on both (concurrently; they hand the data on
+            over the channel). Returns ``[actor metrics]`` (aborted if any of them was)."""
+            calls = [groups["reward"].on(0).score(batch), groups["actor"].train(batch)]
+            if self.uses_reference:
+                calls.append(groups["reference"].on(0).log_probs(batch))
+            reward, metrics, *ref = [(await await_call(c))[0] for c in calls]
+            if any(x.get("aborted") for x in (reward, metrics, *ref)):
+                why = next((x["error"] for x in (reward, metrics, *ref) if x.get("error")), "aborted")
                 return [{"aborted": True, "error": why}]
             metrics["group_return_std"] = reward["group_return_std"]
-            metrics["reference_s"] = reference["reference_s"]
+            metrics["reference_s"] = ref[0]["reference_s"] if ref else 0.0
             return [metrics]
 
         return IterationPlan(
             env_method="run_episodes",
             env_args=(base, self.cfg.group_size, run.T),
-            rollout_kwargs={"batch": batch},
+            rollout_kwargs={"batch": batch, "to_actor": not self.uses_reference},
             learn=learn,
             abort_keys=grpo_keys(batch, run.N),
             count_env_steps=True,

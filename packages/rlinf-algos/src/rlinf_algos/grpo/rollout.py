@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlinf_algos.channels import reward_key, traj_key
+from rlinf_algos.channels import reward_key, scored_key, traj_key
 from rlinf_algos.grpo.learner import GRPORollout
 from rlinf_algos.models.mlp import gaussian_log_prob, module_device, on_module
 from rlinf_algos.stats import Moments
@@ -89,7 +89,9 @@ class GRPOCollector:
 
 
 @torch.no_grad()
-def collect_grpo(worker: Any, gen: int, max_steps: int, batch: str = "", send: bool = True) -> dict[str, Any]:
+def collect_grpo(
+    worker: Any, gen: int, max_steps: int, batch: str = "", send: bool = True, to_actor: bool = False
+) -> dict[str, Any]:
     """One GRPO iteration: act on every stage until each of its envs has finished one episode
     (the env worker's :meth:`EnvWorker.run_episodes`), recording each env's episode as a
     masked sequence. Two messages go out: the sequences (``obs`` normalised ``[n, L, D]``,
@@ -97,8 +99,9 @@ def collect_grpo(worker: Any, gen: int, max_steps: int, batch: str = "", send: b
     ``moments``) to the reference worker on :func:`traj_key`, and the outcomes (``returns``
     ``[n]``, ``gid`` ``[n]``, ``lengths``) to the reward worker on :func:`reward_key`, rows
     in the same (stage-major) slot order. ``batch`` names the iteration's keys (the driver's
-    ``"<generation>.<iteration>"``). The sequences and the sampling stay on the host; on a
-    policy on a GPU only the network runs there."""
+    ``"<generation>.<iteration>"``). ``to_actor``: no reference runs (``kl_coef: 0``), the
+    sequences go straight to the actor (:func:`scored_key`). The sequences and the sampling stay
+    on the host; on a policy on a GPU only the network runs there."""
     model, S, n = worker.model, worker.stages, worker.slots
     dev = module_device(model)
     D = worker.spec["obs_dim"]
@@ -178,6 +181,7 @@ def collect_grpo(worker: Any, gen: int, max_steps: int, batch: str = "", send: b
     }
     outcome = {"returns": returns.reshape(-1), "gid": np.concatenate(gid), "lengths": lengths.reshape(-1)}
     if send:
-        worker.traj_ch.put(seqs, traj_key(batch or gen, worker.rank), timeout=worker.timeout)
+        key = (scored_key if to_actor else traj_key)(batch or gen, worker.rank)
+        worker.traj_ch.put(seqs, key, timeout=worker.timeout)
         worker.traj_ch.put(outcome, reward_key(batch or gen, worker.rank), timeout=worker.timeout)
     return {"aborted": False, "version": worker.version, "steps": n * sum(len(r["obs"]) for r in rec)}

@@ -67,6 +67,16 @@ class GRPOLM(Algorithm):
     (``rollout.weight_sync``: :mod:`rlinf_algos.weight_sync`)."""
 
     @classmethod
+    def idle_components(cls, run_config: Mapping[str, Any]) -> dict[str, str]:
+        """The placed components a run of ``run_config`` never starts, and why: the
+        ``reference`` at ``algorithm.kl_coef: 0`` (``--dry-run`` leaves them out of the plan)."""
+        algo = run_config.get("algorithm")
+        kl = algo.get("kl_coef", 0.0) if isinstance(algo, Mapping) else 0.0
+        if isinstance(kl, int | float) and kl == 0:
+            return {"reference": "algorithm.kl_coef is 0: no KL term, no reference is started"}
+        return {}
+
+    @classmethod
     def run_config_problems(cls, run_config: Mapping[str, Any]) -> list[ConfigProblem]:
         """Every problem of the run's sections but ``algorithm`` (:meth:`validate_sections`)."""
         return cls.validate_sections(run_config)[1]
@@ -160,6 +170,7 @@ class GRPOLM(Algorithm):
             resume=resume,
             scheduler=scheduler,
             callbacks=callbacks,
+            write_config=False,  # rlinf train wrote config.yaml before the scheduler started
         )
 
     @classmethod

@@ -115,12 +115,25 @@ def train_lm(
     resume: bool = False,
     scheduler: Any = None,
     callbacks: Mapping[str, Callable[..., Any]] | None = None,
+    write_config: bool = True,
 ) -> dict[str, Any]:
     """Run ``run`` with the one driver: in this process (``scheduler=None``) or on workers a
     started scheduler places; ``log`` gets the lines for people (``None``: silent), ``progress``
     every metrics row. Returns the summary (also in ``run_dir/summary.json``; the run directory
-    is described in the module docstring)."""
+    is described in the module docstring). ``write_config``: write ``config.yaml`` (atomically,
+    once, before the run starts); ``rlinf train`` has written it already and passes ``False``."""
     from rlinf_algos.runtime.driver import Driver
+
+    if write_config:
+        import yaml
+
+        from rlinf_algos.lm.config import resolved_lm_config
+        from rlinf_core.compose import mask_secrets
+        from rlinf_core.io import atomic_write_text
+
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        data = mask_secrets(resolved_lm_config(run, cluster))  # no oc.env values
+        atomic_write_text(Path(run_dir) / "config.yaml", yaml.safe_dump(data, sort_keys=False))
 
     return Driver(
         LMFlow(run, cluster),

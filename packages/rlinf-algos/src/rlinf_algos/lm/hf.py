@@ -227,6 +227,28 @@ def _write_folder(path: Path, write: Any) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def folder_files(path: str | Path) -> dict[str, bytes]:
+    """Every file of the folder ``path`` (a model folder), by its path relative to it."""
+    root = Path(path)
+    return {str(f.relative_to(root)): f.read_bytes() for f in sorted(root.rglob("*")) if f.is_file()}
+
+
+def write_folder_files(path: str | Path, files: dict[str, bytes]) -> Path:
+    """Write the folder :func:`folder_files` read at ``path``, atomically (beside it, then
+    renamed into place); returns ``path``."""
+
+    def write(tmp: Path) -> None:
+        for name, data in files.items():
+            dest = tmp / name
+            if dest.resolve().parent != tmp.resolve() and tmp.resolve() not in dest.resolve().parents:
+                raise RlinfError(f"a model folder file outside its folder: {name!r}")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+
+    _write_folder(Path(path), write)
+    return Path(path)
+
+
 def load_causal_lm(
     spec: LMModelConfig,
     path: str | Path | None = None,

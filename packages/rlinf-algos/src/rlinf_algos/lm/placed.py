@@ -38,7 +38,7 @@ from rlinf_algos.flow import await_call
 from rlinf_algos.lm.agents import EpisodeBatch, episode_metrics, make_agent
 from rlinf_algos.lm.folder import context_length
 from rlinf_algos.lm.remote_generate import ChannelGenerate, play
-from rlinf_algos.lm.roles import STOP
+from rlinf_algos.lm.roles import STOP, hand_on
 from rlinf_algos.lm.run import LMRun
 from rlinf_algos.lm.tasks import make_task, task_tokenizer
 from rlinf_algos.runtime.workers import WORKERS
@@ -72,7 +72,6 @@ class LMPlacedRun(LMRun):
         self.evals_done = 0
         self.last_publish_bytes = 0
         self.placement: dict[str, Any] = {}
-        self.policy_model: Any = None
 
     @property
     def scheduler_name(self) -> str:
@@ -132,10 +131,13 @@ class LMPlacedRun(LMRun):
                 **common, "weights": self.weights, "threads": threads, "channels": {"refq": self.refq},
             }  # fmt: skip
         tools_channel = {"tools": self.tools_ch} if use_tools else {}
-        if use_agents:
+        if use_agents:  # the agents hand the episodes on themselves (roles.hand_on)
             launches["agent"] = {
                 **common, "threads": 0, "n_rollout": n_rollout,
-                "channels": {"gen": self.gen, "episodes": self.episodes_ch, **tools_channel},
+                "channels": {
+                    "gen": self.gen, "episodes": self.episodes_ch, "scored": self.scored, "refq": self.refq,
+                    **tools_channel,
+                },
             }  # fmt: skip
         if use_tools:
             launches["tool"] = {**common, "threads": 0, "channels": tools_channel}
@@ -223,6 +225,7 @@ class LMPlacedRun(LMRun):
         if scoring is not None:
             self._watch_key(self.episodes_ch, scoring, "on_scoring", it)
         calls: dict[tuple[str, int], Any] = {}
+        use_ref = train and "reference" in self.groups
         if self.n_agent:
             n = min(self.n_agent, len(problems))
             size = -(-len(problems) // n)
@@ -232,7 +235,7 @@ class LMPlacedRun(LMRun):
                 calls[("agent", r)] = (
                     self.groups["agent"]
                     .on(r)
-                    .play(k, c, group_size, temperature, self.version, generating, tooling)
+                    .play(k, c, group_size, temperature, self.version, generating, tooling, train, use_ref)
                 )
         else:
             keys = [f"{key}/a0"]
@@ -240,23 +243,24 @@ class LMPlacedRun(LMRun):
         for i, k in enumerate(keys):
             by_reward.setdefault(i % self.n_reward, []).append(k)
         for r, ks in by_reward.items():
-            calls[("reward", r)] = (
-                self.groups["reward"].on(r).score(ks, f"{key}/r{r}" if train else None, scoring)
-            )
-        ref_key = f"{key}/ref" if train and "reference" in self.groups else None
+            calls[("reward", r)] = self.groups["reward"].on(r).score(ks, train, scoring)
+        # the batch's order: the parts of reward rank 0, then 1... (as they were scored before)
+        order = [k for r in sorted(by_reward) for k in by_reward[r]]
+        ref_key = f"{key}/ref" if use_ref else None
         if ref_key is not None:
-            calls[("reference", 0)] = self.groups["reference"].log_probs(ref_key)
-        if train:  # one scored item per episodes key, from the reward rank that scores it
-            dests = [f"{key}/r{r}" for r in sorted(by_reward) for _ in by_reward[r]]
-            calls[("actor", 0)] = self.groups["actor"].train(key, keys=dests, ref_key=ref_key)
+            calls[("reference", 0)] = self.groups["reference"].log_probs(order, ref_key)
+        if train:
+            calls[("actor", 0)] = self.groups["actor"].train(key, keys=order, ref_key=ref_key)
         reply = f"driver/{key}"
         targets = [(self.gen, f"agent{r}/{key}") for r in range(self.n_agent)] + [(self.gen, reply)]
-        targets += [(self.episodes_ch, k) for k in keys] + [(self.scored, f"{key}/r{r}") for r in by_reward]
+        targets += [(self.episodes_ch, k) for k in keys]
+        if train:
+            targets += [(self.scored, k) for k in keys] + [(self.scored, f"{k}/score") for k in keys]
         if self.n_tool:  # the agents' (or the driver's) tool replies
             targets += [(self.tools_ch, f"agent{r}/{k}/tools") for r, k in enumerate(keys[: self.n_agent])]
             targets += [(self.tools_ch, f"{reply}/tools")]
         if ref_key is not None:
-            targets += [(self.refq, ref_key), (self.refq, ref_key + "/lp")]
+            targets += [(self.refq, k) for k in keys] + [(self.refq, ref_key + "/lp")]
 
         def abort() -> None:
             for channel, k in targets:
@@ -278,7 +282,7 @@ class LMPlacedRun(LMRun):
 
                 tools = PlacedTools(self.tools_ch, f"{reply}/tools", self.timeout, report=tooling)
             local = loop.run_in_executor(
-                None, self._play_here, problems, group_size, generate, keys[0], tools
+                None, self._play_here, problems, group_size, generate, keys[0], tools, train, use_ref
             )
         gathering = asyncio.ensure_future(d.gather(calls, abort=abort, watch=self._serve_futures()))
         agent_stats: list[dict[str, Any]] = []
@@ -316,16 +320,18 @@ class LMPlacedRun(LMRun):
         return out, results, dead, fatal
 
     def _play_here(
-        self, problems: Sequence[Any], group_size: int, generate: Any, key: str, tools: Any = None
-    ) -> dict[str, Any] | None:
+        self, problems: Sequence[Any], group_size: int, generate: Any, key: str, tools: Any = None,
+        train: bool = False, reference: bool = False,
+    ) -> dict[str, Any] | None:  # fmt: skip
         """The driver plays the agent (its tools from ``tools``, the tool ranks' client, when
-        given); the episodes go to the reward ranks. ``None`` when the driver ended the
-        iteration."""
+        given) and hands the episodes on as an agent does (:func:`~rlinf_algos.lm.roles.hand_on`).
+        ``None`` when the driver ended the iteration."""
         try:
             eps, stats = play(self.local_agent, problems, group_size, generate, tools)
         except Aborted:
             return None
-        self.episodes_ch.put(eps.to_dict(), key, timeout=self.timeout)
+        channels = {"episodes": self.episodes_ch, "scored": self.scored, "refq": self.refq}
+        hand_on(eps.to_dict(), key, channels, self.timeout, train, reference)
         return stats
 
     async def _attempts(self, what: str, it: int, problems: Sequence[Any], group_size: int,
@@ -396,17 +402,27 @@ class LMPlacedRun(LMRun):
         return {"correct": res["correct"], "well_formed": res["well_formed"], "rewards": res["rewards"]}
 
     # -- state ---------------------------------------------------------------------------------------
-    def policy(self) -> Any:
-        """The actor's current policy, as a model in this process."""
+    def parameter_counts(self) -> tuple[int, int]:
+        """``(trainable, total)`` parameters, as the actor counts them (no model here)."""
+        counts = self.groups["actor"].on(0).world().wait(self.timeout)[0]["parameters"]
+        return int(counts["trainable"]), int(counts["total"])
+
+    def write_policy(self, policy_dir: Path, adapter_dir: Path) -> None:
+        """Write the final policy from the learner's state: the files of the model folder the
+        actor made of its own model (:meth:`~rlinf_algos.lm.roles.LMActor.policy`), each folder
+        written beside its place and renamed into it. An FSDP learner group returns its gathered
+        weights instead, and they are loaded into a model here to be written."""
         from rlinf_algos.lm import hf
 
-        state = self.groups["actor"].policy().wait(self.timeout)[0]
-        if self.policy_model is None:
-            self.policy_model = hf.load_causal_lm(
-                self.policy_run.model
-            )  # requires_grad as trained: the counts
-        hf.load_sync_state(self.policy_model, state["state_dict"])
-        return self.policy_model
+        record = self.groups["actor"].policy().wait(self.timeout)[0]
+        if "state_dict" in record:  # sharded: the weights as a publish carries them
+            model = hf.load_causal_lm(self.policy_run.model)
+            hf.load_sync_state(model, record["state_dict"])
+            hf.save_model_folder(model, Path(self.run.model.path or ""), policy_dir, adapter_dir)
+            return
+        for name, dest in (("policy", policy_dir), ("adapter", adapter_dir)):
+            if name in record:
+                hf.write_folder_files(Path(dest), record[name])
 
     def publish_bytes(self) -> int:
         return self.last_publish_bytes

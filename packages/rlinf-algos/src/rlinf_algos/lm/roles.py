@@ -6,10 +6,18 @@ workers over the run's channels)::
     driver --problems--> agent ranks (or the driver itself when no `agent` is placed)
     agent  --gen "req"--> rollout ranks --gen "<agent key>"--> agent          (any idle rollout rank
                                                                               takes the next request)
-    agent  --episodes "<it>/a<rank>"--> reward rank (agent rank mod #reward)
-    reward --scored "<it>/r<rank>"--> actor
-    actor  --refq "<it>"--> reference --refq "<it>/lp"--> actor              (kl_coef > 0)
+    agent  --scored "<part>"--> actor                 the whole episodes, once (training)
+    agent  --episodes "<part>"--> reward rank         the final responses and answers alone
+    agent  --refq "<part>"--> reference               the sequences (training, kl_coef > 0)
+    reward --scored "<part>/score"--> actor           the rewards
+    reference --refq "<it>/ref/lp"--> actor           the reference log-probs of the packed batch
     actor: the update --weights (version it+1)--> rollout ranks, before their next request
+
+(``<part>``: ``<it>/a<agent rank>``, scored by reward rank ``agent rank mod #reward``.) The
+episodes take one hop to the actor; the reward ranks score and the reference computes its
+log-probabilities while the actor gathers and packs them (:func:`hand_on`), so neither waits
+for the other: before, the episodes went agent -> reward -> actor and the actor asked the
+reference only once it had packed every scored part.
 
 - :class:`LMRollout`: the run's rollout engine, answering generation requests (``serve``);
 - :class:`LMScorer`: the verifier (or the user's reward) over an iteration's episodes;
@@ -44,12 +52,41 @@ __all__ = [
     "LMReference",
     "LMRollout",
     "LMScorer",
+    "hand_on",
     "placed_tools",
     "tool_server",
 ]
 
 STOP = "__rlinf_lm_stop__"
 """Put on the ``gen`` channel's ``req`` key once per rollout rank to end its serve loop."""
+
+
+def hand_on(
+    eps: dict[str, Any], key: str, channels: dict[str, Any], timeout: float, train: bool, reference: bool
+) -> None:
+    """Hand the episodes of the part ``key`` on from where they were played: what the verifier
+    reads (``final_responses``, ``answers``) to the reward rank (``episodes``); in training, the
+    whole episodes to the actor (``scored``) and their sequences to the reference (``refq``,
+    when ``reference``). The longest work starts first: the reference's forward, the scoring,
+    then the actor's packing."""
+    if train and reference:
+        channels["refq"].put({"sequences": eps["sequences"]}, key, timeout=timeout)
+    light = {"final_responses": eps["final_responses"], "answers": eps["answers"]}
+    channels["episodes"].put(light, key, timeout=timeout)
+    if train:
+        channels["scored"].put(eps, key, timeout=timeout)
+
+
+def padded_ids(sequences: list[list[int]], pad_id: int) -> Any:
+    """``[N, T]`` token ids, right-padded with ``pad_id`` (the ``input_ids`` the actor's
+    :func:`~rlinf_algos.lm.learner.pack_batch` makes of the same sequences)."""
+    import torch
+
+    t = max(len(x) for x in sequences)
+    ids = torch.full((len(sequences), t), pad_id, dtype=torch.long, device="cpu")  # host batch
+    for i, x in enumerate(sequences):
+        ids[i, : len(x)] = torch.as_tensor(list(x), dtype=torch.long, device="cpu")
+    return ids
 
 
 class LMRollout:
@@ -128,8 +165,8 @@ class LMRollout:
 
 
 class LMScorer:
-    """The verifier on a CPU-only process (no torch): scores the episodes of given keys of the
-    ``episodes`` channel and forwards them, with their rewards, to the actor (``scored``)."""
+    """The verifier on a CPU-only process (no torch): scores the final responses of given keys
+    of the ``episodes`` channel and sends the rewards to the actor (``scored``)."""
 
     def __init__(self, host: Any, run: Any) -> None:
         from rlinf_algos.lm.reward import Verifier
@@ -139,12 +176,12 @@ class LMScorer:
         log = Path(log_dir) / f"reward-r{host.rank}.log" if log_dir else None
         self.verifier = Verifier(make_task(run, task_tokenizer(run), reward_log=log))
 
-    def score(self, keys: list[str], dest: str | None, report: str | None = None) -> dict[str, Any]:
-        """Score the episodes at each of ``keys`` (in order); put them with their ``rewards`` on
-        the ``scored`` channel at ``dest`` (one item per key) unless ``dest`` is ``None`` (an
-        evaluation). Returns per key ``correct`` and ``well_formed`` lists, and ``busy_s``
-        (``aborted`` when the driver ended the iteration). ``report``: a key to put this rank
-        and pid on once it has its first episodes."""
+    def score(self, keys: list[str], send: bool, report: str | None = None) -> dict[str, Any]:
+        """Score the final responses at each of ``keys`` (in order); when ``send`` (training, not
+        an evaluation) put their ``rewards``, ``correct`` and ``well_formed`` on the ``scored``
+        channel at ``<key>/score``. Returns per key ``correct`` and ``well_formed`` lists, and
+        ``busy_s`` (``aborted`` when the driver ended the iteration). ``report``: a key to put
+        this rank and pid on once it has its first episodes."""
         host = self.host
         episodes, scored, timeout = host.channel("episodes"), host.channel("scored"), host.timeout
         out: dict[str, Any] = {"parts": {}, "busy_s": 0.0}
@@ -165,10 +202,8 @@ class LMScorer:
             out["parts"][key] = part
             out["busy_s"] += time.perf_counter() - t0
             out["failures"] = int(r.get("failures", 0))
-            if dest is not None:
-                eps["rewards"] = r["rewards"]
-                eps["correct"], eps["well_formed"] = part["correct"], part["well_formed"]
-                scored.put(eps, dest, timeout=timeout)
+            if send:
+                scored.put(part, key + "/score", timeout=timeout)
         return out
 
 
@@ -191,16 +226,21 @@ class LMReference:
             device=role_device(str(self.run.runner.device)),  # the GPU its placement gives, if any
         )
 
-    def log_probs(self, key: str) -> dict[str, Any]:
-        """Take the batch at ``key``, put its ``ref_log_probs`` at ``key + "/lp"``."""
+    def log_probs(self, keys: list[str], key: str) -> dict[str, Any]:
+        """Take the sequences of the parts at ``keys`` (in the actor's order, as they are
+        played), pad them as the actor packs them and put their ``ref_log_probs`` at
+        ``key + "/lp"``."""
         if self.model is None:
             raise RlinfError("reference worker: configure() the frozen weights before log_probs()")
         refq, timeout = self.host.channel("refq"), self.host.timeout
-        batch = refq.get(key, timeout=timeout)
-        if is_abort(batch):
-            return {"aborted": True, "busy_s": 0.0}
+        seqs: list[list[int]] = []
+        for k in keys:
+            part = refq.get(k, timeout=timeout)
+            if is_abort(part):
+                return {"aborted": True, "busy_s": 0.0}
+            seqs += part["sequences"]
         t0 = time.perf_counter()
-        out = self.model.compute_log_probs(batch)
+        out = self.model.compute_log_probs({"input_ids": padded_ids(seqs, task_tokenizer(self.run).pad_id)})
         refq.put(out, key + "/lp", timeout=timeout)
         return {"busy_s": time.perf_counter() - t0}
 
@@ -250,32 +290,33 @@ class LMActor:
 
         scored, refq, timeout = self.host.channel("scored"), self.host.channel("refq"), self.host.timeout
         parts = []
-        for k in keys:
+        for k in keys:  # the whole episodes, straight from where they were played
             parts.append(scored.get(k, timeout=timeout))
             if is_abort(parts[-1]):
                 return None
         outcomes: dict[str, Any] = {"correct": [], "well_formed": [], "generated_tokens": 0}
-        seqs: list[list[int]] = []
-        masks: list[list[int]] = []
+        seqs = [x for p in parts for x in p["sequences"]]
+        batch = pack_batch(seqs, [x for p in parts for x in p["loss_masks"]], self.tok.pad_id)
+        for k, p in zip(keys, parts, strict=True):  # their rewards, from the reward ranks
+            score = scored.get(k + "/score", timeout=timeout)
+            if is_abort(score):
+                return None
+            p.update(score)
         index: list[int] = []
         rewards: list[float] = []
         for p in parts:
             off = len(rewards)
-            seqs += p["sequences"]
-            masks += p["loss_masks"]
             index += [off + e for e in p["episode_index"]]
             rewards += [float(x) for x in p["rewards"]]
             outcomes["correct"] += list(p.get("correct", []))
             outcomes["well_formed"] += list(p.get("well_formed", []))
             outcomes["generated_tokens"] += int(p.get("generated_tokens", 0))
         outcomes["rewards"] = rewards
-        batch = pack_batch(seqs, masks, self.tok.pad_id)
         batch["episode_index"] = torch.tensor(index, dtype=torch.long, device="cpu")  # host batch
         batch["rewards"] = torch.tensor(rewards, dtype=torch.float32, device="cpu")
         ref_s = 0.0
-        if ref_key is not None:
+        if ref_key is not None:  # computed meanwhile, from the sequences as they were played
             t = time.perf_counter()
-            refq.put({"input_ids": batch["input_ids"]}, ref_key, timeout=timeout)
             lp = refq.get(ref_key + "/lp", timeout=timeout)
             if is_abort(lp):
                 return None
@@ -284,8 +325,9 @@ class LMActor:
         return batch, len(seqs), ref_s, outcomes
 
     def train(self, gen: str, keys: list[str], ref_key: str | None = None) -> dict[str, Any]:
-        """Gather the scored parts at ``keys`` (whole groups each, in order), pack them, get the
-        reference log-probs over ``refq`` at ``ref_key`` (when not ``None``) and run the update.
+        """Gather the episodes at ``keys`` (whole groups each, in order) and pack them, then
+        their rewards (``<key>/score``) and the reference log-probs the reference put at
+        ``<ref_key>/lp`` (when not ``None``), and run the update.
         Returns the update stats, ``version``, the parts' ``outcomes`` and seconds; ``aborted``
         when the driver ended the iteration (no update). Rank 0 packs; the other ranks get the
         batch from it."""
@@ -321,8 +363,25 @@ class LMActor:
         self.learner.load_state_dict(state)
 
     def policy(self) -> dict[str, Any]:
-        """The current weights as a publish carries them (the adapter alone with LoRA)."""
-        return {"state_dict": self.learner.get_weights()[0]}
+        """The final policy from the learner's own state: the files of its model folder
+        (``policy``, merged with LoRA; ``adapter``, the peft folder, with LoRA) as
+        :func:`~rlinf_algos.lm.hf.save_model_folder` writes them, which the driver writes into
+        the run directory, with no model of its own. On an FSDP learner group the weights are
+        sharded: every rank gathers and rank 0 returns them as a publish carries them
+        (``state_dict``), and the driver builds the folder from those."""
+        import tempfile
+
+        from rlinf_algos.lm import hf
+
+        if self.host.dp.sharded:
+            return {"state_dict": self.learner.get_weights()[0]}
+        if not self.host.dp.is_main:
+            return {}
+        with tempfile.TemporaryDirectory(prefix="rlinf-policy-") as tmp:
+            root = Path(tmp)
+            tokenizer = Path(self.run.model.path or "")
+            hf.save_model_folder(self.learner.model, tokenizer, root / "policy", root / "adapter")
+            return {n: hf.folder_files(root / n) for n in ("policy", "adapter") if (root / n).is_dir()}
 
     def parameters(self) -> dict[str, int]:
         from rlinf_algos.lm import hf
@@ -354,11 +413,12 @@ def placed_tools(host: Any, reply: str, report: str | None = None) -> Any:
 
 class AgentPlayer:
     """The agent body (no model, no torch): plays single, hierarchical or tool-calling episodes
-    by asking the rollout ranks for generations over the ``gen`` channel, and puts the episodes
-    on the ``episodes`` channel for the reward component. The episode is the task's
+    by asking the rollout ranks for generations over the ``gen`` channel, and puts what the
+    verifier reads on the ``episodes`` channel for the reward component. The episode is the task's
     (:func:`~rlinf_algos.lm.agents.make_agent`); a tool-calling episode's calls go to the
     ``tool`` ranks when a ``tool`` component is placed (the host has a ``tools`` channel), else
-    run in this process."""
+    run in this process. In training the whole episodes go to the actor and their sequences to
+    the reference as well (:func:`hand_on`)."""
 
     def __init__(self, host: Any, run: Any) -> None:
         self.host = host
@@ -379,11 +439,14 @@ class AgentPlayer:
         min_version: int,
         report: str | None = None,
         tool_report: str | None = None,
+        train: bool = False,
+        reference: bool = False,
     ) -> dict[str, Any]:
-        """Play ``group_size`` episodes of each of ``problems``; put them on the ``episodes``
-        channel at ``key``; return counts and seconds (``aborted`` when the driver ended it).
+        """Play ``group_size`` episodes of each of ``problems``; hand them on under ``key``;
+        return counts and seconds (``aborted`` when the driver ended it).
         ``report`` / ``tool_report``: keys the first rollout / tool rank that takes a request
-        reports on (fault tests)."""
+        reports on (fault tests). ``train``: a training pass (the episodes go to the actor as
+        well, and with ``reference`` their sequences to the reference: :func:`hand_on`)."""
         host = self.host
         gen = ChannelGenerate(
             host.channel("gen"), int(host.options.get("n_rollout", 1)), f"agent{host.rank}/{key}",
@@ -394,5 +457,5 @@ class AgentPlayer:
             eps, stats = play(self.agent, problems, group_size, gen, tools)
         except Aborted:
             return {"aborted": True}
-        host.channel("episodes").put(eps.to_dict(), key, timeout=host.timeout)
+        hand_on(eps.to_dict(), key, host.channels, host.timeout, train, reference)
         return stats

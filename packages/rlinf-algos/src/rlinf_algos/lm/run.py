@@ -95,12 +95,23 @@ class LMRun(FlowRun):
     def scheduler_name(self) -> str:
         return "local"
 
+    def parameter_counts(self) -> tuple[int, int]:
+        """``(trainable, total)`` parameters of the policy (in process: the components' model)."""
+        from rlinf_algos.lm import hf
+
+        return hf.parameter_counts(self.comps.policy())
+
+    def write_policy(self, policy_dir: Path, adapter_dir: Path) -> None:
+        """Write the final policy as a model folder at ``policy_dir`` (merged with LoRA, whose
+        adapter goes to ``adapter_dir``), from the components' model in process."""
+        from rlinf_algos.lm import hf
+
+        hf.save_model_folder(self.comps.policy(), Path(self.run.model.path or ""), policy_dir, adapter_dir)
+
     # -- start and resume --------------------------------------------------------------------------
     def start(self, state: dict[str, Any] | None) -> None:
         import torch
 
-        from rlinf_algos.lm import hf
-        from rlinf_algos.lm.config import resolved_lm_config
         from rlinf_algos.lm.trainer import evaluate_components, prepare_models
 
         d = self.driver
@@ -114,16 +125,9 @@ class LMRun(FlowRun):
             self.say(f"resuming from {d.run_dir} (iteration {_iteration_of(state)})")
         self.comps = self.components()
         task = self.comps.task
-        import yaml
-
-        from rlinf_core.compose import mask_secrets
-
-        data = mask_secrets(resolved_lm_config(self.config_run, self.flow.cluster))  # no oc.env values
-
-        atomic_write_text(d.run_dir / "config.yaml", yaml.safe_dump(data, sort_keys=False))
         self.heldout = task.heldout()
         self.sampler = task.sampler(self.run.runner.seed + 1000)
-        trainable, total = hf.parameter_counts(self.comps.policy())
+        trainable, total = self.parameter_counts()
         self.params = (trainable, total)
         self.say(
             f"task {task.mode}: {total:,} parameters ({trainable:,} trainable), "
@@ -282,7 +286,6 @@ class LMRun(FlowRun):
 
     # -- the end ---------------------------------------------------------------------------------------
     def finish(self, interrupted: bool, error: str | None) -> dict[str, Any]:
-        from rlinf_algos.lm import hf
         from rlinf_algos.lm.trainer import ascii_curve, evaluate_components, plot_accuracy
 
         d, alg, rcfg = self.driver, self.run.algorithm, self.run.runner
@@ -294,9 +297,7 @@ class LMRun(FlowRun):
             after = d.run_async(evaluate_components(self.comps, self.heldout, rcfg.eval_temperature))
             _write_json(d.run_dir / "eval_after.json", after)
             self.evals.append({"iteration": d.steps, "accuracy": after["accuracy"]})
-        hf.save_model_folder(
-            self.comps.policy(), Path(self.run.model.path or ""), d.run_dir / "policy", d.run_dir / "adapter"
-        )
+        self.write_policy(d.run_dir / "policy", d.run_dir / "adapter")
         total_s = d.rec.wall_s
         trainable, total = self.params
         before, t, n = self.before, self.totals, max(d.steps, 1)
