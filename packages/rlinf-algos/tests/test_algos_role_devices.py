@@ -1,6 +1,7 @@
 """Every role computes where the run reports it does (issue 52, item 2).
 
-``runner.scheduler: local`` runs every language-model component in the driver's process; the
+``runner.scheduler: local`` runs every language-model role in the driver's process (the
+in-process scheduler's worker objects); the
 one device ``--dry-run`` and ``summary.json`` report for it (:func:`rlinf_algos.parallel.local_devices`)
 must be where the actor, the rollout engine and the reference hold their parameters. Before,
 the policy was loaded without a device, the learner got no data-parallel context and the
@@ -18,11 +19,7 @@ from typing import Any
 import pytest
 import torch
 
-from rlinf_algos.lm.config import load_lm_sections
-from rlinf_algos.lm.local import LocalComponents
-from rlinf_algos.lm.tasks import make_task
-from rlinf_algos.lm.trainer import policy_to_train, resolve_model
-from rlinf_algos.training import _record_devices
+from rlinf_algos.training import _record_devices, run_training
 from rlinf_core.config import apply_overrides, load_yaml
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -36,6 +33,12 @@ TINY = [
     "algorithm.group_size=2",
     "runner.scheduler=local",
     "runner.torch_threads=1",
+    "sft.steps=1",
+    "sft.batch_size=4",
+    "algorithm.iterations=1",
+    "task.eval_size=2",
+    "runner.eval_interval=0",
+    "runner.loggers=[csv]",
 ]
 
 
@@ -52,27 +55,44 @@ def device_mismatches(reported: Sequence[str], actual: Mapping[str, Sequence[str
     return out
 
 
-def local_components(tmp_path: Path, device: str, algorithm: str) -> tuple[LocalComponents, dict[str, Any]]:
+def module_devices(obj: Any, depth: int = 4, seen: set[int] | None = None) -> list[str]:
+    """The devices of the parameters of every torch module ``obj`` holds (attributes followed
+    ``depth`` deep)."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen or depth < 0:
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, torch.nn.Module):
+        return sorted({str(p.device) for p in obj.parameters()})
+    found: set[str] = set()
+    for value in getattr(obj, "__dict__", {}).values():
+        if isinstance(value, (str, int, float, bytes, Path)) or value is None:
+            continue
+        found.update(module_devices(value, depth - 1, seen))
+    return sorted(found)
+
+
+def check_local_run(tmp_path: Path, device: str, algorithm: str) -> None:
+    """A local run (the in-process scheduler: every role a worker object in this process) of
+    one iteration: while it generates, every role's parameters are on the device reported."""
     data = apply_overrides(
         load_yaml(EXAMPLES / "grpo_arith.yaml"),
         [*TINY, f"runner.device={device}", f"algorithm.name={algorithm}"],
     )
-    run = resolve_model(load_lm_sections(data), tmp_path / "run", lambda _m: None)
-    model, tok = policy_to_train(run)
-    return LocalComponents(run, tok, model, make_task(run, tok)), data
-
-
-def check_local_run(tmp_path: Path, device: str, algorithm: str) -> None:
-    comps, data = local_components(tmp_path, device, algorithm)
     reported = _record_devices(tmp_path, {}, None, data)["devices"]["roles"]["local"]
-    actual = comps.devices()
-    roles = {"actor", "rollout", "reference", *(["critic"] if algorithm == "ppo_lm" else [])}
-    assert set(actual) == roles, actual
+    actual: dict[str, list[str]] = {}
+
+    def on_generating(run: Any, k: int, report: Any) -> None:
+        if k > 0 and not actual:  # an iteration (evaluations are k < 0): every role is up
+            for role, group in run.groups.items():
+                devs = module_devices(group.workers[0].body)
+                if devs:
+                    actual[role] = devs
+
+    summary = run_training(data, run_dir=tmp_path / "run", callbacks={"on_generating": on_generating})
+    assert summary["iterations"] == 1
+    assert set(actual) == {"actor", "rollout", "reference"}, actual
     assert device_mismatches(reported, actual) == []
-    # and it computes there: one iteration, every role taking part
-    out = comps.iterate(comps.task.sampler(0).sample(2), 2)
-    assert out["sequences"] == 4 and all(torch.isfinite(torch.as_tensor(out["stats"]["loss"])).reshape(-1))
-    assert device_mismatches(reported, comps.devices()) == []
 
 
 def test_the_mismatch_check_names_each_role_off_the_reported_device() -> None:
