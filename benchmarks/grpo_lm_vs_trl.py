@@ -319,22 +319,24 @@ def watch_rlinf(run: Any, spec: dict[str, Any], evaluator: Any, t_process: float
     counts (tool calls too, for a ``tools`` task), and ``evaluator(policy)`` every
     ``eval_every`` iterations off the training clock."""
     from rlinf_algos.lm import learner as lm_workers
-    from rlinf_algos.lm import local as lm_local
+    from rlinf_algos.lm import placed as lm_placed
     from rlinf_algos.lm.flow import train_lm
 
     cfg = spec["settings"]
     state: dict[str, Any] = {"evals": [], "iters": []}
 
-    class Watched(lm_local.LocalComponents):
-        """``LocalComponents`` unchanged, but seen: the policy for the evaluations, and the end
-        of the evaluation before the loop (when GRPO starts)."""
+    class Watched(lm_placed.LMPlacedRun):
+        """The run's workers (in this process: ``runner.scheduler: local``) unchanged, but seen:
+        the policy for the evaluations, and the end of the evaluation before the loop (when GRPO
+        starts)."""
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
+        def components(self) -> Any:
+            out = super().components()
             state["comps"] = self
+            return out
 
-        def evaluate(self, problems: Any, temperature: float = 0.0) -> Any:
-            out = super().evaluate(problems, temperature)
+        async def evaluate(self, problems: Any, temperature: float = 0.0) -> Any:
+            out = await super().evaluate(problems, temperature)
             if "t0" not in state:
                 state["evals"].append({"iteration": 0, "train_s": 0.0, **evaluator(self.policy())})
                 state["t0"] = state["mark"] = time.perf_counter()
@@ -382,7 +384,7 @@ def watch_rlinf(run: Any, spec: dict[str, Any], evaluator: Any, t_process: float
 
     setattr(lm_workers, lp_name, timed_log_probs)
     state["old_lp_s"] = 0.0
-    lm_local.LocalComponents = Watched  # type: ignore[misc]
+    lm_placed.LMPlacedRun = Watched  # type: ignore[misc]
     summary = train_lm(run, spec["run_dir"], log=None, progress=progress)
     return {
         "startup_s": state.get("t0", t_process) - t_process,

@@ -22,8 +22,9 @@ Peers (``--peers``):
 - ``rlinf``: ``rlinf_algos.training.run_training`` (env, rollout and actor workers over channels,
   what ``rlinf train`` runs; configured as ``examples/quickstart.yaml``: one node, env stepping
   in 2 pipeline stages, ``max_staleness: 1`` so the next rollout overlaps the update) when that
-  module is installed; the in-process run (``runner.scheduler: local``: the one driver with
-  :mod:`rlinf_algos.embodied.local`) is measured too, as ``rlinf_inprocess_sps``. Without the
+  module is installed; the in-process run (``runner.scheduler: local``: the same flow on the
+  in-process scheduler, :mod:`rlinf_algos.runtime.inprocess`) is measured too, as
+  ``rlinf_inprocess_sps``. Without the
   distributed runner, ``rlinf_sps`` is the in-process figure and the JSON says so
   (``rlinf_runner``).
 - ``sb3``: ``stable_baselines3.PPO`` on a ``DummyVecEnv`` wrapped in ``VecNormalize``.
@@ -180,7 +181,7 @@ def peer_rlinf_inprocess(warmup: int, iters: int, seed: int) -> dict[str, Any]:
     return {
         **clock.result(warmup - 1, t_begin),
         "rollout_fraction": rollout / (rollout + update),
-        "runner": "in-process (rlinf_algos.embodied.local)",
+        "runner": "in-process scheduler (runner.scheduler: local)",
     }
 
 

@@ -214,7 +214,7 @@ def peer_rlinf_inprocess(warmup: int, iters: int, threads: int, seed: int) -> di
     return {
         **clock.result(warmup - 1, t_begin),
         "rollout_fraction": rollout / (rollout + update) if rollout + update > 0 else None,
-        "runner": "in-process (rlinf_algos.embodied.local)",
+        "runner": "in-process scheduler (runner.scheduler: local)",
     }
 
 

@@ -678,28 +678,6 @@ def test_grpo_update_allocates_nothing_implicitly() -> None:
     assert trap.hits == [] and all(np.isfinite(v) for v in metrics.values())
 
 
-def test_grpo_local_collection_allocates_nothing_implicitly() -> None:
-    """The in-process GRPO collector over a real vector env (Pendulum), then the update."""
-    from rlinf_algos.envs import VectorEnvStepper
-    from rlinf_algos.grpo.config import GRPOConfig
-    from rlinf_algos.grpo.learner import GRPOLearner
-    from rlinf_algos.grpo.rollout import GRPOCollector
-
-    stepper = VectorEnvStepper("Pendulum-v1", 4, 0, max_episode_steps=8)
-    try:
-        model = build_policy(policy_spec("mlp"))
-        cfg = GRPOConfig(group_size=2, num_groups=2, minibatch_size=8, update_epochs=1)
-        collector = GRPOCollector(stepper, model, 2, 0, 8)
-        learner = GRPOLearner(model, cfg, seed=0)
-        with ImplicitDeviceTrap() as trap:
-            rollout, moments = collector.collect()
-            learner.update(rollout)
-            model.fold_obs_moments(moments["mean"], moments["var"], moments["count"])
-        assert trap.hits == []
-    finally:
-        stepper.close()
-
-
 # -- devices from the placement ----------------------------------------------------------------
 class _Host:
     def __init__(self, **options: Any) -> None:

@@ -69,7 +69,8 @@ def test_an_out_of_memory_update_ends_the_run_and_keeps_the_last_good_checkpoint
     with pytest.raises(RunFailed) as err:
         _train_ppo(tmp_path, 64 * 5, 64)
     msg = str(err.value)
-    assert "the learner (in this process) ran out of memory: CUDA out of memory" in msg
+    # the actor worker's line (runner.scheduler: local runs it in this process): role, device, call
+    assert "actor rank 0 ran out of memory on cpu in train(): CUDA out of memory" in msg
     assert all(k in msg for k in KNOBS) and "not restarted" in msg
     kept = latest_checkpoint(tmp_path)
     assert kept == tmp_path / "checkpoints" / "step_0000000128.safetensors" and kept.is_file()

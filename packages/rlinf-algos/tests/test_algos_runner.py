@@ -35,7 +35,8 @@ def train(algo, env, model, runner, run_dir, *, progress=None, resume=False):  #
     from rlinf_core.plugins import load_plugins
 
     recipe = load_plugins().algorithms.get(algo.name)(algo).recipe()
-    sections = RunSections(env=env, model=model, runner=runner, rollout=RolloutConfig())
+    rollout = RolloutConfig(steps_per_iteration=50)  # SAC: 100 env steps per iteration on 2 envs
+    sections = RunSections(env=env, model=model, runner=runner, rollout=rollout)
     from rlinf_algos.embodied.flow import EmbodiedFlow
     from rlinf_algos.runtime.driver import Driver
 
@@ -56,6 +57,7 @@ def sac_sections(total: int, **runner: object) -> dict[str, object]:
         "env": {"id": ENV, "num_envs": 2},
         "model": {"hidden_sizes": [32, 32]},
         "runner": {"total_steps": total, "log_interval": 100, **runner},
+        "rollout": {"steps_per_iteration": 50},  # an iteration of 100 env steps: rows every 100
     }
 
 
@@ -111,14 +113,15 @@ def test_sac_checkpoint_and_resume(tmp_path: Path) -> None:
     ckpts = sorted(p.name for p in (tmp_path / "checkpoints").glob("*.safetensors"))
     assert ckpts == ["step_0000000200.safetensors", "step_0000000400.safetensors"]
     state = load_state(latest_checkpoint(tmp_path))
-    assert state["run"]["steps"] == 400 and len(state["buffer"]["rewards"]) == 400
+    assert state["run"]["steps"] == 400 and len(state["actor"]["buffer"]["rewards"]) == 400
     _, _, longer = load_sections(sac_sections(600, checkpoint_interval=200))
     summary = train(algo, env, model, longer, tmp_path, resume=True)
     assert summary["total_env_steps"] == 600
     steps = [int(r["step"]) for r in rows(tmp_path)]
     assert steps == sorted(steps) and steps[-1] == 600 and steps.count(400) == 1
     resumed = load_state(latest_checkpoint(tmp_path))
-    assert resumed["learner"]["updates"] == pytest.approx(state["learner"]["updates"] + 100, abs=1)
+    updates = resumed["actor"]["learner"]["updates"]
+    assert updates == pytest.approx(state["actor"]["learner"]["updates"] + 100, abs=1)
 
 
 def test_best_return_is_never_below_the_final_one() -> None:
@@ -337,8 +340,10 @@ def test_ctrl_c_writes_checkpoint_and_summary(tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         train(SAC_SMALL, env, model, runner, tmp_path, progress=progress)
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["interrupted"] is True and summary["total_env_steps"] == 200
-    assert latest_checkpoint(tmp_path) == tmp_path / "checkpoints" / "step_0000000200.safetensors"
+    # the row of 200 steps comes once the learner is done with them, while the next 100 were
+    # collected already (SAC's collection runs an iteration ahead): those count too
+    assert summary["interrupted"] is True and summary["total_env_steps"] == 300
+    assert latest_checkpoint(tmp_path) == tmp_path / "checkpoints" / "step_0000000300.safetensors"
     assert (tmp_path / "policy.safetensors").is_file()
     assert not list((tmp_path / "checkpoints").glob(".*tmp"))
 

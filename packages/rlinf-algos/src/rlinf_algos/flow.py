@@ -2,16 +2,17 @@
 (:mod:`rlinf_algos.runtime.driver`), and what its parts in the worker processes get.
 
 - :class:`Flow`: an algorithm's flow: its name, its checkpoint layout, its role bodies
-  (``body(role, host)``, built in the worker processes), and a :class:`FlowRun` for where the run
-  happens: ``local(driver)`` (``runner.scheduler: local``: everything in the driver's process) or
-  ``placed(driver)`` (the roles on workers a scheduler placed);
+  (``body(role, host)``, built in the worker processes), and its :class:`FlowRun`,
+  ``placed(driver)``: the roles on the workers of the driver's scheduler, whichever it is (Ray's
+  processes, or ``runner.scheduler: local``'s worker objects in the driver's process,
+  :mod:`rlinf_algos.runtime.inprocess`: one iteration loop for every scheduler);
 - :class:`FlowRun`: what the driver calls in a run: ``start``, ``load``, ``step`` until ``done``,
   ``drain``, ``state`` for checkpoints, ``final_policy``, ``finish`` for the summary; and what
   each role's death costs (``roles``);
 - the embodied family's pieces (``ppo/``, ``sac/``, ``grpo/``): a :class:`Recipe` (the
-  algorithm's part of the embodied flow, :mod:`rlinf_algos.embodied`), its :class:`LocalSession`
-  (the loop body in one process), its :class:`LearnerSide` (on the actor worker, with a
-  :class:`LearnerContext`) and, per iteration on workers, an :class:`IterationPlan`: which
+  algorithm's part of the embodied flow, :mod:`rlinf_algos.embodied`), its :class:`LearnerSide`
+  (on the actor worker, with a :class:`LearnerContext`) and, per iteration, an
+  :class:`IterationPlan`: which
   env-worker method serves it, what the rollout workers are told, how the learning side starts.
 
 The language-model family's flow is :mod:`rlinf_algos.lm.flow`. Adding an embodied algorithm is
@@ -34,7 +35,6 @@ __all__ = [
     "IterationPlan",
     "LearnerContext",
     "LearnerSide",
-    "LocalSession",
     "Recipe",
     "await_call",
 ]
@@ -71,10 +71,6 @@ class Flow(ABC):
     def runner(self) -> Any:
         """The ``runner`` section (``worker_timeout``, ``max_restarts``, ``checkpoint_interval``,
         ``loggers``, ``seed``...)."""
-
-    @abstractmethod
-    def local(self, driver: Any) -> FlowRun:
-        """The run in the driver's process."""
 
     @abstractmethod
     def placed(self, driver: Any) -> FlowRun:
@@ -307,43 +303,9 @@ class LearnerSide(ABC):
         """Stop whatever the learner runs beside (threads)."""
 
 
-class LocalSession(ABC):
-    """An algorithm's loop body in one process (``runner.scheduler: local``)."""
-
-    @abstractmethod
-    def step(self) -> None:
-        """Collect and learn for a while (the runtime checks after each step whether a metrics
-        row or a checkpoint is due)."""
-
-    @abstractmethod
-    def metrics(self) -> dict[str, float]:
-        """The learner's metrics for the row that is due (averaged since the last row where the
-        learner keeps running sums)."""
-
-    @abstractmethod
-    def state(self) -> dict[str, Any]:
-        """What a checkpoint holds of the session (learner, buffers, collection RNG)."""
-
-    @abstractmethod
-    def load(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state` output."""
-
-    @abstractmethod
-    def policy_state_dict(self) -> dict[str, Any]:
-        """The weights of ``policy.safetensors``."""
-
-    def policy_module(self) -> Any:
-        """The policy module itself (its parameter counts go into ``summary.json``): the
-        session's ``model``, or its learner side's published module."""
-        side = getattr(self, "side", None)
-        return side.publish_module() if side is not None else getattr(self, "model", None)
-
-    def close(self) -> None:  # noqa: B027 - optional; most sessions run nothing beside
-        """Stop whatever the session runs beside (threads)."""
-
-
 class Recipe(ABC):
-    """An algorithm's flow, written once for both runtimes (see the module docstring).
+    """An algorithm's part of the embodied flow, written once for every scheduler (see the module
+    docstring).
 
     Class attributes:
         name: the algorithm's name (checkpoints and summaries record it).
@@ -369,7 +331,7 @@ class Recipe(ABC):
     def __init__(self, cfg: Any) -> None:
         self.cfg = cfg
 
-    # -- both runtimes -------------------------------------------------------------------------
+    # -- on the driver -------------------------------------------------------------------------
     def metric_columns(self, model_cfg: Any) -> tuple[str, ...]:
         """The learner's ``metrics.csv`` columns for a run of the ``model`` section
         ``model_cfg``: ``learner_columns`` (a recipe adds what only some models report, such as
@@ -384,11 +346,6 @@ class Recipe(ABC):
 
     def check_spaces(self, env_cfg: Any, spaces: Mapping[str, Any]) -> None:  # noqa: B027 - optional
         """Raise :class:`~rlinf_core.errors.ConfigError` if the env cannot be trained on."""
-
-    # -- in one process ------------------------------------------------------------------------
-    @abstractmethod
-    def local_session(self, stepper: Any, spec: dict[str, Any], sections: Any) -> LocalSession:
-        """The loop body over ``stepper`` (a :class:`~rlinf_algos.envs.VectorEnvStepper`)."""
 
     # -- on workers ------------------------------------------------------------------------------
     def channel_maxsize(self, rollout_cfg: Any) -> int:

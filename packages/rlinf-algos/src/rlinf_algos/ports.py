@@ -6,7 +6,7 @@ message of stage ``s`` (``obs``; after a step also ``rew``, ``term``, ``trunc`` 
 the stage its actions. A rollout worker is a port over its env links
 (:class:`~rlinf_algos.runtime.workers.rollout.RolloutWorker`); :class:`LocalPort` is one over a
 :class:`~rlinf_algos.envs.VectorEnvStepper` in this process. PPO's and SAC's collection loops are
-written against it, so they are the same code in both runtimes.
+written against it (``LocalPort`` runs them without workers: benchmarks' bare collectors, tests).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Observation statistics are part of a policy's weights: rollout workers normalise with the
 statistics of the version they hold, send the raw batch moments (:class:`Moments`) with their
 trajectories, and the learner folds them in (the policy's ``fold_obs_moments``) before it publishes the next
-version. The in-process runtime does the same in one process.
+version, on every scheduler.
 """
 
 from __future__ import annotations

@@ -54,7 +54,8 @@ def weight_sync_field() -> Any:
         "CPUs), object_store (one copy in the cluster's object store that every consumer reads) or auto "
         "(collective when the learner and every consumer are on CUDA devices, each on a GPU of its own, "
         "else object_store). "
-        "LoRA adapters always go through the object store. The in-process runtime hands the weights over directly",
+        "LoRA adapters always go through the object store. runner.scheduler: local shares one snapshot per "
+        "publish in its process",
     )
 
 

@@ -1,6 +1,7 @@
 """Every role computes where the run reports it does (issue 52, item 2).
 
-``runner.scheduler: local`` runs every language-model component in the driver's process; the
+``runner.scheduler: local`` runs every language-model role in the driver's process (the
+in-process scheduler's worker objects); the
 one device ``--dry-run`` and ``summary.json`` report for it (:func:`rlinf_algos.devices.local_devices`)
 must be where the actor, the rollout engine and the reference hold their parameters. Before,
 the policy was loaded without a device, the learner got no data-parallel context and the
@@ -18,25 +19,18 @@ from typing import Any
 import pytest
 import torch
 
-from rlinf_algos.lm.config import load_lm_sections
-from rlinf_algos.lm.local import LocalComponents
-from rlinf_algos.lm.tasks import make_task
-from rlinf_algos.lm.trainer import policy_to_train, resolve_model
-from rlinf_algos.training import _record_devices
-from rlinf_core.config import apply_overrides, load_yaml
+from rlinf_algos.training import _record_devices, run_training
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 
-TINY = [
-    "model.init.hidden_size=16",
-    "model.init.num_layers=1",
-    "model.init.num_heads=2",
+TINY = (  # beside conftest's tiny_lm
     "algorithm.kl_coef=0.01",  # starts the reference
-    "algorithm.prompts_per_iter=2",
-    "algorithm.group_size=2",
     "runner.scheduler=local",
     "runner.torch_threads=1",
-]
+    "sft.steps=1",
+    "task.eval_size=2",
+    "runner.loggers=[csv]",
+)
 
 
 def device_mismatches(reported: Sequence[str], actual: Mapping[str, Sequence[str]]) -> list[str]:
@@ -52,27 +46,41 @@ def device_mismatches(reported: Sequence[str], actual: Mapping[str, Sequence[str
     return out
 
 
-def local_components(tmp_path: Path, device: str, algorithm: str) -> tuple[LocalComponents, dict[str, Any]]:
-    data = apply_overrides(
-        load_yaml(EXAMPLES / "grpo_arith.yaml"),
-        [*TINY, f"runner.device={device}", f"algorithm.name={algorithm}"],
-    )
-    run = resolve_model(load_lm_sections(data), tmp_path / "run", lambda _m: None)
-    model, tok = policy_to_train(run)
-    return LocalComponents(run, tok, model, make_task(run, tok)), data
+def module_devices(obj: Any, depth: int = 4, seen: set[int] | None = None) -> list[str]:
+    """The devices of the parameters of every torch module ``obj`` holds (attributes followed
+    ``depth`` deep)."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen or depth < 0:
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, torch.nn.Module):
+        return sorted({str(p.device) for p in obj.parameters()})
+    found: set[str] = set()
+    for value in getattr(obj, "__dict__", {}).values():
+        if isinstance(value, (str, int, float, bytes, Path)) or value is None:
+            continue
+        found.update(module_devices(value, depth - 1, seen))
+    return sorted(found)
 
 
-def check_local_run(tmp_path: Path, device: str, algorithm: str) -> None:
-    comps, data = local_components(tmp_path, device, algorithm)
+def check_local_run(tiny_lm: Any, tmp_path: Path, device: str, algorithm: str) -> None:
+    """A local run (the in-process scheduler: every role a worker object in this process) of
+    one iteration: while it generates, every role's parameters are on the device reported."""
+    data = tiny_lm.config(*TINY, f"runner.device={device}", f"algorithm.name={algorithm}")
     reported = _record_devices(tmp_path, {}, None, data)["devices"]["roles"]["local"]
-    actual = comps.devices()
-    roles = {"actor", "rollout", "reference", *(["critic"] if algorithm == "ppo_lm" else [])}
-    assert set(actual) == roles, actual
+    actual: dict[str, list[str]] = {}
+
+    def on_generating(run: Any, k: int, report: Any) -> None:
+        if k > 0 and not actual:  # an iteration (evaluations are k < 0): every role is up
+            for role, group in run.groups.items():
+                devs = module_devices(group.workers[0].body)
+                if devs:
+                    actual[role] = devs
+
+    summary = run_training(data, run_dir=tmp_path / "run", callbacks={"on_generating": on_generating})
+    assert summary["iterations"] == 1
+    assert set(actual) == {"actor", "rollout", "reference"}, actual
     assert device_mismatches(reported, actual) == []
-    # and it computes there: one iteration, every role taking part
-    out = comps.iterate(comps.task.sampler(0).sample(2), 2)
-    assert out["sequences"] == 4 and all(torch.isfinite(torch.as_tensor(out["stats"]["loss"])).reshape(-1))
-    assert device_mismatches(reported, comps.devices()) == []
 
 
 def test_the_mismatch_check_names_each_role_off_the_reported_device() -> None:
@@ -85,12 +93,16 @@ def test_the_mismatch_check_names_each_role_off_the_reported_device() -> None:
 
 
 @pytest.mark.parametrize("algorithm", ["grpo_lm", "ppo_lm"])
-def test_a_local_lm_run_computes_on_the_device_it_reports(tmp_path: Path, algorithm: str) -> None:
-    check_local_run(tmp_path, "auto", algorithm)  # auto: the CPU here
+def test_a_local_lm_run_computes_on_the_device_it_reports(
+    tmp_path: Path, algorithm: str, tiny_lm: Any
+) -> None:
+    check_local_run(tiny_lm, tmp_path, "auto", algorithm)  # auto: the CPU here
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("algorithm", ["grpo_lm", "ppo_lm"])
-def test_a_local_lm_run_on_cuda_computes_on_the_gpu_it_reports(tmp_path: Path, algorithm: str) -> None:
-    check_local_run(tmp_path, "cuda", algorithm)
+def test_a_local_lm_run_on_cuda_computes_on_the_gpu_it_reports(
+    tmp_path: Path, algorithm: str, tiny_lm: Any
+) -> None:
+    check_local_run(tiny_lm, tmp_path, "cuda", algorithm)

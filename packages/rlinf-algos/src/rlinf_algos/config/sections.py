@@ -146,7 +146,7 @@ class EnvConfig(ConfigSection):
 
 
 class RunnerConfig(ConfigSection):
-    """``runner`` section as the in-process runner reads it."""
+    """``runner`` section: how a run goes (its scheduler, seed, budget, books, devices)."""
 
     model_config = STRICT
 
@@ -201,8 +201,8 @@ class RunnerConfig(ConfigSection):
 
 
 class RolloutConfig(ConfigSection):
-    """``rollout`` section: how the workers (``runner.scheduler: ray``) pipeline env stepping,
-    inference and learning. The in-process runtime ignores it."""
+    """``rollout`` section: how the workers pipeline env stepping, inference and learning (on
+    every scheduler: ``runner.scheduler: local`` runs the same workers in one process)."""
 
     model_config = STRICT
 

@@ -1,8 +1,8 @@
 """The embodied flow: an embodied algorithm's :class:`~rlinf_algos.flow.Recipe` as the driver and
-the role workers see it. In one process it runs the recipe's local session
-(:mod:`rlinf_algos.embodied.local`); on workers, env, rollout and actor workers and the recipe's
-extra components (:mod:`rlinf_algos.embodied.placed`), whose bodies are
-:mod:`rlinf_algos.embodied.roles` and the recipe's own."""
+the role workers see it: env, rollout and actor workers and the recipe's extra components
+(:mod:`rlinf_algos.embodied.placed`), whose bodies are :mod:`rlinf_algos.embodied.roles` and the
+recipe's own; on any scheduler (``runner.scheduler: local`` runs them in the driver's process,
+:mod:`rlinf_algos.runtime.inprocess`)."""
 
 from __future__ import annotations
 
@@ -29,11 +29,6 @@ class EmbodiedFlow(Flow):
     @property
     def runner(self) -> Any:
         return self.sections.runner
-
-    def local(self, driver: Any) -> FlowRun:
-        from rlinf_algos.embodied.local import EmbodiedLocalRun
-
-        return EmbodiedLocalRun(driver, self)
 
     def placed(self, driver: Any) -> FlowRun:
         from rlinf_algos.embodied.placed import EmbodiedPlacedRun

@@ -220,8 +220,9 @@ class EmbodiedPlacedRun(FlowRun):
         path = self.driver.run_dir
         if not state.get("distributed"):
             raise RlinfError(
-                f"the checkpoint of {path} was written by the in-process runtime (runner.scheduler: local); "
-                "resume it with that"
+                f"the checkpoint of {path} was written by the in-process loop of an earlier rlinf (runner.scheduler: "
+                "local ran its own loop then); this rlinf runs one flow on every scheduler and cannot continue it: "
+                "start the run again (its policy.safetensors still evaluates and warm-starts)"
             )
         saved_spec, saved_batch = state.get("spec"), state.get("batch")
         if saved_spec is not None and (saved_spec != self.spec or saved_batch != self.batch):
@@ -615,6 +616,8 @@ class EmbodiedPlacedRun(FlowRun):
                 "learner": self.learner_group,
             }
         )
+        if self.learner_group.get("parameters") is not None:  # the policy's trainable and total
+            summary["parameters"] = self.learner_group["parameters"]
         if self.warm_start is not None:
             summary["warm_start"] = self.warm_start
         return summary

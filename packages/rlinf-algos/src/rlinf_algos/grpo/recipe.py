@@ -18,48 +18,14 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from rlinf_algos.channels import grpo_keys
-from rlinf_algos.devices import resolve_device
-from rlinf_algos.flow import IterationPlan, LearnerContext, LocalSession, Recipe, await_call
-from rlinf_algos.grpo.learner import GRPOLearner, GRPOLearnerSide
-from rlinf_algos.grpo.rollout import GRPOCollector, collect_grpo
+from rlinf_algos.flow import IterationPlan, LearnerContext, Recipe, await_call
+from rlinf_algos.grpo.learner import GRPOLearnerSide
+from rlinf_algos.grpo.rollout import collect_grpo
 from rlinf_algos.models import build_policy
-from rlinf_algos.parallel import DataParallel
 from rlinf_algos.policy_specs import gaussian_policy_spec
 from rlinf_core.errors import ConfigError
 
 __all__ = ["GRPORecipe"]
-
-
-class _GRPOLocal(LocalSession):
-    def __init__(self, recipe: GRPORecipe, stepper: Any, spec: dict[str, Any], sections: Any) -> None:
-        cfg, runner = recipe.cfg, sections.runner
-        device = resolve_device(runner.device)  # runner.scheduler: local computes where it says too
-        self.model = build_policy(spec).to(device)
-        # the groups' seeds continue from the stepper's (the run seed, plus the steps on resume)
-        self.collector = GRPOCollector(stepper, self.model, cfg.group_size, stepper.seed, recipe.max_steps)
-        self.learner = GRPOLearner(self.model, cfg, seed=runner.seed, dp=DataParallel(device=device))
-        self.last: dict[str, float] = {}
-
-    def step(self) -> None:
-        rollout, moments = self.collector.collect()
-        metrics = self.learner.update(rollout)
-        self.model.fold_obs_moments(moments["mean"], moments["var"], moments["count"])
-        self.collector.version = self.learner.version
-        metrics["group_return_mean"] = float(rollout.returns.mean())
-        self.last = metrics
-
-    def metrics(self) -> dict[str, float]:
-        return self.last
-
-    def state(self) -> dict[str, Any]:
-        return {"learner": self.learner.state_dict(), "collector_iteration": self.collector.iteration}
-
-    def load(self, state: dict[str, Any]) -> None:
-        self.learner.load_state_dict(state["learner"])
-        self.collector.iteration = int(state["collector_iteration"])
-
-    def policy_state_dict(self) -> dict[str, Any]:
-        return self.learner.dp.state_dict(self.model)  # on the CPU
 
 
 class GRPORecipe(Recipe):
@@ -124,9 +90,6 @@ class GRPORecipe(Recipe):
                 path="env.max_episode_steps",
             )
         self.max_steps = int(spaces["max_episode_steps"])
-
-    def local_session(self, stepper: Any, spec: dict[str, Any], sections: Any) -> LocalSession:
-        return _GRPOLocal(self, stepper, spec, sections)
 
     def iteration_steps(self, rollout_cfg: Any, max_episode_steps: int | None) -> int:
         return int(max_episode_steps or 0)

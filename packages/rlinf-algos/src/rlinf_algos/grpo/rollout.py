@@ -1,7 +1,7 @@
 """GRPO's rollout on embodied tasks: groups of episodes from one initial state each, recorded as
 masked sequences. :func:`collect_grpo` runs on a rollout worker against the env workers'
-``run_episodes``; :class:`GRPOCollector` is the in-process runtime's (the env side is in this
-process, so it resets and steps the vector env itself)."""
+``run_episodes`` (on every scheduler: ``runner.scheduler: local`` runs the same workers in one
+process)."""
 
 from __future__ import annotations
 
@@ -11,81 +11,10 @@ import numpy as np
 import torch
 
 from rlinf_algos.channels import reward_key, scored_key, traj_key
-from rlinf_algos.grpo.learner import GRPORollout
-from rlinf_algos.models.mlp import gaussian_log_prob, module_device, on_module
+from rlinf_algos.models.mlp import gaussian_log_prob, module_device
 from rlinf_algos.stats import Moments
-from rlinf_core.errors import RlinfError
 
-__all__ = ["GRPOCollector", "collect_grpo"]
-
-
-class GRPOCollector:
-    """The rollout side of GRPO on an embodied task: every iteration resets each group's
-    ``group_size`` copies with one shared seed (so they start from the same state), runs the
-    policy until every copy has finished one episode, and records the episodes as masked
-    sequences. Needs a finite time limit. The sequences stay on the host; on a policy on a GPU
-    only the network runs there (each step's observations go to it, the actions come back)."""
-
-    def __init__(
-        self,
-        stepper: Any,
-        model: Any,
-        group_size: int,
-        seed: int,
-        max_steps: int,
-    ) -> None:
-        self.stepper, self.model, self.group_size = stepper, model, group_size
-        self.num_groups = stepper.num_envs // group_size
-        self.seed, self.max_steps = seed, max_steps
-        self.iteration = 0
-        self.version = 0
-
-    @torch.no_grad()
-    def collect(self) -> tuple[GRPORollout, dict[str, Any]]:
-        """One iteration's episodes, and the moments of the raw observations they saw (folded
-        into the policy's statistics after the update, as on workers)."""
-        st, model = self.stepper, self.model
-        N, G = st.num_envs, self.group_size
-        base = self.seed + self.iteration * self.num_groups
-        seeds = [base + i // G for i in range(N)]
-        obs_np, _ = st.envs.reset(seed=seeds)
-        st.obs = obs_np.astype(np.float32, copy=False)
-        self.iteration += 1
-        active = np.ones(N, dtype=bool)
-        moments = Moments(st.obs_dim)
-        returns = np.zeros(N, dtype=np.float64)
-        lengths = np.zeros(N, dtype=np.int64)
-        obs_l, act_l, logp_l, mask_l = [], [], [], []
-        for _ in range(self.max_steps):
-            moments.add(st.obs[active])
-            obs = model.normalize(torch.from_numpy(st.obs))
-            action, logp, _ = model.act(on_module(model, obs))
-            action, logp = action.cpu(), logp.cpu()
-            step = st.step(action.numpy())
-            obs_l.append(obs)
-            act_l.append(action)
-            logp_l.append(logp)
-            mask_l.append(torch.from_numpy(active.copy()))
-            returns += np.where(active, step.rewards, 0.0)
-            lengths += active
-            active &= ~step.done
-            if not active.any():
-                break
-        else:
-            raise RlinfError(
-                f"GRPO: some episodes of {st.env_id!r} did not end within {self.max_steps} steps; "
-                "set env.max_episode_steps"
-            )
-        rollout = GRPORollout(
-            obs=torch.stack(obs_l, 1),
-            actions=torch.stack(act_l, 1),
-            log_probs=torch.stack(logp_l, 1),
-            mask=torch.stack(mask_l, 1),
-            returns=torch.from_numpy(returns).float(),
-            lengths=torch.from_numpy(lengths),
-            version=self.version,
-        )
-        return rollout, moments.result()
+__all__ = ["collect_grpo"]
 
 
 @torch.no_grad()

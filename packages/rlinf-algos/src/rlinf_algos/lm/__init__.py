@@ -21,8 +21,8 @@ processes stay small):
   examples' warm start, an ``rlinf sft`` run on a teacher's solutions;
 - :mod:`~rlinf_algos.lm.trainer`: the model folder a run trains (warm start) and evaluation;
 - :mod:`~rlinf_algos.lm.flow` (the flow the one driver runs, ``train_lm``), :mod:`~rlinf_algos.lm.run`
-  (its iterations and books), :mod:`~rlinf_algos.lm.local` (every component in one process),
-  :mod:`~rlinf_algos.lm.placed` (the components on placed workers), :mod:`~rlinf_algos.lm.roles`
+  (its iterations and books), :mod:`~rlinf_algos.lm.placed` (the components on the scheduler's
+  workers, in one process for ``runner.scheduler: local``), :mod:`~rlinf_algos.lm.roles`
   (the role bodies in the worker processes), :mod:`~rlinf_algos.lm.remote_generate` (generation
   over the ``gen`` channel, *light*);
 - :mod:`~rlinf_algos.lm.algorithm`: the ``grpo_lm`` / ``ppo_lm`` algorithm classes for ``rlinf train``.

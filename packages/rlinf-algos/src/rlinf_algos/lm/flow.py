@@ -2,8 +2,9 @@
 
 A run (:class:`LMRun`): the supervised warm start (:func:`~rlinf_algos.lm.trainer.prepare_models`),
 an evaluation of the warm-started policy on the held-out set, ``algorithm.iterations``
-iterations, and a final evaluation. One iteration is the macro flow the roles carry out, in this
-process (:mod:`rlinf_algos.lm.local`) or on placed workers (:mod:`rlinf_algos.lm.placed`)::
+iterations, and a final evaluation. One iteration is the macro flow the roles carry out on the
+scheduler's workers (:mod:`rlinf_algos.lm.placed`; ``runner.scheduler: local`` runs them in
+this process)::
 
     problems --agent + rollout engine--> episodes (token sequences)          "generate"
     final responses --verifier--> rewards                                    "reward"
@@ -18,9 +19,9 @@ seconds of each phase; ``checkpoints/step_<n>/``, the newest two kept; ``summary
 ``from_pretrained`` loads, merged when LoRA), ``adapter/`` (the peft adapter, with LoRA),
 ``eval_before.json``/``eval_after.json`` (per-problem outcomes), ``accuracy.png``. A checkpoint
 holds the learner (weights or adapter, optimiser, update count: the learning-rate schedule's
-position, minibatch order), the rollout engine's sampling generator (in process), the process's
-RNG streams and the training data's position, so a resumed in-process run takes the batches an
-uninterrupted one takes and logs the same values.
+position, minibatch order), every rollout rank's sampling streams, the driver's RNG streams and
+the training data's position, so a resumed run takes the batches an uninterrupted one takes and
+logs the same values.
 """
 
 from __future__ import annotations
@@ -78,11 +79,6 @@ class LMFlow(Flow):
     @property
     def runner(self) -> Any:
         return self.run.runner
-
-    def local(self, driver: Any) -> FlowRun:
-        from rlinf_algos.lm.local import LMLocalRun
-
-        return LMLocalRun(driver, self)
 
     def placed(self, driver: Any) -> FlowRun:
         from rlinf_algos.lm.placed import LMPlacedRun

@@ -428,13 +428,42 @@ class LMPlacedRun(LMRun):
         return self.last_publish_bytes
 
     def components_state(self) -> dict[str, Any]:
-        """The components' part of a checkpoint: the actor's state (rank 0's)."""
-        return {"actor": self.groups["actor"].state().wait(self.timeout)[0]}
+        """The components' part of a checkpoint: the actor's state (rank 0's) and every rollout
+        rank's sampling streams (so a resumed run samples what an uninterrupted one samples)."""
+        actor = self.groups["actor"].state().wait(self.timeout)[0]
+        rngs = self._between_serves(lambda rollout: rollout.rng_state().wait(self.timeout))
+        return {"actor": actor, "rollout_rng": rngs}
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Continue from a checkpoint: every actor rank loads it and the weights are published as
-        the checkpoint's version (the reference has taken version 0 already)."""
+        the checkpoint's version (the reference has taken version 0 already); the rollout ranks
+        take their sampling streams back (a checkpoint of as many ranks)."""
         self.version = int(self.groups["actor"].load(dict(state["actor"])).wait(self.timeout)[0])
+        rngs = state.get("rollout_rng") or []
+        if len(rngs) == self.n_rollout:
+
+            def restore(rollout: Any) -> None:
+                for r, rng in enumerate(rngs):
+                    rollout.on(r).set_rng_state(rng).wait(self.timeout)
+
+            self._between_serves(restore)
+
+    def _between_serves(self, fn: Any) -> Any:
+        """``fn(rollout group)`` while the rollout ranks' serve loops are ended (a rank takes one
+        call at a time; between iterations nothing waits on them), then the loops again."""
+        rollout = self.groups["rollout"]
+        for _ in range(self.n_rollout):
+            self.gen.put(STOP, "req", timeout=self.timeout)
+        for r in range(self.n_rollout):
+            self.serving[("rollout", r)].wait(self.timeout)
+        try:
+            return fn(rollout)
+        finally:
+            for r in range(self.n_rollout):
+                self.serving[("rollout", r)] = rollout.on(r).serve()
+                stale = self.watched.pop(("rollout", r), None)
+                if stale is not None:
+                    stale.cancel()
 
     def user_error(self, err: RlinfError) -> RlinfError:
         """A worker's failure as the user sees it: when its cause is rlinf's own one-line error (a

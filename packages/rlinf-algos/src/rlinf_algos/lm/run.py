@@ -34,8 +34,8 @@ async def maybe(value: Any) -> Any:
 
 
 class LMRun(FlowRun):
-    """The iterations of a language-model run over its components ``comps`` (the in-process
-    :class:`~rlinf_algos.lm.local.LocalComponents`, or the placed run itself): ``iterate``,
+    """The iterations of a language-model run over its components ``comps`` (the placed run
+    itself, :class:`~rlinf_algos.lm.placed.LMPlacedRun`): ``iterate``,
     ``evaluate``, ``policy``, ``publish_bytes``, ``state``, ``load_state``, ``task``, ``placement``
     (see the module docstring)."""
 

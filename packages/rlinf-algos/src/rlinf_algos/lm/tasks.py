@@ -277,8 +277,8 @@ class ToolTask(DatasetTask):
     run.task.max_calls, context_length(run.model))`` a :class:`~rlinf_algos.lm.agents.ToolAgent`;
     ``agent.run(problems, group_size, generate)`` (blocking) or ``await agent.arun(...)`` plays
     ``group_size`` episodes per problem, where ``generate(contexts, max_new_tokens, stop_ids)``
-    returns the sampled ids per context (sync or async: the in-process rollout engine in
-    ``lm/local.py``, a :class:`~rlinf_algos.lm.remote_generate.ChannelGenerate` over the rollout
+    returns the sampled ids per context (sync or async: a rollout engine called directly, a
+    :class:`~rlinf_algos.lm.remote_generate.ChannelGenerate` over the rollout
     workers in ``lm/placed.py`` and ``lm/roles.py``), and the tools come from ``tools=`` (above)
     or the agent's own ``tools``. It returns an :class:`~rlinf_algos.lm.agents.EpisodeBatch`: one
     training sequence per episode with its loss mask (sampled ids 1, inserted ids 0),

@@ -251,7 +251,7 @@ class PPOLearner:
 
 
 class PPOLearnerSide(LearnerSide):
-    """PPO on the actor worker (and in the in-process runtime): turns the rollout workers'
+    """PPO on the actor worker: turns the rollout workers'
     trajectories into a :class:`PPORollout` and updates.
 
     Which weights compute the values: the learner's, when it takes the batch (the weights the

@@ -7,63 +7,16 @@ the local vector env and the same learner side learns on it, one after the other
 
 from __future__ import annotations
 
-import math
-import time
 from typing import Any, ClassVar
 
-import torch
-
 from rlinf_algos.channels import traj_key
-from rlinf_algos.devices import resolve_device
-from rlinf_algos.flow import IterationPlan, LearnerContext, LocalSession, Recipe, await_call
+from rlinf_algos.flow import IterationPlan, LearnerContext, Recipe, await_call
 from rlinf_algos.models import build_policy
 from rlinf_algos.policy_specs import gaussian_policy_spec
-from rlinf_algos.ports import LocalPort
 from rlinf_algos.ppo.learner import PPOLearnerSide
 from rlinf_algos.ppo.rollout import collect_ppo
 
 __all__ = ["PPORecipe"]
-
-
-class _PPOLocal(LocalSession):
-    def __init__(self, recipe: PPORecipe, stepper: Any, spec: dict[str, Any], sections: Any) -> None:
-        cfg, runner = recipe.cfg, sections.runner
-        self.cfg, self.stepper = cfg, stepper
-        device = resolve_device(runner.device)  # runner.scheduler: local computes where it says too
-        self.model = build_policy(spec).to(device)
-        ctx = LearnerContext(
-            None, 1, runner.worker_timeout, publish=lambda: None, seed=runner.seed, device=str(device)
-        )
-        self.side = PPOLearnerSide(self.model, cfg, ctx, stepper.num_envs)
-        self.port = LocalPort(stepper)
-        self.generator = torch.Generator().manual_seed(runner.seed)
-        self.batch = cfg.rollout_steps * stepper.num_envs
-        self.iterations = max(1, math.ceil(runner.total_steps / self.batch))
-        self.last: dict[str, float] = {}
-
-    def step(self) -> None:
-        it = self.stepper.steps // self.batch
-        t0 = time.perf_counter()
-        traj = collect_ppo(self.port, self.model, self.cfg.rollout_steps, self.generator)
-        traj["version"] = self.side.version
-        t1 = time.perf_counter()
-        self.last = self.side.learn([traj], 1.0 - it / self.iterations)
-        self.last["rollout_s"] = t1 - t0
-        self.last["update_s"] = time.perf_counter() - t1
-
-    def metrics(self) -> dict[str, float]:
-        return self.last
-
-    def state(self) -> dict[str, Any]:
-        return {**self.side.state(), "rollout_rng": self.generator.get_state()}
-
-    def load(self, state: dict[str, Any]) -> None:
-        self.side.load(state)
-        if "rollout_rng" in state:
-            self.generator.set_state(state["rollout_rng"])
-
-    def policy_state_dict(self) -> dict[str, Any]:
-        return self.side.final_state_dict()
 
 
 class PPORecipe(Recipe):
@@ -91,9 +44,6 @@ class PPORecipe(Recipe):
 
     def policy_spec(self, model_cfg: Any, spaces: Any) -> dict[str, Any]:
         return gaussian_policy_spec(model_cfg, spaces, self.cfg.normalize_obs)
-
-    def local_session(self, stepper: Any, spec: dict[str, Any], sections: Any) -> LocalSession:
-        return _PPOLocal(self, stepper, spec, sections)
 
     def iteration_steps(self, rollout_cfg: Any, max_episode_steps: int | None) -> int:
         return self.cfg.rollout_steps

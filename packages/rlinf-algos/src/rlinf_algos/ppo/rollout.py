@@ -1,5 +1,5 @@
-"""PPO's rollout: the one collection loop, run by a rollout worker over its env links and by the
-in-process runtime over its own vector env (:class:`~rlinf_algos.ports.LocalPort`).
+"""PPO's rollout: the one collection loop, run by a rollout worker over its env links (or, in a
+benchmark or a test, over a vector env of its own: :class:`~rlinf_algos.ports.LocalPort`).
 
 The loop talks to a *port* (:mod:`rlinf_algos.ports`). The per-step path is kept short (the env side waits on it): the observation
 statistics are fixed for the iteration, so normalising is three in-place ops into the buffer;

@@ -2,10 +2,11 @@
 
 An algorithm is a *flow* (:class:`~rlinf_algos.flow.Flow`: what each role does in an iteration,
 which roles there are and what their death costs, its metrics columns and summary figures). The
-flow gives the driver a :class:`~rlinf_algos.flow.FlowRun` for where the run happens: its
-in-process body (``runner.scheduler: local``) or its run on workers placed by a scheduler (one
-:mod:`~rlinf_algos.runtime.workers` class per role). The driver owns the rest of the run's life,
-once for every family:
+flow gives the driver its :class:`~rlinf_algos.flow.FlowRun` over the role workers (one
+:mod:`~rlinf_algos.runtime.workers` class per role) of the driver's scheduler: Ray's processes,
+or, for ``runner.scheduler: local`` (``scheduler=None``), the in-process scheduler's worker
+objects in this process (:mod:`~rlinf_algos.runtime.inprocess`): one iteration loop whichever
+runs it. The driver owns the rest of the run's life, once for every family:
 
 - the run directory and its books (:class:`~rlinf_algos.runtime.books.RunRecorder`: metrics rows,
   ``metrics.csv`` / ``metrics.jsonl``, the progress callback that feeds the loggers and the
@@ -71,8 +72,9 @@ class Driver(Recovery):
 
     Args:
         flow: the algorithm's flow (:class:`~rlinf_algos.flow.Flow`).
-        scheduler: a started :class:`rlinf_core.scheduler.Scheduler` (workers), or ``None``
-            (everything in this process).
+        scheduler: a started :class:`rlinf_core.scheduler.Scheduler`, or ``None``: an
+            :class:`~rlinf_algos.runtime.inprocess.InProcessScheduler` of the driver's own (every
+            role in this process; ``runner.scheduler: local``), shut down at the run's end.
         run_dir: the run directory.
         resume: continue from the newest checkpoint of ``run_dir``.
         progress: called with every metrics row.
@@ -125,19 +127,21 @@ class Driver(Recovery):
         self.last_checkpoint: Path | None = None
         self.interrupted = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        if scheduler is None:
-            if rollout_only:
-                raise RlinfError("rollout_only needs a scheduler (the workers' runtime)")
-            self.exe = flow.local(self)
-        else:
-            from rlinf_core.scheduler import Scheduler
+        self.own_scheduler: Any = None
+        if scheduler is None:  # runner.scheduler: local: every role in this process
+            from rlinf_algos.runtime.inprocess import InProcessScheduler
 
-            if not isinstance(scheduler, Scheduler):
-                raise RlinfError(
-                    f"the workers' runtime needs a started rlinf_core.Scheduler (e.g. the `ray` plugin's), "
-                    f"got {type(scheduler).__name__}; pass scheduler=None to train in this process"
-                )
-            self.exe = flow.placed(self)
+            scheduler = self.own_scheduler = InProcessScheduler(torch_threads=int(self.runner.torch_threads))
+            scheduler.start()
+            self.scheduler = scheduler
+        from rlinf_core.scheduler import Scheduler
+
+        if not isinstance(scheduler, Scheduler):
+            raise RlinfError(
+                f"the driver needs a started rlinf_core.Scheduler (e.g. the `ray` plugin's), "
+                f"got {type(scheduler).__name__}; pass scheduler=None to train in this process"
+            )
+        self.exe = flow.placed(self)
 
     # -- services for the flow runs ------------------------------------------------------------
     def log(self, message: str) -> None:
@@ -187,8 +191,8 @@ class Driver(Recovery):
         their planned devices (:func:`~rlinf_algos.weight_sync.choose_weight_sync`;
         ``adapter_only``: a LoRA adapter alone is published). Created by the scheduler
         (:meth:`rlinf_core.Scheduler.weight_sync`), which destroys it at its shutdown; a learner
-        restarted from a checkpoint gets a new one. (The in-process runtime needs none: its
-        flows hand the weights over directly.)"""
+        restarted from a checkpoint gets a new one (``runner.scheduler: local``: the in-process
+        scheduler's, one snapshot per publish shared by reference)."""
         from rlinf_algos.devices import plan_devices
         from rlinf_algos.weight_sync import choose_weight_sync
 
@@ -444,3 +448,5 @@ class Driver(Recovery):
                 self._loop.run_until_complete(asyncio.wait(pending, timeout=5.0))
             self._loop.close()
             self._loop = None
+        if self.own_scheduler is not None:
+            self.own_scheduler.shutdown()

@@ -141,12 +141,15 @@ def out_of_memory_message(err: BaseException, resume_hint: str) -> str:
     if component is not None:
         where = f"{component} rank {getattr(err, 'rank', 0)} ({getattr(err, 'method', '?')}())"
         detail = str(getattr(err, "summary", "") or err)
+    elif type(err).__name__ == "LearnerOutOfMemory":  # the actor's own line (it says where)
+        where, detail = "", str(err)
     else:
         where, detail = "the learner (in this process)", str(err)
     first = detail.strip().splitlines()[0] if detail.strip() else "out of memory"
+    said = f"{where} ran out of memory: {first}" if where else first
     return (
-        f"{where} ran out of memory: {first}. It is not restarted: it would run out again at the same "
-        f"point. To fit, {OOM_KNOBS}; {resume_hint}"
+        f"{said}. It is not restarted: it would run out again at the same point. To fit, {OOM_KNOBS}; "
+        f"{resume_hint}"
     )
 
 

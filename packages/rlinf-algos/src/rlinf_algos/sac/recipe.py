@@ -16,10 +16,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rlinf_algos.channels import ABORT, traj_key
-from rlinf_algos.devices import resolve_device
-from rlinf_algos.flow import IterationPlan, LearnerContext, LearnerSide, LocalSession, Recipe, await_call
+from rlinf_algos.flow import IterationPlan, LearnerContext, LearnerSide, Recipe, await_call
 from rlinf_algos.models import build_policy, encoder_options
-from rlinf_algos.ports import LocalPort
 from rlinf_algos.replay import ReplayBuffer
 from rlinf_algos.sac.config import SACConfig
 from rlinf_algos.sac.learner import SACLearner
@@ -179,56 +177,6 @@ class SACLearnerSide(LearnerSide):
         self.learner.close()  # the second thread of simultaneous / pipelined
 
 
-class _SACLocal(LocalSession):
-    def __init__(self, recipe: SACRecipe, stepper: Any, spec: dict[str, Any], sections: Any) -> None:
-        runner = sections.runner
-        self.cfg, self.stepper = recipe.cfg, stepper
-        ctx = LearnerContext(
-            None,
-            1,
-            runner.worker_timeout,
-            publish=lambda: None,
-            seed=runner.seed,
-            device=str(resolve_device(runner.device)),  # auto: the GPU when there is one
-        )
-        self.side = SACLearnerSide(spec, recipe.cfg, ctx)
-        self.port = LocalPort(stepper)
-        self.rng = np.random.default_rng(runner.seed)
-        self.low = np.asarray(spec["action_low"], np.float32)
-        self.high = np.asarray(spec["action_high"], np.float32)
-
-    def step(self) -> None:
-        start = self.stepper.steps
-        collect_sac(
-            self.port,
-            self.side.learner.policy,
-            1,
-            self.rng,
-            self.low,
-            self.high,
-            lambda item: self.side.absorb(item, start),
-            random_actions=start < self.cfg.learning_starts,
-            chunk_steps=1,
-        )
-
-    def metrics(self) -> dict[str, float]:
-        return self.side.metrics()
-
-    def state(self) -> dict[str, Any]:
-        return {**self.side.state(), "rollout_rng": self.rng.bit_generator.state}
-
-    def load(self, state: dict[str, Any]) -> None:
-        self.side.load(state)
-        if "rollout_rng" in state:
-            self.rng.bit_generator.state = state["rollout_rng"]
-
-    def policy_state_dict(self) -> dict[str, Any]:
-        return self.side.final_state_dict()
-
-    def close(self) -> None:
-        self.side.close()
-
-
 class SACRecipe(Recipe):
     """Soft actor-critic's flow (see the module docstring)."""
 
@@ -256,9 +204,6 @@ class SACRecipe(Recipe):
         problem = SAC.action_space_problem(space, space["kind"], env_cfg.id)
         if problem is not None:
             raise ConfigError([problem])
-
-    def local_session(self, stepper: Any, spec: dict[str, Any], sections: Any) -> LocalSession:
-        return _SACLocal(self, stepper, spec, sections)
 
     def channel_maxsize(self, rollout_cfg: Any) -> int:
         # the rollout workers stream transitions while the learner learns: a bound on each one's

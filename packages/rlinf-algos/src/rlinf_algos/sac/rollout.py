@@ -1,6 +1,6 @@
 """SAC's rollout: act in every env and stream the transitions to the learner in chunks, run by a
-rollout worker over its env links and by the in-process runtime over its own vector env (the
-same port as PPO's, :class:`~rlinf_algos.ports.LocalPort`)."""
+rollout worker over its env links (the same port as PPO's; :class:`~rlinf_algos.ports.LocalPort`
+is one over a vector env of its own)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def collect_sac(
     ``terminated`` and ``truncated`` (kept apart). ``policy()`` gives the actor to act with (read
     at every step: the learner may have published newer weights in between); before learning
     starts actions are uniform in ``[action_low, action_high]`` (``random_actions``). ``emit`` runs
-    with gradients enabled (the in-process runtime learns in it)."""
+    with gradients enabled (a caller may learn in it)."""
     S = port.stages
     current: list[np.ndarray] = [port.recv(s)["obs"] for s in range(S)]
     pending: list[tuple[np.ndarray, np.ndarray]] = [None] * S  # type: ignore[list-item]
