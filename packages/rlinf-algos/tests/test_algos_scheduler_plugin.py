@@ -190,7 +190,8 @@ HOPS_LM = [
     "+algorithm.overlong={max_length: 12, cache: 10}",  # rewards that differ: a gradient
     "runner.seed=4",
 ]
-"""Two iterations of ``examples/grpo_arith.yaml`` shrunk, ``kl_coef`` 0.05 (the reference runs)."""
+"""Beside conftest's ``tiny_lm``: two iterations of ``examples/grpo_arith.yaml`` shrunk, ``kl_coef``
+0.05 (the reference runs)."""
 
 HOPS_ROWS = [  # the rows of :data:`HOPS_LM` before the hops were cut (main a79b83f)
     {"reward_mean": 0.0, "train_accuracy": 0.0, "sequences": 4, "generated_tokens": 22, "loss": 0.128564,
@@ -211,7 +212,7 @@ ROW_KEYS = (
 
 
 @pytest.fixture(scope="module")
-def hops_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def hops_run(tmp_path_factory: pytest.TempPathFactory, tiny_lm: Any) -> Iterator[dict[str, Any]]:
     """One placed grpo_lm run (:data:`HOPS_LM`) on the threads scheduler, with what it did
     recorded: every channel put (channel, key, the payload's keys), every file replaced into
     place, the model loads on the driver's thread, and whether each training pass of the reward
@@ -269,7 +270,7 @@ def hops_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
         mp.setattr(ReferenceModel, "compute_log_probs", spy_compute)
         mp.setattr(LMScorer, "score", spy_score)
         try:
-            config = apply_overrides(load_yaml(EXAMPLES / "grpo_arith.yaml"), HOPS_LM)
+            config = tiny_lm.config(*HOPS_LM)
             seen["summary"] = rlinf_algos.train(config, tmp / "run", host=host)
             seen["calls"] = list(mod.CALLS)
         finally:
