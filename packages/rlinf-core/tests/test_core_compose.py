@@ -462,3 +462,32 @@ def test_where_each_key_came_from_follows_the_choices(tmp_path: Path) -> None:
         tmp_path / "env" / "frankasim_base.yaml"
     )
     assert composition.source_of("algorithm.group_size") is None  # the primary config
+
+
+def test_a_misspelt_defaults_choice_names_the_folder_and_the_nearest_option(tmp_path: Path) -> None:
+    """A defaults entry or override naming a file that is not there says what the folder holds
+    and, for a near miss, which one was meant; a misspelt ``_self_`` (a file of the config's own
+    folder) says so too. Before, the config's own folder was called ``it/``."""
+    write(
+        tmp_path,
+        {
+            "main.yaml": "defaults:\n  - model: tiny\n  - _self\nrunner: {seed: 1}\n",
+            "ok.yaml": "defaults:\n  - model: tiny\n  - _self_\n",
+            "model/tiny.yaml": "width: 2\n",
+            "model/big.yaml": "width: 8\n",
+        },
+    )
+
+    def error(name: str, overrides: tuple[str, ...] = ()) -> str:
+        with pytest.raises(ConfigError) as err:
+            load_config(tmp_path / name, overrides)
+        assert "\n" not in str(err.value)
+        return str(err.value)
+
+    assert error("main.yaml") == (
+        f"{tmp_path / 'main.yaml'}: defaults entry '_self': no file _self.yaml in {tmp_path}; "
+        f"{tmp_path.name}/ has: main, ok (did you mean _self_?)"
+    )
+    assert error("ok.yaml", ("model=tinny",)).endswith(
+        "no file model/tinny.yaml in " + str(tmp_path) + "; model/ has: big, tiny (did you mean tiny?)"
+    )

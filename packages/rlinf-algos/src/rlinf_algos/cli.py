@@ -6,6 +6,7 @@ Light at import: click and rlinf_core only; each command imports what it needs w
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -170,9 +171,10 @@ def train_cmd(
             bar.close()
         what = "terminated (SIGTERM)" if stop_signal.received else "interrupted"
         if stop.checkpoint is not None:
+            # the overrides too: without them the resumed run would take the file's settings
+            again = shlex.join(["rlinf", "train", str(config), *overrides, "--resume", str(stop.run_dir)])
             click.echo(
-                f"{what}: wrote {stop.checkpoint}, the policy and summary.json; continue with "
-                f"`rlinf train {config} --resume {stop.run_dir}`",
+                f"{what}: wrote {stop.checkpoint}, the policy and summary.json; continue with `{again}`",
                 err=True,
             )
         else:

@@ -399,20 +399,39 @@ def _scalars(row: Mapping[str, Any]) -> dict[str, float]:
 
 
 class _TensorBoard:
-    """Event files under ``run_dir/tensorboard`` (tensorboardX), opened on the first row."""
+    """Event files under ``run_dir/tensorboard`` (tensorboardX), opened on the first row and
+    flushed at every row (rows are few; a run killed outright keeps what it wrote). A run
+    resumed where event files are already (``--resume``) starts its file with a purge at its
+    first row's step: TensorBoard hides what the stopped run wrote from there on, which the
+    resumed run writes again from its checkpoint, so each step shows once."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self.writer: Any = None
+        self.resumed = any((run_dir / "tensorboard").glob("events.out.tfevents.*"))
 
     def add(self, row: Mapping[str, Any]) -> None:
-        if self.writer is None:
-            from tensorboardX import SummaryWriter
+        # tensorboardX's events writer, written in this thread (its SummaryWriter queues the
+        # events to a thread of its own, whose flush() does not wait for)
+        import time
 
-            self.writer = SummaryWriter(logdir=str(self.run_dir / "tensorboard"), flush_secs=10)
+        from tensorboardX.event_file_writer import EventsWriter
+        from tensorboardX.proto.event_pb2 import Event, SessionLog
+        from tensorboardX.summary import scalar
+
         step = int(row["step"])
+        if self.writer is None:
+            folder = self.run_dir / "tensorboard"
+            folder.mkdir(parents=True, exist_ok=True)
+            # a resumed run's file gets a name of its own (the stopped run's may have this second's)
+            self.writer = EventsWriter(str(folder / "events"), f".resumed-{step}" if self.resumed else "")
+            if self.resumed:
+                start = SessionLog(status=SessionLog.START)
+                self.writer.write_event(Event(wall_time=time.time(), step=step, session_log=start))
         for key, value in _scalars(row).items():
-            self.writer.add_scalar(tensorboard_tag(key), value, step)
+            summary = scalar(tensorboard_tag(key), value)
+            self.writer.write_event(Event(wall_time=time.time(), step=step, summary=summary))
+        self.writer.flush()
 
     def close(self) -> None:
         if self.writer is not None:

@@ -105,9 +105,11 @@ def sft_cmd(
             bar = None
         what = "terminated (SIGTERM)" if stop_signal.received else "interrupted"
         if isinstance(stop, TrainingInterrupted) and stop.checkpoint is not None:
+            # the overrides too: without them the resumed run would take the file's settings
+            again = shlex.join(["rlinf", "sft", str(config), *overrides, "--resume", str(stop.run_dir)])
             click.echo(
                 f"{what}: wrote {stop.checkpoint}, the metrics, the policy and summary.json; continue with "
-                f"`rlinf sft {config} --resume {stop.run_dir}`",
+                f"`{again}`",
                 err=True,
             )
         else:

@@ -210,3 +210,48 @@ def test_the_warm_start_honours_runner_loggers(
     assert stats["steps"] == 2
     ws = run_dir / "warm_start"
     assert rows(ws / "metrics.csv") and not (ws / "tensorboard").exists()
+
+
+def _tensorboard_scalars(folder: Path) -> list[tuple[int, str, float]]:
+    """The scalars of a TensorBoard folder as TensorBoard shows them: its event files in order,
+    a ``SessionLog.START`` event (a restart's ``purge_step``) hiding every earlier scalar at
+    its step or later, as TensorBoard's event accumulator purges orphaned data."""
+    import struct
+
+    from tensorboardX.proto import event_pb2
+
+    shown: list[tuple[int, str, float]] = []
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        data, i = path.read_bytes(), 0
+        while i + 12 <= len(data):
+            (n,) = struct.unpack("<Q", data[i : i + 8])
+            ev = event_pb2.Event()
+            ev.ParseFromString(data[i + 12 : i + 12 + n])
+            i += 12 + n + 4
+            if ev.HasField("session_log") and ev.session_log.status == event_pb2.SessionLog.START:
+                shown = [s for s in shown if s[0] < ev.step]
+            shown += [(ev.step, v.tag, round(v.simple_value, 4)) for v in ev.summary.value]
+    return shown
+
+
+def test_tensorboard_shows_each_row_once_after_a_kill_and_a_resume(tmp_path: Path) -> None:
+    """A run killed outright (SIGKILL, the out-of-memory killer: its sinks never closed) keeps
+    the rows it wrote in its event file, and the run resumed from the checkpoint behind them
+    hides the rows it writes again: TensorBoard shows every step once, the resumed run's value
+    where both wrote one. Before, the killed run's rows waited in tensorboardX's buffer (lost),
+    and a resume showed two values at a step."""
+    pytest.importorskip("tensorboardX")
+    from rlinf_algos.rundir import make_sinks
+
+    killed = make_sinks(["tensorboard"], tmp_path, {})
+    for step in (10, 20, 30):  # checkpoint at 20, killed after the row of 30
+        killed.add({"step": step, "loss": 1.0 / step})
+    folder = tmp_path / "tensorboard"
+    assert [s for s, _, _ in _tensorboard_scalars(folder)] == [10, 20, 30]  # on disk, never closed
+    resumed = make_sinks(["tensorboard"], tmp_path, {})
+    for step in (30, 40):
+        resumed.add({"step": step, "loss": 2.0 / step})
+    resumed.close()
+    got = _tensorboard_scalars(folder)
+    assert [s for s, _, _ in got] == [10, 20, 30, 40]
+    assert got[2][2] == round(2.0 / 30, 4)  # the resumed run's row

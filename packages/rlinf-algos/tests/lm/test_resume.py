@@ -16,6 +16,7 @@ import csv
 import json
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -246,7 +247,8 @@ def test_sigterm_writes_everything_then_plot_eval_and_resume_work(
     assert proc.returncode == 143, output
     assert took < 20.0, f"took {took:.1f} s to stop"
     assert "terminated (SIGTERM): wrote" in output and "before training started" not in output
-    assert f"--resume {run_dir}" in output
+    hint = shlex.join(["rlinf", "train", str(config), *extra, "--resume", str(run_dir)])
+    assert f"continue with `{hint}`" in output  # with the overrides, which the resumed run needs
     summary = json.loads((run_dir / "summary.json").read_text())
     done = summary["iterations"]
     assert summary["interrupted"] is True and 2 <= done < 40

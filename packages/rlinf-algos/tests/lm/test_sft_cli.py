@@ -540,3 +540,36 @@ def test_rlinf_eval_of_an_sft_run_says_what_to_do(cli_run: Path) -> None:
     res = CliRunner().invoke(eval_cmd, [str(cli_run)])
     assert isinstance(res.exception, RlinfError), (res.output, res.exception)
     assert "rlinf sft` run" in str(res.exception) and "\n" not in str(res.exception)
+
+
+def test_the_resume_hint_keeps_the_command_line_overrides(
+    cli_run: Path, files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped by SIGTERM, ``rlinf sft CONFIG key=value`` says how to continue with the same
+    overrides: without them the resumed run would take the file's ``train.steps`` (and its
+    learning-rate schedule) instead of the run's."""
+    import os
+    import shlex
+    import signal
+
+    import rlinf_algos.progress_bar as progress_bar
+
+    class StopAtTwo:  # the progress callback (the bar): SIGTERM once step 2's row is written
+        def __call__(self, row: dict[str, Any]) -> None:
+            if row["step"] == 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(progress_bar, "ProgressBar", StopAtTwo)
+    cfg = _config(files["train"], None, steps=40)
+    cfg["model"] = {"path": str(cli_run / "base_model")}  # no tokenizer to train
+    cfg["runner"].update(log_interval=1)
+    path = _yaml(tmp_path / "my sft.yaml", cfg)
+    run_dir = tmp_path / "run dir"
+    res = invoke(str(path), "train.steps=400", "train.lr=0.005", "--run-dir", str(run_dir))
+    assert res.exit_code == 143, (res.output, res.exception)
+    hint = res.output.split("continue with `")[1].split("`")[0]
+    want = ["rlinf", "sft", str(path), "train.steps=400", "train.lr=0.005", "--resume", str(run_dir)]
+    assert shlex.split(hint) == want

@@ -15,6 +15,7 @@ docs/design/core.md, "Configuration on Hydra".
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import re
 import threading
@@ -435,7 +436,9 @@ def _hydra_problem(err: Exception, request: _Request, overrides: list[str]) -> C
                 how = f"override {request.pinned.get(given, given)!r}" + (f" (for {how})" if entry else "")
         folder = request.root / group
         options = sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
-        have = f"; {group or 'it'}/ has: {', '.join(options)}" if options else ""
+        have = f"; {group or request.root.name}/ has: {', '.join(options)}" if options else ""
+        near = difflib.get_close_matches(name, [*options, *([] if group else ["_self_"])], n=1)
+        have += f" (did you mean {near[0]}?)" if near else ""
         return ConfigError(f"{source}: {how}: no file {missing}.yaml in {request.root}{have}")
     choice = re.match(r"You must specify '([^']*)'", message)
     if choice:
