@@ -179,8 +179,11 @@ def rlinf_run(task: str, seed: int, steps: int, wall: float, run_dir: Path, reus
             timeout=wall + 1800,
         )  # fmt: skip
     summary = json.loads((run_dir / "summary.json").read_text())
+    import torch
+
     import rlinf_algos
 
+    torch.set_num_threads(1)  # one 10-row forward per step: more threads only contend on a busy machine
     policy = rlinf_algos.load_policy(run_dir)
     return {
         "env_steps": int(summary.get("total_env_steps", 0)),
