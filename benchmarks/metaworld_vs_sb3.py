@@ -7,10 +7,12 @@ gets it through a small ``VecEnv`` adapter), with the same settings as
 ``examples/metaworld_reach.yaml``: 500 steps per env per update (4000 samples), minibatch 250, 10
 epochs, lr 3e-4 decayed linearly, gamma 0.99, lambda 0.95, clip 0.2, no entropy bonus, value
 coefficient 0.5, gradient clip 0.5, 128x128 tanh networks, observation and reward normalisation
-(SB3: ``VecNormalize``). Each side trains for ``--steps`` env steps or ``--wall`` seconds,
-whichever comes first; both final policies are then evaluated the same way, deterministic, 50
-episodes from the task's 50 fixed initial states (``rlinf eval --suite``'s protocol):
-``success_at_end`` and ``success_once`` with 95 % Wilson intervals.
+(SB3: ``VecNormalize``), initial policy log-std ``model.log_std_init`` of the YAML (SB3:
+``log_std_init``). rlinf trains for ``--steps`` env steps; SB3 for ``--steps`` or the rlinf run's
+wall time (``--wall`` seconds without an rlinf side), whichever comes first; both final policies
+are then evaluated the same way, deterministic, 50 episodes from the task's 50 fixed initial
+states (``rlinf eval --suite``'s protocol): ``success_at_end`` and ``success_once``
+with 95 % Wilson intervals.
 
 Usage::
 
@@ -39,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import finish, fmt, machine
 
 ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "examples" / "metaworld_reach.yaml"
 EVAL_EPISODES = 50
 
 
@@ -124,6 +127,9 @@ def sb3_child(task: str, seed: int, steps: int, wall: float, out: str) -> None:
         def env_is_wrapped(self, wrapper_class: Any, indices: Any = None) -> list[bool]:
             return [False] * self.num_envs
 
+    import yaml
+
+    log_std_init = float(yaml.safe_load(CONFIG.read_text())["model"].get("log_std_init", 0.0))
     venv = VecNormalize(Adapter(_remote(task, 8, seed)), gamma=0.99)
     model = PPO(
         "MlpPolicy",
@@ -138,7 +144,7 @@ def sb3_child(task: str, seed: int, steps: int, wall: float, out: str) -> None:
         ent_coef=0.0,
         vf_coef=0.5,
         max_grad_norm=0.5,
-        policy_kwargs={"net_arch": [128, 128], "activation_fn": torch.nn.Tanh},
+        policy_kwargs={"net_arch": [128, 128], "activation_fn": torch.nn.Tanh, "log_std_init": log_std_init},
         seed=seed,
         device="cpu",
         verbose=0,
@@ -163,18 +169,21 @@ def sb3_child(task: str, seed: int, steps: int, wall: float, out: str) -> None:
 
 def rlinf_run(task: str, seed: int, steps: int, wall: float, run_dir: Path, reuse: bool) -> dict[str, Any]:
     if not (reuse and (run_dir / "summary.json").exists()):
-        cfg = ROOT / "examples" / "metaworld_reach.yaml"
+        cfg = CONFIG
         subprocess.run(
             [
                 "rlinf", "train", str(cfg), f"env.id={task}", f"runner.seed={seed}", f"runner.total_steps={steps}",
-                f"runner.time_limit_s={wall}", "runner.scheduler=local", "--run-dir", str(run_dir),
+                "runner.scheduler=local", "--run-dir", str(run_dir),
             ],
             check=True,
             timeout=wall + 1800,
         )  # fmt: skip
     summary = json.loads((run_dir / "summary.json").read_text())
+    import torch
+
     import rlinf_algos
 
+    torch.set_num_threads(1)  # one 10-row forward per step: more threads only contend on a busy machine
     policy = rlinf_algos.load_policy(run_dir)
     return {
         "env_steps": int(summary.get("total_env_steps", 0)),
