@@ -89,12 +89,39 @@ def evaluate_suite(
     python: str | None = None,
     timeout_s: float = 120.0,
     say: Any = None,
+    torch_threads: int = 1,
 ) -> dict[str, Any]:
     """Evaluate ``policy`` (a run directory, a policy file, or ``expert`` / ``random``) on every
     task of ``suite`` (``FAMILY:SUITE``) for ``episodes_per_task`` episodes each; see the module
     docstring. ``num_envs`` copies run at once; ``video_dir`` gets one video per episode
-    (``<task>/...``). Returns the result (``tasks``: one record per task, ``mean``, ``pooled``,
-    ``provenance``)."""
+    (``<task>/...``). ``torch_threads``: torch's intra-op threads while evaluating (as
+    ``runner.torch_threads``, 1 by default: a policy's forward pass is small, and more threads than
+    cores cost minutes per task on a busy machine). Returns the result (``tasks``: one record per
+    task, ``mean``, ``pooled``, ``provenance``)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(torch_threads)))
+    try:
+        return _evaluate_suite(
+            policy, suite, episodes_per_task, seed, num_envs, deterministic, video_dir, python, timeout_s, say
+        )
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _evaluate_suite(
+    policy: str | Path,
+    suite: str,
+    episodes_per_task: int,
+    seed: int,
+    num_envs: int,
+    deterministic: bool,
+    video_dir: Path | None,
+    python: str | None,
+    timeout_s: float,
+    say: Any,
+) -> dict[str, Any]:
     import torch
 
     from rlinf_algos.envs import make_vector_env
