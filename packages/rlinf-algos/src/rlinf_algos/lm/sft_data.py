@@ -309,12 +309,12 @@ def pack_examples(examples: Sequence[Example], pad_id: int, device: Any) -> tupl
     import torch
 
     t = max(len(e.ids) for e in examples)
-    ids = torch.full((len(examples), t), pad_id, dtype=torch.long)
-    mask = torch.zeros(len(examples), t)
+    ids = torch.full((len(examples), t), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros(len(examples), t, device=device)
     for i, e in enumerate(examples):
-        ids[i, : len(e.ids)] = torch.as_tensor(e.ids, dtype=torch.long)
-        mask[i, : len(e.mask)] = torch.as_tensor(e.mask, dtype=torch.float32)
-    return ids.to(device), mask.to(device)
+        ids[i, : len(e.ids)] = torch.as_tensor(e.ids, dtype=torch.long, device=device)
+        mask[i, : len(e.mask)] = torch.as_tensor(e.mask, dtype=torch.float32, device=device)
+    return ids, mask
 
 
 def token_nll(
