@@ -360,7 +360,7 @@ class _ImagePort:
 
 
 def _ppo_vla_once(dev: torch.device) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
-    from rlinf_algos.flow import LearnerContext
+    from rlinf_algos.embodied.recipe import LearnerContext
     from rlinf_algos.models import build_policy
     from rlinf_algos.ppo.config import PPOConfig
     from rlinf_algos.ppo.learner import PPOLearnerSide

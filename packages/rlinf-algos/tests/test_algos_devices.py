@@ -619,7 +619,7 @@ class RandomPort:
 
 
 def _ppo_side(kind: str, device: str = "cpu") -> Any:
-    from rlinf_algos.flow import LearnerContext
+    from rlinf_algos.embodied.recipe import LearnerContext
     from rlinf_algos.parallel import DataParallel
     from rlinf_algos.ppo.config import PPOConfig
     from rlinf_algos.ppo.learner import PPOLearnerSide

@@ -22,7 +22,7 @@ from rlinf_algos.ppo import PPO, PPOConfig
 from rlinf_algos.ppo.learner import PPOLearner, PPORollout
 from rlinf_algos.replay import ReplayBuffer
 from rlinf_algos.rundir import latest_checkpoint
-from rlinf_algos.runtime.books import best_of as _best_of
+from rlinf_algos.runtime.recorder import best_of as _best_of
 from rlinf_algos.sac import SAC, SACConfig
 from rlinf_algos.sac.functional import polyak_update as sac_polyak
 from rlinf_algos.sac.learner import SACLearner

@@ -4,7 +4,7 @@ A run directory holds:
 
 - ``config.yaml``: the resolved configuration (written before training starts);
 - ``metrics.csv``: a fixed header and one row per ``runner.log_interval`` env steps (embodied
-  runs: :data:`~rlinf_algos.runtime.books.BASE_COLUMNS`, the algorithm's columns,
+  runs: :data:`~rlinf_algos.runtime.recorder.BASE_COLUMNS`, the algorithm's columns,
   ``success_rate``) or per iteration (language-model runs, which also write ``metrics.jsonl``);
 - ``tensorboard/``: the same scalars as TensorBoard event files; ``wandb/`` with the ``wandb``
   logger;
@@ -173,7 +173,7 @@ def load_checkpoint(run_dir: Path, algorithm: str) -> tuple[Path, dict[str, Any]
     for path in found:
         try:
             state = read_state(checkpoint_state_file(path))
-            # "run": the driver's books; "loop": a language-model checkpoint of an earlier version
+            # "run": the driver's run counters; "loop": a language-model checkpoint of an earlier version
             if not isinstance(state, dict) or not ("run" in state or "loop" in state):
                 raise ValueError("not an rlinf checkpoint")
         except UnsafeStateFile:

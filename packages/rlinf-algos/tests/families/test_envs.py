@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from rlinf_algos.embodied.recipe import LearnerContext
 from rlinf_algos.envs import VectorEnvStepper, make_vector_env
-from rlinf_algos.flow import LearnerContext
 from rlinf_algos.models.mlp import GaussianActorCritic
 from rlinf_algos.ports import LocalPort
 from rlinf_algos.ppo import PPOConfig

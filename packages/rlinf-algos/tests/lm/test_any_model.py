@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from rlinf_algos.lm import hf
+from rlinf_algos.lm.arith import Problem, sft_example, verify_chain
 from rlinf_algos.lm.config import LMModelConfig, ModelInitConfig, load_lm_sections
 from rlinf_algos.lm.flow import train_lm
-from rlinf_algos.lm.task import Problem, sft_example, verify_chain
 from rlinf_algos.lm.tokens import ARITH_MARKERS, LMTokenizer
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples"

@@ -10,6 +10,7 @@ import torch
 
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.agents import HierarchicalAgent, SingleAgent
+from rlinf_algos.lm.arith import Problem, chain_text, heldout_problems, lead_calls_text, step_width
 from rlinf_algos.lm.config import ArithTaskConfig, LMGRPOConfig, LMModelConfig, ModelInitConfig
 from rlinf_algos.lm.engines import HFEngine
 from rlinf_algos.lm.hf import sequence_log_probs
@@ -20,7 +21,6 @@ from rlinf_algos.lm.learner import (
     sequence_advantages,
 )
 from rlinf_algos.lm.reward import Verifier
-from rlinf_algos.lm.task import Problem, chain_text, heldout_problems, lead_calls_text, step_width
 from rlinf_algos.lm.tasks import ArithTask
 from rlinf_algos.lm.tokens import LMTokenizer
 

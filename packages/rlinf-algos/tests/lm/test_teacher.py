@@ -12,10 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlinf_algos.lm.config import load_lm_sections
-from rlinf_algos.lm.finetune import encode_example, load_sft_config, train_sft
-from rlinf_algos.lm.sft import demonstration_rows, warm_start
-from rlinf_algos.lm.task import (
+from rlinf_algos.lm.arith import (
     Problem,
     careless_answer,
     chain_text,
@@ -23,6 +20,9 @@ from rlinf_algos.lm.task import (
     teacher_add,
     verify_chain,
 )
+from rlinf_algos.lm.config import load_lm_sections
+from rlinf_algos.lm.finetune import encode_example, load_sft_config, train_sft
+from rlinf_algos.lm.sft import demonstration_rows, warm_start
 from rlinf_algos.lm.tokens import LMTokenizer
 from rlinf_algos.lm.trainer import resolve_model
 from rlinf_core.config import apply_overrides, load_yaml

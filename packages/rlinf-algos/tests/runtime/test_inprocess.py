@@ -76,9 +76,10 @@ def test_the_in_process_twins_of_the_iteration_are_gone() -> None:
     for gone in ("rlinf_algos.embodied.local", "rlinf_algos.lm.local"):
         with pytest.raises(ModuleNotFoundError):
             importlib.import_module(gone)
+    import rlinf_algos.embodied.recipe as recipe
     import rlinf_algos.flow as flow
 
-    assert not hasattr(flow, "LocalSession") and not hasattr(flow.Recipe, "local_session")
+    assert not hasattr(flow, "LocalSession") and not hasattr(recipe.Recipe, "local_session")
     assert not hasattr(flow.Flow, "local")
 
 

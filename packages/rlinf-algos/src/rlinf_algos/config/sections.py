@@ -146,7 +146,7 @@ class EnvConfig(ConfigSection):
 
 
 class RunnerConfig(ConfigSection):
-    """``runner`` section: how a run goes (its scheduler, seed, budget, books, devices)."""
+    """``runner`` section: how a run goes (its scheduler, seed, budget, records, devices)."""
 
     model_config = STRICT
 

@@ -14,7 +14,7 @@ from rlinf_core.algorithm import Algorithm
 from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
 
 if TYPE_CHECKING:
-    from rlinf_algos.flow import Recipe
+    from rlinf_algos.embodied.recipe import Recipe
 
 __all__ = ["EmbodiedAlgorithm"]
 

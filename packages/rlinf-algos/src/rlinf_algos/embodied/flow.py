@@ -1,4 +1,4 @@
-"""The embodied flow: an embodied algorithm's :class:`~rlinf_algos.flow.Recipe` as the driver and
+"""The embodied flow: an embodied algorithm's :class:`~rlinf_algos.embodied.recipe.Recipe` as the driver and
 the role workers see it: env, rollout and actor workers and the recipe's extra components
 (:mod:`rlinf_algos.embodied.placed`), whose bodies are :mod:`rlinf_algos.embodied.roles` and the
 recipe's own; on any scheduler (``runner.scheduler: local`` runs them in the driver's process,
@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlinf_algos.embodied.recipe import Recipe
 from rlinf_algos.embodied.roles import EmbodiedLearner, EmbodiedRollout
-from rlinf_algos.flow import Flow, FlowRun, Recipe
+from rlinf_algos.flow import Flow, FlowRun
 
 __all__ = ["EmbodiedFlow"]
 

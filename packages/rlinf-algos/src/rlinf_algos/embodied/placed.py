@@ -1,7 +1,7 @@
 """An embodied flow on placed workers: the macro flow of DESIGN.md section 5 for any recipe.
 
 How an iteration flows: the driver asks the recipe for the iteration's
-:class:`~rlinf_algos.flow.IterationPlan`, calls the env workers' method and every
+:class:`~rlinf_algos.embodied.recipe.IterationPlan`, calls the env workers' method and every
 ``RolloutWorker.collect`` for iteration ``k`` and, at the same time, starts the learning side (the
 actor waits for the batch, or learns from data as it streams in, or the recipe's extra components
 score it first). Iteration ``k + 1`` starts once ``k`` is collected and the weights it may use
@@ -35,11 +35,12 @@ import time
 from typing import Any
 
 from rlinf_algos.channels import ABORT
-from rlinf_algos.flow import FlowRun, IterationPlan
+from rlinf_algos.embodied.recipe import IterationPlan
+from rlinf_algos.flow import FlowRun
 from rlinf_algos.models import check_policy_spec
 from rlinf_algos.run_files import POLICY, write_state
 from rlinf_algos.rundir import env_record
-from rlinf_algos.runtime.books import BASE_COLUMNS
+from rlinf_algos.runtime.recorder import BASE_COLUMNS
 from rlinf_algos.runtime.recovery import LearnerDied, failure_reason, user_error, worker_died
 from rlinf_algos.runtime.workers import WORKERS
 from rlinf_algos.stats import EpisodeStats
@@ -496,7 +497,7 @@ class EmbodiedPlacedRun(FlowRun):
     def restart_learner(self, state: dict[str, Any] | None) -> None:
         """Replace the actor's processes, load ``state`` (a checkpoint; ``None``: start afresh)
         into them, point the rollout workers at its new weight broadcast, restore the checkpoint's
-        sampling streams and reseed the envs (the driver takes its books back)."""
+        sampling streams and reseed the envs (the driver takes its run counters back)."""
         d = self.driver
         group = self.groups["actor"]
         old = self.weights

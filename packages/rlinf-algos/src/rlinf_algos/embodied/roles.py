@@ -1,7 +1,7 @@
 """The bodies an embodied flow gives the generic role workers (:mod:`rlinf_algos.runtime.workers`):
 :class:`EmbodiedRollout` (the policy network a recipe's collection loop samples with, over the
 rollout worker's env links) and :class:`EmbodiedLearner` (a recipe's
-:class:`~rlinf_algos.flow.LearnerSide` on the actor worker). They never name an algorithm: the
+:class:`~rlinf_algos.embodied.recipe.LearnerSide` on the actor worker). They never name an algorithm: the
 recipe's ``collect`` and ``learner`` do the algorithm's part.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlinf_algos.flow import LearnerContext, Recipe
+from rlinf_algos.embodied.recipe import LearnerContext, Recipe
 from rlinf_core.errors import ChannelError
 
 __all__ = ["AuditedChannel", "EmbodiedLearner", "EmbodiedRollout", "cpu_state_dict", "placed_device"]
@@ -31,7 +31,7 @@ def cpu_state_dict(module: Any) -> dict[str, Any]:
 
 class EmbodiedRollout:
     """The rollout body of an embodied flow, and what the recipe's
-    :meth:`~rlinf_algos.flow.Recipe.collect` gets as its ``worker``: the policy (``model``, built
+    :meth:`~rlinf_algos.embodied.recipe.Recipe.collect` gets as its ``worker``: the policy (``model``, built
     by :meth:`configure`), its weight ``version``, the sampling streams (``generator``,
     ``np_rng``), and the host's port (``recv``, ``send``, ``stages``, ``slots``), channel
     (``traj_ch``), ``rank``, ``timeout`` and ``sync``."""

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from rlinf_algos.embodied.algorithm import EmbodiedAlgorithm, rollout_item
-from rlinf_algos.flow import Recipe
+from rlinf_algos.embodied.recipe import Recipe
 from rlinf_algos.grpo.config import GRPOConfig
 from rlinf_core.errors import ConfigProblem
 

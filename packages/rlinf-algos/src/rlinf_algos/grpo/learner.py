@@ -15,7 +15,7 @@ from torch import Tensor
 
 from rlinf_algos import objectives
 from rlinf_algos.channels import advantage_key, scored_key
-from rlinf_algos.flow import LearnerContext, LearnerSide
+from rlinf_algos.embodied.recipe import LearnerContext, LearnerSide
 from rlinf_algos.grpo import functional as F
 from rlinf_algos.grpo.config import GRPOConfig
 from rlinf_algos.models.mlp import GaussianActorCritic, module_device

@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from rlinf_algos.channels import grpo_keys
-from rlinf_algos.flow import IterationPlan, LearnerContext, Recipe, await_call
+from rlinf_algos.embodied.recipe import IterationPlan, LearnerContext, Recipe
+from rlinf_algos.flow import await_call
 from rlinf_algos.grpo.learner import GRPOLearnerSide
 from rlinf_algos.grpo.rollout import collect_grpo
 from rlinf_algos.models import build_policy

@@ -8,7 +8,7 @@ processes stay small):
 - :mod:`~rlinf_algos.lm.config`: the run YAML's sections (*light*);
 - :mod:`~rlinf_algos.lm.data`, :mod:`~rlinf_algos.lm.rewards`: data sets (JSONL, parquet, chat
   templates) and reward functions;
-- :mod:`~rlinf_algos.lm.task`, :mod:`~rlinf_algos.lm.tasks`: the arithmetic family and its
+- :mod:`~rlinf_algos.lm.arith`, :mod:`~rlinf_algos.lm.tasks`: the arithmetic family and its
   verifier; what a run trains on (*light*);
 - :mod:`~rlinf_algos.lm.tokens`: tokenizers of model folders (*light*);
 - :mod:`~rlinf_algos.lm.agents`: single and hierarchical (lead + subagents) episodes (*light*);
@@ -21,7 +21,7 @@ processes stay small):
   examples' warm start, an ``rlinf sft`` run on a teacher's solutions;
 - :mod:`~rlinf_algos.lm.trainer`: the model folder a run trains (warm start) and evaluation;
 - :mod:`~rlinf_algos.lm.flow` (the flow the one driver runs, ``train_lm``), :mod:`~rlinf_algos.lm.run`
-  (its iterations and books), :mod:`~rlinf_algos.lm.placed` (the components on the scheduler's
+  (its iterations and run counters), :mod:`~rlinf_algos.lm.placed` (the components on the scheduler's
   workers, in one process for ``runner.scheduler: local``), :mod:`~rlinf_algos.lm.roles`
   (the role bodies in the worker processes), :mod:`~rlinf_algos.lm.remote_generate` (generation
   over the ``gen`` channel, *light*);

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rlinf_algos.lm.task import combine_prompt, final_answer, parse_calls
+from rlinf_algos.lm.arith import combine_prompt, final_answer, parse_calls
 from rlinf_algos.lm.tokens import LMTokenizer
 
 __all__ = [

@@ -177,7 +177,7 @@ class MathReward(_PerSample):
 
 class ArithReward(_PerSample):
     """``arith``: the exact verifier of the arithmetic task
-    (:func:`rlinf_algos.lm.task.verify_chain`) against an integer answer: 1.0 for a well-formed
+    (:func:`rlinf_algos.lm.arith.verify_chain`) against an integer answer: 1.0 for a well-formed
     chain with the right answer, ``format_reward`` for a well-formed one with a wrong answer,
     0.0 otherwise.
 
@@ -192,7 +192,7 @@ class ArithReward(_PerSample):
         self.format_reward = float(format_reward)
 
     def score(self, completion: str, answer: str) -> float:
-        from rlinf_algos.lm.task import verify_chain
+        from rlinf_algos.lm.arith import verify_chain
 
         try:
             expected = int(str(answer).strip())

@@ -167,7 +167,7 @@ class LMRun(FlowRun):
         self.eval_s, self.grpo0 = float(loop["eval_s"]), float(loop["grpo_s"])
         self.resumed_from = int(_iteration_of(state))
         rows = loop.get("rows")
-        if rows is not None:  # a checkpoint of an earlier version: its rows, and its books
+        if rows is not None:  # a checkpoint of an earlier version: its rows, and its run counters
             self.totals = _totals(rows)
             self.driver.rec.restore_rows(rows)
         else:
@@ -175,8 +175,8 @@ class LMRun(FlowRun):
         self._said_before()
         set_rng_state(state["rng"])  # last: setting up consumed the global streams
 
-    def legacy_books(self, state: dict[str, Any]) -> dict[str, Any]:
-        """The books of a checkpoint written before the driver kept them (its ``loop`` and
+    def legacy_run_counters(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The run counters of a checkpoint written before the driver kept them (its ``loop`` and
         ``faults`` records)."""
         loop, faults = state["loop"], state.get("faults") or {}
         it = int(loop["iteration"])

@@ -1,6 +1,6 @@
 """The arithmetic examples' supervised warm start, run through ``rlinf sft``.
 
-A teacher's solutions (:func:`~rlinf_algos.lm.task.sft_example`: a perfect teacher, or a careless
+A teacher's solutions (:func:`~rlinf_algos.lm.arith.sft_example`: a perfect teacher, or a careless
 one with ``sft.carry_drop`` / ``sft.answer_slip``) become prompt-response rows of a JSON-lines
 file, and :func:`~rlinf_algos.lm.finetune.train_sft` (what ``rlinf sft`` runs) fine-tunes the
 model folder on them. ``RUN_DIR/warm_start/`` is then an ordinary ``rlinf sft`` run directory:
@@ -32,8 +32,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlinf_algos.lm.arith import Problem, ProblemSampler, sft_example, step_width
 from rlinf_algos.lm.config import LMRunConfig
-from rlinf_algos.lm.task import Problem, ProblemSampler, sft_example, step_width
 from rlinf_algos.lm.tokens import LMTokenizer
 
 __all__ = ["NO_WARM_START", "demonstration_rows", "warm_start", "warm_start_config"]

@@ -629,7 +629,7 @@ def run_sft(
     def on_row(row: dict[str, Any]) -> None:
         sinks.add(row)
         if progress is not None:
-            progress({**row, "total_steps": holder["driver"].exe.steps_planned})
+            progress({**row, "total_steps": holder["driver"].flow_run.steps_planned})
 
     driver = Driver(SFTFlow(run, command), scheduler, run_dir, resume=resume, progress=on_row, say=say)
     holder["driver"] = driver
@@ -637,4 +637,4 @@ def run_sft(
         summary = driver.run()
     finally:
         sinks.close()
-    return summary, driver.exe.model()
+    return summary, driver.flow_run.model()

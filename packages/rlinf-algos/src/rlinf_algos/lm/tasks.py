@@ -11,7 +11,7 @@ Three tasks share one interface, :class:`LMTask`:
 - :class:`ToolTask` (``data``, ``reward`` and ``tools`` sections): the same prompts played as
   multi-turn tool-calling episodes (:class:`~rlinf_algos.lm.agents.ToolAgent`).
 
-A problem crosses process boundaries as itself (an arithmetic :class:`~rlinf_algos.lm.task.Problem`)
+A problem crosses process boundaries as itself (an arithmetic :class:`~rlinf_algos.lm.arith.Problem`)
 or as a :class:`SampleRef` (split and row); each process holding the task resolves it.
 """
 
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from rlinf_algos.lm.task import (
+from rlinf_algos.lm.arith import (
     Problem,
     ProblemSampler,
     heldout_problems,

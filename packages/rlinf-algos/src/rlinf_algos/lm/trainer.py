@@ -18,10 +18,10 @@ import torch
 
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.agents import HierarchicalAgent, SingleAgent
+from rlinf_algos.lm.arith import max_response_tokens
 from rlinf_algos.lm.config import LMRunConfig
 from rlinf_algos.lm.reward import Verifier
 from rlinf_algos.lm.sft import warm_start
-from rlinf_algos.lm.task import max_response_tokens
 from rlinf_algos.lm.tasks import is_arith, task_tokenizer
 from rlinf_algos.lm.tokens import ARITH_MARKERS, LMTokenizer
 from rlinf_core.io import atomic_write_text

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from rlinf_algos.embodied.algorithm import EmbodiedAlgorithm, rollout_item
-from rlinf_algos.flow import Recipe
+from rlinf_algos.embodied.recipe import Recipe
 from rlinf_algos.ppo.config import PPOConfig
 
 __all__ = ["PPO", "PPOConfig"]

@@ -13,7 +13,7 @@ from torch import Tensor
 from rlinf_algos import objectives
 from rlinf_algos import obs as obs_tree
 from rlinf_algos.channels import traj_key
-from rlinf_algos.flow import LearnerContext, LearnerSide
+from rlinf_algos.embodied.recipe import LearnerContext, LearnerSide
 from rlinf_algos.models.mlp import GaussianActorCritic, module_device
 from rlinf_algos.objectives.advantages import StepRewards
 from rlinf_algos.objectives.losses import LossSettings

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from rlinf_algos.channels import traj_key
-from rlinf_algos.flow import IterationPlan, LearnerContext, Recipe, await_call
+from rlinf_algos.embodied.recipe import IterationPlan, LearnerContext, Recipe
+from rlinf_algos.flow import await_call
 from rlinf_algos.models import build_policy
 from rlinf_algos.policy_specs import gaussian_policy_spec
 from rlinf_algos.ppo.learner import PPOLearnerSide

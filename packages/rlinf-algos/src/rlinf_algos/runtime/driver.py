@@ -8,7 +8,7 @@ or, for ``runner.scheduler: local`` (``scheduler=None``), the in-process schedul
 objects in this process (:mod:`~rlinf_algos.runtime.inprocess`): one iteration loop whichever
 runs it. The driver owns the rest of the run's life, once for every family:
 
-- the run directory and its books (:class:`~rlinf_algos.runtime.books.RunRecorder`: metrics rows,
+- the run directory and its records (:class:`~rlinf_algos.runtime.recorder.RunRecorder`: metrics rows,
   ``metrics.csv`` / ``metrics.jsonl``, the progress callback that feeds the loggers and the
   progress bar);
 - the role -> worker-group map (:meth:`launch`), their process ids, their shutdown (all at once);
@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from rlinf_algos.rundir import load_checkpoint, write_checkpoint, write_summary
-from rlinf_algos.runtime.books import RunRecorder
+from rlinf_algos.runtime.recorder import RunRecorder
 from rlinf_algos.runtime.recovery import (
     LearnerDied,
     Recovery,
@@ -141,7 +141,7 @@ class Driver(Recovery):
                 f"the driver needs a started rlinf_core.Scheduler (e.g. the `ray` plugin's), "
                 f"got {type(scheduler).__name__}; pass scheduler=None to train in this process"
             )
-        self.exe = flow.placed(self)
+        self.flow_run = flow.placed(self)
 
     # -- services for the flow runs ------------------------------------------------------------
     def log(self, message: str) -> None:
@@ -224,7 +224,9 @@ class Driver(Recovery):
                 for name, fut in futs.items():
                     self.groups[name] = fut.result()
         for name in todo:
-            if self.exe.roles.get(name, "never") != "never" and hasattr(self.groups[name], "stop_on_failure"):
+            if self.flow_run.roles.get(name, "never") != "never" and hasattr(
+                self.groups[name], "stop_on_failure"
+            ):
                 self.groups[name].stop_on_failure = False
             self.note_pids(name)
 
@@ -232,14 +234,14 @@ class Driver(Recovery):
         """Call the hook ``name`` (if given) with the flow run and ``args``."""
         fn = self.callbacks.get(name)
         if fn is not None:
-            fn(self.exe, *args)
+            fn(self.flow_run, *args)
 
     def row(self, step: int, metrics: Mapping[str, Any], force: bool = False) -> dict[str, Any] | None:
         """A metrics row at ``step`` (written when ``log_interval`` units passed, or ``force``)."""
         return self.rec.row(step, metrics, force=force)
 
     # -- checkpoints ---------------------------------------------------------------------------
-    def books(self) -> dict[str, Any]:
+    def run_counters(self) -> dict[str, Any]:
         """The driver's part of a checkpoint (``run``)."""
         return {
             "steps": self.steps,
@@ -254,8 +256,8 @@ class Driver(Recovery):
 
     def checkpoint(self) -> Path:
         """Write the checkpoint of the current step atomically (nothing may be in flight)."""
-        part = dict(self.exe.state())
-        state = {"algorithm": self.flow.name, **part, "run": {**self.books(), **part.get("run", {})}}
+        part = dict(self.flow_run.state())
+        state = {"algorithm": self.flow.name, **part, "run": {**self.run_counters(), **part.get("run", {})}}
         path = write_checkpoint(
             self.run_dir,
             self.steps,
@@ -267,9 +269,9 @@ class Driver(Recovery):
         return path
 
     def _restore(self, path: Path, state: dict[str, Any]) -> None:
-        """Continue from ``state`` (the checkpoint at ``path``): the flow run's part, then the books."""
-        self.exe.load(state)
-        run = state.get("run") or self.exe.legacy_books(state)
+        """Continue from ``state`` (the checkpoint at ``path``): the flow run's part, then the run counters."""
+        self.flow_run.load(state)
+        run = state.get("run") or self.flow_run.legacy_run_counters(state)
         self.steps = int(run["steps"])
         self.iteration = int(run.get("iteration", self.steps))
         self.rec.load(run, self.steps)
@@ -289,9 +291,9 @@ class Driver(Recovery):
         so a learner restart loses at most the interval)."""
         interval = self.runner.checkpoint_interval if not self.rollout_only else 0
         since = self.steps - self.last_ckpt_step
-        ahead = self.exe.lookahead
+        ahead = self.flow_run.lookahead
         if interval and since > 0 and (since + ahead > interval if ahead else since >= interval):
-            self.run_async(self.exe.drain())
+            self.run_async(self.flow_run.drain())
             self.checkpoint()
 
     # -- the loop --------------------------------------------------------------------------------
@@ -301,19 +303,19 @@ class Driver(Recovery):
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         resumed = load_checkpoint(self.run_dir, self.flow.name) if self.resume else None
-        exe = self.exe
+        flow_run = self.flow_run
         hard_stop = False
         try:
             try:
-                exe.start(resumed[1] if resumed else None)
+                flow_run.start(resumed[1] if resumed else None)
                 self.rec = RunRecorder(
                     self.run_dir,
-                    exe.log_interval,
-                    exe.columns() if "csv" in self.runner.loggers else None,
-                    exe.episodes,
+                    flow_run.log_interval,
+                    flow_run.columns() if "csv" in self.runner.loggers else None,
+                    flow_run.episodes,
                     self.progress,
                     resume=self.resume,
-                    jsonl=exe.jsonl,
+                    jsonl=flow_run.jsonl,
                 )
                 if resumed is not None:
                     self._restore(*resumed)
@@ -327,7 +329,7 @@ class Driver(Recovery):
                     self.interrupted = hard_stop or stop.requested
                     reason = stop.reason if stop.requested else "Ctrl-C"
                 if hard_stop:
-                    if not exe.checkpoint_on_hard_stop:
+                    if not flow_run.checkpoint_on_hard_stop:
                         raise KeyboardInterrupt
                     self._hard_stop()
             except RunFailed as err:
@@ -335,13 +337,13 @@ class Driver(Recovery):
             summary = self._finish()
             if self.interrupted:
                 self.say(
-                    f"{reason}: stopped at {exe.unit} {self.steps}; wrote a checkpoint, the metrics, the policy "
+                    f"{reason}: stopped at {flow_run.unit} {self.steps}; wrote a checkpoint, the metrics, the policy "
                     "and summary.json"
                 )
                 raise TrainingInterrupted(self.run_dir, self.last_checkpoint)
             return summary
         except RlinfError as err:
-            raise exe.user_error(err) from None
+            raise flow_run.user_error(err) from None
         finally:
             self._teardown()
 
@@ -361,32 +363,32 @@ class Driver(Recovery):
     def _turn(self, stop: DeferredStop) -> bool:
         """One turn of the loop: an iteration, or (budget spent, or stopped) the ending: what is
         in flight finishes, the last row, the checkpoint, the final policy. ``True``: done."""
-        exe = self.exe
-        if stop.requested or exe.done():
-            self.run_async(exe.drain())
+        flow_run = self.flow_run
+        if stop.requested or flow_run.done():
+            self.run_async(flow_run.drain())
             if not stop.requested:
-                exe.last_row()
+                flow_run.last_row()
             wanted = stop.requested or self.runner.checkpoint_interval or self.flow.final_checkpoint
             fresh = self.steps != self.last_ckpt_step or self.last_checkpoint is None
             if wanted and fresh and not self.rollout_only and (self.steps > 0 or stop.requested):
                 self.checkpoint()
-            self.run_async(exe.final_policy())
+            self.run_async(flow_run.final_policy())
             return True
         self._checkpoint_if_due()
-        self.run_async(exe.step())
+        self.run_async(flow_run.step())
         return False
 
     def _hard_stop(self) -> None:
         """A stop that could not wait for the iteration in flight: end it, then write what can be
         written (a checkpoint, when the learner answers)."""
         try:
-            self.run_async(self.exe.abort())
+            self.run_async(self.flow_run.abort())
         except Exception as err:
             self.log(f"could not abort the iteration in flight: {err}")
         if self.rollout_only:
             return
         try:
-            self.run_async(self.exe.drain())
+            self.run_async(self.flow_run.drain())
             self.checkpoint()
         except Exception as err:  # report it; still write the policy and the summary
             self.log(f"could not write the interrupt checkpoint: {err}")
@@ -395,16 +397,16 @@ class Driver(Recovery):
         """A run that cannot go on: write the policy and the summary (with ``error``) first."""
         try:
             self._finish(error=str(err))
-            note = f". {self.exe.failure_files} and summary.json are written."
+            note = f". {self.flow_run.failure_files} and summary.json are written."
         except Exception as fin:  # say so, and still give the first error
-            note = f" Writing {self.exe.failure_files} and summary.json failed too: {fin}"
+            note = f" Writing {self.flow_run.failure_files} and summary.json failed too: {fin}"
         return RunFailed(f"{err}{note}", exit_code=err.exit_code)
 
     def _finish(self, error: str | None = None) -> dict[str, Any]:
         if getattr(self, "rec", None) is None:
             raise RlinfError("the run ended before it started")
         self.rec.close()
-        summary = dict(self.exe.finish(interrupted=self.interrupted, error=error))
+        summary = dict(self.flow_run.finish(interrupted=self.interrupted, error=error))
         summary.update(
             {
                 "restarts": self.restarts,
@@ -425,7 +427,7 @@ class Driver(Recovery):
         """Stop the flow run and every worker group, all at once (a preempted job has about 30 s
         before SIGKILL)."""
         try:
-            self.run_async(self.exe.close())
+            self.run_async(self.flow_run.close())
         except Exception as err:
             logging.getLogger("rlinf.train").warning("closing the run: %s", err)
 

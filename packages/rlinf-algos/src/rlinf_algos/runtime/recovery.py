@@ -10,7 +10,7 @@ A flow's placed run declares, for each role, what happens when one of its proces
   the next generation of channel keys, so nothing of the lost batch is mixed in;
 - ``learner``: the role holds the optimiser state (the actor): the run goes back to the newest
   checkpoint that loads; the learner is restarted on its placement from the checkpoint's state
-  (its flow points the other roles at it) and the books go back to the checkpoint
+  (its flow points the other roles at it) and the run counters go back to the checkpoint
   (``learner_restarts``: ``step``, ``reason``, ``checkpoint``, ``steps_lost``);
 - ``never``: the role holds state the run cannot rebuild (a frozen reference): the run ends
   naming the worker, after writing the policy and the summary, with the ``--resume`` command.
@@ -190,12 +190,12 @@ def failure_reason(err: BaseException) -> str:
 
 
 class Recovery:
-    """The driver's part that handles worker deaths (uses its groups, books and flow run)."""
+    """The driver's part that handles worker deaths (uses its groups, run counters and flow run)."""
 
     groups: dict[str, Any]
     pids: dict[str, list[int]]
     events: list[str]
-    exe: Any
+    flow_run: Any
     run_dir: Path
     timeout: float
     restarts: int
@@ -249,7 +249,7 @@ class Recovery:
         self.count_restarts(what or f"{role} rank(s) {ranks} died", len(ranks))
         self.groups[role].restart(ranks, timeout=self.timeout)
         self.note_pids(role, ranks)  # before the flow run starts a long call on them (a serve loop)
-        note = self.exe.after_restart(role, ranks, configure)
+        note = self.flow_run.after_restart(role, ranks, configure)
         self.log(f"restarted {role} rank(s) {ranks}{note or ''}")
 
     def replace_dead(
@@ -262,13 +262,13 @@ class Recovery:
         learner = None
         by_role: dict[str, list[int]] = {}
         for (role, rank), err in sorted(dead.items()):
-            policy = self.exe.roles.get(role, "never")
+            policy = self.flow_run.roles.get(role, "never")
             account = self.account(role, rank, err, where)
             if policy == "learner":
                 learner = learner or f"{failure_reason(err)} ({where})"
                 continue
             if policy == "never":
-                holds = self.exe.holds.get(role, "state the run needs")
+                holds = self.flow_run.holds.get(role, "state the run needs")
                 raise RunFailed(
                     f"{account}; it holds {holds} and is not restarted in place: {self.resume_hint()}"
                 )
@@ -288,7 +288,7 @@ class Recovery:
         self.dropped_steps += lost
         cause = (why.strip().splitlines() or ["a worker failed"])[0]
         self.log(
-            f"{cause}; iteration {k}: dropped its partial batch ({lost} {self.exe.unit}s collected) after "
+            f"{cause}; iteration {k}: dropped its partial batch ({lost} {self.flow_run.unit}s collected) after "
             f"this worker failure; generation {self.gen} -> {self.gen + 1}"
         )
         self.gen += 1
@@ -310,10 +310,10 @@ class Recovery:
         """The learner died: restart it from the newest checkpoint that loads (the run's start
         when none was due yet), or raise :class:`RunFailed` when it cannot be."""
         step, gen = self.steps, self.gen
-        self.run_async(self.exe.settle_inflight())
-        self.log(f"the learner (actor worker) died at {self.exe.unit} {step}: {reason}")
+        self.run_async(self.flow_run.settle_inflight())
+        self.log(f"the learner (actor worker) died at {self.flow_run.unit} {step}: {reason}")
         while True:
-            self.count_restarts(f"the learner (actor worker) died at {self.exe.unit} {step} ({reason})")
+            self.count_restarts(f"the learner (actor worker) died at {self.flow_run.unit} {step} ({reason})")
             path: Path | None = None
             state: dict[str, Any] | None = None
             try:
@@ -323,7 +323,7 @@ class Recovery:
                 # checkpoint_interval units ago (the learner starts afresh, as it did)
             except UnsafeStateFile as err:  # a pickle: not loaded, and not a checkpoint to skip
                 raise RunFailed(
-                    f"the learner (actor worker) died at {self.exe.unit} {step} ({reason}) and is not "
+                    f"the learner (actor worker) died at {self.flow_run.unit} {step} ({reason}) and is not "
                     f"restarted: {err}",
                     exit_code=err.exit_code,
                 ) from None
@@ -334,11 +334,11 @@ class Recovery:
                     else err
                 )
                 raise RunFailed(
-                    f"the learner (actor worker) died at {self.exe.unit} {step} ({reason}) and cannot be "
+                    f"the learner (actor worker) died at {self.flow_run.unit} {step} ({reason}) and cannot be "
                     f"restarted: {why}; {self.resume_hint()}"
                 ) from None
             try:
-                self.exe.restart_learner(state)
+                self.flow_run.restart_learner(state)
             except LearnerDied as again:  # it died again while restarting
                 reason = again.reason
                 self.log(f"the restarted learner died too: {reason}")
@@ -346,7 +346,7 @@ class Recovery:
             break
         run = (state or {}).get("run") or {"steps": 0, "iteration": 0, "episodes": 0, "recent_returns": [],
                                            "recent_lengths": [], "best": -math.inf}  # fmt: skip
-        # the books go back to the checkpoint; the failure counters do not (those failures happened)
+        # the run counters go back to the checkpoint; the failure counters do not (those failures happened)
         self.steps, self.iteration = int(run["steps"]), int(run.get("iteration", 0))
         self.rec.rewind(run, self.steps)
         self.last_ckpt_step = self.steps
@@ -364,8 +364,8 @@ class Recovery:
             self.log(f"learner restart: skipped the damaged checkpoint {skipped}")
         origin = path.name if path is not None else "the start of the run (no checkpoint was due yet)"
         self.log(
-            f"restarted the learner from {origin} ({self.exe.unit} {at}, iteration {self.iteration}): "
-            f"{step - at} {self.exe.unit}s lost; generation {gen} -> {self.gen}"
+            f"restarted the learner from {origin} ({self.flow_run.unit} {at}, iteration {self.iteration}): "
+            f"{step - at} {self.flow_run.unit}s lost; generation {gen} -> {self.gen}"
         )
 
     # -- waiting on an iteration's calls ------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from rlinf_algos.embodied.algorithm import EmbodiedAlgorithm
-from rlinf_algos.flow import Recipe
+from rlinf_algos.embodied.recipe import Recipe
 from rlinf_algos.sac.config import SACConfig
 
 __all__ = ["SAC", "SACConfig"]

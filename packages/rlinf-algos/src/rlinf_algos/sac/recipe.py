@@ -16,7 +16,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rlinf_algos.channels import ABORT, traj_key
-from rlinf_algos.flow import IterationPlan, LearnerContext, LearnerSide, Recipe, await_call
+from rlinf_algos.embodied.recipe import IterationPlan, LearnerContext, LearnerSide, Recipe
+from rlinf_algos.flow import await_call
 from rlinf_algos.models import build_policy, encoder_options
 from rlinf_algos.replay import ReplayBuffer
 from rlinf_algos.sac.config import SACConfig

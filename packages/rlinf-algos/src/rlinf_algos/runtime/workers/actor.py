@@ -4,7 +4,7 @@ through the run's weight sync (rank 0; the :class:`~rlinf_core.weights.WeightSyn
 driver passes), saves and restores the learner with this process's
 random stream, and turns a failed collective into the exit of the whole group. The body the flow
 gives it holds the model and its optimiser and runs the update: an embodied flow's learner side
-(:class:`~rlinf_algos.flow.LearnerSide`), the language-model learner.
+(:class:`~rlinf_algos.embodied.recipe.LearnerSide`), the language-model learner.
 
 The body: ``build(spec, state, init)``, ``version``, ``weights()`` (what a publish carries;
 every rank calls, rank 0's is complete), ``train(gen, **kw)`` (the iteration's metrics, or

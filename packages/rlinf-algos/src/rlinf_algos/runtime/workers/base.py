@@ -3,7 +3,7 @@ id, set its threads, seed its random streams, hold the flow's domain object for 
 *body*), wait with timeouts and end an iteration on the driver's ``ABORT``.
 
 A role worker is a thin host. The flow the driver launches it with (an embodied algorithm's
-:class:`~rlinf_algos.flow.Recipe`, the language-model :class:`~rlinf_algos.lm.flow.LMFlow`)
+:class:`~rlinf_algos.embodied.recipe.Recipe`, the language-model :class:`~rlinf_algos.lm.flow.LMFlow`)
 builds the body in the worker's process (``flow.body(role, host)``); the host's methods are the
 role's calls, each handing the domain work to the body.
 """

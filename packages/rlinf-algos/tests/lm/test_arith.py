@@ -8,8 +8,7 @@ import sys
 
 import pytest
 
-from rlinf_algos.lm.config import ArithTaskConfig, LMModelConfig, load_lm_sections
-from rlinf_algos.lm.task import (
+from rlinf_algos.lm.arith import (
     Problem,
     ProblemSampler,
     chain_text,
@@ -21,6 +20,7 @@ from rlinf_algos.lm.task import (
     step_width,
     verify_chain,
 )
+from rlinf_algos.lm.config import ArithTaskConfig, LMModelConfig, load_lm_sections
 from rlinf_algos.lm.tokens import ARITH_CHARS, ARITH_SPECIALS, LMTokenizer, TokenizerError
 from rlinf_core.errors import ConfigError
 

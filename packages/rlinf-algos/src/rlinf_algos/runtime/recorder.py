@@ -1,4 +1,4 @@
-"""The driver's books: metrics rows (``metrics.csv``, ``metrics.jsonl``, the progress callback
+"""The driver's records: metrics rows (``metrics.csv``, ``metrics.jsonl``, the progress callback
 and through it the ``runner.loggers`` sinks), the wall clock across resumes, the recent episodes'
 statistics of embodied runs, the best return, and the summary's base. One recorder for every
 family: an embodied run's rows carry the episode columns (:data:`BASE_COLUMNS`), a
@@ -31,7 +31,7 @@ def best_of(best: float, final: float | None) -> float | None:
 
 
 class RunRecorder:
-    """The books every run keeps (see the module docstring).
+    """The records every run keeps (see the module docstring).
 
     Args:
         run_dir: the run directory.
