@@ -23,9 +23,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlinf_core.errors import RlinfError
+
+if TYPE_CHECKING:
+    from torch import nn
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["LMPolicy", "Policy", "load_policy"]
 
@@ -36,8 +40,8 @@ class LMPolicy:
     adapters merged as the run saved it) and ``tokenizer`` (``AutoTokenizer``) of ``folder``.
     Unpacks as ``model, tokenizer = load_policy(run_dir)``."""
 
-    model: Any
-    tokenizer: Any
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
     folder: Path
 
     def __iter__(self) -> Iterator[Any]:
@@ -54,7 +58,9 @@ class Policy:
         path: the file it was read from.
     """
 
-    def __init__(self, module: Any, record: Mapping[str, Any], path: Path, *, trust: bool = False) -> None:
+    def __init__(
+        self, module: nn.Module, record: Mapping[str, Any], path: Path, *, trust: bool = False
+    ) -> None:
         self.module = module
         self.record = dict(record)
         self.path = path
