@@ -20,22 +20,125 @@ in :mod:`rlinf_algos.plugin`.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
+from rlinf_core.channel import Channel
 from rlinf_core.errors import RlinfError
 
+if TYPE_CHECKING:
+    from rlinf_algos.stats import EpisodeStats
+    from rlinf_core.links import Links
+    from rlinf_core.weights import WeightSync
+
 __all__ = [
+    "DriverView",
     "Flow",
     "FlowRun",
+    "RoleHost",
+    "RunnerSettings",
     "await_call",
 ]
 
+T = TypeVar("T")
 
-async def await_call(call: Any) -> Any:
+
+async def await_call(call: Awaitable[T]) -> T:
     """Await a :class:`~rlinf_core.worker.GroupCall` (its ``__await__``): what an
     :attr:`~rlinf_algos.embodied.recipe.IterationPlan.learn` returns for a plain call on the actor."""
     return await call
+
+
+class RunnerSettings(Protocol):
+    """What the driver reads of a flow's ``runner`` section (every family's has these:
+    :class:`~rlinf_algos.config.RunnerConfig`, :class:`~rlinf_algos.lm.config.LMRunnerConfig`,
+    ``rlinf sft``'s)."""
+
+    @property
+    def worker_timeout(self) -> float: ...
+    @property
+    def max_restarts(self) -> int: ...
+    @property
+    def checkpoint_interval(self) -> int: ...
+    @property
+    def torch_threads(self) -> int: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def loggers(self) -> Sequence[str]: ...
+
+
+class RoleHost(Protocol):
+    """What a role's body gets of the role worker that hosts it
+    (:class:`~rlinf_algos.runtime.workers.base.RoleWorker`): its rank, its wait limit, its
+    options and its channels by name."""
+
+    rank: int
+    timeout: float
+    options: dict[str, Any]
+
+    def channel(self, name: str) -> Channel: ...
+
+
+class DriverView(Protocol):
+    """What a :class:`FlowRun` reads and calls of the driver that runs it
+    (:class:`~rlinf_algos.runtime.driver.Driver`, with its recovery,
+    :class:`~rlinf_algos.runtime.recovery.Recovery`). A protocol, so that the flows never import
+    the runtime above them; its members are the driver's, with their signatures."""
+
+    scheduler: Any
+    """The started :class:`rlinf_core.scheduler.Scheduler` the roles are placed on."""
+    run_dir: Path
+    rollout_only: bool
+    timeout: float
+    groups: dict[str, Any]
+    """Each role's worker group (:class:`rlinf_core.worker.WorkerGroup` of the scheduler)."""
+    pids: dict[str, list[int]]
+    steps: int
+    iteration: int
+    gen: int
+    restarts: int
+    dropped_batches: int
+    dropped_steps: int
+    learner_restarts: list[dict[str, Any]]
+    events: list[str]
+    last_checkpoint: Path | None
+    callbacks: dict[str, Callable[..., Any]]
+    rec: Any
+    """The run's :class:`~rlinf_algos.runtime.recorder.RunRecorder` (metrics rows, episodes)."""
+    say: Callable[[str], None]
+
+    def log(self, message: str) -> None: ...
+    def callback(self, name: str, *args: Any) -> None: ...
+    def row(self, step: int, metrics: Mapping[str, Any], force: bool = False) -> dict[str, Any] | None: ...
+    def run_async(self, work: Any) -> Any: ...
+    def plan(self, role: str) -> Any: ...
+    def world(self, role: str) -> int | None: ...
+    def channel(self, name: str, near: str, **options: Any) -> Any: ...
+    def weight_sync(
+        self, name: str, mode: str, roles: Iterable[str], *, adapter_only: bool = False
+    ) -> WeightSync: ...
+    def links(self) -> Links: ...
+    def launch(self, launches: Mapping[str, tuple[type, tuple[Any, ...], dict[str, Any]]]) -> None: ...
+    def replace_dead(
+        self, dead: Mapping[tuple[str, int], BaseException], where: str, configure: bool = True
+    ) -> str | None: ...
+    def drop(self, k: int, lost: int, why: str) -> None: ...
+    def note_pids(self, role: str, ranks: list[int] | None = None) -> None: ...
+    def with_restarts(self, role: str, call: Callable[[], Any]) -> Any: ...
+    async def gather(
+        self,
+        calls: Mapping[tuple[str, int], Any],
+        *,
+        abort: Callable[[], None],
+        learn: asyncio.Future[Any] | None = None,
+        drain: Callable[[threading.Event], None] | None = None,
+        watch: Mapping[tuple[str, int], asyncio.Future[Any]] | None = None,
+    ) -> tuple[dict[Any, Any], dict[Any, Any], dict[Any, Any], BaseException | None]: ...
 
 
 class Flow(ABC):
@@ -60,17 +163,18 @@ class Flow(ABC):
 
     @property
     @abstractmethod
-    def runner(self) -> Any:
+    def runner(self) -> RunnerSettings:
         """The ``runner`` section (``worker_timeout``, ``max_restarts``, ``checkpoint_interval``,
         ``loggers``, ``seed``...)."""
 
     @abstractmethod
-    def placed(self, driver: Any) -> FlowRun:
+    def placed(self, driver: DriverView) -> FlowRun:
         """The run on workers the driver's scheduler places."""
 
     @abstractmethod
-    def body(self, role: str, host: Any) -> Any:
-        """The domain object of ``role`` in its worker process (``host``: the role worker)."""
+    def body(self, role: str, host: RoleHost) -> object:
+        """The domain object of ``role`` in its worker process (``host``: the role worker); the
+        worker calls its methods by name."""
 
 
 class FlowRun(ABC):
@@ -99,12 +203,12 @@ class FlowRun(ABC):
     unit = "step"
     lookahead = 0
     log_interval = 1
-    episodes: Any = None
+    episodes: EpisodeStats | None = None
     jsonl = False
     failure_files = "the policy"
     checkpoint_on_hard_stop = True
 
-    def __init__(self, driver: Any) -> None:
+    def __init__(self, driver: DriverView) -> None:
         self.driver = driver
 
     # what tests and callbacks read through the run

@@ -23,9 +23,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlinf_core.errors import RlinfError
+
+if TYPE_CHECKING:
+    from torch import nn
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["LMPolicy", "Policy", "load_policy"]
 
@@ -36,8 +40,8 @@ class LMPolicy:
     adapters merged as the run saved it) and ``tokenizer`` (``AutoTokenizer``) of ``folder``.
     Unpacks as ``model, tokenizer = load_policy(run_dir)``."""
 
-    model: Any
-    tokenizer: Any
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
     folder: Path
 
     def __iter__(self) -> Iterator[Any]:
@@ -54,7 +58,9 @@ class Policy:
         path: the file it was read from.
     """
 
-    def __init__(self, module: Any, record: Mapping[str, Any], path: Path, *, trust: bool = False) -> None:
+    def __init__(
+        self, module: nn.Module, record: Mapping[str, Any], path: Path, *, trust: bool = False
+    ) -> None:
         self.module = module
         self.record = dict(record)
         self.path = path
@@ -239,18 +245,27 @@ def _lm_policy(run_dir: Path, folder: Path, trust_remote_code: bool) -> LMPolicy
     from transformers import AutoTokenizer
 
     from rlinf_algos.lm.config import LMModelConfig
-    from rlinf_algos.lm.hf import load_causal_lm
+    from rlinf_algos.lm.model_type import load_lm_model
 
-    dtype = "float32"
+    saved: dict[str, Any] = {}
     cfg_file = run_dir / "config.yaml"
     if cfg_file.is_file():
         try:
-            saved = yaml.safe_load(cfg_file.read_text(encoding="utf-8")) or {}
-            dtype = (saved.get("model") or {}).get("dtype") or dtype
+            model_section = (yaml.safe_load(cfg_file.read_text(encoding="utf-8")) or {}).get("model")
+            saved = dict(model_section) if isinstance(model_section, dict) else {}
         except (OSError, yaml.YAMLError, AttributeError):
             pass
-    spec = LMModelConfig(path=str(folder), dtype=dtype, trust_remote_code=trust_remote_code)
-    model = load_causal_lm(spec, folder, trainable=False)
+    kind = str(saved.get("type") or "hf")
+    # the run's model type and its own options; the written folder holds merged weights (no LoRA)
+    own = {k: v for k, v in saved.items() if k not in LMModelConfig.model_fields} if kind != "hf" else {}
+    spec = {
+        **own,
+        "type": kind,
+        "path": str(folder),
+        "dtype": saved.get("dtype") or "float32",
+        "trust_remote_code": trust_remote_code,
+    }
+    model = load_lm_model(spec, folder, trainable=False)
     model.eval()
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)

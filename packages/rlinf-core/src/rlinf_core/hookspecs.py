@@ -125,7 +125,10 @@ def rlinf_register_models() -> list[type[ModelType]] | None:
     :returns: :class:`~rlinf_core.model.ModelType` subclasses; each declares the pydantic model
         of its ``model`` section (``config_model``: its own options, validated with their YAML
         paths before a run starts) and builds policy modules from the spec an algorithm makes of
-        the section. ``None`` or an empty list registers nothing.
+        the section. ``None`` or an empty list registers nothing. A model type of the
+        language-model algorithms subclasses ``rlinf_algos.lm.model_type.LMModelType`` (its
+        ``load(spec, path, *, trainable, device, meta)``): every language-model role loads its
+        model through the type ``model.type`` names.
 
     Called in the driver (config validation) and in every worker process that builds a policy
     (rollout, actor, reference workers), so keep the hook itself torch-free.

@@ -26,12 +26,16 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlinf_algos.config.translate import Translation, translate
 from rlinf_algos.config.validate import LOCAL, Validation, validate
 from rlinf_algos.config.validated import ValidatedConfig
 from rlinf_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rlinf_core.algorithm import Algorithm
+    from rlinf_core.plugins import PluginHost
 
 __all__ = ["PreparedRun", "compose_run_config", "dry_run", "prepare_run", "printable_config"]
 
@@ -68,7 +72,7 @@ class PreparedRun:
     validation: Validation
     resolved: dict[str, Any]
     config_path: Path | None = None
-    host: Any = None
+    host: Any = None  # the PluginHost the run was validated against
     plan: Any = None
     devices: dict[str, Any] = field(default_factory=dict)
     memory: Any = None
@@ -194,7 +198,7 @@ def prepare_run(
     overrides: Iterable[str] = (),
     *,
     config_path: str | Path | None = None,
-    host: Any = None,
+    host: PluginHost | None = None,
     plan: bool = False,
     inventory: Any = None,
     gpu_memory_gib: float | None = None,
@@ -293,7 +297,7 @@ def _planned(prepared: PreparedRun, inventory: Any, gpu_memory_gib: float | None
     )
 
 
-def _without_idle(algo_cls: Any, data: Mapping[str, Any]) -> tuple[Any, dict[str, str]]:
+def _without_idle(algo_cls: type[Algorithm], data: Mapping[str, Any]) -> tuple[Any, dict[str, str]]:
     """The ``cluster`` section without the placed components the run never starts (the
     algorithm's ``idle_components(config)``: ``{name: why}``), and those."""
     cluster = data["cluster"]
@@ -329,7 +333,7 @@ def dry_run(
     config: Mapping[str, Any] | str | Path,
     *,
     overrides: Iterable[str] = (),
-    host: Any = None,
+    host: PluginHost | None = None,
     inventory: Any = None,
     gpu_memory_gib: float | None = None,
 ) -> dict[str, Any]:

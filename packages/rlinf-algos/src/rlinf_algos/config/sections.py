@@ -17,7 +17,7 @@ only a plain mapping.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
 
@@ -27,6 +27,9 @@ from rlinf_algos.models.vla_config import LanguageConfig, VisionConfig, VLAModel
 from rlinf_algos.weight_sync import WeightSyncMode, weight_sync_field
 from rlinf_core.config import ConfigSection, validate_model
 from rlinf_core.errors import ConfigError, ConfigProblem
+
+if TYPE_CHECKING:
+    from rlinf_core.plugins import PluginHost
 
 __all__ = [
     "LOGGERS",
@@ -278,7 +281,9 @@ def _as_mapping(obj: Any) -> Any:
     return obj
 
 
-def load_sections(run_config: Any, host: Any = None) -> tuple[EnvConfig, ModelConfig, RunnerConfig]:
+def load_sections(
+    run_config: Any, host: PluginHost | None = None
+) -> tuple[EnvConfig, ModelConfig, RunnerConfig]:
     """Validate the ``env``, ``model`` and ``runner`` sections of ``run_config`` (a mapping, or an
     object with those attributes); every problem of all three is reported in one
     :class:`ConfigError` with its YAML path. ``host``: the plugin host whose model types count
@@ -318,7 +323,7 @@ def load_run_sections(run_config: Any) -> RunSections:
     return carried if carried is not None else validate_run_sections(run_config)
 
 
-def validate_run_sections(run_config: Any, host: Any = None) -> RunSections:
+def validate_run_sections(run_config: Any, host: PluginHost | None = None) -> RunSections:
     """:func:`load_sections` plus the ``rollout`` and ``actor`` sections (optional), every
     problem at once."""
     problems: list[ConfigProblem] = []

@@ -20,11 +20,15 @@ import importlib.util
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlinf_core.config import describe_value
 from rlinf_core.errors import ConfigError, ConfigProblem
 from rlinf_core.pools import SEED_KEYS, PoolExpansion, expand_pools, is_seed_form, unknown_key_problems
+
+if TYPE_CHECKING:
+    from rlinf_core.algorithm import Algorithm
+    from rlinf_core.plugins import PluginHost
 
 __all__ = [
     "DEFAULT_TOTAL_STEPS",
@@ -109,7 +113,7 @@ EMBODIED_COMPONENTS = ("env", "rollout", "actor")
 """The components every embodied algorithm runs."""
 
 
-def _embodied(algo_cls: Any) -> bool:
+def _embodied(algo_cls: type[Algorithm]) -> bool:
     """An algorithm the form runs: it trains in environments (it has an ``env`` component)."""
     return "env" in tuple(getattr(algo_cls, "components", ()))
 
@@ -124,7 +128,9 @@ def _mapping(data: Mapping[str, Any], key: str, problems: list[ConfigProblem]) -
     return dict(raw)
 
 
-def expand_seed_form(data: Mapping[str, Any], host: Any) -> tuple[dict[str, Any], SeedExpansion | None]:
+def expand_seed_form(
+    data: Mapping[str, Any], host: PluginHost
+) -> tuple[dict[str, Any], SeedExpansion | None]:
     """``(ordinary config, expansion)`` of a worker-pool config; ``(data, None)`` for a config
     already in the ordinary form. Raises one :class:`ConfigError` with every problem, each
     named by the seed key it is about."""
@@ -327,7 +333,7 @@ def _env_section(
     return env
 
 
-def _takes_lora(model_type: Any, host: Any) -> bool:
+def _takes_lora(model_type: Any, host: PluginHost | None) -> bool:
     """Whether ``model.type`` has LoRA adapters of its own (a ``lora`` option: ``vla``'s, on its
     encoder folders); an unknown type is reported by the validation of the expanded config."""
     from rlinf_algos.models import model_config_class
@@ -341,7 +347,7 @@ def _takes_lora(model_type: Any, host: Any) -> bool:
 
 
 def _model_section(
-    data: Mapping[str, Any], problems: list[ConfigProblem], notes: list[str], host: Any = None
+    data: Mapping[str, Any], problems: list[ConfigProblem], notes: list[str], host: PluginHost | None = None
 ) -> dict[str, Any]:
     raw = _mapping(data, "model", problems)
     model = {k: v for k, v in raw.items() if k not in MODEL_SEED_KEYS}
@@ -380,14 +386,14 @@ def _model_section(
     return model
 
 
-def _batch_field(algo_cls: Any) -> str | None:
+def _batch_field(algo_cls: type[Algorithm]) -> str | None:
     fields = algo_cls.config_model.model_fields
     return next((f for f in ("minibatch_size", "batch_size") if f in fields), None)
 
 
 def _actor_section(
     data: Mapping[str, Any],
-    algo_cls: Any,
+    algo_cls: type[Algorithm] | None,
     algo_section: Any,
     tr: Any,
     problems: list[ConfigProblem],
@@ -473,7 +479,7 @@ def _actor_section(
 
 def _runner_section(
     data: Mapping[str, Any],
-    algo_cls: Any,
+    algo_cls: type[Algorithm] | None,
     tr: Any,
     problems: list[ConfigProblem],
     notes: list[str],
@@ -497,7 +503,7 @@ def _runner_section(
     return runner
 
 
-def iteration_env_steps(config: Mapping[str, Any], algo_cls: Any) -> int:
+def iteration_env_steps(config: Mapping[str, Any], algo_cls: Any) -> int:  # an EmbodiedAlgorithm
     """Env steps of one training iteration (one update) of an ordinary ``config``: the recipe's
     vector steps per iteration x ``env.num_envs``; 0 when unknown. Imports the recipe (torch)."""
     from rlinf_algos.config.sections import RolloutConfig
@@ -513,7 +519,7 @@ def iteration_env_steps(config: Mapping[str, Any], algo_cls: Any) -> int:
 def _checkpoint(
     out: dict[str, Any],
     interval: Any,
-    algo_cls: Any,
+    algo_cls: type[Algorithm] | None,
     problems: list[ConfigProblem],
     notes: list[str],
     paths: dict[str, str],

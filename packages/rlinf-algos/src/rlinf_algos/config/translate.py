@@ -17,9 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlinf_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rlinf_core.plugins import PluginHost
 
 __all__ = ["Translation", "accept_rlinf_keys", "translate"]
 
@@ -45,7 +48,7 @@ class Translation:
         return self.expansion.translate_error(err) if self.expansion is not None else err
 
 
-def translate(data: Mapping[str, Any], host: Any) -> Translation:
+def translate(data: Mapping[str, Any], host: PluginHost) -> Translation:
     """The ordinary form of ``data`` (see the module docstring). Raises one :class:`ConfigError`
     with every problem of a worker-pool config, each named by its seed key."""
     from rlinf_algos.config.seed_form import expand_seed_form

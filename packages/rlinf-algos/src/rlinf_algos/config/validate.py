@@ -15,11 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlinf_algos.config.validated import ValidatedConfig
 from rlinf_core.config import describe_value, validate_model
 from rlinf_core.errors import ConfigError, ConfigProblem, join_path
+
+if TYPE_CHECKING:
+    from rlinf_core.algorithm import Algorithm
+    from rlinf_core.plugins import PluginHost
 
 __all__ = ["LOCAL", "Validation", "loggers", "validate", "validate_run_config"]
 
@@ -35,7 +39,7 @@ class Validation:
     ``LMRunConfig``, or ``None`` for an algorithm that validates nothing itself) and ``config``:
     the sections as a read-only mapping that carries them."""
 
-    algorithm_class: Any
+    algorithm_class: type[Algorithm]
     algorithm_config: Any
     scheduler: str
     sections: Any
@@ -51,13 +55,13 @@ class Validation:
         return out
 
 
-def validate_run_config(data: Mapping[str, Any], host: Any = None) -> tuple[Any, Any, str]:
+def validate_run_config(data: Mapping[str, Any], host: PluginHost | None = None) -> tuple[Any, Any, str]:
     """:func:`validate` as ``(algorithm_class, algorithm_config, scheduler_name)``."""
     checked = validate(data, host)
     return checked.algorithm_class, checked.algorithm_config, checked.scheduler
 
 
-def validate(data: Mapping[str, Any], host: Any = None) -> Validation:
+def validate(data: Mapping[str, Any], host: PluginHost | None = None) -> Validation:
     """Check the whole run configuration (ordinary sections) before anything starts, validating
     each section once; raises one :class:`ConfigError` listing every problem of every section
     with its YAML path."""
@@ -122,6 +126,7 @@ def validate(data: Mapping[str, Any], host: Any = None) -> Validation:
         problems.extend(_cluster_problems(data, algo_cls, host))
     if problems:
         raise ConfigError(problems)
+    assert algo_cls is not None  # an unknown algorithm is one of the problems raised above
     return Validation(algo_cls, algo_cfg, scheduler, validated, ValidatedConfig(data, validated))
 
 
@@ -151,7 +156,9 @@ def _logger_problems(data: Mapping[str, Any]) -> list[ConfigProblem]:
     return []
 
 
-def _cluster_problems(data: Mapping[str, Any], algo_cls: Any, host: Any) -> list[ConfigProblem]:
+def _cluster_problems(
+    data: Mapping[str, Any], algo_cls: type[Algorithm] | None, host: PluginHost
+) -> list[ConfigProblem]:
     from rlinf_core.cluster import resolve_cluster_partial
     from rlinf_core.compat import split_rlinf_cluster_keys
 

@@ -10,11 +10,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from rlinf_core.algorithm import Algorithm
+from rlinf_core.algorithm import Algorithm, ProgressFn
 from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from rlinf_algos.config import RunSections
     from rlinf_algos.embodied.recipe import Recipe
+    from rlinf_core.plugins import PluginHost
+    from rlinf_core.scheduler import Scheduler
 
 __all__ = ["EmbodiedAlgorithm"]
 
@@ -60,8 +65,11 @@ class EmbodiedAlgorithm(Algorithm):
 
     @classmethod
     def validate_sections(
-        cls, run_config: Mapping[str, Any], algorithm_config: Any = None, host: Any = None
-    ) -> tuple[Any, list[ConfigProblem]]:
+        cls,
+        run_config: Mapping[str, Any],
+        algorithm_config: BaseModel | None = None,
+        host: PluginHost | None = None,
+    ) -> tuple[RunSections | None, list[ConfigProblem]]:
         """``(RunSections, problems)``: the ``env``, ``model`` (by the model of its type),
         ``runner``, ``rollout`` and ``actor`` sections validated once, and every problem of them
         and of how they fit the algorithm: pipeline stages, the learner's device, memory, the
@@ -90,7 +98,9 @@ class EmbodiedAlgorithm(Algorithm):
         )
 
     @classmethod
-    def algorithm_fit_problems(cls, sections: Any, algorithm_config: Any) -> list[ConfigProblem]:
+    def algorithm_fit_problems(
+        cls, sections: RunSections, algorithm_config: BaseModel | None
+    ) -> list[ConfigProblem]:
         """How the valid sections fit the validated ``algorithm`` section (``None`` when it is
         invalid: nothing to check): the memory the run needs (:meth:`memory_problems`);
         algorithms add theirs."""
@@ -111,7 +121,7 @@ class EmbodiedAlgorithm(Algorithm):
         return out
 
     @classmethod
-    def space_problems(cls, sections: Any) -> list[ConfigProblem]:
+    def space_problems(cls, sections: RunSections) -> list[ConfigProblem]:
         """Whether the env's observation and action spaces can be trained on, from one copy built
         here (:func:`~rlinf_algos.envs.probe_spaces`: gymnasium's own envs and ``module:Env``
         ids; nothing for the ids of installed plugins, which the env worker checks)."""
@@ -178,7 +188,7 @@ class EmbodiedAlgorithm(Algorithm):
         return None
 
     @classmethod
-    def memory_items(cls, sections: Any, algo_config: Any) -> list[tuple[str, str, int]]:
+    def memory_items(cls, sections: RunSections, algo_config: BaseModel | None) -> list[tuple[str, str, int]]:
         """What the run will hold in memory, as ``(YAML path, what, lower bound in bytes)``
         estimated from the config alone (observations and actions count as one number each, so
         the true need is larger): the env copies and the networks with their gradients and Adam
@@ -204,7 +214,9 @@ class EmbodiedAlgorithm(Algorithm):
     """How many networks of ``model.hidden_sizes`` the learner holds (actor and critic)."""
 
     @classmethod
-    def memory_problems(cls, sections: Any, algorithm_config: Any) -> list[ConfigProblem]:
+    def memory_problems(
+        cls, sections: RunSections, algorithm_config: BaseModel | None
+    ) -> list[ConfigProblem]:
         """The items of :meth:`memory_items` that cannot fit in this machine's memory (each
         alone); ``RLINF_SKIP_MEMORY_CHECK=1`` turns the check off (a learner node with more
         memory than the driver's). ``algorithm_config``: the validated ``algorithm`` section."""
@@ -224,7 +236,7 @@ class EmbodiedAlgorithm(Algorithm):
         return problems
 
     @classmethod
-    def fit_problems(cls, sections: Any) -> list[ConfigProblem]:
+    def fit_problems(cls, sections: RunSections) -> list[ConfigProblem]:
         """How the valid sections fit this algorithm (subclasses add theirs)."""
         problems = []
         stages = sections.rollout.pipeline_stages
@@ -240,12 +252,12 @@ class EmbodiedAlgorithm(Algorithm):
 
     def run(
         self,
-        scheduler: Any,
-        run_config: Any,
-        run_dir: Any,
+        scheduler: Scheduler | None,
+        run_config: Mapping[str, Any],
+        run_dir: str | Path,
         *,
         resume: bool = False,
-        progress: Any = None,
+        progress: ProgressFn | None = None,
         callbacks: Mapping[str, Callable[..., Any]] | None = None,
         rollout_only: bool = False,
     ) -> dict[str, Any]:
@@ -312,7 +324,7 @@ def _short(value: Any) -> str:
 
 
 def rollout_item(
-    sections: Any, steps: int, steps_path: str, floats_per_step: int, what: str
+    sections: RunSections, steps: int, steps_path: str, floats_per_step: int, what: str
 ) -> tuple[str, str, int]:
     """A buffer of ``env.num_envs x steps`` steps of ``floats_per_step`` float32, reported at the
     larger of its two factors."""

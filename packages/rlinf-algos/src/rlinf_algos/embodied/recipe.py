@@ -13,11 +13,87 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
+from pydantic import BaseModel
+
+from rlinf_algos.flow import RoleHost
+from rlinf_core.channel import Channel
 from rlinf_core.errors import RlinfError
 
-__all__ = ["IterationPlan", "LearnerContext", "LearnerSide", "Recipe"]
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from rlinf_algos.config import EnvConfig, RolloutConfig, RunnerConfig
+    from rlinf_algos.models.config import ModelConfig
+    from rlinf_algos.parallel import DataParallel
+
+__all__ = [
+    "IterationPlan",
+    "LearnerContext",
+    "LearnerSide",
+    "PlacedRunView",
+    "Recipe",
+    "RolloutView",
+]
+
+ConfigT = TypeVar("ConfigT", bound=BaseModel)
+"""The ``algorithm`` section's model of a recipe (``PPOConfig``...)."""
+
+
+class PlacedRunView(Protocol):
+    """What a recipe reads of the embodied run on workers
+    (:class:`~rlinf_algos.embodied.placed.EmbodiedPlacedRun`) in :meth:`Recipe.plan` and
+    :meth:`Recipe.launch_extra`."""
+
+    @property
+    def groups(self) -> dict[str, Any]: ...
+    @property
+    def gen(self) -> int: ...
+    @property
+    def steps(self) -> int: ...
+    @property
+    def iterations(self) -> int: ...
+    @property
+    def timeout(self) -> float: ...
+    @property
+    def runner_cfg(self) -> RunnerConfig: ...
+    @property
+    def rollout_cfg(self) -> RolloutConfig: ...
+    @property
+    def traj_ch(self) -> Channel: ...
+    @property
+    def weights(self) -> Any: ...  # the run's weight sync (rollout.weight_sync)
+
+
+class RolloutView(Protocol):
+    """What :meth:`Recipe.collect` gets as its ``worker`` on a rollout worker
+    (:class:`~rlinf_algos.embodied.roles.EmbodiedRollout`): the policy and its weight version,
+    the sampling streams, the env links (``recv``/``send`` per stage) and the trajectory
+    channel."""
+
+    model: torch.nn.Module
+    spec: dict[str, Any]
+    version: int
+
+    @property
+    def generator(self) -> torch.Generator: ...
+    @property
+    def np_rng(self) -> np.random.Generator: ...
+    @property
+    def stages(self) -> int: ...
+    @property
+    def slots(self) -> int: ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def traj_ch(self) -> Channel: ...
+    @property
+    def timeout(self) -> float: ...
+    def recv(self, s: int) -> dict[str, Any]: ...
+    def send(self, s: int, actions: Any) -> None: ...
+    def sync(self, min_version: int) -> None: ...
 
 
 @dataclass
@@ -56,14 +132,14 @@ class LearnerContext:
     channel and :meth:`~rlinf_algos.parallel.DataParallel.broadcast_object` hands the batch on,
     the model goes through :meth:`~rlinf_algos.parallel.DataParallel.wrap`."""
 
-    traj_ch: Any
+    traj_ch: Channel
     rollout_world: int
     timeout: float
     publish: Callable[[], None]
     seed: int = 0
     device: str = "cpu"
     extra: dict[str, Any] = field(default_factory=dict)
-    dp: Any = None
+    dp: DataParallel = None  # type: ignore[assignment]  # made by __post_init__ when not given
 
     def __post_init__(self) -> None:
         if self.dp is None:
@@ -95,7 +171,7 @@ class LearnerSide(ABC):
         (``{"aborted": True}`` if the driver aborted it)."""
 
     @abstractmethod
-    def publish_module(self) -> Any:
+    def publish_module(self) -> torch.nn.Module:
         """The module whose ``state_dict`` the rollout workers load (at :attr:`version`)."""
 
     @abstractmethod
@@ -114,7 +190,7 @@ class LearnerSide(ABC):
         """Stop whatever the learner runs beside (threads)."""
 
 
-class Recipe(ABC):
+class Recipe(ABC, Generic[ConfigT]):
     """An algorithm's part of the embodied flow, written once for every scheduler (see the module
     docstring).
 
@@ -139,35 +215,35 @@ class Recipe(ABC):
     stateful_components: ClassVar[tuple[str, ...]] = ()
     whole_batch: ClassVar[bool] = False
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: ConfigT) -> None:
         self.cfg = cfg
 
     # -- on the driver -------------------------------------------------------------------------
-    def metric_columns(self, model_cfg: Any) -> tuple[str, ...]:
+    def metric_columns(self, model_cfg: ModelConfig) -> tuple[str, ...]:
         """The learner's ``metrics.csv`` columns for a run of the ``model`` section
         ``model_cfg``: ``learner_columns`` (a recipe adds what only some models report, such as
         an auxiliary loss)."""
         return self.learner_columns
 
     @abstractmethod
-    def policy_spec(self, model_cfg: Any, spaces: Mapping[str, Any]) -> dict[str, Any]:
+    def policy_spec(self, model_cfg: ModelConfig, spaces: Mapping[str, Any]) -> dict[str, Any]:
         """The spec of the policy (see :func:`rlinf_algos.models.build_policy`) for the ``model``
         section and the env's ``spaces`` (``obs_dim``, ``act_dim``, ``action_low``,
         ``action_high``, ``max_episode_steps``)."""
 
-    def check_spaces(self, env_cfg: Any, spaces: Mapping[str, Any]) -> None:  # noqa: B027 - optional
+    def check_spaces(self, env_cfg: EnvConfig, spaces: Mapping[str, Any]) -> None:
         """Raise :class:`~rlinf_core.errors.ConfigError` if the env cannot be trained on."""
 
     # -- on workers ------------------------------------------------------------------------------
-    def channel_maxsize(self, rollout_cfg: Any) -> int:
+    def channel_maxsize(self, rollout_cfg: RolloutConfig) -> int:
         """The bound of each key of the trajectory channel (0: none)."""
         return 0
 
     @abstractmethod
-    def iteration_steps(self, rollout_cfg: Any, max_episode_steps: int | None) -> int:
+    def iteration_steps(self, rollout_cfg: RolloutConfig, max_episode_steps: int | None) -> int:
         """Vector steps per env per iteration (an upper bound for whole episodes)."""
 
-    def staleness(self, rollout_cfg: Any) -> int:
+    def staleness(self, rollout_cfg: RolloutConfig) -> int:
         """How many weight versions the rollout policy may lag the learner."""
         return max(1, rollout_cfg.max_staleness)
 
@@ -176,28 +252,28 @@ class Recipe(ABC):
         """Collection of iteration ``k`` waits for weights ``k - staleness``."""
         return True
 
-    def launch_extra(self, run: Any) -> dict[str, dict[str, Any]]:
+    def launch_extra(self, run: PlacedRunView) -> dict[str, dict[str, Any]]:
         """The launch settings of each of :attr:`extra_components` (keyword arguments of its role
         worker, :class:`~rlinf_algos.runtime.workers.base.RoleWorker`: ``channels``, ``weights``,
         ``threads``, options)."""
         return {}
 
-    def body(self, role: str, host: Any) -> Any:
+    def body(self, role: str, host: RoleHost) -> object:
         """The body of one of :attr:`extra_components` in its worker's process (``host``: the
         role worker); the rollout and actor bodies are the embodied flow's own
         (:mod:`rlinf_algos.embodied.roles`)."""
         raise RlinfError(f"{self.name} has no {role!r} component")
 
     @abstractmethod
-    def plan(self, run: Any, k: int) -> IterationPlan:
+    def plan(self, run: PlacedRunView, k: int) -> IterationPlan:
         """Iteration ``k`` of ``run`` (an :class:`~rlinf_algos.embodied.placed.EmbodiedPlacedRun`)."""
 
     @abstractmethod
-    def collect(self, worker: Any, gen: int, steps: int, **kwargs: Any) -> dict[str, Any]:
+    def collect(self, worker: RolloutView, gen: int, steps: int, **kwargs: Any) -> dict[str, Any]:
         """On a rollout worker: one iteration over its env links (``worker.recv(s)`` /
         ``worker.send(s, actions)``); put the data on the channel; return
         ``{"aborted": False, "version": ..., "steps": ...}``."""
 
     @abstractmethod
-    def learner(self, spec: dict[str, Any], model_cfg: Any, ctx: LearnerContext) -> LearnerSide:
+    def learner(self, spec: dict[str, Any], model_cfg: ModelConfig, ctx: LearnerContext) -> LearnerSide:
         """On the actor worker: the learner for ``spec``."""

@@ -1,10 +1,21 @@
-"""The ``grpo_lm`` algorithm class: what ``rlinf train examples/grpo_arith.yaml`` selects with
-``algorithm: {name: grpo_lm}`` (registered by :mod:`rlinf_algos.plugin`). Imports pydantic and
-rlinf_core only; the training code loads inside :meth:`GRPOLM.run`.
+"""The language-model algorithms: :class:`LMAlgorithm`, their base, and ``grpo_lm``
+(:class:`GRPOLM`, what ``rlinf train examples/grpo_arith.yaml`` selects with
+``algorithm: {name: grpo_lm}``) and ``ppo_lm`` (:class:`PPOLM`), registered by
+:mod:`rlinf_algos.plugin`. Imports pydantic and rlinf_core only; the training code loads inside
+:meth:`LMAlgorithm.run`.
 
-``rlinf train`` validates the whole YAML once, through :meth:`GRPOLM.validate_sections`
+Adding one is one folder and one registration line, as for the embodied algorithms
+(``packages/rlinf-algos/docs/extending.md``): its ``algorithm`` section subclasses
+:class:`~rlinf_algos.lm.config.LMGRPOConfig` (its ``name`` a ``Literal`` of the algorithm's name,
+its ``actor`` the ``module:Class`` of its learner, imported when the actor starts), its class
+subclasses :class:`LMAlgorithm` with ``PLUGIN_NAME`` and ``config_model``, and the plugin returns
+it from ``rlinf_register_algorithms``. ``algorithm.name`` then selects it, and its section is
+validated by its own model wherever a run's sections are
+(:func:`~rlinf_algos.lm.algorithm_registry.lm_algorithm_config`).
+
+``rlinf train`` validates the whole YAML once, through :meth:`LMAlgorithm.validate_sections`
 (:func:`rlinf_algos.config.prepare.prepare_run`), before anything starts, writes ``config.yaml``,
-starts the scheduler ``runner.scheduler`` names (none for ``local``) and calls :meth:`GRPOLM.run`
+starts the scheduler ``runner.scheduler`` names (none for ``local``) and calls :meth:`LMAlgorithm.run`
 with a mapping that carries the validated sections; ``run`` runs the language-model flow
 (:mod:`rlinf_algos.lm.flow`) with the one driver: in this process or on workers placed by the
 ``cluster`` section.
@@ -14,22 +25,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
 from rlinf_algos.lm.config import (
     LMGRPOConfig,
     LMPPOConfig,
+    LMRunConfig,
     load_lm_sections,
     resolved_lm_config,
     validate_lm_sections,
 )
 from rlinf_algos.lm.engines import rollout_problems
-from rlinf_core.algorithm import Algorithm
+from rlinf_core.algorithm import Algorithm, ProgressFn
 from rlinf_core.errors import ConfigError, ConfigProblem, RlinfError
 
-__all__ = ["GRPOLM", "PPOLM"]
+if TYPE_CHECKING:
+    from rlinf_core.plugins import PluginHost
+    from rlinf_core.scheduler import Scheduler
+
+__all__ = ["GRPOLM", "PPOLM", "LMAlgorithm"]
 
 SECTIONS = (
     "cluster",
@@ -47,11 +63,14 @@ SECTIONS = (
 )
 
 
-class GRPOLM(Algorithm):
-    """GRPO on a language policy with an exact verifier; components rollout, reward, reference,
-    actor (and agent: multi-agent and tool-calling episodes; tool: a tools run's tools)."""
+class LMAlgorithm(Algorithm):
+    """Base class of the algorithms that train a language policy on prompts with a reward
+    (``grpo_lm``, ``ppo_lm``, a plugin's): validates the ``model``, ``task``/``data``,
+    ``reward``, ``runner``, ``rollout``... sections and runs the language-model flow
+    (:mod:`rlinf_algos.lm.flow`) in this process or on workers. A subclass sets ``PLUGIN_NAME``
+    and ``config_model`` (a subclass of :class:`~rlinf_algos.lm.config.LMGRPOConfig` whose
+    ``actor`` names its learner class)."""
 
-    PLUGIN_NAME: ClassVar[str] = "grpo_lm"
     config_model: ClassVar[type[BaseModel]] = LMGRPOConfig
     components: ClassVar[tuple[str, ...]] = ("rollout", "reward", "reference", "actor", "agent", "tool")
     required_components: ClassVar[tuple[str, ...]] = ("rollout", "reward", "actor")
@@ -83,8 +102,11 @@ class GRPOLM(Algorithm):
 
     @classmethod
     def validate_sections(
-        cls, run_config: Mapping[str, Any], algorithm_config: Any = None, host: Any = None
-    ) -> tuple[Any, list[ConfigProblem]]:
+        cls,
+        run_config: Mapping[str, Any],
+        algorithm_config: BaseModel | None = None,
+        host: PluginHost | None = None,
+    ) -> tuple[LMRunConfig | None, list[ConfigProblem]]:
         """``(LMRunConfig, problems)``: every section validated once
         (:func:`~rlinf_algos.lm.config.validate_lm_sections`; the ``algorithm`` section's own
         problems are the runner's), and every problem of the ``model``, ``task``, ``sft`` and
@@ -92,7 +114,7 @@ class GRPOLM(Algorithm):
         of a multi-agent run, a ``reference`` missing while ``algorithm.kl_coef > 0``, and a
         ``rollout.engine`` that is not registered or ``rollout.options`` it does not take."""
         problems = [
-            ConfigProblem(str(key), f"unknown section; a grpo_lm run has {', '.join(SECTIONS)}")
+            ConfigProblem(str(key), f"unknown section; a {cls.PLUGIN_NAME} run has {', '.join(SECTIONS)}")
             for key in run_config
             if key not in SECTIONS
         ]
@@ -142,12 +164,12 @@ class GRPOLM(Algorithm):
 
     def run(
         self,
-        scheduler: Any,
-        run_config: Any,
-        run_dir: Any,
+        scheduler: Scheduler | None,
+        run_config: Mapping[str, Any],
+        run_dir: str | Path,
         *,
         resume: bool = False,
-        progress: Any = None,
+        progress: ProgressFn | None = None,
         callbacks: Mapping[str, Callable[..., Any]] | None = None,
         rollout_only: bool = False,
     ) -> dict[str, Any]:
@@ -159,7 +181,9 @@ class GRPOLM(Algorithm):
         where the ``cluster`` section says. ``progress`` is called with every metrics row.
         """
         if rollout_only:
-            raise RlinfError("grpo_lm has no rollout-only mode (it measures accuracy, not env steps)")
+            raise RlinfError(
+                f"{self.PLUGIN_NAME} has no rollout-only mode (it measures accuracy, not env steps)"
+            )
         from rlinf_algos.lm.flow import train_lm
 
         return train_lm(
@@ -199,6 +223,14 @@ class GRPOLM(Algorithm):
         )
 
 
+class GRPOLM(LMAlgorithm):
+    """GRPO on a language policy with an exact verifier; components rollout, reward, reference,
+    actor (and agent: multi-agent and tool-calling episodes; tool: a tools run's tools)."""
+
+    PLUGIN_NAME: ClassVar[str] = "grpo_lm"
+    config_model: ClassVar[type[BaseModel]] = LMGRPOConfig
+
+
 class PPOLM(GRPOLM):
     """PPO on a language policy: GRPO's components, with a critic (a value head on a model of
     the same architecture, the ``critic`` section) trained on the actor and token-level GAE."""
@@ -210,7 +242,7 @@ class PPOLM(GRPOLM):
     policy step; place the ppo_lm actor on one process (grpo_lm's may have several)."""
 
 
-def _device_problems(run: Any, placement: Any) -> list[ConfigProblem]:
+def _device_problems(run: LMRunConfig, placement: object) -> list[ConfigProblem]:
     """``runner.device`` names a CUDA device while the actor is placed on the ``node`` group
     (whole nodes as the resource: no accelerator is given to the process)."""
     device = str(run.runner.device)
@@ -242,7 +274,7 @@ def _device_problems(run: Any, placement: Any) -> list[ConfigProblem]:
     return []
 
 
-def _source_problems(run: Any) -> list[ConfigProblem]:
+def _source_problems(run: LMRunConfig) -> list[ConfigProblem]:
     """What can be checked up front of the model folder, the data files and the reward: the
     folder is a causal LM, it has a chat template when ``data.apply_chat_template`` is true,
     the data files exist, the reward loads."""
@@ -291,6 +323,6 @@ def _source_problems(run: Any) -> list[ConfigProblem]:
     return problems
 
 
-def _cluster_of(run_config: Any) -> dict[str, Any] | None:
+def _cluster_of(run_config: object) -> dict[str, Any] | None:
     cluster = run_config.get("cluster") if isinstance(run_config, Mapping) else None
     return dict(cluster) if isinstance(cluster, Mapping) else None

@@ -46,6 +46,7 @@ from rlinf_algos.lm.algorithm_config import (
     OverlongConfig,
     SubagentsConfig,
 )
+from rlinf_algos.lm.algorithm_registry import BUILT_IN, lm_algorithm_config
 from rlinf_algos.lm.data import DataConfig
 from rlinf_algos.lm.sections import (
     CriticConfig,
@@ -329,7 +330,9 @@ class LMRunConfig(BaseModel):
     """The validated sections together. ``data`` and ``reward`` are set on a data set run (then
     the arithmetic ``task`` and its ``sft`` warm start are not used)."""
 
-    algorithm: LMGRPOConfig | LMPPOConfig
+    algorithm: SerializeAsAny[LMGRPOConfig]
+    """By ``algorithm.name``: any registered language-model algorithm's section
+    (:func:`~rlinf_algos.lm.algorithm_registry.lm_algorithm_config`)."""
     model: SerializeAsAny[LMModelConfig]
     task: ArithTaskConfig
     sft: SFTConfig
@@ -340,6 +343,13 @@ class LMRunConfig(BaseModel):
     actor: ActorConfig = Field(default_factory=lambda: ActorConfig())
     rollout: LMRolloutConfig = Field(default_factory=lambda: LMRolloutConfig())
     tools: ToolsConfig | None = None
+
+    @field_validator("algorithm", mode="before")
+    @classmethod
+    def _by_name(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return lm_algorithm_config(value.get("name")).model_validate(value)
+        return value
 
 
 _SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
@@ -355,8 +365,9 @@ _SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("rollout", LMRolloutConfig),
     ("tools", ToolsConfig),
 )
-ALGORITHM_CONFIGS: dict[str, type[LMGRPOConfig]] = {"grpo_lm": LMGRPOConfig, "ppo_lm": LMPPOConfig}
-"""The ``algorithm`` section's model for each language-model algorithm name."""
+ALGORITHM_CONFIGS: dict[str, type[LMGRPOConfig]] = BUILT_IN
+"""rlinf-algos' own language-model algorithms' ``algorithm`` section models; every registered
+one: :func:`~rlinf_algos.lm.algorithm_registry.lm_algorithm_config`."""
 _OPTIONAL = ("data", "reward", "tools")
 
 
@@ -395,9 +406,9 @@ def validate_lm_sections(
             if name in _OPTIONAL:
                 continue
             data = {}
-        if name == "algorithm" and isinstance(data, Mapping):
-            model = ALGORITHM_CONFIGS.get(str(data.get("name")), LMGRPOConfig)
         try:
+            if name == "algorithm" and isinstance(data, Mapping):
+                model = lm_algorithm_config(data.get("name"), host)
             if name == "model":
                 out[name] = validate_model_section(data, LMModelConfig, prefix=name, host=host)
             else:

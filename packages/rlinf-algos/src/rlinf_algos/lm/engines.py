@@ -15,6 +15,7 @@ from contextlib import nullcontext
 from typing import Any, ClassVar
 
 from rlinf_algos.lm.config import LMModelConfig
+from rlinf_algos.lm.model_type import lm_model_section, load_lm_model
 from rlinf_core.errors import ConfigError, ConfigProblem
 from rlinf_core.rollout import RolloutEngine
 
@@ -63,14 +64,9 @@ class HFEngine(RolloutEngine):
     ) -> None:
         import torch
 
-        from rlinf_algos.lm import hf
         from rlinf_algos.models import lora
 
-        spec = (
-            model_config
-            if isinstance(model_config, LMModelConfig)
-            else LMModelConfig.model_validate(model_config)
-        )
+        spec = lm_model_section(model_config)  # by its model.type: a plugin type's options kept
         super().__init__(
             spec,
             temperature=temperature,
@@ -79,7 +75,7 @@ class HFEngine(RolloutEngine):
             pad_id=pad_id,
             max_len=max_len if max_len is not None else spec.max_seq_len,
         )
-        self.model = hf.load_causal_lm(spec, trainable=False, device=device)
+        self.model = load_lm_model(spec, trainable=False, device=device)
         self.model.eval()
         self.device = torch.device(device or "cpu")
         # the sampler draws where the logits are (they never leave the device)

@@ -136,7 +136,8 @@ def train_sft(
         run_dir = prepare_run_dir(run_dir, overwrite, say)
     summary, model = run_sft(run, run_dir, say=say, resume=resume, command=command, progress=progress)
     if model is None:  # the learner was placed in a worker: the written policy
-        from transformers import AutoModelForCausalLM
+        from rlinf_algos.lm.model_type import load_lm_model
 
-        model = AutoModelForCausalLM.from_pretrained(str(run_dir / "policy"))
+        written = {"path": str(run_dir / "policy"), "init": None, "lora": None, "dtype": "float32"}
+        model = load_lm_model(run.model.model_copy(update=written))
     return SFTResult(summary, model, LMTokenizer.from_folder(run_dir / "policy", run.model.trust_remote_code))

@@ -33,6 +33,7 @@ from rlinf_algos import objectives
 from rlinf_algos.grpo import functional as grpo
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.config import LMGRPOConfig, LMModelConfig
+from rlinf_algos.lm.model_type import load_lm_model
 from rlinf_algos.lm.prefix import log_probs_of
 from rlinf_algos.objectives.advantages import Outcomes
 from rlinf_algos.objectives.losses import LossSettings, aggregation_share
@@ -184,7 +185,7 @@ class ReferenceModel:
         if model is None:
             if model_config is None:
                 raise ValueError("ReferenceModel needs model_config or model")
-            model = hf.load_causal_lm(_spec(model_config), trainable=False)
+            model = load_lm_model(model_config, trainable=False)
             if state_dict is not None:
                 hf.load_sync_state(model, state_dict)
             if device is not None:

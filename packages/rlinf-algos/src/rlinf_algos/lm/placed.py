@@ -413,10 +413,11 @@ class LMPlacedRun(LMRun):
         written beside its place and renamed into it. An FSDP learner group returns its gathered
         weights instead, and they are loaded into a model here to be written."""
         from rlinf_algos.lm import hf
+        from rlinf_algos.lm.model_type import load_lm_model
 
         record = self.groups["actor"].policy().wait(self.timeout)[0]
         if "state_dict" in record:  # sharded: the weights as a publish carries them
-            model = hf.load_causal_lm(self.policy_run.model)
+            model = load_lm_model(self.policy_run.model)
             hf.load_sync_state(model, record["state_dict"])
             hf.save_model_folder(model, Path(self.run.model.path or ""), policy_dir, adapter_dir)
             return

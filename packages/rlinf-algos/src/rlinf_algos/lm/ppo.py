@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from rlinf_algos.lm import hf
 from rlinf_algos.lm.config import CriticConfig, LMModelConfig, LMPPOConfig
 from rlinf_algos.lm.learner import LMLearner
+from rlinf_algos.lm.model_type import load_lm_model
 from rlinf_algos.objectives.advantages import StepRewards, token_gae
 from rlinf_algos.ppo import functional as ppo
 
@@ -87,7 +88,7 @@ class PPOLMLearner(LMLearner):
             spec = (model_spec or LMModelConfig(path=critic.path)).model_copy(
                 update={"path": critic.path, "init": None, "lora": None}
             )
-            backbone = hf.load_causal_lm(spec)
+            backbone = load_lm_model(spec)
         else:  # copied before the learner group wraps (FSDP shards the policy in place)
             backbone = copy.deepcopy(model)
             if hf.is_lora(backbone):

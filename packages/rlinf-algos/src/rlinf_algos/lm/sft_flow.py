@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rlinf_algos.flow import Flow, FlowRun
+from rlinf_algos.lm.model_type import load_lm_model
 from rlinf_algos.lm.sft_config import SFTRunConfig, load_sft_config
 from rlinf_algos.lm.sft_data import (
     ExampleSet,
@@ -119,7 +120,6 @@ class SFTLearner:
         the optimiser; with ``state``, continue from it."""
         import torch
 
-        from rlinf_algos.lm import hf
         from rlinf_algos.lm.tokens import LMTokenizer
 
         rcfg, tcfg = self.run.runner, self.run.train
@@ -130,7 +130,7 @@ class SFTLearner:
         folder = Path(spec["folder"])
         self.folder = folder
         self.tok = LMTokenizer.from_folder(folder, self.run.model.trust_remote_code)
-        self.model = hf.load_causal_lm(self.run.model, folder).to(self.device)
+        self.model = load_lm_model(self.run.model, folder, device=self.device)
         self.train_set, self.val, self.gen_set = (
             list(spec["train"]),
             list(spec["val"]),

@@ -20,6 +20,7 @@ from rlinf_algos.lm import hf
 from rlinf_algos.lm.agents import HierarchicalAgent, SingleAgent
 from rlinf_algos.lm.arith import max_response_tokens
 from rlinf_algos.lm.config import LMRunConfig
+from rlinf_algos.lm.model_type import load_lm_model
 from rlinf_algos.lm.reward import Verifier
 from rlinf_algos.lm.sft import warm_start
 from rlinf_algos.lm.tasks import is_arith, task_tokenizer
@@ -158,7 +159,7 @@ def policy_to_train(run: LMRunConfig, meta: bool = False) -> tuple[Any, LMTokeni
     skeleton, :meth:`~rlinf_algos.parallel.DataParallel.wrap_loaded`)."""
     torch.manual_seed(run.runner.seed)
     random.seed(run.runner.seed)
-    return hf.load_causal_lm(run.model, meta=meta), task_tokenizer(run)
+    return load_lm_model(run.model, meta=meta), task_tokenizer(run)
 
 
 def prepare_models(

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel
 
@@ -42,6 +42,11 @@ from rlinf_algos.models.vla_config import VLAModelConfig
 from rlinf_core.config import describe_value, validate_model
 from rlinf_core.errors import ConfigError, ConfigProblem, PluginError, RlinfError, join_path
 from rlinf_core.model import ModelType
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from rlinf_core.plugins import PluginHost, Registry
 
 __all__ = [
     "DEFAULT_MODEL_TYPE",
@@ -87,7 +92,7 @@ class MLPModels(ModelType):
                 "model.type",
             )
 
-    def build(self, spec: Mapping[str, Any]) -> Any:
+    def build(self, spec: Mapping[str, Any]) -> nn.Module:
         from rlinf_algos.models.mlp import ActorCritic, GaussianActorCritic, SquashedGaussianActor, TwinQ
 
         cls = spec.get("cls")
@@ -170,7 +175,7 @@ class VLAModels(ModelType):
         if problem is not None:
             raise problem
 
-    def build(self, spec: Mapping[str, Any]) -> Any:
+    def build(self, spec: Mapping[str, Any]) -> nn.Module:
         from rlinf_algos.models import vla
 
         cls = spec.get("cls")
@@ -216,7 +221,7 @@ class VLAModels(ModelType):
 
 
 @functools.cache
-def _registry() -> Any:
+def _registry() -> Registry[type[ModelType]]:
     from rlinf_core.plugins import load_plugins
 
     return load_plugins().models
@@ -232,7 +237,7 @@ def model_type(name: str) -> ModelType:
         raise RlinfError(str(err)) from None
 
 
-def encoder_options(model_cfg: Any) -> dict[str, Any]:
+def encoder_options(model_cfg: BaseModel) -> dict[str, Any]:
     """What a policy spec carries of the ``model`` section's type-specific options
     (:meth:`~rlinf_algos.models.config.ModelConfig.spec_options`: ``vla``'s encoders and heads, a
     plugin type's own fields; nothing for ``mlp``)."""
@@ -240,7 +245,7 @@ def encoder_options(model_cfg: Any) -> dict[str, Any]:
     return dict(options()) if callable(options) else {}
 
 
-def _family(registry: Any, base: type[BaseModel]) -> list[str]:
+def _family(registry: Registry[type[ModelType]], base: type[BaseModel]) -> list[str]:
     """The registered model types whose section model is ``base`` or extends it."""
     default = str(base.model_fields["type"].default)
     names = [default]
@@ -251,7 +256,7 @@ def _family(registry: Any, base: type[BaseModel]) -> list[str]:
     return names
 
 
-def model_config_class(name: str, base: type[M] = ModelConfig, host: Any = None) -> type[M]:  # type: ignore[assignment]
+def model_config_class(name: str, base: type[M] = ModelConfig, host: PluginHost | None = None) -> type[M]:  # type: ignore[assignment]
     """The model that validates the ``model`` section of ``model.type: name`` in a run whose
     algorithms take ``base`` (:class:`ModelConfig` for the embodied ones): the type's
     ``config_model`` (``base`` itself for a type that declares none, and for ``base``'s default
@@ -276,7 +281,11 @@ def model_config_class(name: str, base: type[M] = ModelConfig, host: Any = None)
 
 
 def validate_model_section(
-    data: Any, base: type[M] = ModelConfig, *, prefix: str = "model", host: Any = None
+    data: object,
+    base: type[M] = ModelConfig,  # type: ignore[assignment]
+    *,
+    prefix: str = "model",
+    host: PluginHost | None = None,
 ) -> M:
     """The ``model`` section validated by the model of the type it names
     (:func:`model_config_class`; no ``type``: ``base``'s default). Every problem is one
@@ -320,7 +329,7 @@ def validate_model_section(
 
 
 def _foreign_options(
-    data: Mapping[str, Any], model: type[BaseModel], base: type[BaseModel], host: Any
+    data: Mapping[str, Any], model: type[BaseModel], base: type[BaseModel], host: PluginHost | None
 ) -> dict[str, str]:
     """``{key: model type}`` for the keys of ``data`` that ``model`` does not take but another
     model type of ``base``'s family does."""
@@ -337,7 +346,7 @@ def _foreign_options(
     return owners
 
 
-def holds_a_default_option(key: str, value: Any, host: Any = None) -> bool:
+def holds_a_default_option(key: str, value: object, host: PluginHost | None = None) -> bool:
     """Whether ``value`` is the default of option ``key`` of some registered model type: an
     option a type without it never acted on (what a ``config.yaml`` written before each model type
     held its own options recorded of every option, e.g. ``critic_input: features`` of an mlp)."""
@@ -354,7 +363,7 @@ def holds_a_default_option(key: str, value: Any, host: Any = None) -> bool:
     return False
 
 
-def parameter_counts(module: Any) -> dict[str, int]:
+def parameter_counts(module: nn.Module) -> dict[str, int]:
     """``{"trainable", "total"}`` parameters of a module (what a run reports of its policy: with
     LoRA, or frozen encoders, far fewer train than exist)."""
     params = list(module.parameters())
@@ -372,7 +381,7 @@ def check_policy_spec(spec: Mapping[str, Any]) -> None:
         check(spec)
 
 
-def build_policy(spec: Mapping[str, Any]) -> Any:
+def build_policy(spec: Mapping[str, Any]) -> nn.Module:
     """A fresh policy module from a ``spec`` (``type``, ``cls`` and the type's arguments), as
     saved in ``policy.safetensors`` and sent to the workers. Extra keys are ignored."""
     return model_type(str(spec.get("type", DEFAULT_MODEL_TYPE))).build(spec)

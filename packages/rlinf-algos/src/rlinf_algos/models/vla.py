@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -51,6 +51,9 @@ from rlinf_algos.models.mlp import (
     seq_forward,
 )
 from rlinf_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = [
     "VLAActorCritic",
@@ -101,7 +104,7 @@ def _image_keys(space: Mapping[str, Any]) -> list[str]:
     return sorted(keys)
 
 
-def _load_folder(kind: str, path: str) -> Any:
+def _load_folder(kind: str, path: str) -> PreTrainedModel:
     from pathlib import Path
 
     if not Path(path).is_dir():
@@ -119,7 +122,7 @@ def _load_folder(kind: str, path: str) -> Any:
         ) from None
 
 
-def _lora(model: Any, lora: Mapping[str, Any] | None, trainable: bool, where: str) -> Any:
+def _lora(model: nn.Module, lora: Mapping[str, Any] | None, trainable: bool, where: str) -> nn.Module:
     """``model`` frozen (unless ``trainable`` and no LoRA), with peft adapters when ``lora``."""
     if lora is None:
         for p in model.parameters():
@@ -180,8 +183,8 @@ class VLAEncoder(nn.Module):
         self.lang_dim = int(language.get("dim", 32)) if self.has_text else 0
         self.max_tokens = int(language.get("max_tokens", 16))
         self.buckets = int(language.get("buckets", 1024))
-        self.text_model: Any = None
-        self.tokenizer: Any = None
+        self.text_model: Any = None  # a transformers model, or peft's around it
+        self.tokenizer: PreTrainedTokenizerBase | None = None
         self._token_cache: dict[str, list[int]] = {}
         if self.has_text:
             if language.get("path"):
@@ -201,7 +204,7 @@ class VLAEncoder(nn.Module):
                 self.pad_id = 0
                 self.embed = nn.EmbeddingBag(self.buckets, self.lang_dim, mode="mean", padding_idx=0)
         # vision
-        self.vision_model: Any = None
+        self.vision_model: Any = None  # a transformers model, or peft's around it
         feat = 0
         if self.image_keys:
             h, w = keys[self.image_keys[0]]["shape"][:2]
