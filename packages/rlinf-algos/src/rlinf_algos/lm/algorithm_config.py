@@ -197,6 +197,13 @@ class LMGRPOConfig(ConfigSection):
         "whole, as TRL and verl do). Not with learner.strategy fsdp",
     )
 
+    behaviour_weight_cap: float = Field(
+        5.0,
+        gt=0.0,
+        description="C of decoupled PPO's truncated importance weight min(pi_prox / pi_behav, C) on a sample "
+        "a stale policy generated (only with rollout.max_staleness > 0)",
+    )
+
     critic_estimators: ClassVar[bool] = False
     _registered = field_validator("adv_estimator", "policy_loss")(registered_name)
 
