@@ -136,7 +136,7 @@ def test_one_staleness_key_for_both_families(tiny_lm: Any) -> None:
     assert RolloutConfig().max_staleness == 1  # embodied runs overlap by default
     assert validate_lm_sections(tiny_lm.config("rollout.max_staleness=2")).rollout.max_staleness == 2
     for extra, why in (
-        ("algorithm.name=ppo_lm", "grpo_lm's"),
+        ("algorithm.name=ppo_lm", "does not train on stale samples"),
         ("algorithm.dynamic_sampling.max_draws=2", "dynamic_sampling"),
     ):
         with pytest.raises(ConfigError, match=why) as err:

@@ -205,6 +205,9 @@ class LMGRPOConfig(ConfigSection):
     )
 
     critic_estimators: ClassVar[bool] = False
+    off_policy: ClassVar[bool] = True
+    """Whether its learner trains on stale samples (``rollout.max_staleness > 0``: the behaviour
+    log-probs, decoupled PPO)."""
     _registered = field_validator("adv_estimator", "policy_loss")(registered_name)
 
 
@@ -232,6 +235,7 @@ class LMPPOConfig(LMGRPOConfig):
     adv_estimator: str = Field("gae", description="registered advantage estimator of a critic: gae")
 
     critic_estimators: ClassVar[bool] = True
+    off_policy: ClassVar[bool] = False  # its own update does not take behaviour log-probs yet
 
     @field_validator("dynamic_sampling")
     @classmethod

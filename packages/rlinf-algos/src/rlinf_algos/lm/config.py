@@ -469,9 +469,9 @@ def _staleness_problems(alg: Any, rollout: Any) -> list[ConfigProblem]:
     if getattr(alg, "dynamic_sampling", None) is not None:
         return [ConfigProblem(key, f"{k}: an asynchronous run cannot draw more prompts for one update "
                               "(algorithm.dynamic_sampling); use 0 or leave dynamic_sampling out")]  # fmt: skip
-    if alg.name != "grpo_lm":
-        return [ConfigProblem(key, f"{k}: asynchronous training is grpo_lm's for language models so far; "
-                              f"{alg.name} runs with 0")]  # fmt: skip
+    if not getattr(alg, "off_policy", False):
+        return [ConfigProblem(key, f"{k}: {alg.name}'s learner does not train on stale samples yet (grpo_lm's "
+                              "does); use 0")]  # fmt: skip
     return []
 
 
