@@ -167,8 +167,8 @@ K0_ROWS = [
         "loss": "0",
         "kl": "0",
         "clip_fraction": "0",
-        "grad_norm": "0",
-        "trained_sequences": "0",
+        "grad_norm": "2e-06",
+        "trained_sequences": "4",
         "heldout_accuracy": "",
     },
     {
@@ -185,8 +185,8 @@ K0_ROWS = [
         "loss": "0",
         "kl": "0",
         "clip_fraction": "0",
-        "grad_norm": "0",
-        "trained_sequences": "0",
+        "grad_norm": "2.1e-05",
+        "trained_sequences": "4",
         "heldout_accuracy": "",
     },
     {
@@ -203,8 +203,8 @@ K0_ROWS = [
         "loss": "0",
         "kl": "0",
         "clip_fraction": "0",
-        "grad_norm": "0",
-        "trained_sequences": "0",
+        "grad_norm": "3.6e-05",
+        "trained_sequences": "4",
         "heldout_accuracy": "",
     },
 ]
@@ -219,6 +219,7 @@ def test_k0_rows_equal_the_rows_before_async_runs(tmp_path: Path, tiny_lm: Any) 
     data = tiny_lm.config(
         "algorithm.iterations=3", "runner.scheduler=local", "algorithm.kl_coef=0.05",
         "algorithm.update_epochs=2", "algorithm.minibatch_size=2", "runner.seed=3",
+        "algorithm.skip_uniform_groups=false",
     )  # fmt: skip
     run_training(data, run_dir=tmp_path / "run")
     rows = [{k: v for k, v in r.items() if k not in TIMING} for r in _rows(tmp_path / "run")]
