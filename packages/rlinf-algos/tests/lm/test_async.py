@@ -246,11 +246,12 @@ def test_async_run_overlaps_stops_between_learner_steps_and_resumes(tmp_path: Pa
     run = tmp_path / "run"
     with pytest.raises(TrainingInterrupted) as stop:
         run_training(data, run_dir=run, progress=_stop_after(2))
-    # iteration 3 was generated when 2's row came out: the stop trains on it, then checkpoints
+    # 2's row comes out as iteration 4 is about to be generated (3's update in flight): the stop
+    # lets 4 be generated, trains on 3 and 4, then checkpoints (nothing in flight, nothing dropped)
     done = json.loads((run / "summary.json").read_text())
     assert done["interrupted"] is True and done["max_staleness"] == 1
     n = done["iterations"]
-    assert n == 3 and stop.value.checkpoint == run / "checkpoints" / f"step_{n}"
+    assert n == 4 and stop.value.checkpoint == run / "checkpoints" / f"step_{n}"
     assert [int(r["step"]) for r in _rows(run)] == list(range(1, n + 1))
     assert (run / "policy" / "config.json").is_file()
     state = load_checkpoint(run, "grpo_lm")[1]
