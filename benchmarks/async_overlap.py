@@ -124,7 +124,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=1, help="interleaved rounds of k = 0, 1, 2")
     p.add_argument("--iterations", type=int, default=8, help="grpo_arith iterations per run")
     p.add_argument("--prompts", type=int, default=16, help="grpo_arith prompts per iteration (x 8 samples)")
-    p.add_argument("--sft-steps", type=int, default=100, help="grpo_arith warm-start steps")
+    p.add_argument("--sft-steps", type=int, default=20, help="grpo_arith warm-start steps")
     p.add_argument(
         "--ppo-iterations", type=int, default=8, help="HalfCheetah PPO iterations of 2048 env steps"
     )
@@ -157,6 +157,9 @@ def main() -> None:
                     base = row[col] if k == 0 else base
                     row["ratio_to_k0"] = round(row[col] / base, 3) if base else None
                     figures.append(row)
+                    if args.json:  # what is measured so far, should a later run not finish
+                        partial = {**report, "figures": figures, "partial": True}
+                        args.json.write_text(json.dumps(partial, indent=2, default=str) + "\n")
                     print(
                         f"round {rep + 1}  {row['run']:16s} k={k}  {col} {row[col]:9.2f}  "
                         f"x{row['ratio_to_k0']:.3f} of k=0  (timed {row['timed_s']} s, load {row['load_1min']})",
