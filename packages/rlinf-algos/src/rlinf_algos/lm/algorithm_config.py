@@ -197,7 +197,17 @@ class LMGRPOConfig(ConfigSection):
         "whole, as TRL and verl do). Not with learner.strategy fsdp",
     )
 
+    behaviour_weight_cap: float = Field(
+        5.0,
+        gt=0.0,
+        description="C of decoupled PPO's truncated importance weight min(pi_prox / pi_behav, C) on a sample "
+        "a stale policy generated (only with rollout.max_staleness > 0)",
+    )
+
     critic_estimators: ClassVar[bool] = False
+    off_policy: ClassVar[bool] = True
+    """Whether its learner trains on stale samples (``rollout.max_staleness > 0``: the behaviour
+    log-probs, decoupled PPO)."""
     _registered = field_validator("adv_estimator", "policy_loss")(registered_name)
 
 
@@ -225,6 +235,7 @@ class LMPPOConfig(LMGRPOConfig):
     adv_estimator: str = Field("gae", description="registered advantage estimator of a critic: gae")
 
     critic_estimators: ClassVar[bool] = True
+    off_policy: ClassVar[bool] = False  # its own update does not take behaviour log-probs yet
 
     @field_validator("dynamic_sampling")
     @classmethod

@@ -250,6 +250,14 @@ class LMRolloutConfig(ConfigSection):
         default_factory=dict, description="keyword arguments of the engine's constructor (hf takes none)"
     )
     weight_sync: WeightSyncMode = weight_sync_field()
+    max_staleness: int = Field(
+        0,
+        ge=0,
+        description="how many weight versions the policy that generated a sample may lag the learner that "
+        "trains on it: k > 0 generates the batches of the next k iterations while the learner trains on "
+        "this one, and the loss corrects for the lag (decoupled PPO); 0 is today's synchronous loop. The "
+        "same key as an embodied run's (whose default is 1)",
+    )
 
 
 DEFAULT_REWARD = "math"
@@ -447,6 +455,7 @@ def validate_lm_sections(
             )
         )
     problems += _subagent_problems(out.get("algorithm"), out.get("tools"), has("tools"))
+    problems += _staleness_problems(out.get("algorithm"), out.get("rollout"))
     if "tools" in out:  # names, files, kwargs and limits now, not when the tools load in the run
         from rlinf_algos.tools.checks import tool_problems
 
@@ -458,6 +467,23 @@ def validate_lm_sections(
     if "data" in out and "reward" not in out:
         out["reward"] = RewardConfig()
     return LMRunConfig(**out)
+
+
+def _staleness_problems(alg: Any, rollout: Any) -> list[ConfigProblem]:
+    """What an asynchronous run (``rollout.max_staleness > 0``) cannot be combined with: the
+    learner versions count one update per iteration, which DAPO's extra draws break, and
+    ``ppo_lm``'s update does not take the behaviour log-probs yet."""
+    k = int(getattr(rollout, "max_staleness", 0) or 0)
+    if alg is None or k == 0:
+        return []
+    key = "rollout.max_staleness"
+    if getattr(alg, "dynamic_sampling", None) is not None:
+        return [ConfigProblem(key, f"{k}: an asynchronous run cannot draw more prompts for one update "
+                              "(algorithm.dynamic_sampling); use 0 or leave dynamic_sampling out")]  # fmt: skip
+    if not getattr(alg, "off_policy", False):
+        return [ConfigProblem(key, f"{k}: {alg.name}'s learner does not train on stale samples yet (grpo_lm's "
+                              "does); use 0")]  # fmt: skip
+    return []
 
 
 def _subagent_problems(alg: Any, tools: Any, has_tools: bool) -> list[ConfigProblem]:

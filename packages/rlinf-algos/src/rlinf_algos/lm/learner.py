@@ -18,7 +18,12 @@ actor       :meth:`LMLearner.update`                     the packed batch -> sta
 The packed batch (:func:`pack_batch`): ``input_ids`` ``[N, T]`` long, right-padded;
 ``loss_mask`` ``[N, T]`` float (1 on generated tokens); ``episode_index`` ``[N]`` long;
 ``rewards`` ``[E]`` float (one per episode, ``E = P * G`` group after group); optionally
-``ref_log_probs`` ``[N, T]``.
+``ref_log_probs`` ``[N, T]``. An asynchronous run's batch (``rollout.max_staleness: k > 0``)
+also has ``versions`` ``[N]`` long (the weight version that generated each sequence; ``-1``:
+unknown) and ``behaviour_log_probs`` ``[N, T]`` (the rollout's log-probs of the generated tokens
+at generation time): :meth:`LMLearner.update` drops the sequences more than ``k`` versions behind
+its own (``stale_dropped``) and trains the others with decoupled PPO
+(:mod:`rlinf_algos.objectives.losses`).
 """
 
 from __future__ import annotations
@@ -247,8 +252,10 @@ class LMLearner:
         self.loss_fn = objectives.loss_function(cfg.policy_loss)
         self.aggregation = objectives.resolve_aggregation(cfg)
         self.loss_settings = LossSettings(
-            cfg.clip_low, cfg.clip_high, cfg.kl_coef, self.aggregation, cfg.loss_norm_length
-        )
+            cfg.clip_low, cfg.clip_high, cfg.kl_coef, self.aggregation, cfg.loss_norm_length,
+            behaviour_cap=float(getattr(cfg, "behaviour_weight_cap", 5.0)),
+        )  # fmt: skip
+        self.max_staleness = 0  # rollout.max_staleness: how many versions a sample may lag
         self.held: list[dict[str, Tensor]] = []  # dynamic sampling: groups kept from earlier draws
         self.draws = 0
 
@@ -256,7 +263,9 @@ class LMLearner:
     def build(cls, model: Any, run: Any, dp: DataParallel | None = None) -> LMLearner:
         """The actor of a validated run (``run.algorithm``, ``run.runner.seed``...); ``dp``: its
         learner group, with ``model`` already wrapped by it."""
-        return cls(model, run.algorithm, seed=run.runner.seed, dp=dp)
+        learner = cls(model, run.algorithm, seed=run.runner.seed, dp=dp)
+        learner.max_staleness = int(run.rollout.max_staleness)
+        return learner
 
     def get_weights(self) -> tuple[dict[str, Tensor], int]:
         """A copy of what a publish carries (the LoRA adapter alone when the model has one,
@@ -392,11 +401,13 @@ class LMLearner:
         mask: Tensor,
         ref: Tensor | None,
         stats: dict[str, float],
+        behav: Tensor | None = None,
     ) -> None:
         """One gradient step of the clipped policy loss (with the k3 KL when ``kl_coef > 0``) on a
         minibatch (``adv``: per sequence ``[B]`` or per token ``[B, T]``; ``old``: ``None`` when
         the weights are the sampling policy's, see :meth:`old_log_probs`); adds its loss, KL,
-        clip fraction and gradient norm to ``stats``."""
+        clip fraction and gradient norm to ``stats``. ``behav``: the behaviour policy's log-probs of
+        an asynchronous run's tokens (decoupled PPO; ``stats`` gets the mean ``behaviour_weight``)."""
         cfg, dp = self.cfg, self.dp
         # a learner group splits the minibatch's sequences (in micro-batches); each part's loss
         # counts by its share of the loss's denominator (see rlinf_algos.parallel)
@@ -412,6 +423,7 @@ class LMLearner:
                 mask[u:v],
                 self.loss_settings,
                 ref_log_prob=ref[u:v] if ref is not None else None,
+                **({"behaviour_log_prob": behav[u:v]} if behav is not None else {}),
             )
             share = 1.0 if plain else aggregation_share(mask[u:v], mask, self.aggregation)
             if plain:
@@ -423,6 +435,10 @@ class LMLearner:
             stats["loss"] += float(loss.detach()) * share
             stats["kl"] += float(st["kl"]) * tokens
             stats["clip_fraction"] += float(st["clip_fraction"]) * tokens
+            if behav is not None:
+                stats["behaviour_weight"] = (
+                    stats.get("behaviour_weight", 0.0) + float(st["behaviour_weight"]) * tokens
+                )
         if not plain:
             dp.sync_grads(self.params)
         if cfg.max_grad_norm is not None:
@@ -461,6 +477,9 @@ class LMLearner:
             self.draws = 0
         adv, uniform = self.advantages(batch)
         keep = ~uniform if cfg.skip_uniform_groups else torch.ones_like(uniform)
+        versions = batch.get("versions")
+        if versions is not None:  # an asynchronous run: leave out what is too stale
+            keep, extra = self.fresh(versions, keep, extra)
         idx = keep.nonzero().flatten()
         stats = {
             "loss": 0.0,
@@ -470,6 +489,9 @@ class LMLearner:
             "trained_sequences": float(len(idx)),
             **extra,
         }
+        behav = batch.get("behaviour_log_probs") if versions is not None else None
+        if behav is not None:
+            stats["behaviour_weight"] = 0.0
         self.version += 1
         if len(idx) == 0:
             return stats
@@ -485,6 +507,7 @@ class LMLearner:
         ref = batch.get("ref_log_probs")
         ref = ref[idx].to(dev) if ref is not None else None
         old = self.old_log_probs(ids, mask)
+        behav = behav[idx].to(dev) if behav is not None else None
         lengths = (mask > 0).long().cumsum(1).argmax(1) + 1  # last trained token + 1
         n_steps = 0
         self.model.train()
@@ -500,16 +523,37 @@ class LMLearner:
                     mask[mb, :t],
                     ref[mb, :t] if ref is not None else None,
                     stats,
+                    behav[mb, :t] if behav is not None else None,
                 )
                 n_steps += 1
         if self.dp.distributed:  # each rank summed its parts' shares
-            keys = ("loss", "kl", "clip_fraction")
+            keys = ("loss", "kl", "clip_fraction", *(("behaviour_weight",) if behav is not None else ()))
             total = self.dp.mean(torch.tensor([stats[k] for k in keys], dtype=torch.float64, device="cpu"))
             total = total * self.dp.world
             stats.update(zip(keys, total.tolist(), strict=True))
-        for k in ("loss", "kl", "clip_fraction", "grad_norm"):
-            stats[k] /= max(n_steps, 1)
+        for k in ("loss", "kl", "clip_fraction", "grad_norm", "behaviour_weight"):
+            if k in stats:
+                stats[k] /= max(n_steps, 1)
         return stats
+
+    def fresh(
+        self, versions: Tensor, keep: Tensor, extra: dict[str, float]
+    ) -> tuple[Tensor, dict[str, float]]:
+        """``keep`` less the sequences generated more than ``max_staleness`` versions before the
+        learner's own version (or by an unknown one, ``-1``), and the figures of what is left:
+        ``stale_dropped`` (sequences left out), ``staleness_mean`` and ``staleness_max`` (versions
+        behind, over the sequences kept). The group advantages were computed with the dropped
+        sequences' rewards (the groups stay whole)."""
+        lag = self.version - versions.to(keep.device).long()
+        ok = (versions.to(keep.device) >= 0) & (lag <= self.max_staleness)
+        kept = keep & ok
+        trained = lag[kept].float()
+        return kept, {
+            **extra,
+            "stale_dropped": float((~ok).sum()),
+            "staleness_mean": float(trained.mean()) if trained.numel() else 0.0,
+            "staleness_max": float(trained.max()) if trained.numel() else 0.0,
+        }
 
 
 def make_learner(model: Any, run: Any, dp: DataParallel | None = None) -> LMLearner:

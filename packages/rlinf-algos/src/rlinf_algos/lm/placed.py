@@ -38,7 +38,7 @@ from rlinf_algos.flow import await_call
 from rlinf_algos.lm.agents import EpisodeBatch, episode_metrics, make_agent
 from rlinf_algos.lm.folder import context_length
 from rlinf_algos.lm.remote_generate import ChannelGenerate, play
-from rlinf_algos.lm.roles import STOP, hand_on
+from rlinf_algos.lm.roles import STOP, hand_on, with_behaviour
 from rlinf_algos.lm.run import LMRun
 from rlinf_algos.lm.tasks import make_task, task_tokenizer
 from rlinf_algos.runtime.workers import WORKERS
@@ -210,11 +210,18 @@ class LMPlacedRun(LMRun):
         temperature: float | None,
         train: bool,
         it: int,
+        min_version: int | None = None,
+        generated: asyncio.Future[None] | None = None,
     ) -> tuple[dict[str, Any] | None, dict[Any, Any], dict[Any, Any], dict[Any, Any]]:
         """One pass of ``problems`` over the workers under the channel keys ``key``: the agents
         (or the driver) play, the reward ranks score, the reference and the actor (``train``)
-        update. Returns ``(outcome or None when a worker failed, results, dead, fatal)``."""
+        update. Returns ``(outcome or None when a worker failed, results, dead, fatal)``.
+        ``min_version``: the oldest weights the rollout ranks may generate with (``None``: the
+        learner's newest, a synchronous run); ``generated``: set once every episode is played
+        and handed on (an asynchronous run then starts the next iteration's)."""
         d = self.driver
+        version = self.version if min_version is None else min_version
+        behaviour = train and min_version is not None
         generating = f"{key}/generating" if "on_generating" in d.callbacks else None
         scoring = f"{key}/scoring" if "on_scoring" in d.callbacks else None
         tooling = f"{key}/tooling" if "on_tool_call" in d.callbacks and self.n_tool else None
@@ -235,8 +242,11 @@ class LMPlacedRun(LMRun):
                 calls[("agent", r)] = (
                     self.groups["agent"]
                     .on(r)
-                    .play(k, c, group_size, temperature, self.version, generating, tooling, train, use_ref)
-                )
+                    .play(k, c, group_size, temperature, version, generating, tooling, train, use_ref,
+                          **({"behaviour": True} if behaviour else {}))
+                )  # fmt: skip
+                if generated is not None:  # the agents hand the episodes on before they return
+                    calls[("agent", r)] = asyncio.ensure_future(await_call(calls[("agent", r)]))
         else:
             keys = [f"{key}/a0"]
         by_reward: dict[int, list[str]] = {}
@@ -274,8 +284,9 @@ class LMPlacedRun(LMRun):
         local: asyncio.Future[Any] | None = None
         if not self.n_agent:  # the driver plays the (single) agent itself, beside the calls
             generate = ChannelGenerate(
-                self.gen, self.n_rollout, reply, temperature, self.version, self.timeout, report=generating
-            )
+                self.gen, self.n_rollout, reply, temperature, version, self.timeout, report=generating,
+                behaviour=behaviour,
+            )  # fmt: skip
             tools = None
             if self.n_tool:
                 from rlinf_algos.tools.placed import PlacedTools
@@ -283,6 +294,11 @@ class LMPlacedRun(LMRun):
                 tools = PlacedTools(self.tools_ch, f"{reply}/tools", self.timeout, report=tooling)
             local = loop.run_in_executor(
                 None, self._play_here, problems, group_size, generate, keys[0], tools, train, use_ref
+            )
+        if generated is not None:
+            played = [c for (role, _), c in calls.items() if role == "agent"] + ([local] if local else [])
+            asyncio.ensure_future(asyncio.wait(played)).add_done_callback(
+                lambda _: generated.done() or generated.set_result(None)
             )
         gathering = asyncio.ensure_future(d.gather(calls, abort=abort, watch=self._serve_futures()))
         agent_stats: list[dict[str, Any]] = []
@@ -331,11 +347,15 @@ class LMPlacedRun(LMRun):
         except Aborted:
             return None
         channels = {"episodes": self.episodes_ch, "scored": self.scored, "refq": self.refq}
-        hand_on(eps.to_dict(), key, channels, self.timeout, train, reference)
+        out = eps.to_dict()
+        if generate.behaviour is not None:  # an asynchronous run's
+            out = with_behaviour(out, generate.behaviour)
+        hand_on(out, key, channels, self.timeout, train, reference)
         return stats
 
     async def _attempts(self, what: str, it: int, problems: Sequence[Any], group_size: int,
-                        temperature: float | None, train: bool) -> dict[str, Any]:  # fmt: skip
+                        temperature: float | None, train: bool, min_version: int | None = None,
+                        generated: asyncio.Future[None] | None = None) -> dict[str, Any]:  # fmt: skip
         """The pass under a new generation of keys until no worker is lost in it: dead ranks are
         restarted (or end the run, as their role says) and the partial batch dropped. In an
         iteration, a lost call after which the actor still trained on the whole batch (the dead
@@ -344,7 +364,14 @@ class LMPlacedRun(LMRun):
         loop = asyncio.get_running_loop()
         while True:
             out, results, dead, fatal = await self._drive(
-                f"g{d.gen}-{what[:4]}{it}", problems, group_size, temperature, train, it
+                f"g{d.gen}-{what[:4]}{it}",
+                problems,
+                group_size,
+                temperature,
+                train,
+                it,
+                min_version,
+                generated,
             )
             if out is not None:
                 return out
@@ -368,10 +395,33 @@ class LMPlacedRun(LMRun):
                 d.gen += 1
 
     async def iterate(self, problems: Sequence[Any], group_size: int) -> dict[str, Any]:
+        it = self.version + 1
+        return self._result(await self._attempts("iteration", it, problems, group_size, None, True))
+
+    def start_iteration(
+        self, it: int, problems: Sequence[Any], group_size: int, min_version: int
+    ) -> tuple[asyncio.Future[None], asyncio.Future[dict[str, Any]]]:
+        """Start iteration ``it`` of an asynchronous run (``rollout.max_staleness > 0``): its
+        episodes generated by weights of version ``min_version`` at least (the newest the
+        rollout ranks have), each with its version and behaviour log-probs, then scored and
+        trained on once the learner is done with the iterations before it. Returns ``(generated,
+        result)``: ``generated`` is set once its episodes are handed on (the next iteration's
+        generation may start: it overlaps this one's update), ``result`` is :meth:`iterate`'s."""
+        loop = asyncio.get_running_loop()
+        generated: asyncio.Future[None] = loop.create_future()
+
+        async def run() -> dict[str, Any]:
+            res = await self._attempts(
+                "iteration", it, problems, group_size, None, True, min_version, generated
+            )
+            return self._result(res)
+
+        return generated, asyncio.ensure_future(run())
+
+    def _result(self, res: dict[str, Any]) -> dict[str, Any]:
+        """An iteration's outcome as :meth:`iterate` returns it (the learner's version noted)."""
         import numpy as np
 
-        it = self.version + 1
-        res = await self._attempts("iteration", it, problems, group_size, None, True)
         actor = res["actor"]
         self.version = int(actor["version"])
         self.last_publish_bytes = int(actor.get("publish_bytes", 0))

@@ -36,6 +36,9 @@ class ChannelGenerate:
         timeout: seconds to wait for the replies.
         check: called every ``poll_s`` while waiting (raises for a rollout rank found dead).
         report: a key each rollout rank that takes a request reports its rank and pid on.
+        behaviour: ask the rollout ranks for the behaviour log-probs of their responses (an
+            asynchronous run's training pass); they are kept in :attr:`behaviour`,
+            ``{(prompt, response without pad ids): (version, log-probs)}``, else ``None``.
     """
 
     poll_s = 0.5
@@ -50,7 +53,11 @@ class ChannelGenerate:
         timeout: float,
         check: Callable[[], None] | None = None,
         report: str | None = None,
+        behaviour: bool = False,
     ) -> None:
+        self.behaviour: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, list[float]]] | None = (
+            {} if behaviour else None
+        )
         self.channel, self.n_rollout, self.reply = channel, max(1, n_rollout), reply
         self.temperature, self.min_version, self.timeout = temperature, min_version, timeout
         self.check, self.report = check, report
@@ -77,6 +84,7 @@ class ChannelGenerate:
                     "temperature": self.temperature,
                     "min_version": self.min_version,
                     "report": self.report,
+                    **({"behaviour": True} if self.behaviour is not None else {}),
                 },
                 "req",
                 timeout=self.timeout,
@@ -100,6 +108,12 @@ class ChannelGenerate:
                 raise Aborted(self.reply)
             got[int(item["part"])] = item["responses"]
             self.tokens += int(item["tokens"])
+            if self.behaviour is not None and "log_probs" in item:
+                pad, version = item["pad_id"], int(item["version"])
+                for prompt, resp, lp in zip(
+                    parts[int(item["part"])], item["responses"], item["log_probs"], strict=True
+                ):
+                    self.behaviour[(tuple(prompt), tuple(t for t in resp if t != pad))] = (version, lp)
         self.seconds += time.perf_counter() - t0
         return [r for i in range(len(parts)) for r in got[i]]
 

@@ -55,6 +55,7 @@ __all__ = [
     "hand_on",
     "placed_tools",
     "tool_server",
+    "with_behaviour",
 ]
 
 STOP = "__rlinf_lm_stop__"
@@ -75,6 +76,43 @@ def hand_on(
     channels["episodes"].put(light, key, timeout=timeout)
     if train:
         channels["scored"].put(eps, key, timeout=timeout)
+
+
+def with_behaviour(
+    eps: dict[str, Any], table: dict[tuple[tuple[int, ...], tuple[int, ...]], Any]
+) -> dict[str, Any]:
+    """``eps`` (an :class:`~rlinf_algos.lm.agents.EpisodeBatch` as a dict) with what an
+    asynchronous run's learner needs of each sequence: ``versions`` (the oldest weight version
+    that generated one of its trained spans) and ``behaviour_log_probs`` (the rollout's log-probs
+    of its trained tokens at generation time, 0 elsewhere). ``table``: what the rollout ranks
+    answered, ``{(context, response): (version, log-probs)}``
+    (:attr:`~rlinf_algos.lm.remote_generate.ChannelGenerate.behaviour`); each trained span of a
+    sequence (a run of 1s of its loss mask) is looked up with the tokens before it as its
+    context. A sequence with a span not found (an agent that edited a response before training
+    on it) gets version ``-1``: the learner leaves it out and counts it as stale."""
+    versions: list[int] = []
+    rows: list[list[float]] = []
+    for seq, mask in zip(eps["sequences"], eps["loss_masks"], strict=True):
+        row = [0.0] * len(seq)
+        version: int | None = None
+        i, n = 0, len(mask)
+        while i < n:
+            if not mask[i]:
+                i += 1
+                continue
+            j = i
+            while j < n and mask[j]:
+                j += 1
+            hit = table.get((tuple(seq[:i]), tuple(seq[i:j])))
+            if hit is None:
+                version = -1
+                break
+            row[i:j] = hit[1]
+            version = int(hit[0]) if version is None else min(version, int(hit[0]))
+            i = j
+        versions.append(-1 if version is None else version)
+        rows.append(row)
+    return {**eps, "versions": versions, "behaviour_log_probs": rows}
 
 
 def padded_ids(sequences: list[list[int]], pad_id: int) -> Any:
@@ -98,6 +136,7 @@ class LMRollout:
 
         self.host, self.run = host, run
         tok = task_tokenizer(run)
+        self.pad_id = tok.pad_id
         self.engine = make_rollout(run, seed=run.runner.seed + 7919 * (host.rank + 1), pad_id=tok.pad_id)
 
     @property
@@ -121,6 +160,42 @@ class LMRollout:
         gen = getattr(self.engine, "generator", None)
         if gen is not None and "engine" in state:
             gen.set_state(state["engine"])
+
+    def behaviour_log_probs(
+        self, prompts: list[list[int]], responses: list[list[int]], temperature: float | None
+    ) -> list[list[float]]:
+        """The log-probs of each response's tokens (pad ids left out, as the agents trim them)
+        under the weights that just generated them, at the sampling temperature, as the learner
+        computes its own (:func:`~rlinf_algos.lm.learner.log_probs_chunked`): an asynchronous
+        run's behaviour policy."""
+        from contextlib import nullcontext
+
+        from rlinf_algos.lm.learner import log_probs_chunked, pack_batch
+        from rlinf_algos.models import lora
+
+        model = getattr(self.engine, "model", None)
+        if model is None:
+            raise RlinfError(
+                f"rollout engine {self.run.rollout.engine!r} gives no model to take the behaviour log-probs "
+                "of an asynchronous run with (rollout.max_staleness > 0): use the hf engine or 0"
+            )
+        trimmed = [[t for t in r if t != self.pad_id] for r in responses]
+        seqs = [list(p) + r for p, r in zip(prompts, trimmed, strict=True)]
+        masks = [[0] * len(p) + [1] * len(r) for p, r in zip(prompts, trimmed, strict=True)]
+        if not any(trimmed):
+            return [[] for _ in trimmed]
+        batch = pack_batch(seqs, masks, self.pad_id)
+        dev = next(model.parameters()).device
+        temp = float(self.engine.temperature if temperature is None else temperature)
+        merged = getattr(self.engine, "base_weights", None) is not None
+        with lora.bare_lora_layers(model) if merged else nullcontext():
+            lp = log_probs_chunked(
+                model, batch["input_ids"].to(dev), temp, 64, batch["loss_mask"].to(dev)
+            ).cpu()
+        return [
+            lp[i, len(p) : len(p) + len(r)].tolist()
+            for i, (p, r) in enumerate(zip(prompts, trimmed, strict=True))
+        ]
 
     def serve(self) -> dict[str, Any]:
         """Answer requests until a :data:`STOP`; returns the requests served, the tokens
@@ -149,16 +224,18 @@ class LMRollout:
             responses = self.engine.generate(
                 req["prompts"], req["max_new_tokens"], req["stop_ids"], req.get("temperature")
             )
-            gen.put(
-                {
-                    "part": req["part"],
-                    "responses": responses,
-                    "version": self.engine.version,
-                    "tokens": self.engine.tokens - tokens0,
-                },
-                req["reply"],
-                timeout=timeout,
-            )
+            reply = {
+                "part": req["part"],
+                "responses": responses,
+                "version": self.engine.version,
+                "tokens": self.engine.tokens - tokens0,
+            }
+            if req.get("behaviour"):  # an asynchronous run: the behaviour policy's log-probs
+                reply["log_probs"] = self.behaviour_log_probs(
+                    req["prompts"], responses, req.get("temperature")
+                )
+                reply["pad_id"] = self.pad_id
+            gen.put(reply, req["reply"], timeout=timeout)
             served += 1
             busy += time.perf_counter() - t0
         return {"requests": served, "tokens": self.engine.tokens, "busy_s": busy}
@@ -312,6 +389,14 @@ class LMActor:
             outcomes["well_formed"] += list(p.get("well_formed", []))
             outcomes["generated_tokens"] += int(p.get("generated_tokens", 0))
         outcomes["rewards"] = rewards
+        if all("versions" in p for p in parts):  # an asynchronous run's (with_behaviour)
+            batch["versions"] = torch.tensor(
+                [v for p in parts for v in p["versions"]], dtype=torch.long, device="cpu"
+            )
+            behav = torch.zeros(batch["input_ids"].shape, dtype=torch.float32, device="cpu")  # host batch
+            for i, row in enumerate(x for p in parts for x in p["behaviour_log_probs"]):
+                behav[i, : len(row)] = torch.as_tensor(row, dtype=torch.float32, device="cpu")
+            batch["behaviour_log_probs"] = behav
         batch["episode_index"] = torch.tensor(index, dtype=torch.long, device="cpu")  # host batch
         batch["rewards"] = torch.tensor(rewards, dtype=torch.float32, device="cpu")
         ref_s = 0.0
@@ -441,21 +526,27 @@ class AgentPlayer:
         tool_report: str | None = None,
         train: bool = False,
         reference: bool = False,
+        behaviour: bool = False,
     ) -> dict[str, Any]:
         """Play ``group_size`` episodes of each of ``problems``; hand them on under ``key``;
-        return counts and seconds (``aborted`` when the driver ended it).
+        return counts and seconds (``aborted`` when the driver ended it). ``behaviour``: an
+        asynchronous run's training pass (the episodes carry their versions and behaviour
+        log-probs, :func:`with_behaviour`).
         ``report`` / ``tool_report``: keys the first rollout / tool rank that takes a request
         reports on (fault tests). ``train``: a training pass (the episodes go to the actor as
         well, and with ``reference`` their sequences to the reference: :func:`hand_on`)."""
         host = self.host
         gen = ChannelGenerate(
             host.channel("gen"), int(host.options.get("n_rollout", 1)), f"agent{host.rank}/{key}",
-            temperature, min_version, host.timeout, report=report,
+            temperature, min_version, host.timeout, report=report, behaviour=behaviour,
         )  # fmt: skip
         tools = placed_tools(host, f"agent{host.rank}/{key}/tools", tool_report)
         try:
             eps, stats = play(self.agent, problems, group_size, gen, tools)
         except Aborted:
             return {"aborted": True}
-        hand_on(eps.to_dict(), key, host.channels, host.timeout, train, reference)
+        out = eps.to_dict()
+        if gen.behaviour is not None:
+            out = with_behaviour(out, gen.behaviour)
+        hand_on(out, key, host.channels, host.timeout, train, reference)
         return stats

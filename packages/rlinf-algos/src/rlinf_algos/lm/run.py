@@ -1,8 +1,33 @@
 """The iterations of a language-model run, as the one driver runs them (:class:`LMRun`; the run
-and its directory: :mod:`rlinf_algos.lm.flow`)."""
+and its directory: :mod:`rlinf_algos.lm.flow`).
+
+**Asynchronous runs** (``rollout.max_staleness: k > 0``; the key embodied runs use too, so one
+key bounds the staleness of both families; issue 51 named it ``algorithm.max_staleness``, the
+public key of the embodied examples was kept). It is a property of the one loop, as in
+:mod:`rlinf_algos.embodied.placed`: ``step`` starts iteration ``i`` (its generation with weights
+of version ``i - 1 - k`` at least, the newest the rollout ranks have) and returns once its
+episodes are handed on, its scoring and update left in flight (``inflight``); before starting
+iteration ``i`` it finishes the updates of the iterations before ``i - k`` (their metrics rows,
+in order). So the generation of iterations ``i + 1 .. i + k`` overlaps the update on ``i``, and
+the learner (at version ``i - 1`` when it trains on ``i``) is at most ``k`` versions ahead of the
+weights that generated its batch; a sequence more than ``k`` behind (a rollout rank that missed
+versions) is dropped and counted (``stale_dropped``), the others trained with decoupled PPO
+(:mod:`rlinf_algos.objectives.losses`). The columns ``stale_dropped``, ``staleness_mean``,
+``staleness_max`` and ``behaviour_weight`` appear with ``k > 0`` only: ``k = 0`` runs the
+synchronous iteration, its rows as before.
+
+Stops, checkpoints and resumes: the driver drains what is in flight before any checkpoint and at
+a stop (SIGINT, SIGTERM, the budget): every batch already generated is trained on and its row
+written, so a checkpoint lands between learner steps with nothing in flight (the sampler's
+position is the next batch to generate; no sample is dropped or replayed). A resumed run
+restores the learner (weights, optimiser, version = its update count), the run's step, the
+summed ``stale_dropped`` and the data position, and starts generating again from there.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import importlib
 import json
 import os
@@ -54,6 +79,12 @@ class LMRun(FlowRun):
         self.stopped_early = False
         self.resumed_from: int | None = None
         self.totals: dict[str, float] = {}
+        self.inflight: collections.deque[tuple[int, asyncio.Future[dict[str, Any]]]] = collections.deque()
+
+    @property
+    def staleness(self) -> int:
+        """``rollout.max_staleness``: 0 is the synchronous loop."""
+        return int(self.config_run.rollout.max_staleness)
 
     def columns(self) -> tuple[str, ...]:
         alg = self.config_run.algorithm
@@ -61,6 +92,11 @@ class LMRun(FlowRun):
             *learner_class(self.config_run).stat_columns,
             *(("draws", "kept_groups") if alg.dynamic_sampling is not None else ()),
             *(("overlong_penalty",) if alg.overlong is not None else ()),
+            *(
+                ("stale_dropped", "staleness_mean", "staleness_max", "behaviour_weight")
+                if self.staleness
+                else ()
+            ),
         )
         return (
             "step", "iteration", "wall_s", "reward_mean", "train_accuracy", "well_formed", "sequences",
@@ -185,7 +221,7 @@ class LMRun(FlowRun):
     # -- the iterations ----------------------------------------------------------------------------
     def done(self) -> bool:
         d, rcfg = self.driver, self.run.runner
-        if d.steps >= self.run.algorithm.iterations:
+        if d.steps + len(self.inflight) >= self.run.algorithm.iterations:  # started, in flight or not
             return True
         if (
             rcfg.time_limit_s is not None
@@ -200,11 +236,10 @@ class LMRun(FlowRun):
         return False
 
     async def step(self) -> None:
-        import numpy as np
-
-        from rlinf_algos.lm.trainer import evaluate_components
-
-        d, alg, rcfg = self.driver, self.run.algorithm, self.run.runner
+        if self.staleness:
+            await self._step_async()
+            return
+        d, alg = self.driver, self.run.algorithm
         it = d.steps + 1
         problems = self.sampler.sample(alg.prompts_per_iter)
         res = await maybe(self.comps.iterate(problems, alg.group_size))
@@ -218,6 +253,39 @@ class LMRun(FlowRun):
                 )
             more = await maybe(self.comps.iterate(self.sampler.sample(alg.prompts_per_iter), alg.group_size))
             res = merge_draws(res, more)
+        await self._record(it, res)
+
+    async def _step_async(self) -> None:
+        """Start the next iteration of an asynchronous run (see the module docstring)."""
+        d, alg, k = self.driver, self.run.algorithm, self.staleness
+        it = d.steps + len(self.inflight) + 1
+        while self.inflight and self.inflight[0][0] < it - k:
+            await self._finish_oldest()
+        problems = self.sampler.sample(alg.prompts_per_iter)
+        generated, result = self.comps.start_iteration(it, problems, alg.group_size, max(0, it - 1 - k))
+        self.inflight.append((it, result))
+        await asyncio.wait({generated, result}, return_when=asyncio.FIRST_COMPLETED)
+        if result.done():
+            result.result()  # a failure: raised here, the iteration still in ``inflight``
+
+    async def _finish_oldest(self) -> None:
+        it, result = self.inflight[0]
+        res = await result
+        self.inflight.popleft()
+        await self._record(it, res)
+
+    async def drain(self) -> None:
+        """Finish every iteration in flight (an asynchronous run's), rows in order."""
+        while self.inflight:
+            await self._finish_oldest()
+
+    async def _record(self, it: int, res: dict[str, Any]) -> None:
+        """Iteration ``it``'s metrics row (and the held-out evaluation when due) of its outcome."""
+        import numpy as np
+
+        from rlinf_algos.lm.trainer import evaluate_components
+
+        d, alg, rcfg = self.driver, self.run.algorithm, self.run.runner
         phase, st = res["phase"], res["stats"]
         gen_tokens = res["generated_tokens"]
         row: dict[str, Any] = {
@@ -248,6 +316,8 @@ class LMRun(FlowRun):
         t["reward_failures_max"] = max(
             t.get("reward_failures_max", 0.0), float(row.get("reward_failures", 0))
         )
+        if self.staleness:
+            t["stale_dropped"] = t.get("stale_dropped", 0.0) + float(row.get("stale_dropped", 0.0))
         out = d.row(it, row, force=True)
         if it % rcfg.log_interval == 0:
             extra = f"  held-out {row['heldout_accuracy']:.3f}" if "heldout_accuracy" in row else ""
@@ -342,6 +412,11 @@ class LMRun(FlowRun):
             "learner_world_size": int(getattr(self.comps, "learner_world_size", 1)),
             "evals": self.evals,
             "reward_failures": int(t.get("reward_failures_max", 0)),
+            **(
+                {"max_staleness": self.staleness, "stale_dropped": int(t.get("stale_dropped", 0))}
+                if self.staleness
+                else {}
+            ),
         }
         if after is not None:
             plot = plot_accuracy(d.run_dir, summary, _rows(d.run_dir))
