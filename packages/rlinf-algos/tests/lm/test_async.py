@@ -7,8 +7,8 @@
   synchronous one;
 - the behaviour log-probs of a played episode are found span by span (the lead's two turns of a
   hierarchical episode), an edited span gives version ``-1``;
-- the configuration: the same key as embodied runs, 0 by default; ppo_lm and dynamic sampling
-  refuse k > 0 naming the key;
+- the configuration: the same key as embodied runs, 0 by default; dynamic sampling refuses
+  k > 0 naming the key;
 - ``k = 0`` logs the rows the synchronous loop logged before this change (seed 3, recorded from
   the code before it; ``slow``);
 - an asynchronous run in process overlaps, stops on SIGTERM between learner steps and resumes
@@ -135,13 +135,13 @@ def test_one_staleness_key_for_both_families(tiny_lm: Any) -> None:
     assert validate_lm_sections(tiny_lm.config()).rollout.max_staleness == 0  # synchronous by default
     assert RolloutConfig().max_staleness == 1  # embodied runs overlap by default
     assert validate_lm_sections(tiny_lm.config("rollout.max_staleness=2")).rollout.max_staleness == 2
-    for extra, why in (
-        ("algorithm.name=ppo_lm", "does not train on stale samples"),
-        ("algorithm.dynamic_sampling.max_draws=2", "dynamic_sampling"),
-    ):
-        with pytest.raises(ConfigError, match=why) as err:
-            validate_lm_sections(tiny_lm.config("rollout.max_staleness=1", extra))
-        assert [p.path for p in err.value.problems] == ["rollout.max_staleness"]
+    ppo = validate_lm_sections(tiny_lm.config("rollout.max_staleness=1", "algorithm.name=ppo_lm"))
+    assert ppo.rollout.max_staleness == 1  # ppo_lm's update takes the behaviour log-probs too
+    with pytest.raises(ConfigError, match="dynamic_sampling") as err:
+        validate_lm_sections(
+            tiny_lm.config("rollout.max_staleness=1", "algorithm.dynamic_sampling.max_draws=2")
+        )
+    assert [p.path for p in err.value.problems] == ["rollout.max_staleness"]
     with pytest.raises(ConfigError, match=r"rollout\.max_staleness"):
         validate_lm_sections(tiny_lm.config("rollout.max_staleness=-1"))
 
@@ -268,6 +268,27 @@ def test_async_run_overlaps_stops_between_learner_steps_and_resumes(tmp_path: Pa
     jsonl = [json.loads(x)["iteration"] for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert jsonl == [1, 2, 3, 4, 5]
     assert int(load_checkpoint(run, "grpo_lm")[1]["actor"]["version"]) == 5
+
+
+@pytest.mark.slow
+def test_ppo_lm_trains_asynchronously_with_its_critic(tmp_path: Path, tiny_lm: Any) -> None:
+    """``ppo_lm`` with ``rollout.max_staleness: 1`` in process: the batches after the first were
+    generated while the learner trained (staleness 1), none was too stale to train on, the first
+    batch's behaviour weight is 1 (rollout and learner agree) and the critic trains beside."""
+    from rlinf_algos.training import run_training
+
+    data = tiny_lm.config(
+        "algorithm.name=ppo_lm", "algorithm.group_size=2", "algorithm.iterations=4",
+        "runner.scheduler=local", "rollout.max_staleness=1",
+    )  # fmt: skip
+    summary = run_training(data, run_dir=tmp_path / "run")
+    assert summary["iterations"] == 4 and summary["max_staleness"] == 1 and summary["stale_dropped"] == 0
+    rows = _rows(tmp_path / "run")
+    assert [int(r["step"]) for r in rows] == [1, 2, 3, 4]
+    assert float(rows[0]["staleness_max"]) == 0
+    assert float(rows[0]["behaviour_weight"]) == pytest.approx(1.0, abs=1e-3)
+    assert any(float(r["staleness_max"]) == 1 for r in rows[1:])
+    assert all(math.isfinite(float(r["value_loss"])) for r in rows)
 
 
 @pytest.mark.slow

@@ -235,7 +235,6 @@ class LMPPOConfig(LMGRPOConfig):
     adv_estimator: str = Field("gae", description="registered advantage estimator of a critic: gae")
 
     critic_estimators: ClassVar[bool] = True
-    off_policy: ClassVar[bool] = False  # its own update does not take behaviour log-probs yet
 
     @field_validator("dynamic_sampling")
     @classmethod

@@ -471,8 +471,8 @@ def validate_lm_sections(
 
 def _staleness_problems(alg: Any, rollout: Any) -> list[ConfigProblem]:
     """What an asynchronous run (``rollout.max_staleness > 0``) cannot be combined with: the
-    learner versions count one update per iteration, which DAPO's extra draws break, and
-    ``ppo_lm``'s update does not take the behaviour log-probs yet."""
+    learner versions count one update per iteration, which DAPO's extra draws break, and an
+    algorithm whose learner does not take the behaviour log-probs (``off_policy`` false) cannot."""
     k = int(getattr(rollout, "max_staleness", 0) or 0)
     if alg is None or k == 0:
         return []
@@ -481,8 +481,8 @@ def _staleness_problems(alg: Any, rollout: Any) -> list[ConfigProblem]:
         return [ConfigProblem(key, f"{k}: an asynchronous run cannot draw more prompts for one update "
                               "(algorithm.dynamic_sampling); use 0 or leave dynamic_sampling out")]  # fmt: skip
     if not getattr(alg, "off_policy", False):
-        return [ConfigProblem(key, f"{k}: {alg.name}'s learner does not train on stale samples yet (grpo_lm's "
-                              "does); use 0")]  # fmt: skip
+        return [ConfigProblem(key, f"{k}: {alg.name}'s learner does not train on stale samples "
+                              "(its learner takes no behaviour log-probs); use 0")]  # fmt: skip
     return []
 
 

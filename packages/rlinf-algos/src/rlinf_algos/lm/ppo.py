@@ -102,7 +102,11 @@ class PPOLMLearner(LMLearner):
 
     @classmethod
     def build(cls, model: Any, run: Any, dp: Any = None) -> PPOLMLearner:
-        return cls(model, run.algorithm, seed=run.runner.seed, critic=run.critic, model_spec=run.model, dp=dp)
+        learner = cls(
+            model, run.algorithm, seed=run.runner.seed, critic=run.critic, model_spec=run.model, dp=dp
+        )
+        learner.max_staleness = int(run.rollout.max_staleness)
+        return learner
 
     def state_dict(self) -> dict[str, Any]:
         """The actor's checkpoint state (:meth:`LMLearner.state_dict`) with the critic and its
@@ -136,22 +140,31 @@ class PPOLMLearner(LMLearner):
         shaped, pen = self.rewards(batch)  # with DAPO's overlong penalty when configured
         seq_reward = shaped[batch["episode_index"]].to(dev)
         if cfg.skip_uniform_groups and cfg.group_size > 1:
-            uniform = self.uniform(shaped, batch["episode_index"])
-            keep = (~uniform).nonzero().flatten().to(dev)
+            kept = ~self.uniform(shaped, batch["episode_index"])
         else:
-            keep = torch.arange(ids.shape[0], device=dev)
+            kept = torch.ones(ids.shape[0], dtype=torch.bool, device=seq_reward.device)
+        extra: dict[str, float] = {}
+        versions = batch.get("versions")
+        if versions is not None:  # an asynchronous run: leave out what is too stale
+            kept, extra = self.fresh(versions, kept, extra)
+        keep = kept.nonzero().flatten().to(dev)
         stats = {
             k: 0.0 for k in ("loss", "value_loss", "kl", "clip_fraction", "grad_norm", "explained_variance")
         }
         stats["trained_sequences"] = float(len(keep))
+        stats.update(extra)
         if pen is not None:
             stats["overlong_penalty"] = float(pen.mean())
+        behav = batch.get("behaviour_log_probs") if versions is not None else None
+        if behav is not None:
+            stats["behaviour_weight"] = 0.0
         self.version += 1
         if len(keep) == 0:
             return stats
         ids, mask, seq_reward = ids[keep], mask[keep], seq_reward[keep]
         ref = batch.get("ref_log_probs")
         ref = ref.to(dev)[keep] if ref is not None else None
+        behav = behav.to(dev)[keep] if behav is not None else None
         lengths = (mask > 0).long().cumsum(1).argmax(1) + 1  # last generated token + 1
         rewards = torch.zeros_like(mask)
         rewards[torch.arange(len(keep), device=dev), lengths - 1] = seq_reward
@@ -188,10 +201,12 @@ class PPOLMLearner(LMLearner):
                 if train_policy:
                     adv_mb, ref_mb = adv[mb, :t], ref[mb, :t] if ref is not None else None
                     old_mb = old[mb, :t] if old is not None else None
-                    self.policy_step(ids[mb, :t], old_mb, adv_mb, mmask, ref_mb, stats)
+                    behav_mb = behav[mb, :t] if behav is not None else None
+                    self.policy_step(ids[mb, :t], old_mb, adv_mb, mmask, ref_mb, stats, behav_mb)
                 n_steps += 1
-        for k in ("loss", "value_loss", "kl", "clip_fraction", "grad_norm"):
-            stats[k] /= max(n_steps, 1)
+        for k in ("loss", "value_loss", "kl", "clip_fraction", "grad_norm", "behaviour_weight"):
+            if k in stats:
+                stats[k] /= max(n_steps, 1)
         m = mask > 0
         var = returns[m].var()
         stats["explained_variance"] = float(1.0 - (returns[m] - values[m]).var() / var) if var > 0 else 0.0
