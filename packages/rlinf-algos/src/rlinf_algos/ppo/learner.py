@@ -14,7 +14,7 @@ from rlinf_algos import objectives
 from rlinf_algos import obs as obs_tree
 from rlinf_algos.channels import traj_key
 from rlinf_algos.embodied.recipe import LearnerContext, LearnerSide
-from rlinf_algos.models.mlp import GaussianActorCritic, module_device
+from rlinf_algos.models.mlp import GaussianActorCritic, RunningNorm, module_device
 from rlinf_algos.objectives.advantages import StepRewards
 from rlinf_algos.objectives.losses import LossSettings
 from rlinf_algos.optim import LeanAdam, clip_grads_, make_adam
@@ -334,10 +334,22 @@ class PPOLearnerSide(LearnerSide):
         metrics: dict[str, Any] = self.learner.update(rollout)
         for it in items:  # observation statistics of this batch, for the next version
             m = it["moments"]
-            if m is not None and not self.freeze_obs_stats:
+            if m is not None and self._folds_obs_stats():
                 self.model.fold_obs_moments(m["mean"], m["var"], m["count"])
         metrics["policy_lag"] = float(self.learner.version - 1 - rollout.version)
         return metrics
+
+    def _folds_obs_stats(self) -> bool:
+        """Whether this batch's observation moments go into the statistics: not when a warm start's
+        are frozen, nor once they hold ``algorithm.obs_norm_steps`` steps (their count, part of
+        the weights, so a resumed run decides as the first did)."""
+        if self.freeze_obs_stats:
+            return False
+        limit = self.cfg.obs_norm_steps
+        if limit is None:
+            return True
+        norm = next((m for m in self.model.modules() if isinstance(m, RunningNorm)), None)
+        return norm is None or float(norm.count) < limit
 
     def train(self, gen: int | str, lr_frac: float = 1.0, **kwargs: Any) -> dict[str, Any]:
         t0 = time.perf_counter()
