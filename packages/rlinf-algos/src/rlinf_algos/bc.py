@@ -2,7 +2,9 @@
 
 The policy the run's recipe builds is fitted to a demonstration data set (:mod:`rlinf_algos.demos`,
 ``rlinf demos record``): its observation statistics (where it normalises observations) to the
-demonstrations' states, then its action mean to the demonstrated actions by mean squared error,
+demonstrations' states (unit variance for features constant in them, :data:`DEGENERATE_VAR`;
+RL keeps these statistics frozen unless ``model.bc.obs_norm: running``,
+:func:`rlinf_algos.warm_starts.obs_stats_frozen`), then its action mean to the demonstrated actions by mean squared error,
 ``L = mean_b ||mu(s_b) - clip(a_b)||^2``, with Adam and a cosine-decayed learning rate, over
 ``epochs`` passes; a tenth of the episodes (at least one) is held out and its loss reported. The
 policy's ``log_std`` is then set to ``model.bc.log_std`` (a cloned mean with the initial
@@ -28,10 +30,16 @@ from rlinf_algos.demos import load_demos
 from rlinf_algos.models import build_policy
 from rlinf_core.errors import ConfigError
 
-__all__ = ["bc_warm_start"]
+__all__ = ["DEGENERATE_VAR", "bc_warm_start", "demo_variance"]
 
 SEED_OFFSET = 7_777
 """Added to the run seed for the fit's shuffling (RL's own initialisation stays what it was)."""
+
+DEGENERATE_VAR = 1e-6
+"""A state feature whose variance over the demonstrations is below this (a standard deviation under
+1e-3: a padding slot, the one-hot of a task without a kept episode) is normalised with unit
+variance around its demo value: the demonstrations say nothing about its scale, and a variance of
+0 would turn any later deviation into the normaliser's clip value."""
 
 
 def bc_warm_start(
@@ -67,7 +75,7 @@ def bc_warm_start(
                 path="model.bc",
             )
         if hasattr(model, "fold_obs_moments"):
-            model.fold_obs_moments(states.mean(0), states.var(0), float(len(states)))
+            model.fold_obs_moments(states.mean(0), demo_variance(states), float(len(states)))
         record = _fit(model, data, opts, seed, say)
         if opts.log_std is not None and hasattr(model, "actor_log_std"):
             with torch.no_grad():
@@ -95,6 +103,13 @@ def bc_warm_start(
         f"{record['val_loss']:.4f} (train {record['train_loss']:.4f}) in {record['seconds']:.0f} s"
     )
     return state, record
+
+
+def demo_variance(states: np.ndarray) -> np.ndarray:
+    """The per-feature variance of ``states`` ``[N, D]`` the observation statistics are fitted with:
+    1 where it is below :data:`DEGENERATE_VAR` (see there)."""
+    var = np.asarray(states, np.float64).var(0)
+    return np.where(var < DEGENERATE_VAR, 1.0, var)
 
 
 def _fit(

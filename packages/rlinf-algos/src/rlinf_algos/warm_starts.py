@@ -1,7 +1,8 @@
 """What an embodied run starts RL from when its ``model`` section asks for a warm start:
 behaviour cloning on demonstrations (``model.bc``, :mod:`rlinf_algos.bc`) or the ``vla`` model's
 perception fit (``model.warm_start``, :mod:`rlinf_algos.perception`). One entry point for both
-runners, in process and on workers."""
+runners, in process and on workers; and what RL then does with the observation statistics the
+warm start fitted (:func:`obs_stats_frozen`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["initial_weights"]
+__all__ = ["initial_weights", "obs_stats_frozen"]
 
 
 def initial_weights(
@@ -28,3 +29,19 @@ def initial_weights(
 
         return warm_start_policy(spec, env_cfg, warm, seed, run_dir)
     return None
+
+
+def obs_stats_frozen(model_cfg: Any) -> bool:
+    """Whether RL keeps the observation statistics of the warm start as they are (``model.bc.obs_norm:
+    frozen``, the default of a behaviour-cloning warm start) instead of folding in every batch.
+
+    The cloned weights are a function of the *normalised* state; a learner that moves the statistics
+    changes every input of the clone under it. On MetaWorld MT10 PPO's rollouts moved two features
+    constant in the demonstrations by 833 and 6 demo standard deviations, which alone took the
+    clone's reach-v3 from 0.5 to 0.2 (``benchmarks/results/metaworld_mt10_obs_norm_drift.json``).
+    ``model_cfg`` is the ``model`` section, as a config object or as its ``model_dump()``."""
+    bc = model_cfg.get("bc") if isinstance(model_cfg, Mapping) else getattr(model_cfg, "bc", None)
+    if bc is None:
+        return False
+    mode = bc.get("obs_norm", "frozen") if isinstance(bc, Mapping) else getattr(bc, "obs_norm", "frozen")
+    return mode == "frozen"

@@ -115,3 +115,59 @@ def test_demonstrations_of_another_env_are_refused_naming_both_sizes(demos: Path
     assert "holds states of 39 and actions of 4 values; this run's env has 3 and 1" in str(err.value)
     with pytest.raises(ConfigError, match="no demonstration data set"):
         load_demos(tmp_path)
+
+
+def _bc_run(demos: Path, obs_norm: str | None) -> dict[str, Any]:
+    bc: dict[str, Any] = {"demos": str(demos), "epochs": 5, "batch_size": 64}
+    if obs_norm is not None:
+        bc["obs_norm"] = obs_norm
+    return {
+        "algorithm": {"name": "ppo", "rollout_steps": 30, "minibatch_size": 30, "update_epochs": 2},
+        "env": {"family": "metaworld", "id": "reach-v3", "num_envs": 2, "max_episode_steps": 60},
+        "model": {"hidden_sizes": [16, 16], "bc": bc},
+        "runner": {
+            "scheduler": "local",
+            "total_steps": 120,
+            "log_interval": 60,
+            "loggers": ["csv"],
+            "seed": 2,
+        },
+    }
+
+
+def _obs_stats(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    norm = rlinf_algos.load_policy(path).module.obs_norm
+    return norm.mean.clone(), norm.var.clone()
+
+
+def test_rl_keeps_the_warm_starts_observation_statistics_unless_told(demos: Path, tmp_path: Path) -> None:
+    """A behaviour-cloning warm start's observation statistics are frozen through RL by default
+    (``model.bc.obs_norm: frozen``), and a feature constant in the demonstrations is normalised
+    with unit variance around its demo value, so a later deviation of 0.05 stays 0.05 rather than
+    the clip value 10. Before this (a5304a6) PPO folded its rollouts into the statistics the clone
+    was fitted under (MT10: two features moved by 833 and 6 demo standard deviations) and a
+    feature of demo variance 0 normalised any deviation to +-10."""
+    states = load_demos(demos)["state"]
+    constant = np.flatnonzero(states.var(0) == 0)
+    assert len(constant) > 0  # MetaWorld's empty second-object slot
+
+    rlinf_algos.train(_bc_run(demos, None), tmp_path / "frozen")
+    warm_mean, warm_var = _obs_stats(tmp_path / "frozen" / "warm_start.safetensors")
+    mean, var = _obs_stats(tmp_path / "frozen")  # after two PPO iterations
+    assert torch.equal(mean, warm_mean) and torch.equal(var, warm_var)
+    assert torch.all(var[constant] == 1.0)
+    probe = torch.as_tensor(states[:1], dtype=torch.float32).clone()
+    probe[0, constant] += 0.05
+    policy = rlinf_algos.load_policy(tmp_path / "frozen")
+    assert torch.allclose(policy.module.normalize(probe)[0, constant], torch.full((len(constant),), 0.05))
+
+    rlinf_algos.train(_bc_run(demos, "running"), tmp_path / "running")
+    r_warm_mean, _ = _obs_stats(tmp_path / "running" / "warm_start.safetensors")
+    r_mean, _ = _obs_stats(tmp_path / "running")
+    assert torch.equal(r_warm_mean, warm_mean) and not torch.equal(r_mean, r_warm_mean)
+
+
+def test_a_misspelt_obs_norm_mode_is_one_line_naming_the_choices(demos: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        rlinf_algos.train(_bc_run(demos, "freeze"), tmp_path / "run")
+    assert "model.bc.obs_norm" in str(err.value) and "frozen" in str(err.value)

@@ -214,8 +214,11 @@ class GRPOLearnerSide(LearnerSide):
     worker's log-probabilities) and the reward worker's advantages, updates, folds in the
     observation statistics. The frozen reference lives on the reference worker."""
 
-    def __init__(self, model: Any, cfg: GRPOConfig, ctx: LearnerContext) -> None:
+    def __init__(
+        self, model: Any, cfg: GRPOConfig, ctx: LearnerContext, freeze_obs_stats: bool = False
+    ) -> None:
         self.model, self.cfg, self.ctx = model, cfg, ctx
+        self.freeze_obs_stats = freeze_obs_stats  # a warm start's statistics, kept (warm_starts.py)
         self.learner = GRPOLearner(model, cfg, seed=ctx.seed, reference=False, dp=ctx.dp)
 
     @property
@@ -257,7 +260,7 @@ class GRPOLearnerSide(LearnerSide):
         adv = torch.from_numpy(np.concatenate(scored["advantages"])).float()
         keep = torch.from_numpy(np.concatenate(scored["keep"])) if "keep" in scored else None
         metrics: dict[str, Any] = self.learner.update(rollout, advantages=adv, ref_log_probs=ref, keep=keep)
-        for it in items:
+        for it in items if not self.freeze_obs_stats else ():
             m = it["moments"]
             self.model.fold_obs_moments(m["mean"], m["var"], m["count"])
         metrics["group_return_mean"] = float(rollout.returns.mean())

@@ -24,6 +24,7 @@ from rlinf_algos.grpo.learner import GRPOLearnerSide
 from rlinf_algos.grpo.rollout import collect_grpo
 from rlinf_algos.models import build_policy
 from rlinf_algos.policy_specs import gaussian_policy_spec
+from rlinf_algos.warm_starts import obs_stats_frozen
 from rlinf_core.errors import ConfigError
 
 __all__ = ["GRPORecipe"]
@@ -151,4 +152,5 @@ class GRPORecipe(Recipe):
         return collect_grpo(worker, gen, steps, **kwargs)
 
     def learner(self, spec: dict[str, Any], model_cfg: Any, ctx: LearnerContext) -> GRPOLearnerSide:
-        return GRPOLearnerSide(ctx.dp.wrap(build_policy(spec), methods=("evaluate", "value")), self.cfg, ctx)
+        model = ctx.dp.wrap(build_policy(spec), methods=("evaluate", "value"))
+        return GRPOLearnerSide(model, self.cfg, ctx, obs_stats_frozen(model_cfg or {}))

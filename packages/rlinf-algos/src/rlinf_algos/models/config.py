@@ -37,6 +37,12 @@ class BCConfig(ConfigSection):
     log_std: float | None = Field(
         -1.0, description="the policy's log standard deviation after the fit (null: leave log_std_init)"
     )
+    obs_norm: Literal["frozen", "running"] = Field(
+        "frozen",
+        description="the observation statistics the clone was fitted under, during RL: frozen keeps them "
+        "(the clone's inputs stay what it learned on); running folds in every batch as a fresh policy "
+        "does (RL's states then move the inputs of the cloned weights)",
+    )
 
 
 class LoraConfig(ConfigSection):
@@ -107,7 +113,7 @@ class ModelConfig(ConfigSection):
 
     bc: BCConfig | None = Field(
         None,
-        description="behaviour cloning on demonstrations before RL (demos, epochs, batch_size, lr, log_std)",
+        description="behaviour cloning on demonstrations before RL (demos, epochs, batch_size, lr, log_std, obs_norm)",
     )
 
     @model_validator(mode="after")

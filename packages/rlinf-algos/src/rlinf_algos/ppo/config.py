@@ -58,6 +58,13 @@ class PPOConfig(ConfigSection):
     normalize_obs: bool = Field(
         True, description="running mean/std observation normalisation (statistics travel with the weights)"
     )
+    obs_norm_steps: int | None = Field(
+        None,
+        ge=1,
+        description="fold RL's observations into the running statistics only until they hold this many "
+        "steps, then keep them (null: throughout the run); a policy is tuned to the statistics it trained "
+        "under, and each later change of them moves its actions",
+    )
     normalize_reward: bool = Field(True, description="scale rewards by the std of the discounted return")
 
     critic_estimators: ClassVar[bool] = True

@@ -14,7 +14,7 @@ from rlinf_algos import objectives
 from rlinf_algos import obs as obs_tree
 from rlinf_algos.channels import traj_key
 from rlinf_algos.embodied.recipe import LearnerContext, LearnerSide
-from rlinf_algos.models.mlp import GaussianActorCritic, module_device
+from rlinf_algos.models.mlp import GaussianActorCritic, RunningNorm, module_device
 from rlinf_algos.objectives.advantages import StepRewards
 from rlinf_algos.objectives.losses import LossSettings
 from rlinf_algos.optim import LeanAdam, clip_grads_, make_adam
@@ -259,11 +259,15 @@ class PPOLearnerSide(LearnerSide):
     values are exactly the collecting policy's; with a stale batch they are the fresher
     estimate, which is what GAE should bootstrap from. Rewards are scaled here too (one running
     return per env slot, in slot order), and the batch's observation moments are folded into the
-    policy's statistics after the update, for the next version.
+    policy's statistics after the update, for the next version, unless ``freeze_obs_stats`` (a
+    warm start's statistics that RL keeps: :func:`rlinf_algos.warm_starts.obs_stats_frozen`).
     """
 
-    def __init__(self, model: Any, cfg: PPOConfig, ctx: LearnerContext, num_slots: int) -> None:
+    def __init__(
+        self, model: Any, cfg: PPOConfig, ctx: LearnerContext, num_slots: int, freeze_obs_stats: bool = False
+    ) -> None:
         self.model, self.cfg, self.ctx = model, cfg, ctx
+        self.freeze_obs_stats = freeze_obs_stats
         self.learner = PPOLearner(model, cfg, seed=ctx.seed, dp=ctx.dp)
         self.scaler = RewardScaler(num_slots, cfg.gamma) if cfg.normalize_reward else None
 
@@ -323,17 +327,29 @@ class PPOLearnerSide(LearnerSide):
 
     def learn(self, items: list[dict[str, Any]], lr_frac: float = 1.0) -> dict[str, Any]:
         """Update on ``items`` (one trajectory per rollout rank), then fold in their observation
-        moments; returns the learner's metrics and ``policy_lag``."""
+        moments (unless frozen); returns the learner's metrics and ``policy_lag``."""
         rollout = self.assemble(items)
         if self.cfg.anneal_lr:
             self.learner.set_lr_fraction(lr_frac)
         metrics: dict[str, Any] = self.learner.update(rollout)
         for it in items:  # observation statistics of this batch, for the next version
             m = it["moments"]
-            if m is not None:
+            if m is not None and self._folds_obs_stats():
                 self.model.fold_obs_moments(m["mean"], m["var"], m["count"])
         metrics["policy_lag"] = float(self.learner.version - 1 - rollout.version)
         return metrics
+
+    def _folds_obs_stats(self) -> bool:
+        """Whether this batch's observation moments go into the statistics: not when a warm start's
+        are frozen, nor once they hold ``algorithm.obs_norm_steps`` steps (their count, part of
+        the weights, so a resumed run decides as the first did)."""
+        if self.freeze_obs_stats:
+            return False
+        limit = self.cfg.obs_norm_steps
+        if limit is None:
+            return True
+        norm = next((m for m in self.model.modules() if isinstance(m, RunningNorm)), None)
+        return norm is None or float(norm.count) < limit
 
     def train(self, gen: int | str, lr_frac: float = 1.0, **kwargs: Any) -> dict[str, Any]:
         t0 = time.perf_counter()

@@ -16,6 +16,7 @@ from rlinf_algos.models import build_policy
 from rlinf_algos.policy_specs import gaussian_policy_spec
 from rlinf_algos.ppo.learner import PPOLearnerSide
 from rlinf_algos.ppo.rollout import collect_ppo
+from rlinf_algos.warm_starts import obs_stats_frozen
 
 __all__ = ["PPORecipe"]
 
@@ -72,4 +73,4 @@ class PPORecipe(Recipe):
 
     def learner(self, spec: dict[str, Any], model_cfg: Any, ctx: LearnerContext) -> PPOLearnerSide:
         model = ctx.dp.wrap(build_policy(spec), methods=("evaluate", "value"))
-        return PPOLearnerSide(model, self.cfg, ctx, spec["num_slots"])
+        return PPOLearnerSide(model, self.cfg, ctx, spec["num_slots"], obs_stats_frozen(model_cfg or {}))
