@@ -15,8 +15,15 @@ restarted in place (the iteration they were in is aborted on every worker: their
 new weight broadcast, the rollout workers rebuild their policy from it and take the checkpoint's
 sampling RNG, the envs are reseeded as a ``--resume`` would, and the iterations after the
 checkpoint run again under the next generation (a batch collected before the restart is never
-trained on). The extra components of a recipe (GRPO's reward and reference) are not restarted:
-their death ends the run naming them.
+trained on). The extra components of a recipe (GRPO's reward and reference) are restarted in
+place too: a recipe's learning side reports a dead one (its plan's ``learn`` returns ``lost``,
+after ending the iteration's keys so the others return); the batch it was learning on is dropped
+and counted (``dropped_batches``, ``dropped_env_steps``; no metrics row) unless the actor had
+already trained on the whole of it (then the update is kept). A restarted component that freezes
+the policy (GRPO's reference) takes the frozen weights the driver keeps (read back from it once it
+froze them or loaded them from the checkpoint: a small policy), not the weight broadcast, which has
+moved on; the reward holds no state. A learning side still in flight on the dead process reports it
+too: it is dropped as well, and the rank, already replaced, is not restarted twice.
 
 Env and rollout workers exchange observations and actions over direct links
 (:mod:`rlinf_algos.runtime.workers.env`); the driver hands every env worker the rollout workers'
@@ -81,9 +88,10 @@ class EmbodiedPlacedRun(FlowRun):
             "env": "in_place",
             "rollout": "in_place",
             "actor": "learner",
-            **dict.fromkeys(self.recipe.extra_components, "never"),
+            **dict.fromkeys(self.recipe.extra_components, "in_place"),
         }
-        self.holds = {name: f"the {name} component's state" for name in self.recipe.extra_components}
+        self.frozen: dict[str, Any] = {}  # a policy component's frozen weights, for its restarts
+        self.collected_steps: dict[int, int] = {}  # iteration -> env steps it collected
         self.learner_group: dict[str, Any] = {}
         self.collected_at: dict[int, int] = {}  # iteration -> env steps once it was collected
         self.plan_k: IterationPlan | None = None  # the iteration in flight
@@ -208,6 +216,8 @@ class EmbodiedPlacedRun(FlowRun):
             init = {"init": self.init_weights} if name == "actor" and self.init_weights else {}
             groups[name].configure(spec, **init).wait(self.timeout)
         self.link_addrs = [tuple(a) for a in groups["rollout"].link_address().wait(self.timeout)]
+        if state is None:
+            self._keep_frozen()
         self.learner_group = groups["actor"].on(0).world().wait(self.timeout)[0]
         self.iterations = max(1, math.ceil(self.runner_cfg.total_steps / self.batch))
         self.staleness = self.recipe.staleness(self.rollout_cfg)
@@ -245,6 +255,7 @@ class EmbodiedPlacedRun(FlowRun):
         for name in self.recipe.stateful_components:
             if state.get(name) is not None:
                 groups[name].load(state[name]).wait(self.timeout)
+        self._keep_frozen()
         rngs = state.get("rollout_rng") or []
         if len(rngs) == self.N:
             for r, rng in enumerate(rngs):
@@ -272,9 +283,35 @@ class EmbodiedPlacedRun(FlowRun):
     def last_row(self) -> None:
         self.driver.row(self.driver.steps, self.last_metrics, force=True)
 
+    def _keep_frozen(self) -> None:
+        """Read back the frozen weights of each component that freezes the policy (rank 0's: they
+        are the same on every rank), for its restarts."""
+        for name in self.recipe.policy_components:
+            if name in self.recipe.stateful_components:
+                self.frozen[name] = self.groups[name].on(0).state().wait(self.timeout)[0]
+
+    def end_keys(self, keys: list[str]) -> None:
+        """An ``ABORT`` on each of ``keys`` (best effort): a recipe's learning side ends its batch
+        on its surviving components when one of them died."""
+        self._put_abort(keys, 5.0)
+
+    def _replace_lost(self, lost: dict[tuple[str, int], BaseException], k: int) -> None:
+        """Restart the extra components a learning side found dead, unless a rank was replaced
+        since (the learning side of an earlier iteration found the same process dead)."""
+        d, fresh = self.driver, {}
+        for (role, rank), err in lost.items():
+            known = d.pids.get(role, [])
+            now = known[rank] if rank < len(known) else None
+            if getattr(err, "pid", None) not in (None, now):
+                d.log(f"{role} rank {rank}: the process iteration {k} lost (pid {err.pid}) is replaced already")
+                continue
+            fresh[(role, rank)] = err
+        if fresh:
+            d.replace_dead(fresh, f"learning on iteration {k}")
+
     async def _finish_train(self) -> None:
         k, fut = self.inflight.popleft()
-        self.inflight_keys.pop(k, None)
+        keys = self.inflight_keys.pop(k, [])
         try:
             metrics = (await fut)[0]
         except Exception as err:
@@ -284,6 +321,19 @@ class EmbodiedPlacedRun(FlowRun):
                 self.driver.replace_dead({(getattr(err, "component", "?"), int(getattr(err, "rank", 0))): err},
                                          f"in iteration {k}")  # fmt: skip
             raise
+        lost = metrics.pop("lost", None)
+        steps = self.collected_steps.pop(k, 0)
+        if lost:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, self._replace_lost, lost, k)
+            if metrics.get("aborted"):
+                stop = threading.Event()
+                stop.set()
+                await loop.run_in_executor(None, self._drain, keys, stop)
+                self.collected_at.pop(k, None)
+                self.driver.drop(k, steps, "; ".join(failure_reason(e) for e in lost.values()))
+                return
+            self.driver.log(f"iteration {k}: the actor had the whole batch; its update is kept")
         if metrics.get("aborted"):
             raise RlinfError(f"the actor lost the batch of iteration {k}: {metrics.get('error', 'aborted')}")
         audit = metrics.pop("batch_audit", None)
@@ -343,8 +393,9 @@ class EmbodiedPlacedRun(FlowRun):
         if not aborted and learner_err is not None:  # collected, but the learner is gone
             raise LearnerDied(f"{failure_reason(learner_err)} (learning on iteration {k})")
         if not aborted:
-            d.steps += sum(r["steps"] for r in env_res) if plan.count_env_steps else self.batch
-            self.collected_at[k] = d.steps
+            collected = sum(r["steps"] for r in env_res) if plan.count_env_steps else self.batch
+            d.steps += collected
+            self.collected_at[k], self.collected_steps[k] = d.steps, collected
             rollout_s = max(results[("rollout", r)].get("rollout_s", 0.0) for r in range(self.N))
             if train_fut is not None:
                 self.inflight.append((k, train_fut))
@@ -438,6 +489,9 @@ class EmbodiedPlacedRun(FlowRun):
 
     # -- restarts ----------------------------------------------------------------------------------
     def after_restart(self, role: str, ranks: list[int], configure: bool) -> str | None:
+        if role in self.frozen:  # it froze the policy: the same weights again, not the broadcast
+            self.groups[role].on(ranks).reload(self.spec, self.frozen[role]).wait(self.timeout)
+            return "; it froze the kept weights again"
         if role != "rollout":
             return None
         group = self.groups["rollout"]
@@ -535,6 +589,7 @@ class EmbodiedPlacedRun(FlowRun):
         env = self.groups["env"]
         d.with_restarts("env", lambda: env.reseed(self.runner_cfg.seed + steps).wait(self.timeout))
         self.collected_at.clear()
+        self.collected_steps.clear()
         self.last_metrics = {}
         self.final_policy_record = None
 
@@ -559,7 +614,8 @@ class EmbodiedPlacedRun(FlowRun):
             "rollout_rng": rngs,
         }
         for name in self.recipe.stateful_components:
-            state[name] = self.groups[name].on(0).state().wait(self.timeout)[0]
+            group = self.groups[name]
+            state[name] = d.with_restarts(name, lambda group=group: group.on(0).state().wait(self.timeout))[0]
         return state
 
     def final_policy(self) -> None:

@@ -215,13 +215,16 @@ class LMReference:
         self.host, self.run = host, run
         self.model: Any = None
 
-    def freeze(self, spec: Any, state_dict: dict[str, Any]) -> None:
+    def freeze(self, spec: Any, state_dict: dict[str, Any] | None) -> None:
+        """Freeze ``state_dict`` (version 0 as the weight sync carries it), or with ``None`` (a
+        restarted reference) the model folder the actor loaded version 0 from (``model.path``:
+        the warm-started policy, or the run's base model)."""
         from rlinf_algos.devices import role_device
         from rlinf_algos.lm.learner import ReferenceModel
 
         self.model = ReferenceModel(
             self.run.model,
-            {k: v.clone() for k, v in state_dict.items()},
+            None if state_dict is None else {k: v.clone() for k, v in state_dict.items()},
             temperature=self.run.algorithm.temperature,
             device=role_device(str(self.run.runner.device)),  # the GPU its placement gives, if any
         )
