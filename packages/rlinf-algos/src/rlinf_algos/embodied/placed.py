@@ -303,7 +303,9 @@ class EmbodiedPlacedRun(FlowRun):
             known = d.pids.get(role, [])
             now = known[rank] if rank < len(known) else None
             if getattr(err, "pid", None) not in (None, now):
-                d.log(f"{role} rank {rank}: the process iteration {k} lost (pid {err.pid}) is replaced already")
+                d.log(
+                    f"{role} rank {rank}: the process iteration {k} lost (pid {err.pid}) is replaced already"
+                )
                 continue
             fresh[(role, rank)] = err
         if fresh:
