@@ -92,6 +92,9 @@ class EmbodiedPlacedRun(FlowRun):
         }
         self.frozen: dict[str, Any] = {}  # a policy component's frozen weights, for its restarts
         self.collected_steps: dict[int, int] = {}  # iteration -> env steps it collected
+        # updates dropped on the learning side: the learner's version is this far behind the
+        # iteration count, so iteration k waits for version k - staleness - this
+        self.updates_dropped = 0
         self.learner_group: dict[str, Any] = {}
         self.collected_at: dict[int, int] = {}  # iteration -> env steps once it was collected
         self.plan_k: IterationPlan | None = None  # the iteration in flight
@@ -256,6 +259,7 @@ class EmbodiedPlacedRun(FlowRun):
             if state.get(name) is not None:
                 groups[name].load(state[name]).wait(self.timeout)
         self._keep_frozen()
+        self.updates_dropped = int(state.get("updates_dropped", 0))
         rngs = state.get("rollout_rng") or []
         if len(rngs) == self.N:
             for r, rng in enumerate(rngs):
@@ -333,6 +337,7 @@ class EmbodiedPlacedRun(FlowRun):
                 stop.set()
                 await loop.run_in_executor(None, self._drain, keys, stop)
                 self.collected_at.pop(k, None)
+                self.updates_dropped += 1  # no update of k: later iterations wait one version less
                 self.driver.drop(k, steps, "; ".join(failure_reason(e) for e in lost.values()))
                 return
             self.driver.log(f"iteration {k}: the actor had the whole batch; its update is kept")
@@ -367,7 +372,7 @@ class EmbodiedPlacedRun(FlowRun):
         if report is not None:
             kw["report"] = report
         on_policy = self.recipe.on_policy and not self.rollout_only
-        min_version = max(0, k - self.staleness) if on_policy else 0
+        min_version = max(0, k - self.staleness - self.updates_dropped) if on_policy else 0
         env_calls = [
             getattr(env.on(r), plan.env_method)(gen, self.link_addrs, *plan.env_args) for r in range(self.M)
         ]
@@ -571,6 +576,7 @@ class EmbodiedPlacedRun(FlowRun):
             raise
         d.note_pids("actor")
         state = state or {}
+        self.updates_dropped = int(state.get("updates_dropped", 0))
         for name in self.recipe.stateful_components:
             if state.get(name) is not None:
                 self.groups[name].load(state[name]).wait(self.timeout)
@@ -614,6 +620,7 @@ class EmbodiedPlacedRun(FlowRun):
             "batch": self.batch,
             "actor": actor,
             "rollout_rng": rngs,
+            "updates_dropped": self.updates_dropped,
         }
         for name in self.recipe.stateful_components:
             group = self.groups[name]
