@@ -125,20 +125,27 @@ class LMRollout:
     def serve(self) -> dict[str, Any]:
         """Answer requests until a :data:`STOP`; returns the requests served, the tokens
         generated and the seconds spent generating (not waiting)."""
-        from rlinf_core.errors import ChannelTimeout
+        from rlinf_core.errors import ChannelTimeout, PeerLost
 
         host = self.host
         gen, timeout = host.channel("gen"), host.timeout
         served = 0
         busy = 0.0
+        idle_since = time.monotonic()
         while True:
             try:
-                req = gen.get("req", timeout=timeout)
+                req = gen.get("req", timeout=max(0.01, timeout - (time.monotonic() - idle_since)))
             except ChannelTimeout as err:
                 raise RlinfError(
                     f"rollout rank {host.rank}: no generation request for {timeout:g} s "
                     "(runner.worker_timeout); is the driver alive?"
                 ) from err
+            except PeerLost:  # a requester (an agent) died: the driver restarts it, not this rank
+                if time.monotonic() - idle_since > timeout:
+                    raise
+                time.sleep(0.2)  # until its successor connects (the channel forgets the dead one)
+                continue
+            idle_since = time.monotonic()
             if isinstance(req, str) and req == STOP:
                 break
             t0 = time.perf_counter()
