@@ -13,7 +13,8 @@ Two kinds of run, ``--runs`` of each (seeded by ``--seed``; run ``i`` uses seed 
 The kill lands at a random point: a trigger the run reports (``grpo_lm``: a rollout rank took a
 request of iteration ``k``, or a reward rank took its episodes; ``ppo``: iteration ``k`` starts,
 or rollout rank 0 is collecting it), with ``k`` drawn from the run's iterations, then a delay
-drawn from 0 to ``--max-delay`` seconds. Delays spread the kill over generation, scoring, the
+drawn from 0 to ``--max-delay`` seconds (default: 6 for ``grpo_lm``, whose iterations take 5 to
+30 s here, 1.5 for ``ppo``, whose iterations take 0.5 to 2 s). Delays spread the kill over generation, scoring, the
 reference's log-probs, the update, the weight publish and fetch (the sync) and the channel puts
 between them: which of these it hit is not known exactly, only the trigger and the delay.
 
@@ -85,6 +86,7 @@ KINDS: dict[str, dict[str, Any]] = {
         "victims": ("rollout", "reward", "reference", "actor"),
         "triggers": ("on_generating", "on_scoring"),
         "iterations": 4,
+        "max_delay": 6.0,  # an iteration takes 5-30 s on the 2-core machine
     },
     "ppo": {
         "config": ROOT / "examples" / "quickstart.yaml",
@@ -98,6 +100,7 @@ KINDS: dict[str, dict[str, Any]] = {
         "victims": ("env", "rollout", "actor"),
         "triggers": ("on_iteration", "on_collecting"),
         "iterations": 6,
+        "max_delay": 1.5,  # an iteration of 2048 env steps takes about 0.5-2 s
     },
 }
 
@@ -188,7 +191,7 @@ def one(kind: str, i: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any
         "victim": rng.choice(k_spec["victims"]),
         "trigger": rng.choice(k_spec["triggers"]),
         "k": rng.randint(1, k_spec["iterations"] - 1 if kind == "ppo" else k_spec["iterations"]),
-        "delay": round(rng.uniform(0.0, args.max_delay), 2),
+        "delay": round(rng.uniform(0.0, args.max_delay or k_spec["max_delay"]), 2),
         "run_dir": str(tmp / f"{kind}-{i}"),
         "set": list(args.lm_set if kind == "grpo_lm" else args.ppo_set),
     }
@@ -270,7 +273,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--kinds", default="grpo_lm,ppo")
     parser.add_argument("--lm-set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--ppo-set", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--max-delay", type=float, default=6.0, help="seconds after the trigger, at most")
+    parser.add_argument(
+        "--max-delay", type=float, default=None, help="seconds after the trigger, at most (default: per kind)"
+    )
     parser.add_argument(
         "--timeout", type=float, default=600.0, help="hard bound per run (s): past it, a hang"
     )
