@@ -329,20 +329,28 @@ class EmbodiedPlacedRun(FlowRun):
             raise
         lost = metrics.pop("lost", None)
         steps = self.collected_steps.pop(k, 0)
+        loop = asyncio.get_running_loop()
         if lost:
-            loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, self._replace_lost, lost, k)
-            if metrics.get("aborted"):
-                stop = threading.Event()
-                stop.set()
-                await loop.run_in_executor(None, self._drain, keys, stop)
-                self.collected_at.pop(k, None)
-                self.updates_dropped += 1  # no update of k: later iterations wait one version less
-                self.driver.drop(k, steps, "; ".join(failure_reason(e) for e in lost.values()))
-                return
-            self.driver.log(f"iteration {k}: the actor had the whole batch; its update is kept")
+            if not metrics.get("aborted"):
+                self.driver.log(f"iteration {k}: the actor had the whole batch; its update is kept")
         if metrics.get("aborted"):
-            raise RlinfError(f"the actor lost the batch of iteration {k}: {metrics.get('error', 'aborted')}")
+            # collected, but the learning side could not take all of it: one of its components
+            # died (restarted above), or a producer died after its put, its object-store payload
+            # with it (the dead worker is found and restarted by the iteration in flight): no
+            # update of k, so later iterations wait one version less
+            why = (
+                "; ".join(failure_reason(e) for e in lost.values())
+                if lost
+                else f"the actor lost the batch of iteration {k}: {metrics.get('error', 'aborted')}"
+            )
+            stop = threading.Event()
+            stop.set()
+            await loop.run_in_executor(None, self._drain, keys, stop)
+            self.collected_at.pop(k, None)
+            self.updates_dropped += 1
+            self.driver.drop(k, steps, why)
+            return
         audit = metrics.pop("batch_audit", None)
         if audit is not None:
             items = audit["items"]
