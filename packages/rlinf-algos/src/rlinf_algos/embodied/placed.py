@@ -41,7 +41,7 @@ import threading
 import time
 from typing import Any
 
-from rlinf_algos.channels import ABORT
+from rlinf_algos.channels import ABORT, is_abort
 from rlinf_algos.embodied.recipe import IterationPlan
 from rlinf_algos.flow import FlowRun
 from rlinf_algos.models import check_policy_spec
@@ -392,12 +392,14 @@ class EmbodiedPlacedRun(FlowRun):
             ("rollout", r): c for r, c in enumerate(roll_calls)
         }
         loop = asyncio.get_running_loop()
-        if report is not None:
-            await loop.run_in_executor(None, self._signal_collecting, k, report)
+        if report is not None:  # beside the wait on the calls: a worker that dies first is seen at once
+            signalled = loop.run_in_executor(None, self._signal_collecting, k, report)
+            signalled.add_done_callback(lambda f: f.exception())
         keys = list(plan.abort_keys)
+        ends = keys + ([report] if report is not None else [])  # an abort also ends the report's wait
         results, dead, fatal, learner_err = await d.gather(
             calls,
-            abort=lambda: self._put_abort(keys),
+            abort=lambda: self._put_abort(ends),
             learn=train_fut,
             drain=lambda stop: self._drain(keys, stop),
         )
@@ -465,11 +467,12 @@ class EmbodiedPlacedRun(FlowRun):
         (its first env message arrived), then call ``on_collecting``: a fault injected there lands
         mid-iteration whatever the machine's speed."""
         try:
-            self.traj_ch.get(key, timeout=self.timeout)
+            item = self.traj_ch.get(key, timeout=self.timeout)
         except Exception as err:  # the iteration failed before it started collecting
             self.driver.log(f"iteration {k}: no collecting report ({err})")
             return
-        self.driver.callback("on_collecting", k)
+        if not is_abort(item):  # the driver ended the iteration before it was collecting
+            self.driver.callback("on_collecting", k)
 
     # -- aborts ----------------------------------------------------------------------------------
     def _drain(self, keys: list[str], stop: threading.Event) -> None:
