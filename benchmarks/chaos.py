@@ -1,46 +1,54 @@
-"""Chaos: a quickstart-sized PPO run while env, rollout and learner processes are killed.
+"""Chaos over many short runs: each placed run has one worker process SIGKILLed at a random point.
 
-Two runs of ``examples/quickstart.yaml`` (PPO on InvertedPendulum-v5: one env worker with 2
-pipeline stages, one rollout worker, one actor), one after the other on one embedded Ray, the
-same seed and settings:
+Two kinds of run, ``--runs`` of each (seeded by ``--seed``; run ``i`` uses seed ``seed + i``):
 
-- ``undisturbed``: nothing is killed;
-- ``chaos``: a thread kills a worker process with SIGKILL at random times (``--kills`` kills,
-  at least 10, seeded by ``--seed``): the victim is the env worker, the rollout worker or the
-  learner (the actor worker) with equal odds, its PID as the worker reports it
-  (``pids`` of the run the callbacks get, renewed after every restart). Each kill waits until an iteration
-  has started since the previous one (the run recovered and runs again), then a delay drawn
-  uniformly from 0 to 2 undisturbed iterations, so kills land anywhere in an iteration:
-  collecting, updating, writing a checkpoint. Kills start once the first iteration ran and stop
-  when the budget is collected.
+- ``grpo_lm``: ``examples/grpo_arith.yaml`` at the tests' tiny size (a 1-layer model of width 16,
+  a 2-step warm start, 4 prompts x 2 samples per iteration) for 10 iterations under Ray, with the
+  KL term on so a reference process runs: the victim is drawn from the rollout, reward,
+  reference and actor processes;
+- ``ppo``: ``examples/quickstart.yaml`` (PPO on InvertedPendulum-v5, env, rollout and actor
+  processes) shortened to 6 iterations of 2048 env steps, checkpoints every 4096: the victim is
+  drawn from the env, rollout and actor processes.
 
-Reported: the restarts, the batches dropped, the env steps lost per kill (a dead env or rollout
-worker costs its iteration's partial batch; a dead learner goes back to the newest checkpoint),
-the extra wall time over the undisturbed run, the final returns, and a check over every update
-the learner made that it took one generation's data of one weight version, never newer than the
-learner itself (``batch_log`` of the run: a batch of the lineage a restart threw away, or
-one mixing two generations or versions, would fail it).
+The kill lands at a random point: a trigger the run reports (``grpo_lm``: a rollout rank took a
+request of iteration ``k``, or a reward rank took its episodes; ``ppo``: iteration ``k`` starts,
+or rollout rank 0 is collecting it), with ``k`` drawn from the run's iterations, then a delay
+drawn from 0 to ``--max-delay`` seconds (default: 1 for ``grpo_lm``, whose iterations take 0.1 s
+on an idle machine and seconds under load, 1.5 for ``ppo``, whose iterations take 0.5 to 2 s). A
+kill that lands after the victim's last call is counted as killed but not noticed. Delays spread the kill over generation, scoring, the
+reference's log-probs, the update, the weight publish and fetch (the sync) and the channel puts
+between them: which of these it hit is not known exactly, only the trigger and the delay.
 
-The learner restarts from the newest checkpoint, so ``runner.checkpoint_interval`` bounds the
-steps a learner kill loses; quickstart's 50,000 would let one kill cost half the run, so both
-runs use ``--checkpoint-interval`` (default 10,240: five iterations). ``runner.max_restarts`` is
-raised to cover the kills.
+Each run is a child process (``chaos.py --child``) attached to one embedded Ray the benchmark
+starts (``RAY_ADDRESS``; each run starts and ends its own worker processes on it) under a hard
+timeout (``--timeout``): a run still alive then is a **hang** (its process group is killed).
+Checked per run: it ended within the timeout; every metrics row once (``metrics.csv`` steps
+strictly increasing); it completed (its whole budget, no error), or it ended with an error whose
+first line names the killed worker (its role and its pid). A kill that came after the run ended
+(a delay past its last iteration) is recorded as ``not killed``.
+
+Overrides for each kind (repeatable): ``--lm-set KEY=VALUE`` (for example
+``--lm-set algorithm.max_staleness=1`` once language-model runs have bounded staleness) and
+``--ppo-set KEY=VALUE``. ``--kinds`` picks the kinds (``grpo_lm,ppo``).
 
 Usage::
 
-    uv run python benchmarks/chaos.py [--quick] [--seed S] [--kills N] [--json PATH]
+    uv run python benchmarks/chaos.py [--runs N] [--seed S] [--kinds grpo_lm,ppo]
+        [--lm-set K=V ...] [--ppo-set K=V ...] [--timeout S] [--json PATH]
 
-``--quick``: 40,960 env steps, checkpoints every 8,192. Figures are printed, never asserted.
+Figures are printed (one row per run, then a table per kind), never asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import json
 import os
 import random
 import signal
+import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -49,252 +57,299 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
-from _report import finish, fmt, machine
+from _report import finish, machine
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFIG = ROOT / "examples" / "quickstart.yaml"
-DISTS = ("rlinf-algos", "rlinf-scheduler", "ray", "torch", "gymnasium", "mujoco")
-VICTIMS = ("env", "rollout", "actor")
+DISTS = ("rlinf-algos", "rlinf-scheduler", "ray", "torch", "transformers", "mujoco")
+
+LM_TINY = (
+    "model.init.hidden_size=16",
+    "model.init.num_layers=1",
+    "model.init.num_heads=2",
+    "sft.steps=2",
+    "sft.batch_size=4",
+    "algorithm.prompts_per_iter=2",
+    "algorithm.group_size=2",
+    "task.eval_size=4",
+    "runner.eval_interval=0",
+)
+KINDS: dict[str, dict[str, Any]] = {
+    "grpo_lm": {
+        "config": ROOT / "examples" / "grpo_arith.yaml",
+        "overrides": (
+            *LM_TINY,
+            "algorithm.iterations=10",
+            "algorithm.prompts_per_iter=4",
+            "algorithm.kl_coef=0.05",
+            "runner.scheduler=ray",
+            "runner.checkpoint_interval=2",
+            "runner.loggers=[csv]",
+        ),
+        "victims": ("rollout", "reward", "reference", "actor"),
+        "triggers": ("on_generating", "on_scoring"),
+        "iterations": 10,
+        # an iteration takes 0.1 s on an idle 2-core machine and seconds under load: a kill
+        # later than that lands after the run's last call (see "noticed" in the table)
+        "max_delay": 1.0,
+    },
+    "ppo": {
+        "config": ROOT / "examples" / "quickstart.yaml",
+        "overrides": (
+            "runner.total_steps=12288",
+            "runner.log_interval=2048",
+            "runner.checkpoint_interval=4096",
+            "algorithm.update_epochs=4",
+            "runner.loggers=[csv]",
+        ),
+        "victims": ("env", "rollout", "actor"),
+        "triggers": ("on_iteration", "on_collecting"),
+        "iterations": 6,
+        "max_delay": 1.5,  # an iteration of 2048 env steps takes about 0.5-2 s
+    },
+}
 
 
-def _is_ray_worker(pid: int) -> bool:
-    """``pid`` is (still) a Ray worker process: never signal a recycled PID."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().startswith(b"ray::")
-    except OSError:
-        return False
-
-
+# -- one run, in a child process ------------------------------------------------------------------
 class Killer:
-    """Kills a random worker process of the run at random times (seeded)."""
+    """SIGKILL on ``victim``'s rank-0 process ``delay`` s after ``trigger`` reports iteration
+    ``k`` (once)."""
 
-    def __init__(self, seed: int, kills: int, iteration_s: float) -> None:
-        self.rng = random.Random(seed)
-        self.kills, self.iteration_s = kills, iteration_s
-        self.run: Any = None
-        self.turns = 0  # iterations started
-        self.turned = threading.Condition()
-        self.total = 0
-        self.started = threading.Event()
-        self.done = threading.Event()
-        self.log: list[dict[str, Any]] = []
-        self.skipped = 0
-        self.t0 = time.perf_counter()
+    def __init__(self, victim: str, trigger: str, k: int, delay: float) -> None:
+        self.victim, self.trigger, self.k, self.delay = victim, trigger, k, delay
+        self.fired = threading.Event()
+        self.record: dict[str, Any] = {"killed": False}
+        self.ended = threading.Event()
 
-    def on_iteration(self, run: Any, k: int) -> None:
-        self.run = run
-        with self.turned:
-            self.turns += 1
-            self.turned.notify_all()
-        if k >= 1 and not self.started.is_set():
-            self.t0 = time.perf_counter()
-            self.started.set()
+    def hook(self, run: Any, k: int, *_: Any) -> None:
+        if k != self.k or self.fired.is_set():
+            return
+        self.fired.set()
+        threading.Thread(target=self._kill, args=(run,), daemon=True).start()
 
-    def loop(self) -> None:
-        self.started.wait()
-        run = self.run
-        while len(self.log) < self.kills and not self.done.is_set():
-            delay = self.rng.uniform(0.0, 2.0) * self.iteration_s
-            victim = self.rng.choice(VICTIMS)
-            seen = self.turns
-            with self.turned:  # the run recovered from the last kill: an iteration started since
-                while self.turns == seen and not self.done.is_set():
-                    self.turned.wait(1.0)
-            if self.done.wait(delay):
-                return
-            if run.steps >= self.total:
-                return
-            pid = (run.pids.get(victim) or [0])[0]
-            if not pid or not _is_ray_worker(pid):
-                self.skipped += 1
-                continue
-            self.log.append(
-                {
-                    "t_s": round(time.perf_counter() - self.t0, 1),
-                    "victim": "learner" if victim == "actor" else victim,
-                    "pid": pid,
-                    "env_steps": run.steps,
-                    "iteration": run.iteration,
-                    "dropped_env_steps_before": run.dropped_env_steps,
-                    "learner_restarts_before": len(run.learner_restarts),
-                }
-            )
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                self.log.pop()
-                self.skipped += 1
+    def _kill(self, run: Any) -> None:
+        if self.ended.wait(self.delay):
+            return
+        pid = (run.pids.get(self.victim) or [0])[0]
+        if not pid:
+            self.record["why_not"] = f"no {self.victim} process"
+            return
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            self.record["why_not"] = f"pid {pid} was gone"
+            return
+        self.record.update({"killed": True, "pid": pid, "at_iteration": run.iteration})
 
 
-def train(args: argparse.Namespace, run_dir: Path, killer: Killer | None) -> dict[str, Any]:
+def child(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run one training run with one kill; the record the parent reads."""
     from rlinf_algos.training import run_training
     from rlinf_core.config import load_yaml
 
-    overrides = [
-        f"runner.total_steps={args.total_steps}",
-        f"runner.checkpoint_interval={args.checkpoint_interval}",
-        f"runner.max_restarts={max(10, 3 * args.kills)}",
-        f"runner.seed={args.seed}",
-        "runner.loggers=[csv]",
-    ]
-    seen: dict[str, Any] = {}
-
-    def on_iteration(run: Any, k: int) -> None:
-        seen["run"] = run
-        if killer is not None:
-            killer.on_iteration(run, k)
-
-    thread = None
-    if killer is not None:
-        killer.total = args.total_steps
-        thread = threading.Thread(target=killer.loop, daemon=True)
-        thread.start()
+    kind = KINDS[spec["kind"]]
+    killer = Killer(spec["victim"], spec["trigger"], spec["k"], spec["delay"])
+    run_dir = Path(spec["run_dir"])
+    overrides = [*kind["overrides"], f"runner.seed={spec['seed']}", *spec["set"]]
+    out: dict[str, Any] = {"overrides": overrides}
     t0 = time.perf_counter()
     try:
         summary = run_training(
-            load_yaml(CONFIG),
+            load_yaml(kind["config"]),
             run_dir=run_dir,
             overrides=overrides,
-            callbacks={"on_iteration": on_iteration},
-            config_path=CONFIG,
+            callbacks={spec["trigger"]: killer.hook},
+            config_path=kind["config"],
         )
+        out |= {"outcome": "completed", "exit": 0, "first_line": ""}
+        out["summary"] = {
+            k: summary.get(k)
+            for k in ("restarts", "dropped_batches", "learner_restarts", "iterations", "total_env_steps")
+        }
+        out["events"] = summary.get("events", [])
+    except BaseException as err:  # the record says what ended it
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        out |= {"outcome": "failed", "exit": int(getattr(err, "exit_code", 1)), "first_line": first}
+        out["error_type"] = type(err).__name__
     finally:
-        if killer is not None:
-            killer.done.set()
-            killer.started.set()
-            thread.join(timeout=30)
-    summary["driver_wall_s"] = time.perf_counter() - t0
-    summary["batch_log"] = list(seen["run"].batch_log)
-    summary["overrides"] = overrides
-    return summary
-
-
-def check_batches(batches: list[dict[str, Any]], staleness: int = 1) -> dict[str, int]:
-    """Count the updates that mixed generations or weight versions, or took data newer than the
-    learner or staler than ``staleness`` versions."""
-    out = {"updates_checked": len(batches), "mixed_generations": 0, "mixed_versions": 0}
-    out |= {"newer_than_learner": 0, "staler_than_allowed": 0}
-    for b in batches:
-        out["mixed_generations"] += len(b["gens"]) != 1
-        out["mixed_versions"] += len(b["versions"]) != 1
-        if b["versions"]:
-            out["newer_than_learner"] += max(b["versions"]) > b["learner_version"]
-            out["staler_than_allowed"] += min(b["versions"]) < b["learner_version"] - staleness
+        killer.ended.set()
+    out["wall_s"] = round(time.perf_counter() - t0, 1)
+    out["kill"] = killer.record
     return out
 
 
-def per_kill(killer: Killer, chaos: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per kill: what it cost. Env steps lost: the partial batches dropped until the next
-    kill, plus, for a learner kill, the steps between its checkpoint and its death."""
-    rows = []
-    learner = chaos["learner_restarts"]
-    ends = [k["dropped_env_steps_before"] for k in killer.log[1:]] + [chaos["dropped_env_steps"]]
-    for kill, end in zip(killer.log, ends, strict=True):
-        dropped = end - kill["dropped_env_steps_before"]
-        row = {
-            "t (s)": kill["t_s"],
-            "victim": kill["victim"],
-            "at env step": kill["env_steps"],
-            "partial batch dropped (env steps)": dropped,
-            "learner steps lost": None,
-            "restored from": None,
-        }
-        if kill["victim"] == "learner" and kill["learner_restarts_before"] < len(learner):
-            event = learner[kill["learner_restarts_before"]]
-            row["learner steps lost"] = event["steps_lost"]
-            row["restored from"] = Path(event["checkpoint"]).name if event["checkpoint"] else "start"
-        row["env steps lost"] = dropped + (row["learner steps lost"] or 0)
-        rows.append(row)
-    return rows
+# -- the parent ---------------------------------------------------------------------------------
+def metric_steps(run_dir: Path) -> list[int]:
+    try:
+        with (run_dir / "metrics.csv").open() as f:
+            return [int(float(r["step"])) for r in csv.DictReader(f)]
+    except OSError:
+        return []
+
+
+def one(kind: str, i: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    rng = random.Random(f"{args.seed}-{kind}-{i}")
+    k_spec = KINDS[kind]
+    spec = {
+        "kind": kind,
+        "seed": args.seed + i,
+        "victim": rng.choice(k_spec["victims"]),
+        "trigger": rng.choice(k_spec["triggers"]),
+        "k": rng.randint(1, k_spec["iterations"] - 2),
+        "delay": round(rng.uniform(0.0, args.max_delay or k_spec["max_delay"]), 2),
+        "run_dir": str(tmp / f"{kind}-{i}"),
+        "set": list(args.lm_set if kind == "grpo_lm" else args.ppo_set),
+    }
+    result_file = tmp / f"{kind}-{i}.json"
+    t0 = time.perf_counter()
+    with open(tmp / f"{kind}-{i}.log", "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, __file__, "--child", json.dumps(spec), "--child-out", str(result_file)],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp,
+            env={**os.environ, "RAY_ADDRESS": args.ray_address},
+        )  # fmt: skip
+        try:
+            proc.wait(timeout=args.timeout)
+            hung = False
+        except subprocess.TimeoutExpired:
+            hung = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    wall = time.perf_counter() - t0
+    row: dict[str, Any] = {k: spec[k] for k in ("kind", "seed", "victim", "trigger", "k", "delay")}
+    row["wall_s"] = round(wall, 1)
+    if hung or not result_file.is_file():
+        tail = (tmp / f"{kind}-{i}.log").read_text(errors="replace").strip().splitlines()[-3:]
+        row |= {"outcome": "hang" if hung else "crashed", "exit": None if hung else proc.returncode}
+        row["first_line"] = (
+            f"no record: the child {'ran past --timeout' if hung else 'died'}; log tail: {tail}"
+        )
+        row |= {"killed": None, "rows_once": None, "cause_named": False, "ok": False}
+        return row
+    rec = json.loads(result_file.read_text())
+    steps = metric_steps(Path(spec["run_dir"]))
+    kill = rec["kill"]
+    row |= {
+        "outcome": rec["outcome"],
+        "exit": rec["exit"],
+        "first_line": rec["first_line"][:300],
+        "killed": kill.get("killed"),
+        "pid": kill.get("pid"),
+        "rows": len(steps),
+        "rows_once": steps == sorted(set(steps)),
+    }
+    if rec["outcome"] == "completed":
+        s = rec["summary"]
+        row |= {"restarts": s["restarts"], "dropped_batches": s["dropped_batches"]}
+        row["learner_restarts"] = len(s["learner_restarts"] or [])
+        row["cause_named"] = None
+        named = [e for e in rec.get("events", []) if kill.get("pid") and f"pid {kill['pid']}" in e]
+        row["death_named_in_events"] = bool(named) if kill.get("killed") else None
+    else:
+        pid = kill.get("pid")
+        row["cause_named"] = (
+            bool(pid) and spec["victim"] in row["first_line"] and str(pid) in row["first_line"]
+        )
+    row["ok"] = bool(row["rows_once"]) and (row["outcome"] == "completed" or row["cause_named"])
+    return row
+
+
+def table(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    killed = [r for r in rows if r.get("killed")]
+    return {
+        "runs": len(rows),
+        "killed": len(killed),
+        "kills the run noticed (restart or error naming the pid)": sum(
+            bool(r.get("death_named_in_events")) or bool(r.get("cause_named")) for r in killed
+        ),
+        "hangs": sum(r["outcome"] == "hang" for r in rows),
+        "completed": sum(r["outcome"] == "completed" for r in rows),
+        "failed, cause named first": sum(r["outcome"] == "failed" and bool(r["cause_named"]) for r in rows),
+        "failed, cause not named": sum(r["outcome"] == "failed" and not r["cause_named"] for r in rows),
+        "metrics rows not once": sum(r["rows_once"] is False for r in rows),
+        "max wall s": max((r["wall_s"] for r in rows), default=None),
+        "victims (killed)": {
+            v: sum(r["victim"] == v for r in killed) for v in sorted({r["victim"] for r in rows})
+        },
+    }
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="40,960 env steps (a few minutes)")
-    parser.add_argument("--seed", type=int, default=0, help="seeds the kills and the runs")
-    parser.add_argument("--kills", type=int, default=12, help="kills in the chaos run (>= 10)")
-    parser.add_argument("--total-steps", type=int, default=None, help="default 100,000 (quickstart's)")
-    parser.add_argument("--checkpoint-interval", type=int, default=None, help="default 10,240")
-    parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    parser.add_argument("--runs", type=int, default=5, help="runs of each kind")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kinds", default="grpo_lm,ppo")
+    parser.add_argument("--lm-set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--ppo-set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--max-delay", type=float, default=None, help="seconds after the trigger, at most (default: per kind)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=600.0, help="hard bound per run (s): past it, a hang"
+    )
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-out", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.total_steps = args.total_steps or (40_960 if args.quick else 100_000)
-    args.checkpoint_interval = args.checkpoint_interval or (8_192 if args.quick else 10_240)
+    if args.child is not None:
+        record = child(json.loads(args.child))
+        tmp = args.child_out.with_suffix(".part")
+        tmp.write_text(json.dumps(record, default=str))
+        tmp.replace(args.child_out)
+        os._exit(0)  # the record is out: do not wait on a worker thread a kill left behind
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in KINDS]
+    if bad:
+        parser.error(f"--kinds: unknown {bad}; valid: {sorted(KINDS)}")
     t0 = time.perf_counter()
     report: dict[str, Any] = {
-        "title": "Chaos: quickstart PPO with env, rollout and learner processes killed at random times",
+        "title": "Chaos: short placed runs, one worker process SIGKILLed at a random point in each",
         "machine": machine(DISTS),
-        "seeds": [args.seed],
+        "seeds": [args.seed + i for i in range(args.runs)],
         "source": "benchmarks/chaos.py",
+        "command": " ".join(
+            ["uv run python benchmarks/chaos.py", *(argv if argv is not None else sys.argv[1:])]
+        ),
     }
+    import tempfile
+
     from rlinf_scheduler.runtime.cluster import Cluster
 
-    cluster = Cluster(1, ray_init={"num_cpus": 2})  # both runs attach to it (start not counted)
-    try:
-        with tempfile.TemporaryDirectory(prefix="rlinf-chaos-") as tmp:
-            print(f"undisturbed run: {args.total_steps} env steps ...", flush=True)
-            calm = train(args, Path(tmp) / "undisturbed", None)
-            iteration_s = calm["wall_s"] / max(1, calm["iterations"])
-            killer = Killer(args.seed, args.kills, iteration_s)
-            print(f"chaos run: {args.kills} kills (an iteration takes {iteration_s:.2f} s) ...", flush=True)
-            chaos = train(args, Path(tmp) / "chaos", killer)
-    finally:
-        cluster.shutdown()
-
-    kills = per_kill(killer, chaos)
-    check = check_batches(chaos["batch_log"])
-    victims = {v: sum(k["victim"] == v for k in kills) for v in ("env", "rollout", "learner")}
-    lost = [k["env steps lost"] for k in kills]
-    learner_lost = [k["learner steps lost"] for k in kills if k["learner steps lost"] is not None]
-    summary = {
-        "env steps": args.total_steps,
-        "checkpoint interval": args.checkpoint_interval,
-        "kills": len(kills),
-        "kills of env / rollout / learner": f"{victims['env']} / {victims['rollout']} / {victims['learner']}",
-        "kills skipped (no live worker to kill)": killer.skipped,
-        "restarts": chaos["restarts"],
-        "learner restarts": len(chaos["learner_restarts"]),
-        "dropped batches": chaos["dropped_batches"],
-        "dropped env steps (partial batches)": chaos["dropped_env_steps"],
-        "env steps lost per kill, mean": round(sum(lost) / len(lost)) if lost else None,
-        "env steps lost per kill, max": max(lost) if lost else None,
-        "learner steps lost, max (bound: checkpoint interval)": max(learner_lost) if learner_lost else None,
-        "wall s, undisturbed": round(calm["wall_s"], 1),
-        "wall s, chaos": round(chaos["wall_s"], 1),
-        "extra wall s": round(chaos["wall_s"] - calm["wall_s"], 1),
-        "extra wall, % of undisturbed": round(100 * (chaos["wall_s"] / calm["wall_s"] - 1), 1),
-        "final return, undisturbed": calm["final_return_mean"],
-        "final return, chaos": chaos["final_return_mean"],
-        "completed": chaos["total_env_steps"] >= args.total_steps and "error" not in chaos,
-        **{f"batch check: {k.replace('_', ' ')}": v for k, v in check.items()},
-    }
-    report["figures"] = {"summary": summary, "kills": kills}
-    report["command"] = " ".join(
-        ["uv run python benchmarks/chaos.py", *(argv if argv is not None else sys.argv[1:])]
-    )
-    report["notes"] = [
-        "Both runs: examples/quickstart.yaml with " + ", ".join(chaos["overrides"]) + "; one embedded "
-        "Ray for both (its start is not counted). Wall times are summary.json's wall_s (from the "
-        "first iteration to the end, worker restarts included).",
-        "Env steps lost per kill: the partial batches dropped until the next kill, plus for a learner "
-        "kill the steps between the checkpoint it restarted from and its death.",
-        "Batch check: over every update of the chaos run, the generations and weight versions of the "
-        "items the learner took (one rollout rank, so one trajectory per update): any mixed, newer "
-        "than the learner, or staler than rollout.max_staleness would be counted.",
+    rows: list[dict[str, Any]] = []
+    cluster = Cluster(1, ray_init={"num_cpus": 2})  # every run attaches to it (its start is not counted)
+    args.ray_address = cluster.address
+    with tempfile.TemporaryDirectory(prefix="rlinf-chaos-") as tmp:
+        for i in range(args.runs):
+            for kind in kinds:
+                row = one(kind, i, args, Path(tmp))
+                rows.append(row)
+                print(
+                    f"{kind:<8} seed {row['seed']:<3} {row['victim']:<9} {row['trigger']:<13} k={row['k']} "
+                    f"+{row['delay']:.1f}s  {row['outcome']:<9} exit {row['exit']!s:<4} {row['wall_s']:>6.1f}s "
+                    f"{'ok ' if row['ok'] else 'BAD'} {row['first_line'][:90]}",
+                    flush=True,
+                )
+    cluster.shutdown()
+    summary = {kind: table([r for r in rows if r["kind"] == kind]) for kind in kinds}
+    report["figures"] = [
+        {"kind": k, **{n: v for n, v in t.items() if n != "victims (killed)"}} for k, t in summary.items()
     ]
-
-    print(f"\nchaos benchmark: {args.total_steps} env steps of quickstart PPO, seed {args.seed}\n")
-    for k, v in summary.items():
-        print(f"  {k:<58} {v if not isinstance(v, float) else fmt(v, '.1f')}")
-    print(f"\n  {'t (s)':>7} {'victim':<8} {'at step':>8} {'dropped':>8} {'learner lost':>13}  restored from")
-    for k in kills:
-        print(
-            f"  {k['t (s)']:>7} {k['victim']:<8} {k['at env step']:>8} "
-            f"{k['partial batch dropped (env steps)']:>8} {fmt(k['learner steps lost'], 'd'):>13}  "
-            f"{k['restored from'] or '-'}"
-        )
+    report["runs"] = rows
+    report["victims_killed"] = {k: t["victims (killed)"] for k, t in summary.items()}
+    report["notes"] = [
+        "Each run a child process attached to the benchmark's one embedded Ray (its start is not counted); "
+        f"--timeout {args.timeout:g} s per run: past it a run counts as a hang.",
+        "ok: metrics rows each once, and completed or failed with the killed worker's role and pid in "
+        "the error's first line.",
+        "grpo_lm: " + " ".join(KINDS["grpo_lm"]["overrides"]) + (f" + {args.lm_set}" if args.lm_set else ""),
+        "ppo: examples/quickstart.yaml "
+        + " ".join(KINDS["ppo"]["overrides"])
+        + (f" + {args.ppo_set}" if args.ppo_set else ""),
+    ]
+    print()
+    for kind, t in summary.items():
+        print(f"{kind}: " + ", ".join(f"{n} {v}" for n, v in t.items()))
     start, end = report["machine"]["load_at_start"][0], os.getloadavg()[0]
-    report["conditions"] = f"load average {start:.1f} at the start, {end:.1f} at the end"
+    report["conditions"] = f"load average {start:.1f} at the start, {end:.1f} at the end (2 cores, shared)"
     return finish(report, t0, args.json)
 
 

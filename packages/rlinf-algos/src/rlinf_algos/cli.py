@@ -178,7 +178,12 @@ def train_cmd(
                 err=True,
             )
         else:
-            click.echo(f"{what} before training started (run directory {stop.run_dir})", err=True)
+            again = shlex.join(["rlinf", "train", str(config), *overrides, "--resume", str(stop.run_dir)])
+            click.echo(
+                f"{what} before training started (run directory {stop.run_dir}); `{again}` starts it again "
+                "there, keeping what its set-up did (a warm start continues from its checkpoint)",
+                err=True,
+            )
         sys.exit(143 if stop_signal.received else 130)
     except RlinfError:
         if bar is not None:

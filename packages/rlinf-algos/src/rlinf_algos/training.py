@@ -126,9 +126,17 @@ def run_training(
         run_dir = default_run_dir(prepared.config_path)
     run_dir = Path(run_dir)
     log = logging.getLogger("rlinf.train")
+    again = False  # a run stopped before training started: resumed by starting it again in place
     if resume and (algo_cls.latest_checkpoint(run_dir) or latest_checkpoint(run_dir)) is None:
-        raise RlinfError(f"nothing to resume in {run_dir}: no checkpoints/step_*.safetensors there")
-    if not resume and existing_run(run_dir):
+        if not run_dir.is_dir() or existing_run(run_dir):
+            raise RlinfError(f"nothing to resume in {run_dir}: no checkpoints/step_*.safetensors there")
+        # stopped in its set-up (no row, no checkpoint yet): what the set-up kept stays (a stopped
+        # warm start continues from its own checkpoint, lm.sft.warm_start_left)
+        log.warning(
+            "%s has no checkpoint yet (stopped before training started): starting it again there", run_dir
+        )
+        resume, again = False, True
+    if not resume and not again and existing_run(run_dir):
         if not overwrite:
             raise RlinfError(
                 f"{run_dir} holds a run ({', '.join(existing_run(run_dir))}); continue it with "

@@ -276,6 +276,51 @@ def test_sigterm_writes_everything_then_plot_eval_and_resume_work(
     assert json.loads((run_dir / "summary.json").read_text())["interrupted"] is False
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_warm_start_stopped_by_sigterm_continues_on_resume(tmp_path: Path, tiny_lm: Any) -> None:
+    """SIGTERM during the warm start (once its step-100 line is out): the warm start writes its
+    checkpoint and the run says how to continue; ``--resume`` (the run has no checkpoint of its
+    own yet) starts the run again in place and the warm start goes on from its checkpoint, not
+    from step 0, to its last step; the run then finishes."""
+    run_dir = tmp_path / "run"
+    config = EXAMPLES / "grpo_arith.yaml"
+    extra = [*tiny_lm(*TINY), "sft.steps=3000", "algorithm.iterations=1"]
+    exe = Path(sys.executable).parent / "rlinf"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.Popen(
+        [str(exe), "train", str(config), "--run-dir", str(run_dir), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    lines: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("sft step 100/3000"):
+            break
+    else:
+        pytest.fail("the warm start ended before step 100:\n" + "".join(lines))
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=60)
+    output = "".join(lines) + rest
+    assert proc.returncode == 143, output
+    hint = shlex.join(["rlinf", "train", str(config), *extra, "--resume", str(run_dir)])
+    assert f"before training started (run directory {run_dir}); `{hint}` starts it again" in output
+    (kept,) = (run_dir / "warm_start" / "checkpoints").iterdir()
+    stopped_at = int(kept.name.split("_")[1])
+    assert 100 <= stopped_at < 3000
+
+    resumed = _rlinf("train", str(config), *extra, "--resume", str(run_dir), cwd=tmp_path, timeout=600)
+    out = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, out
+    assert f"resuming from {run_dir / 'warm_start'} (step {stopped_at} of 3000)" in out, out
+    warm = json.loads((run_dir / "warm_start" / "summary.json").read_text())
+    assert warm["steps"] == 3000 and warm["interrupted"] is False
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["iterations"] == 1 and summary["interrupted"] is False
+    assert [int(r["step"]) for r in _rows(run_dir)] == [1]
+
+
 def test_a_deferred_stop_ignores_a_handler_ray_left_behind() -> None:
     """ray.init installs a SIGTERM handler that exits at once and leaves it after ray.shutdown; a
     run in the same process (a notebook, a test session) must still stop cleanly on SIGTERM."""

@@ -723,6 +723,68 @@ def test_tools_episodes_on_placed_agents_and_a_tool_component(
     assert 1.0 <= rows["placed"]["turns"] <= 2.0
 
 
+@pytest.mark.network
+@pytest.mark.slow
+def test_a_tools_run_survives_killed_tool_reward_reference_and_agent_processes(
+    world_dir: Path, model_dir: Path, tmp_path: Path
+) -> None:
+    """SIGKILL, one per iteration, on the tool, reward, reference and agent process of a placed
+    tools run (issue 53 item 4): each death is named (role, rank, pid), the process restarted in
+    place, its batch dropped and played again, and the run ends with every row once, its policy
+    and summary written, well within ``runner.worker_timeout`` (no wait on a dead agent)."""
+    import os
+    import signal
+    import time
+
+    from rlinf_algos.training import run_training
+    from rlinf_scheduler.runtime.cluster import Cluster
+
+    placement = {c: {"node_group": "node", "placement": "0"} for c in ("actor", "rollout", "reward", "tool")}
+    placement |= {"reference": {"node_group": "node", "placement": "0"},
+                  "agent": {"node_group": "node", "placement": "0:0-1"}}  # fmt: skip
+    config = {
+        "cluster": {"num_nodes": 1, "component_placement": placement},
+        "algorithm": {
+            "name": "grpo_lm", "group_size": 2, "prompts_per_iter": 2, "iterations": 4,
+            "max_new_tokens": 12, "max_turns": 2, "max_response_tokens": 64,
+            "minibatch_size": 4, "kl_coef": 0.05,
+        },
+        "model": {"path": str(model_dir)},
+        "data": {"train_files": [str(world_dir / "train.jsonl")], "val_files": [str(world_dir / "val.jsonl")],
+                 "max_samples": 2},
+        "reward": {"name": "exact_match", "kwargs": {"normalize": True, "pattern": ANSWER_PATTERN}},
+        "tools": [_search_entry(world_dir)],
+        "runner": {"scheduler": "ray", "loggers": ["csv"], "checkpoint_interval": 0, "worker_timeout": 600,
+                   "eval_interval": 0},
+    }  # fmt: skip
+    victims = {1: "tool", 2: "reward", 3: "reference", 4: "agent"}
+    killed: list[tuple[str, int]] = []
+
+    def on_generating(comps: Any, it: int, report: dict[str, Any]) -> None:
+        if it in victims and len(killed) < it:
+            role = victims[it]
+            killed.append((role, comps.pids[role][0]))
+            os.kill(killed[-1][1], signal.SIGKILL)
+
+    cluster = Cluster(1, ray_init={"num_cpus": 2})
+    t0 = time.monotonic()
+    try:
+        summary = run_training(config, run_dir=tmp_path, callbacks={"on_generating": on_generating})
+    finally:
+        cluster.shutdown()
+    assert time.monotonic() - t0 < 400  # far below worker_timeout + the run: nothing waited on the dead
+    assert [r for r, _ in killed] == ["tool", "reward", "reference", "agent"]
+    events = "\n".join(summary["events"])
+    for role, pid in killed:
+        assert f"{role} rank 0, pid {pid} failed" in events, events
+        assert f"restarted {role} rank(s) [0]" in events, events
+    assert summary["restarts"] == 4 and summary["iterations"] == 4 and summary["learner_restarts"] == []
+    assert summary["dropped_batches"] >= 3, events  # the tool's may die between calls
+    steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]  # each row once
+    assert (tmp_path / "policy" / "config.json").is_file() and (tmp_path / "summary.json").is_file()
+
+
 def test_episodes_with_placed_tools_are_the_in_process_ones(
     world_dir: Path, model_dir: Path, tool_server: Any
 ) -> None:

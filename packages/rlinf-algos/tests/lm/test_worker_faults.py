@@ -1,7 +1,7 @@
 """Killed workers of the distributed language-model runner on a real embedded Ray: a killed
 rollout worker and a killed reward worker are restarted and their partial batches dropped (the
-counters in summary.json, each iteration's metrics row once); a killed reference worker ends the
-run at once with an error naming it (not after ``runner.worker_timeout``, not blaming the actor).
+counters in summary.json, each iteration's metrics row once); so is a killed reference worker,
+which freezes the same weights again from the model folder.
 
 Faults are injected where the runner reports (``on_generating``: a rollout rank took a request
 of iteration k, with its pid), never after a sleep: at that point the reward and reference ranks
@@ -12,14 +12,12 @@ from __future__ import annotations
 import csv
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rlinf_algos.training import run_training
-from rlinf_core.errors import RlinfError
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 
@@ -70,24 +68,30 @@ def test_killed_rollout_and_reward_workers_are_restarted_and_their_batches_dropp
         assert [int(r["step"]) for r in csv.DictReader(f)] == [1, 2, 3, 4]  # each row once
 
 
-def test_killed_reference_worker_is_named_at_once(ray_cluster: Any, tmp_path: Path, tiny_lm: Any) -> None:
-    timeout = 600.0
+def test_killed_reference_worker_is_restarted_with_the_frozen_weights(
+    ray_cluster: Any, tmp_path: Path, tiny_lm: Any
+) -> None:
+    """SIGKILL on the reference in iteration 1: it is named (role, rank, pid), restarted in place
+    from the model folder the actor loaded version 0 from, the partial batch is dropped, and the
+    run finishes with every row once. Iteration 1 trains the version-0 policy against the
+    restarted reference: their KL is 0 only if it froze the same weights again."""
     killed: list[int] = []
 
     def on_generating(comps: Any, it: int, report: dict[str, Any]) -> None:
-        if it == 2 and not killed:
+        if it == 1 and not killed:
             killed.append(comps.pids["reference"][0])
             os.kill(killed[0], signal.SIGKILL)
 
-    t0 = time.monotonic()
-    with pytest.raises(RlinfError) as err:
-        run_training(
-            config(tiny_lm, "algorithm.iterations=3", f"runner.worker_timeout={timeout}"),
-            run_dir=tmp_path,
-            callbacks={"on_generating": on_generating},
-        )
-    elapsed = time.monotonic() - t0
-    message = str(err.value)
-    assert killed and message.startswith(f"reference rank 0, pid {killed[0]} failed in log_probs()"), message
-    assert "its process died" in message and "not restarted" in message and "start it again" in message
-    assert elapsed < timeout  # named when it died, not after runner.worker_timeout
+    summary = run_training(
+        config(tiny_lm, "algorithm.iterations=3", "runner.worker_timeout=300"),
+        run_dir=tmp_path,
+        callbacks={"on_generating": on_generating},
+    )
+    events = "\n".join(summary["events"])
+    assert killed and f"reference rank 0, pid {killed[0]} failed in log_probs()" in events, events
+    assert "its process died" in events and "restarted reference rank(s) [0]" in events, events
+    assert summary["restarts"] == 1 and summary["dropped_batches"] == 1 and summary["iterations"] == 3
+    with (tmp_path / "metrics.csv").open() as f:
+        table = list(csv.DictReader(f))
+    assert [int(r["step"]) for r in table] == [1, 2, 3]  # each row once
+    assert abs(float(table[0]["kl"])) < 1e-6, table[0]

@@ -255,6 +255,43 @@ def test_grpo_survives_a_killed_rollout_worker(ray_cluster: Any, tmp_path: Path)
     assert [int(r["step"]) for r in rows(tmp_path)] == [3200, 6400, 9600]
 
 
+def test_grpo_survives_killed_reward_and_reference_workers(ray_cluster: Any, tmp_path: Path) -> None:
+    """SIGKILL on the reward worker in iteration 1 and on the reference in iteration 3: each is
+    named, restarted in place (the reference freezes the same weights again), the batch its
+    learning side lost is dropped and counted, and the run reaches its budget with every row
+    once. The reference of the last checkpoint is the one of the first: the frozen policy."""
+    import os
+    import signal
+
+    config = grpo_config("0", "0", total_steps=600, checkpoint_interval=50)
+    victims = {1: "reward", 3: "reference"}
+    killed: list[tuple[int, str, int]] = []
+
+    def on_collecting(run: Any, k: int) -> None:
+        if k in victims and all(k != done for done, _, _ in killed):
+            pid = run.pids[victims[k]][0]
+            killed.append((k, victims[k], pid))
+            os.kill(pid, signal.SIGKILL)
+
+    summary = run_training(config, run_dir=tmp_path, callbacks={"on_collecting": on_collecting})
+    assert [(k, c) for k, c, _ in killed] == [(1, "reward"), (3, "reference")]
+    events = "\n".join(summary["events"])
+    for _, component, pid in killed:
+        assert f"{component} rank 0, pid {pid} failed" in events and "its process died" in events, events
+        assert f"restarted {component} rank(s) [0]" in events, events
+    assert summary["restarts"] == 2 and summary["dropped_batches"] >= 2 and summary["learner_restarts"] == []
+    assert summary["total_env_steps"] >= 600
+    steps = [int(r["step"]) for r in rows(tmp_path)]
+    assert steps == sorted(set(steps)), steps  # each row once
+    ckpts = sorted_checkpoints(tmp_path)
+    first, last = load_state(ckpts[0])["reference"], load_state(ckpts[-1])["reference"]
+    assert len(ckpts) >= 2 and all(torch.equal(first[k], last[k]) for k in first)
+
+
+def sorted_checkpoints(run_dir: Path) -> list[Path]:
+    return sorted((run_dir / "checkpoints").glob("step_*"), key=lambda p: int(p.stem.split("_")[1]))
+
+
 def test_grpo_config_needs_one_env_per_episode(tmp_path: Path) -> None:
     from rlinf_core.errors import ConfigError
 

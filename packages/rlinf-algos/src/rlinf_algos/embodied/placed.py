@@ -15,8 +15,15 @@ restarted in place (the iteration they were in is aborted on every worker: their
 new weight broadcast, the rollout workers rebuild their policy from it and take the checkpoint's
 sampling RNG, the envs are reseeded as a ``--resume`` would, and the iterations after the
 checkpoint run again under the next generation (a batch collected before the restart is never
-trained on). The extra components of a recipe (GRPO's reward and reference) are not restarted:
-their death ends the run naming them.
+trained on). The extra components of a recipe (GRPO's reward and reference) are restarted in
+place too: a recipe's learning side reports a dead one (its plan's ``learn`` returns ``lost``,
+after ending the iteration's keys so the others return); the batch it was learning on is dropped
+and counted (``dropped_batches``, ``dropped_env_steps``; no metrics row) unless the actor had
+already trained on the whole of it (then the update is kept). A restarted component that freezes
+the policy (GRPO's reference) takes the frozen weights the driver keeps (read back from it once it
+froze them or loaded them from the checkpoint: a small policy), not the weight broadcast, which has
+moved on; the reward holds no state. A learning side still in flight on the dead process reports it
+too: it is dropped as well, and the rank, already replaced, is not restarted twice.
 
 Env and rollout workers exchange observations and actions over direct links
 (:mod:`rlinf_algos.runtime.workers.env`); the driver hands every env worker the rollout workers'
@@ -34,7 +41,7 @@ import threading
 import time
 from typing import Any
 
-from rlinf_algos.channels import ABORT
+from rlinf_algos.channels import ABORT, is_abort
 from rlinf_algos.embodied.recipe import IterationPlan
 from rlinf_algos.flow import FlowRun
 from rlinf_algos.models import check_policy_spec
@@ -81,9 +88,13 @@ class EmbodiedPlacedRun(FlowRun):
             "env": "in_place",
             "rollout": "in_place",
             "actor": "learner",
-            **dict.fromkeys(self.recipe.extra_components, "never"),
+            **dict.fromkeys(self.recipe.extra_components, "in_place"),
         }
-        self.holds = {name: f"the {name} component's state" for name in self.recipe.extra_components}
+        self.frozen: dict[str, Any] = {}  # a policy component's frozen weights, for its restarts
+        self.collected_steps: dict[int, int] = {}  # iteration -> env steps it collected
+        # updates dropped on the learning side: the learner's version is this far behind the
+        # iteration count, so iteration k waits for version k - staleness - this
+        self.updates_dropped = 0
         self.learner_group: dict[str, Any] = {}
         self.collected_at: dict[int, int] = {}  # iteration -> env steps once it was collected
         self.plan_k: IterationPlan | None = None  # the iteration in flight
@@ -208,6 +219,8 @@ class EmbodiedPlacedRun(FlowRun):
             init = {"init": self.init_weights} if name == "actor" and self.init_weights else {}
             groups[name].configure(spec, **init).wait(self.timeout)
         self.link_addrs = [tuple(a) for a in groups["rollout"].link_address().wait(self.timeout)]
+        if state is None:
+            self._keep_frozen()
         self.learner_group = groups["actor"].on(0).world().wait(self.timeout)[0]
         self.iterations = max(1, math.ceil(self.runner_cfg.total_steps / self.batch))
         self.staleness = self.recipe.staleness(self.rollout_cfg)
@@ -245,6 +258,8 @@ class EmbodiedPlacedRun(FlowRun):
         for name in self.recipe.stateful_components:
             if state.get(name) is not None:
                 groups[name].load(state[name]).wait(self.timeout)
+        self._keep_frozen()
+        self.updates_dropped = int(state.get("updates_dropped", 0))
         rngs = state.get("rollout_rng") or []
         if len(rngs) == self.N:
             for r, rng in enumerate(rngs):
@@ -272,9 +287,37 @@ class EmbodiedPlacedRun(FlowRun):
     def last_row(self) -> None:
         self.driver.row(self.driver.steps, self.last_metrics, force=True)
 
+    def _keep_frozen(self) -> None:
+        """Read back the frozen weights of each component that freezes the policy (rank 0's: they
+        are the same on every rank), for its restarts."""
+        for name in self.recipe.policy_components:
+            if name in self.recipe.stateful_components:
+                self.frozen[name] = self.groups[name].on(0).state().wait(self.timeout)[0]
+
+    def end_keys(self, keys: list[str]) -> None:
+        """An ``ABORT`` on each of ``keys`` (best effort): a recipe's learning side ends its batch
+        on its surviving components when one of them died."""
+        self._put_abort(keys, 5.0)
+
+    def _replace_lost(self, lost: dict[tuple[str, int], BaseException], k: int) -> None:
+        """Restart the extra components a learning side found dead, unless a rank was replaced
+        since (the learning side of an earlier iteration found the same process dead)."""
+        d, fresh = self.driver, {}
+        for (role, rank), err in lost.items():
+            known = d.pids.get(role, [])
+            now = known[rank] if rank < len(known) else None
+            if getattr(err, "pid", None) not in (None, now):
+                d.log(
+                    f"{role} rank {rank}: the process iteration {k} lost (pid {err.pid}) is replaced already"
+                )
+                continue
+            fresh[(role, rank)] = err
+        if fresh:
+            d.replace_dead(fresh, f"learning on iteration {k}")
+
     async def _finish_train(self) -> None:
         k, fut = self.inflight.popleft()
-        self.inflight_keys.pop(k, None)
+        keys = self.inflight_keys.pop(k, [])
         try:
             metrics = (await fut)[0]
         except Exception as err:
@@ -284,8 +327,30 @@ class EmbodiedPlacedRun(FlowRun):
                 self.driver.replace_dead({(getattr(err, "component", "?"), int(getattr(err, "rank", 0))): err},
                                          f"in iteration {k}")  # fmt: skip
             raise
+        lost = metrics.pop("lost", None)
+        steps = self.collected_steps.pop(k, 0)
+        loop = asyncio.get_running_loop()
+        if lost:
+            await loop.run_in_executor(None, self._replace_lost, lost, k)
+            if not metrics.get("aborted"):
+                self.driver.log(f"iteration {k}: the actor had the whole batch; its update is kept")
         if metrics.get("aborted"):
-            raise RlinfError(f"the actor lost the batch of iteration {k}: {metrics.get('error', 'aborted')}")
+            # collected, but the learning side could not take all of it: one of its components
+            # died (restarted above), or a producer died after its put, its object-store payload
+            # with it (the dead worker is found and restarted by the iteration in flight): no
+            # update of k, so later iterations wait one version less
+            why = (
+                "; ".join(failure_reason(e) for e in lost.values())
+                if lost
+                else f"the actor lost the batch of iteration {k}: {metrics.get('error', 'aborted')}"
+            )
+            stop = threading.Event()
+            stop.set()
+            await loop.run_in_executor(None, self._drain, keys, stop)
+            self.collected_at.pop(k, None)
+            self.updates_dropped += 1
+            self.driver.drop(k, steps, why)
+            return
         audit = metrics.pop("batch_audit", None)
         if audit is not None:
             items = audit["items"]
@@ -315,7 +380,7 @@ class EmbodiedPlacedRun(FlowRun):
         if report is not None:
             kw["report"] = report
         on_policy = self.recipe.on_policy and not self.rollout_only
-        min_version = max(0, k - self.staleness) if on_policy else 0
+        min_version = max(0, k - self.staleness - self.updates_dropped) if on_policy else 0
         env_calls = [
             getattr(env.on(r), plan.env_method)(gen, self.link_addrs, *plan.env_args) for r in range(self.M)
         ]
@@ -327,12 +392,14 @@ class EmbodiedPlacedRun(FlowRun):
             ("rollout", r): c for r, c in enumerate(roll_calls)
         }
         loop = asyncio.get_running_loop()
-        if report is not None:
-            await loop.run_in_executor(None, self._signal_collecting, k, report)
+        if report is not None:  # beside the wait on the calls: a worker that dies first is seen at once
+            signalled = loop.run_in_executor(None, self._signal_collecting, k, report)
+            signalled.add_done_callback(lambda f: f.exception())
         keys = list(plan.abort_keys)
+        ends = keys + ([report] if report is not None else [])  # an abort also ends the report's wait
         results, dead, fatal, learner_err = await d.gather(
             calls,
-            abort=lambda: self._put_abort(keys),
+            abort=lambda: self._put_abort(ends),
             learn=train_fut,
             drain=lambda stop: self._drain(keys, stop),
         )
@@ -343,8 +410,9 @@ class EmbodiedPlacedRun(FlowRun):
         if not aborted and learner_err is not None:  # collected, but the learner is gone
             raise LearnerDied(f"{failure_reason(learner_err)} (learning on iteration {k})")
         if not aborted:
-            d.steps += sum(r["steps"] for r in env_res) if plan.count_env_steps else self.batch
-            self.collected_at[k] = d.steps
+            collected = sum(r["steps"] for r in env_res) if plan.count_env_steps else self.batch
+            d.steps += collected
+            self.collected_at[k], self.collected_steps[k] = d.steps, collected
             rollout_s = max(results[("rollout", r)].get("rollout_s", 0.0) for r in range(self.N))
             if train_fut is not None:
                 self.inflight.append((k, train_fut))
@@ -399,11 +467,12 @@ class EmbodiedPlacedRun(FlowRun):
         (its first env message arrived), then call ``on_collecting``: a fault injected there lands
         mid-iteration whatever the machine's speed."""
         try:
-            self.traj_ch.get(key, timeout=self.timeout)
+            item = self.traj_ch.get(key, timeout=self.timeout)
         except Exception as err:  # the iteration failed before it started collecting
             self.driver.log(f"iteration {k}: no collecting report ({err})")
             return
-        self.driver.callback("on_collecting", k)
+        if not is_abort(item):  # the driver ended the iteration before it was collecting
+            self.driver.callback("on_collecting", k)
 
     # -- aborts ----------------------------------------------------------------------------------
     def _drain(self, keys: list[str], stop: threading.Event) -> None:
@@ -438,6 +507,9 @@ class EmbodiedPlacedRun(FlowRun):
 
     # -- restarts ----------------------------------------------------------------------------------
     def after_restart(self, role: str, ranks: list[int], configure: bool) -> str | None:
+        if role in self.frozen:  # it froze the policy: the same weights again, not the broadcast
+            self.groups[role].on(ranks).reload(self.spec, self.frozen[role]).wait(self.timeout)
+            return "; it froze the kept weights again"
         if role != "rollout":
             return None
         group = self.groups["rollout"]
@@ -515,6 +587,7 @@ class EmbodiedPlacedRun(FlowRun):
             raise
         d.note_pids("actor")
         state = state or {}
+        self.updates_dropped = int(state.get("updates_dropped", 0))
         for name in self.recipe.stateful_components:
             if state.get(name) is not None:
                 self.groups[name].load(state[name]).wait(self.timeout)
@@ -535,6 +608,7 @@ class EmbodiedPlacedRun(FlowRun):
         env = self.groups["env"]
         d.with_restarts("env", lambda: env.reseed(self.runner_cfg.seed + steps).wait(self.timeout))
         self.collected_at.clear()
+        self.collected_steps.clear()
         self.last_metrics = {}
         self.final_policy_record = None
 
@@ -557,9 +631,11 @@ class EmbodiedPlacedRun(FlowRun):
             "batch": self.batch,
             "actor": actor,
             "rollout_rng": rngs,
+            "updates_dropped": self.updates_dropped,
         }
         for name in self.recipe.stateful_components:
-            state[name] = self.groups[name].on(0).state().wait(self.timeout)[0]
+            group = self.groups[name]
+            state[name] = d.with_restarts(name, lambda group=group: group.on(0).state().wait(self.timeout))[0]
         return state
 
     def final_policy(self) -> None:

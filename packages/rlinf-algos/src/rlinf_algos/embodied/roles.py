@@ -146,7 +146,7 @@ class AuditedChannel:
 class EmbodiedLearner:
     """The actor body of an embodied flow: the recipe's learner side, fed from the trajectory
     channel (audited: every update reports the generations and weight versions it consumed,
-    which ``benchmarks/chaos.py`` and the restart tests check)."""
+    which ``benchmarks/chaos_quickstart.py`` and the restart tests check)."""
 
     def __init__(self, host: Any, recipe: Recipe) -> None:
         import rlinf_algos.models.mlp  # noqa: F401 - the heavy imports, while the envs start
@@ -191,7 +191,7 @@ class EmbodiedLearner:
         except ChannelError as err:
             metrics = {"aborted": True, "error": str(err)}
         # what the update consumed: the driver checks that no batch mixes weight versions or
-        # generations (read by benchmarks/chaos.py; not a metrics column)
+        # generations (read by benchmarks/chaos_quickstart.py; not a metrics column)
         metrics["batch_audit"] = {"learner_version": version, "items": self.audit.take()}
         return metrics
 

@@ -15,6 +15,7 @@ learner holds the reference.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, ClassVar
 
 from rlinf_algos.channels import grpo_keys
@@ -24,6 +25,7 @@ from rlinf_algos.grpo.learner import GRPOLearnerSide
 from rlinf_algos.grpo.rollout import collect_grpo
 from rlinf_algos.models import build_policy
 from rlinf_algos.policy_specs import gaussian_policy_spec
+from rlinf_algos.runtime.recovery import worker_died
 from rlinf_algos.warm_starts import obs_stats_frozen
 from rlinf_core.errors import ConfigError
 
@@ -127,11 +129,28 @@ class GRPORecipe(Recipe):
         async def learn() -> list[dict[str, Any]]:
             """The reward worker scores the episodes, the reference worker (``kl_coef > 0``) adds
             its log-probabilities, the actor updates on both (concurrently; they hand the data on
-            over the channel). Returns ``[actor metrics]`` (aborted if any of them was)."""
+            over the channel). Returns ``[actor metrics]`` (aborted if any of them was). When the
+            reward's or the reference's process dies, the batch's keys are ended (the others
+            return) and the metrics carry ``lost`` (``{(role, rank): error}``: the placed run
+            restarts them); the actor's death, or any other error, is raised."""
+            roles = ["reward", "actor"]
             calls = [groups["reward"].on(0).score(batch), groups["actor"].train(batch)]
             if self.uses_reference:
+                roles.append("reference")
                 calls.append(groups["reference"].on(0).log_probs(batch))
-            reward, metrics, *ref = [(await await_call(c))[0] for c in calls]
+            futs = [asyncio.ensure_future(await_call(c)) for c in calls]
+            _, pending = await asyncio.wait(futs, return_when=asyncio.FIRST_EXCEPTION)
+            if pending:  # one failed: end the batch on the others, which then return
+                await asyncio.get_running_loop().run_in_executor(None, run.end_keys, keys)
+                await asyncio.wait(pending)
+            errors = {role: f.exception() for role, f in zip(roles, futs, strict=True) if f.exception()}
+            if "actor" in errors or any(not worker_died(e) for e in errors.values()):
+                raise errors.get("actor") or next(e for e in errors.values() if not worker_died(e))
+            if errors:
+                res = futs[1].result()[0]
+                lost = {(role, int(getattr(e, "rank", 0))): e for role, e in errors.items()}
+                return [{**res, "lost": lost} if not res.get("aborted") else {"aborted": True, "lost": lost}]
+            reward, metrics, *ref = [f.result()[0] for f in futs]
             if any(x.get("aborted") for x in (reward, metrics, *ref)):
                 why = next((x["error"] for x in (reward, metrics, *ref) if x.get("error")), "aborted")
                 return [{"aborted": True, "error": why}]
@@ -139,12 +158,13 @@ class GRPORecipe(Recipe):
             metrics["reference_s"] = ref[0]["reference_s"] if ref else 0.0
             return [metrics]
 
+        keys = grpo_keys(batch, run.N)
         return IterationPlan(
             env_method="run_episodes",
             env_args=(base, self.cfg.group_size, run.T),
             rollout_kwargs={"batch": batch, "to_actor": not self.uses_reference},
             learn=learn,
-            abort_keys=grpo_keys(batch, run.N),
+            abort_keys=keys,
             count_env_steps=True,
         )
 

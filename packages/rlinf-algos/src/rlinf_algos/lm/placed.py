@@ -14,10 +14,13 @@ load the ``tools`` section once each (the search index) and serve the episodes' 
 ``rlinf-<run id>-tools`` channel (:mod:`rlinf_algos.tools.placed`); without one, tools run where
 the episodes are played (the agent processes, or the driver).
 
-Worker deaths are the driver's (:mod:`rlinf_algos.runtime.recovery`): a dead rollout, reward or
-agent or tool worker is restarted and its iteration's partial batch dropped (unless the actor had already
-trained on the whole batch: then the update is kept); the death of the actor or the reference
-ends the run naming it, and ``--resume`` continues it from the newest checkpoint. Fault tests hook
+Worker deaths are the driver's (:mod:`rlinf_algos.runtime.recovery`): a dead rollout, reward,
+reference, agent or tool worker is restarted and its iteration's partial batch dropped (unless the
+actor had already trained on the whole batch: then the update is kept); a restarted reference
+freezes the same weights again from the model folder the actor loaded version 0 from (the
+warm-started policy or the run's base model, both in the run directory), not from the weight sync,
+which has moved on. The death of the actor ends the run naming it, and ``--resume`` continues it
+from the newest checkpoint. Fault tests hook
 ``on_generating(run, k, {"rank", "pid"})`` (a rollout rank took a request of iteration ``k``;
 evaluations: negative ``k``), ``on_scoring`` (a reward rank took its episodes) and ``on_tool_call``
 (a tool rank took a call).
@@ -56,10 +59,10 @@ class LMPlacedRun(LMRun):
         "reward": "in_place",
         "agent": "in_place",
         "tool": "in_place",
+        "reference": "in_place",
         "actor": "never",
-        "reference": "never",
     }
-    holds = {"actor": "the policy and its optimiser state", "reference": "the frozen warm-start policy"}
+    holds = {"actor": "the policy and its optimiser state"}
 
     def __init__(self, driver: Any, flow: Any) -> None:
         super().__init__(driver, flow)
@@ -178,6 +181,9 @@ class LMPlacedRun(LMRun):
             for r in ranks:
                 self.serving[(role, r)] = self.groups[role].on(r).serve()
                 self.watched.pop((role, r), None)
+        if role == "reference":  # the weight sync moved on: version 0 again from its folder
+            self.groups["reference"].on(ranks).reload().wait(self.timeout)
+            return f"; it froze {self.policy_run.model.path} again"
         return None
 
     # -- an iteration (or an evaluation) on the workers --------------------------------------------

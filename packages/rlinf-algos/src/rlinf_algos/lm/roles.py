@@ -200,20 +200,27 @@ class LMRollout:
     def serve(self) -> dict[str, Any]:
         """Answer requests until a :data:`STOP`; returns the requests served, the tokens
         generated and the seconds spent generating (not waiting)."""
-        from rlinf_core.errors import ChannelTimeout
+        from rlinf_core.errors import ChannelTimeout, PeerLost
 
         host = self.host
         gen, timeout = host.channel("gen"), host.timeout
         served = 0
         busy = 0.0
+        idle_since = time.monotonic()
         while True:
             try:
-                req = gen.get("req", timeout=timeout)
+                req = gen.get("req", timeout=max(0.01, timeout - (time.monotonic() - idle_since)))
             except ChannelTimeout as err:
                 raise RlinfError(
                     f"rollout rank {host.rank}: no generation request for {timeout:g} s "
                     "(runner.worker_timeout); is the driver alive?"
                 ) from err
+            except PeerLost:  # a requester (an agent) died: the driver restarts it, not this rank
+                if time.monotonic() - idle_since > timeout:
+                    raise
+                time.sleep(0.2)  # until its successor connects (the channel forgets the dead one)
+                continue
+            idle_since = time.monotonic()
             if isinstance(req, str) and req == STOP:
                 break
             t0 = time.perf_counter()
@@ -292,13 +299,16 @@ class LMReference:
         self.host, self.run = host, run
         self.model: Any = None
 
-    def freeze(self, spec: Any, state_dict: dict[str, Any]) -> None:
+    def freeze(self, spec: Any, state_dict: dict[str, Any] | None) -> None:
+        """Freeze ``state_dict`` (version 0 as the weight sync carries it), or with ``None`` (a
+        restarted reference) the model folder the actor loaded version 0 from (``model.path``:
+        the warm-started policy, or the run's base model)."""
         from rlinf_algos.devices import role_device
         from rlinf_algos.lm.learner import ReferenceModel
 
         self.model = ReferenceModel(
             self.run.model,
-            {k: v.clone() for k, v in state_dict.items()},
+            None if state_dict is None else {k: v.clone() for k, v in state_dict.items()},
             temperature=self.run.algorithm.temperature,
             device=role_device(str(self.run.runner.device)),  # the GPU its placement gives, if any
         )

@@ -12,6 +12,11 @@ model folder on them. ``RUN_DIR/warm_start/`` is then an ordinary ``rlinf sft`` 
   repeats the warm start), ``metrics.csv``, ``summary.json`` and ``val_generations.json``;
 - ``policy/``: the warm-started model folder, which GRPO starts from.
 
+A stop (SIGTERM, Ctrl-C) during the warm start writes its checkpoint (the run itself has none
+yet); ``rlinf train ... --resume RUN_DIR`` then starts the run again in place and the warm start
+continues from that checkpoint (:func:`warm_start_left`), keeping the steps it trained; a finished
+warm start whose run stopped before its first checkpoint is used as it is.
+
 One row is one trained turn: its prompt is everything the policy has seen at that point and its
 response the turn (with ``data.append_eos: false``, as each turn already ends with its own end:
 ``<eos>``, or ``<ret>`` where a lead hands over to its subagents). A multi-agent problem gives
@@ -35,6 +40,7 @@ from typing import Any
 from rlinf_algos.lm.arith import Problem, ProblemSampler, sft_example, step_width
 from rlinf_algos.lm.config import LMRunConfig
 from rlinf_algos.lm.tokens import LMTokenizer
+from rlinf_algos.rundir import existing_run, latest_checkpoint
 
 __all__ = ["NO_WARM_START", "demonstration_rows", "warm_start", "warm_start_config"]
 
@@ -132,6 +138,22 @@ def _release_cuda_cache() -> None:
         torch.cuda.empty_cache()
 
 
+def warm_start_left(out: Path) -> str:
+    """What an earlier start of the run left of its warm start in ``out``: ``"none"``;
+    ``"stopped"``: a stop (SIGTERM, Ctrl-C) ended it before its last step and it wrote a
+    checkpoint on the way out, which the run's ``--resume`` (the run itself had no checkpoint yet)
+    continues, keeping what it trained; ``"finished"``: it ran to its end (the run stopped later,
+    before its first checkpoint), so its policy is used as it is."""
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        summary = None
+    finished = summary is not None and not summary.get("interrupted", True) and summary.get("error") is None
+    if finished and (out / "policy" / "config.json").is_file():
+        return "finished"
+    return "stopped" if latest_checkpoint(out) is not None else "none"
+
+
 def warm_start(
     run: LMRunConfig, run_dir: Path, log: Callable[[str], None] | None = None
 ) -> tuple[LMRunConfig, dict[str, Any]]:
@@ -169,14 +191,22 @@ def warm_start(
     say(f"warm start: rlinf sft on {len(train)} demonstration rows, {cfg.steps} steps -> {out / 'policy'}")
     from rlinf_algos.training import TrainingInterrupted
 
-    try:
-        result = train_sft(
-            sft_run, out, say, overwrite=False, command=f"rlinf sft {out / 'config.yaml'} (the warm start)"
-        )
-    except TrainingInterrupted:  # its checkpoint is the warm start's: the run itself has none yet
-        raise TrainingInterrupted(Path(run_dir), None) from None
-    s = result.summary
-    del result
+    left = warm_start_left(out)
+    if left == "finished":
+        say(f"warm start: using the finished one in {out}")
+        s = json.loads((out / "summary.json").read_text())
+    else:
+        if left == "stopped":
+            say(f"warm start: continuing the stopped one from its newest checkpoint in {out}")
+        try:
+            result = train_sft(
+                sft_run, out, say, overwrite=left == "none" and existing_run(out) != [],
+                resume=left == "stopped", command=f"rlinf sft {out / 'config.yaml'} (the warm start)",
+            )  # fmt: skip
+        except TrainingInterrupted:  # its checkpoint is the warm start's: the run itself has none yet
+            raise TrainingInterrupted(Path(run_dir), None) from None
+        s = result.summary
+        del result
     _release_cuda_cache()
     say(s["summary_text"])
     stats = {

@@ -3,7 +3,9 @@
 A flow's placed run declares, for each role, what happens when one of its processes dies
 (:data:`RESTART`):
 
-- ``in_place``: the role holds no training state (env, rollout, reward, agent): the dead ranks
+- ``in_place``: the role holds no training state (env, rollout, reward, agent, tool) or state it
+  gets back without the learner (a frozen reference: the flow run freezes the same weights again
+  in ``after_restart``, from the model folder or from the copy it keeps): the dead ranks
   are restarted on their placement, the iteration they were in is ended on every worker (an
   :data:`~rlinf_algos.channels.ABORT` on each key a consumer may wait on; env and rollout links
   break), its partial batch is dropped (``dropped_batches``) and the iteration runs again under
@@ -12,8 +14,9 @@ A flow's placed run declares, for each role, what happens when one of its proces
   checkpoint that loads; the learner is restarted on its placement from the checkpoint's state
   (its flow points the other roles at it) and the run counters go back to the checkpoint
   (``learner_restarts``: ``step``, ``reason``, ``checkpoint``, ``steps_lost``);
-- ``never``: the role holds state the run cannot rebuild (a frozen reference): the run ends
-  naming the worker, after writing the policy and the summary, with the ``--resume`` command.
+- ``never``: the role holds state the run cannot rebuild in place (the language-model actor:
+  its optimiser state): the run ends naming the worker (role, rank, pid), after writing the
+  policy and the summary, with the ``--resume`` command.
 
 A process that runs out of accelerator memory (``torch.OutOfMemoryError``, in a learner or any
 other role, on workers or in this process) is not a death to restart: it would run out again at

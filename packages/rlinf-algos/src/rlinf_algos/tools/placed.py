@@ -36,7 +36,7 @@ from typing import Any
 
 from rlinf_algos.channels import Aborted, is_abort
 from rlinf_algos.tools.registry import ToolBox, ToolResult, ToolStats
-from rlinf_core.errors import ChannelTimeout, RlinfError
+from rlinf_core.errors import ChannelTimeout, PeerLost, RlinfError
 
 __all__ = ["MAX_EPISODES", "TOOL_STOP", "PlacedTools", "ToolServer"]
 
@@ -87,6 +87,7 @@ class ToolServer:
         ch, timeout = host.channel("tools"), host.timeout
         running: set[asyncio.Task[Any]] = set()
         served = 0
+        lost_since = 0.0
         while True:
             try:
                 req = await ch.aget("req", timeout=timeout)
@@ -94,6 +95,16 @@ class ToolServer:
                 # idle is normal (a policy that calls no tool for a while); the driver ends this
                 # loop with TOOL_STOP, and the process goes with the run's Ray job
                 continue
+            except PeerLost:
+                # a caller (an agent) died: the driver restarts it; this rank serves on (the
+                # channel forgets the dead caller once its successor connects), as long as
+                # it would wait for a call anyway
+                lost_since = lost_since or time.monotonic()
+                if time.monotonic() - lost_since > timeout:
+                    raise
+                await asyncio.sleep(0.2)
+                continue
+            lost_since = 0.0
             if isinstance(req, str) and req == TOOL_STOP:
                 break
             if req.get("report"):

@@ -94,7 +94,7 @@ class RoleWorker(Worker):
 
     def pid(self) -> int:
         """This worker's process id (the driver keeps it in ``pids``; fault tests and
-        ``benchmarks/chaos.py`` kill the process by it)."""
+        ``benchmarks/chaos.py`` and ``benchmarks/chaos_quickstart.py`` kill the process by it)."""
         return os.getpid()
 
     def channel(self, name: str) -> Any:

@@ -4,9 +4,15 @@ language-model body keeps the base weights and disables the adapter), leaves the
 reader: it must not hold up the publisher's later broadcasts) and hands the weights to the body to
 freeze; the body computes the log-probabilities of a batch and passes them on.
 
-The body: ``freeze(spec, state_dict)``, ``log_probs(*args, **kwargs)`` (``{"aborted": True}``
-when the driver ended the iteration) and, when it holds state a checkpoint keeps,
-``state()`` / ``load(state)``.
+A restarted reference (its process died: the driver restarts it in place,
+:mod:`rlinf_algos.runtime.recovery`) does not read the weight sync again (it has moved on past
+version 0): :meth:`ReferenceWorker.reload` freezes the same weights from what the driver gives it
+(an embodied flow keeps the small frozen policy's state) or, given none, from the body's own source
+(a language-model body loads the model folder the actor loaded version 0 from).
+
+The body: ``freeze(spec, state_dict)`` (``state_dict`` ``None``: from its own source, when it has
+one), ``log_probs(*args, **kwargs)`` (``{"aborted": True}`` when the driver ended the iteration)
+and, when it holds state a checkpoint keeps, ``state()`` / ``load(state)``.
 """
 
 from __future__ import annotations
@@ -35,6 +41,12 @@ class ReferenceWorker(RoleWorker):
         finally:
             self.weights.close()  # a one-time reader leaves the sync's group
         return int(version)
+
+    def reload(self, spec: dict[str, Any] | None = None, state: dict[str, Any] | None = None) -> None:
+        """Freeze the reference's weights again in a restarted process, without the weight sync:
+        ``state`` (the frozen weights the driver kept), or ``None``: the body loads them from
+        where version 0 came from (the model folder)."""
+        self.body.freeze(spec, state)
 
     def log_probs(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """The frozen policy's log-probabilities of a batch, passed on as the flow's body does."""
