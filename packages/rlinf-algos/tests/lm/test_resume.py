@@ -285,7 +285,7 @@ def test_a_warm_start_stopped_by_sigterm_continues_on_resume(tmp_path: Path, tin
     from step 0, to its last step; the run then finishes."""
     run_dir = tmp_path / "run"
     config = EXAMPLES / "grpo_arith.yaml"
-    extra = [*tiny_lm(*TINY), "sft.steps=3000", "algorithm.iterations=1"]
+    extra = [*tiny_lm(*TINY), "sft.steps=400", "algorithm.iterations=1"]
     exe = Path(sys.executable).parent / "rlinf"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.Popen(
@@ -296,7 +296,7 @@ def test_a_warm_start_stopped_by_sigterm_continues_on_resume(tmp_path: Path, tin
     assert proc.stdout is not None
     for line in proc.stdout:
         lines.append(line)
-        if line.startswith("sft step 100/3000"):
+        if line.startswith("sft step 100/400"):
             break
     else:
         pytest.fail("the warm start ended before step 100:\n" + "".join(lines))
@@ -308,14 +308,14 @@ def test_a_warm_start_stopped_by_sigterm_continues_on_resume(tmp_path: Path, tin
     assert f"before training started (run directory {run_dir}); `{hint}` starts it again" in output
     (kept,) = (run_dir / "warm_start" / "checkpoints").iterdir()
     stopped_at = int(kept.name.split("_")[1])
-    assert 100 <= stopped_at < 3000
+    assert 100 <= stopped_at < 400
 
     resumed = _rlinf("train", str(config), *extra, "--resume", str(run_dir), cwd=tmp_path, timeout=600)
     out = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, out
-    assert f"resuming from {run_dir / 'warm_start'} (step {stopped_at} of 3000)" in out, out
+    assert f"resuming from {run_dir / 'warm_start'} (step {stopped_at} of 400)" in out, out
     warm = json.loads((run_dir / "warm_start" / "summary.json").read_text())
-    assert warm["steps"] == 3000 and warm["interrupted"] is False
+    assert warm["steps"] == 400 and warm["interrupted"] is False
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["iterations"] == 1 and summary["interrupted"] is False
     assert [int(r["step"]) for r in _rows(run_dir)] == [1]
