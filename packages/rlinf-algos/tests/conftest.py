@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+import textwrap
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,32 @@ from rlinf_core.plugins import load_plugins
 def host() -> Any:
     """The plugins installed in this environment (rlinf-algos' among them)."""
     return load_plugins()
+
+
+@pytest.fixture
+def install_plugin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[str, str, Mapping[str, str]], Path]:
+    """``install_plugin(name, module, files)``: a plugin installed the way a package is, in a
+    folder put first on ``sys.path``: ``files`` (file name -> source, dedented) beside a
+    ``rlinf_NAME-0.1.dist-info`` (distribution ``rlinf-NAME``) whose ``rlinf`` entry point
+    ``NAME`` is ``module``; plugin loading is switched on. Returns the folder."""
+
+    def install(name: str, module: str, files: Mapping[str, str]) -> Path:
+        site = tmp_path / "site"
+        site.mkdir(exist_ok=True)
+        for file, text in files.items():
+            (site / file).write_text(textwrap.dedent(text), encoding="utf-8")
+        info = site / f"rlinf_{name}-0.1.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: rlinf-{name}\nVersion: 0.1\n")
+        (info / "entry_points.txt").write_text(f"[rlinf]\n{name} = {module}\n")
+        monkeypatch.syspath_prepend(str(site))
+        monkeypatch.delenv("RLINF_DISABLE_PLUGINS", raising=False)
+        monkeypatch.delenv("RLINF_LOAD_PLUGINS", raising=False)
+        return site
+
+    return install
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -106,19 +105,10 @@ class CountedLearner(LMLearner):
 
 
 @pytest.fixture
-def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def plugin(install_plugin: Any) -> Iterator[Any]:
     """The plugin installed in a folder on ``sys.path``; yields ``(module, host)``."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "rlinf_testalgos.py").write_text(textwrap.dedent(PLUGIN), encoding="utf-8")
-    (site / "rlinf_testalgos_learner.py").write_text(textwrap.dedent(LEARNER), encoding="utf-8")
-    info = site / "rlinf_testalgos-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlinf-testalgos\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[rlinf]\ntestalgos = rlinf_testalgos\n")
-    monkeypatch.syspath_prepend(str(site))
-    monkeypatch.delenv("RLINF_DISABLE_PLUGINS", raising=False)
-    monkeypatch.delenv("RLINF_LOAD_PLUGINS", raising=False)
+    files = {"rlinf_testalgos.py": PLUGIN, "rlinf_testalgos_learner.py": LEARNER}
+    install_plugin("testalgos", "rlinf_testalgos", files)
     models._registry.cache_clear()
     algorithm_registry.clear_cache()
     try:

@@ -75,20 +75,10 @@ RUN: dict[str, Any] = {
 
 
 @pytest.fixture
-def toy_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    site = tmp_path / "site"
-    site.mkdir()
+def toy_plugin(install_plugin: Any) -> Iterator[Any]:
     backend = Path(__file__).with_name("toy_backend.py")
-    (site / "rlinf_toyfamily.py").write_text(
-        textwrap.dedent(PLUGIN).replace("BACKEND_PATH", repr(str(backend))), encoding="utf-8"
-    )
-    info = site / "rlinf_toyfamily-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlinf-toyfamily\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[rlinf]\ntoyfamily = rlinf_toyfamily\n")
-    monkeypatch.syspath_prepend(str(site))
-    monkeypatch.delenv("RLINF_DISABLE_PLUGINS", raising=False)
-    monkeypatch.delenv("RLINF_LOAD_PLUGINS", raising=False)
+    plugin = textwrap.dedent(PLUGIN).replace("BACKEND_PATH", repr(str(backend)))
+    install_plugin("toyfamily", "rlinf_toyfamily", {"rlinf_toyfamily.py": plugin})
     try:
         yield load_plugins()
     finally:

@@ -14,7 +14,6 @@ trainable, and the ``note`` option it was given; a short ``grpo_lm`` run (local 
 from __future__ import annotations
 
 import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -74,20 +73,11 @@ def rlinf_register_models():
 
 
 @pytest.fixture
-def tiny_type(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def tiny_type(install_plugin: Any) -> Iterator[Any]:
     """The plugin installed in a folder on ``sys.path``; yields its module (its ``BUILDS``)."""
     import importlib
 
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "rlinf_testlmtype.py").write_text(textwrap.dedent(PLUGIN), encoding="utf-8")
-    info = site / "rlinf_testlmtype-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlinf-testlmtype\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[rlinf]\ntestlmtype = rlinf_testlmtype\n")
-    monkeypatch.syspath_prepend(str(site))
-    monkeypatch.delenv("RLINF_DISABLE_PLUGINS", raising=False)
-    monkeypatch.delenv("RLINF_LOAD_PLUGINS", raising=False)
+    install_plugin("testlmtype", "rlinf_testlmtype", {"rlinf_testlmtype.py": PLUGIN})
     models._registry.cache_clear()
     try:
         yield importlib.import_module("rlinf_testlmtype")

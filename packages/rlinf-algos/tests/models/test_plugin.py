@@ -11,7 +11,6 @@ network they describe, in process.
 from __future__ import annotations
 
 import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,19 +74,10 @@ RUN: dict[str, Any] = {
 
 
 @pytest.fixture
-def deep_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def deep_plugin(install_plugin: Any) -> Iterator[Any]:
     """The plugin installed in a folder on ``sys.path``; yields the host that loaded it (the
     model registry of :mod:`rlinf_algos.models`, which builds policies, sees it too)."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "rlinf_testmodels_deep.py").write_text(textwrap.dedent(PLUGIN), encoding="utf-8")
-    info = site / "rlinf_testmodels-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlinf-testmodels\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[rlinf]\ntestmodels = rlinf_testmodels_deep\n")
-    monkeypatch.syspath_prepend(str(site))
-    monkeypatch.delenv("RLINF_DISABLE_PLUGINS", raising=False)
-    monkeypatch.delenv("RLINF_LOAD_PLUGINS", raising=False)
+    install_plugin("testmodels", "rlinf_testmodels_deep", {"rlinf_testmodels_deep.py": PLUGIN})
     models._registry.cache_clear()
     try:
         yield load_plugins()

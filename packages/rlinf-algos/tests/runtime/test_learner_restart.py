@@ -7,7 +7,6 @@ takes 40-50 s on a loaded 2-core machine, hence ``slow``."""
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import signal
@@ -25,39 +24,6 @@ from rlinf_algos.training import run_training
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 
-BATCH = 64 * 4  # rollout_steps x num_envs: env steps per iteration
-INTERVAL = 2 * BATCH  # checkpoint_interval
-
-
-def ppo_config(**runner: Any) -> dict[str, Any]:
-    return {
-        "cluster": {
-            "num_nodes": 1,
-            "component_placement": {
-                "env": {"node_group": "node", "placement": "0"},
-                "rollout": {"node_group": "node", "placement": "0"},
-                "actor": {"node_group": "node", "placement": "0"},
-            },
-        },
-        "algorithm": {"name": "ppo", "rollout_steps": 64, "update_epochs": 2, "minibatch_size": 64},
-        "env": {"id": "InvertedPendulum-v5", "num_envs": 4},
-        "model": {"hidden_sizes": [16, 16]},
-        "rollout": {"pipeline_stages": 2},
-        "runner": {
-            "total_steps": 8 * BATCH,
-            "log_interval": BATCH,
-            "checkpoint_interval": INTERVAL,
-            "seed": 3,
-            "loggers": ["csv"],
-            **runner,
-        },
-    }
-
-
-def rows(run_dir: Path) -> list[int]:
-    with (run_dir / "metrics.csv").open() as f:
-        return [int(r["step"]) for r in csv.DictReader(f)]
-
 
 def kill_learner_at(k_kill: int, killed: list[int], rank: int = 0) -> Any:
     """An ``on_collecting`` callback that SIGKILLs the actor worker's process (of ``rank``) once,
@@ -73,7 +39,9 @@ def kill_learner_at(k_kill: int, killed: list[int], rank: int = 0) -> Any:
     return on_collecting
 
 
-def test_a_killed_learner_is_restarted_from_the_newest_checkpoint(ray_cluster: Any, tmp_path: Path) -> None:
+def test_a_killed_learner_is_restarted_from_the_newest_checkpoint(
+    placed_ppo: Any, ray_cluster: Any, tmp_path: Path
+) -> None:
     killed: list[int] = []
     seen: dict[str, Any] = {}
 
@@ -82,23 +50,23 @@ def test_a_killed_learner_is_restarted_from_the_newest_checkpoint(ray_cluster: A
         seen["log"] = run.batch_log
 
     summary = run_training(
-        ppo_config(),
+        placed_ppo.config(8),
         run_dir=tmp_path,
         callbacks={"on_collecting": kill_learner_at(5, killed), "on_iteration": on_iteration},
     )
     assert len(killed) == 1 and seen["pid"] != killed[0]  # a new process learns
-    assert summary["total_env_steps"] == 8 * BATCH and summary["restarts"] == 1
+    assert summary["total_env_steps"] == 8 * placed_ppo.batch and summary["restarts"] == 1
     (event,) = summary["learner_restarts"]
     assert set(event) == {"step", "reason", "checkpoint", "steps_lost"}
     # iterations 0-4 were collected (1280 env steps), the newest checkpoint is at 1024
     assert event["checkpoint"].endswith("step_0000001024.safetensors")
-    assert 0 < event["steps_lost"] <= INTERVAL and event["step"] - event["steps_lost"] == 1024
+    assert 0 < event["steps_lost"] <= 2 * placed_ppo.batch and event["step"] - event["steps_lost"] == 1024
     assert "died" in event["reason"]
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert on_disk["learner_restarts"] == summary["learner_restarts"]
     assert "restarted the learner from step_0000001024.safetensors" in "\n".join(summary["events"])
     # the rows after the checkpoint were dropped and written again once: no step twice
-    assert rows(tmp_path) == [BATCH * i for i in range(1, 9)]
+    assert placed_ppo.rows(tmp_path) == [placed_ppo.batch * i for i in range(1, 9)]
     # every update took one rollout rank's trajectory of one generation and one weight version,
     # never newer than the learner (a batch of the lost lineage would be)
     for batch in seen["log"]:
@@ -113,12 +81,12 @@ def test_a_killed_learner_is_restarted_from_the_newest_checkpoint(ray_cluster: A
 
 
 def test_without_restarts_left_the_message_names_the_checkpoint_and_the_resume_command(
-    ray_cluster: Any, tmp_path: Path
+    placed_ppo: Any, ray_cluster: Any, tmp_path: Path
 ) -> None:
     killed: list[int] = []
     with pytest.raises(RunFailed) as failure:
         run_training(
-            ppo_config(max_restarts=0, total_steps=6 * BATCH),
+            placed_ppo.config(6, max_restarts=0),
             run_dir=tmp_path,
             callbacks={"on_collecting": kill_learner_at(3, killed)},
         )
@@ -137,16 +105,18 @@ def test_without_restarts_left_the_message_names_the_checkpoint_and_the_resume_c
     # the advertised command continues the run: its config.yaml, --resume on the run directory
     config = yaml.safe_load((tmp_path / "config.yaml").read_text())
     resumed = run_training(config, run_dir=tmp_path, resume=True)
-    assert resumed["resumed_from"] == str(newest) and resumed["total_env_steps"] == 6 * BATCH
-    assert rows(tmp_path) == [BATCH * i for i in range(1, 7)]
+    assert resumed["resumed_from"] == str(newest) and resumed["total_env_steps"] == 6 * placed_ppo.batch
+    assert placed_ppo.rows(tmp_path) == [placed_ppo.batch * i for i in range(1, 7)]
 
 
-def test_a_learner_group_that_loses_a_rank_restarts_as_a_group(ray_cluster: Any, tmp_path: Path) -> None:
+def test_a_learner_group_that_loses_a_rank_restarts_as_a_group(
+    placed_ppo: Any, ray_cluster: Any, tmp_path: Path
+) -> None:
     """The actor on 2 processes (FSDP): SIGKILL on rank 1 takes the group down (rank 0 leaves its
     collective instead of waiting in it), and both ranks come back from the newest checkpoint."""
     killed: list[int] = []
     pids: list[list[int]] = []
-    config = ppo_config()
+    config = placed_ppo.config(8)
     config["cluster"]["component_placement"]["actor"]["placement"] = "0:0-1"
     config["actor"] = {"strategy": "fsdp"}
     summary = run_training(
@@ -158,11 +128,11 @@ def test_a_learner_group_that_loses_a_rank_restarts_as_a_group(ray_cluster: Any,
         },
     )
     assert killed and summary["learner_world_size"] == 2
-    assert summary["total_env_steps"] == 8 * BATCH and len(summary["learner_restarts"]) == 1
+    assert summary["total_env_steps"] == 8 * placed_ppo.batch and len(summary["learner_restarts"]) == 1
     (event,) = summary["learner_restarts"]
     assert event["checkpoint"].endswith("step_0000001024.safetensors") and "died" in event["reason"], event
     assert not set(pids[0]) & set(pids[-1])  # both ranks are new processes
-    assert rows(tmp_path) == [BATCH * i for i in range(1, 9)]
+    assert placed_ppo.rows(tmp_path) == [placed_ppo.batch * i for i in range(1, 9)]
     state = load_state(tmp_path / "checkpoints" / "step_0000002048.safetensors")
     assert state["actor"]["learner"]["version"] == 8  # one update per iteration, none twice
     # the checkpoint of the 2-rank group is the single-process format: one rank resumes it

@@ -14,7 +14,6 @@ broadcast did wait for the stopped rollout worker."""
 
 from __future__ import annotations
 
-import csv
 import os
 import signal
 import threading
@@ -28,41 +27,9 @@ from rlinf_algos.training import run_training
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 
-BATCH = 64 * 4  # rollout_steps x num_envs: env steps per iteration
 TIMEOUT = 120.0  # runner.worker_timeout: the bound of every wait
 STOPPED_S = 6.0  # how long the victim is stopped before it is killed
 SLACK_S = 60.0  # a restart starts a process that imports torch: slow on a loaded 2-core machine
-
-
-def ppo_config(**runner: Any) -> dict[str, Any]:
-    return {
-        "cluster": {
-            "num_nodes": 1,
-            "component_placement": {
-                "env": {"node_group": "node", "placement": "0"},
-                "rollout": {"node_group": "node", "placement": "0"},
-                "actor": {"node_group": "node", "placement": "0"},
-            },
-        },
-        "algorithm": {"name": "ppo", "rollout_steps": 64, "update_epochs": 2, "minibatch_size": 64},
-        "env": {"id": "InvertedPendulum-v5", "num_envs": 4},
-        "model": {"hidden_sizes": [16, 16]},
-        "rollout": {"pipeline_stages": 2},
-        "runner": {
-            "total_steps": 6 * BATCH,
-            "log_interval": BATCH,
-            "checkpoint_interval": 2 * BATCH,
-            "worker_timeout": TIMEOUT,
-            "seed": 3,
-            "loggers": ["csv"],
-            **runner,
-        },
-    }
-
-
-def rows(run_dir: Path) -> list[int]:
-    with (run_dir / "metrics.csv").open() as f:
-        return [int(r["step"]) for r in csv.DictReader(f)]
 
 
 class StopThenKill:
@@ -106,9 +73,9 @@ class StopThenKill:
 
 
 def test_a_rollout_worker_killed_mid_weight_sync_is_restarted_and_its_batch_dropped(
-    ray_cluster: Any, tmp_path: Path
+    placed_ppo: Any, ray_cluster: Any, tmp_path: Path
 ) -> None:
-    config = ppo_config(checkpoint_interval=0)
+    config = placed_ppo.config(6, worker_timeout=TIMEOUT, checkpoint_interval=0)
     config["rollout"]["weight_sync"] = "collective"  # a Gloo broadcast group: the publish waits for it
     fault = StopThenKill(2, lambda run: run.pids["rollout"][0])
     summary = run_training(config, run_dir=tmp_path, callbacks=fault.callbacks())
@@ -117,7 +84,7 @@ def test_a_rollout_worker_killed_mid_weight_sync_is_restarted_and_its_batch_drop
     # (a broadcast of this MLP over loopback takes milliseconds), not until the timeout
     assert 1.0 < max(fault.publish_s) < STOPPED_S + 10.0, fault.publish_s
     assert summary["restarts"] == 1 and summary["dropped_batches"] == 1, summary["events"]
-    assert summary["total_env_steps"] == 6 * BATCH and summary["learner_restarts"] == []
+    assert summary["total_env_steps"] == 6 * placed_ppo.batch and summary["learner_restarts"] == []
     # the first event of the fault says the root cause first, on one line: the killed worker
     first = next(e for e in summary["events"] if str(fault.pid) in e)
     assert first.startswith(f"rollout rank 0, pid {fault.pid}: collect(): the worker's process died; "), first
@@ -128,13 +95,13 @@ def test_a_rollout_worker_killed_mid_weight_sync_is_restarted_and_its_batch_drop
     )
     assert "restarted rollout rank(s) [0]" in "\n".join(summary["events"])
     assert fault.recovered_after() < TIMEOUT + SLACK_S
-    assert rows(tmp_path) == [BATCH * i for i in range(1, 7)]  # each row once
+    assert placed_ppo.rows(tmp_path) == [placed_ppo.batch * i for i in range(1, 7)]  # each row once
 
 
 def test_a_learner_rank_killed_mid_collective_restarts_the_group_naming_it(
-    ray_cluster: Any, tmp_path: Path
+    placed_ppo: Any, ray_cluster: Any, tmp_path: Path
 ) -> None:
-    config = ppo_config()
+    config = placed_ppo.config(6, worker_timeout=TIMEOUT)
     config["cluster"]["component_placement"]["actor"]["placement"] = "0:0-1"
     config["actor"] = {"strategy": "ddp"}
     fault = StopThenKill(4, lambda run: run.pids["actor"][1])
@@ -157,19 +124,19 @@ def test_a_learner_rank_killed_mid_collective_restarts_the_group_naming_it(
     assert f": actor rank 1, pid {fault.pid}: " in died.splitlines()[0], died
     assert fault.recovered_after() < TIMEOUT + SLACK_S
     assert not set(pids[0]) & set(pids[-1])  # both ranks are new processes
-    assert summary["total_env_steps"] == 6 * BATCH
-    assert rows(tmp_path) == [BATCH * i for i in range(1, 7)]  # each row once
+    assert summary["total_env_steps"] == 6 * placed_ppo.batch
+    assert placed_ppo.rows(tmp_path) == [placed_ppo.batch * i for i in range(1, 7)]  # each row once
 
 
 def test_a_stopped_rollout_worker_is_named_and_replaced_within_its_bound(
-    ray_cluster: Any, tmp_path: Path
+    placed_ppo: Any, ray_cluster: Any, tmp_path: Path
 ) -> None:
     """A rollout worker that stops answering (SIGSTOP, never killed): the env worker's wait for
     its actions ends after ``runner.worker_timeout``, and the driver, once it ended the
     iteration, waits for the stopped call ``runner.worker_timeout`` more, then names it and
     restarts it (its process killed): a bounded wait, never a hang."""
     timeout = 45.0
-    config = ppo_config(checkpoint_interval=0, worker_timeout=timeout)
+    config = placed_ppo.config(6, checkpoint_interval=0, worker_timeout=timeout)
     stopped: dict[str, Any] = {}
 
     def on_collecting(run: Any, k: int) -> None:
@@ -195,4 +162,4 @@ def test_a_stopped_rollout_worker_is_named_and_replaced_within_its_bound(
     assert summary["restarts"] == 1 and summary["dropped_batches"] == 1, summary["events"]
     recovered = next(t for t, _ in iterations if t > stopped["at"]) - stopped["at"]
     assert timeout < recovered < 2 * timeout + SLACK_S  # the env worker's wait, then the driver's
-    assert rows(tmp_path) == [BATCH * i for i in range(1, 7)]
+    assert placed_ppo.rows(tmp_path) == [placed_ppo.batch * i for i in range(1, 7)]
