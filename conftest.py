@@ -4,6 +4,13 @@ When ``RLINF_FAULT_LOG`` names a file, a native crash of the pytest process (a C
 library's driver, a segmentation fault) writes the Python stack of every thread there. pytest's
 own fault handler writes to stderr, which its capture has redirected into a temporary file that
 dies with the process; ``.ci/run`` sets the variable and prints the file when a suite fails.
+
+Under pytest-xdist with ``--dist loadgroup`` (how ``.ci/run`` runs the slow suite on two
+workers), each module is one unit of work: its module-scoped fixtures (model folders, Ray
+clusters, trained tokenizers) are built once, as in a serial run. A module that binds fixed
+loopback addresses, ports or network-namespace names (Ray nodes on 127.0.0.2, EasyTier
+instances, the Franka simulator) says ``pytest.mark.xdist_group("loopback")``: all of those run
+one after another on one worker, so two of them never claim the same address at once.
 """
 
 from __future__ import annotations
@@ -26,3 +33,10 @@ def pytest_configure(config: pytest.Config) -> None:
     f.flush()
     _FAULT_LOG.append(f)
     faulthandler.enable(file=f, all_threads=True)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))

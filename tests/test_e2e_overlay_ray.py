@@ -40,7 +40,7 @@ pytest.importorskip("ray")
 pytest.importorskip("rlinf_net_easytier")
 pytest.importorskip("rlinf_scheduler")
 
-pytestmark = [pytest.mark.network, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.network, pytest.mark.timeout(900), pytest.mark.xdist_group("loopback")]
 
 RLINF = str(Path(sys.executable).with_name("rlinf"))
 

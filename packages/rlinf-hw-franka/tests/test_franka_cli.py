@@ -16,6 +16,8 @@ import pytest
 
 from rlinf_core.cli import main
 
+pytestmark = pytest.mark.xdist_group("loopback")  # fixed loopback addresses: see conftest.py
+
 
 def run(argv: list[str], capsys) -> tuple[int, str, str]:
     with pytest.raises(SystemExit) as info:

@@ -25,7 +25,7 @@ from rlinf_hw_franka.cameras import Camera
 from rlinf_hw_franka.franka_sim import FrankaSimServer, FrankaSimUnavailable, prepare
 from rlinf_hw_franka.hardware import Franka
 
-pytestmark = [pytest.mark.slow, pytest.mark.network]
+pytestmark = [pytest.mark.slow, pytest.mark.network, pytest.mark.xdist_group("loopback")]
 
 franky = pytest.importorskip("franky", reason="franky-control is installed by the [robot] extra")
 

@@ -12,7 +12,7 @@ from rlinf_core.errors import NetworkError
 from rlinf_core.network import NetworkProvider
 from rlinf_core.plugins import load_plugins
 
-pytestmark = pytest.mark.network
+pytestmark = [pytest.mark.network, pytest.mark.xdist_group("loopback")]
 
 
 def provider_class() -> type[NetworkProvider]:

@@ -18,6 +18,8 @@ from rlinf_net_easytier.config import EasyTierConfig, load_secret, redact, to_to
 from rlinf_net_easytier.reach import check_peers, parse_peer_list, parse_port_list
 from rlinf_net_easytier.state import instance_paths, state_dir
 
+pytestmark = pytest.mark.xdist_group("loopback")  # fixed loopback addresses: see conftest.py
+
 
 def cfg(**kw) -> EasyTierConfig:
     base = {

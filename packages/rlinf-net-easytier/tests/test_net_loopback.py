@@ -17,7 +17,7 @@ from rlinf_core.errors import ConfigError, NetworkError
 from rlinf_net_easytier.config import EasyTierConfig
 from rlinf_net_easytier.provider import EasyTierProvider
 
-pytestmark = pytest.mark.network
+pytestmark = [pytest.mark.network, pytest.mark.xdist_group("loopback")]
 
 
 def up_args(name, role, ipv4, secret_path, *, network="rlinf-lo", listen=None, peers=(), extra=()):

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-pytestmark = [pytest.mark.network, pytest.mark.slow]
+pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.xdist_group("loopback")]
 
 ECHO_SERVER = r"""
 import socket, sys

@@ -37,6 +37,8 @@ from rlinf_scheduler.runtime.node import (
     stop_command,
 )
 
+pytestmark = pytest.mark.xdist_group("loopback")  # fixed loopback addresses: see conftest.py
+
 SECRET = "0123456789abcdef" * 4
 
 

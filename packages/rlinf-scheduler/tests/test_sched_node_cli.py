@@ -20,7 +20,12 @@ pytest.importorskip("ray")
 from rlinf_scheduler.runtime.cluster import free_tcp_ports
 from rlinf_scheduler.runtime.node import load_records, session_pids, stop_nodes
 
-pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.network,
+    pytest.mark.slow,
+    pytest.mark.timeout(900),
+    pytest.mark.xdist_group("loopback"),
+]
 
 DRIVER = textwrap.dedent(
     """

@@ -35,6 +35,8 @@ from rlinf_scheduler.runtime.node import (
     join_instructions,
 )
 
+pytestmark = pytest.mark.xdist_group("loopback")  # fixed loopback addresses: see conftest.py
+
 
 class LoopNet(NetworkProvider):
     """A provider whose instances sit on the loopback interface (see the module docstring)."""

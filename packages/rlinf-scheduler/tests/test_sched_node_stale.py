@@ -24,7 +24,12 @@ pytest.importorskip("ray")
 from rlinf_scheduler.runtime.cluster import free_tcp_ports
 from rlinf_scheduler.runtime.node import session_pids, stop_nodes
 
-pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [
+    pytest.mark.network,
+    pytest.mark.slow,
+    pytest.mark.timeout(600),
+    pytest.mark.xdist_group("loopback"),
+]
 
 # What `rlinf train` does without RAY_ADDRESS: a RayScheduler for a one-node cluster section.
 DRIVER = textwrap.dedent(

@@ -35,7 +35,12 @@ from rlinf_scheduler.runtime.worker_group import WorkerError  # noqa: E402
 # The workers below are defined in this test module, which Ray's workers cannot import.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-pytestmark = [pytest.mark.slow, pytest.mark.network, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.network,
+    pytest.mark.timeout(900),
+    pytest.mark.xdist_group("loopback"),
+]
 
 MB = 1024 * 1024
 

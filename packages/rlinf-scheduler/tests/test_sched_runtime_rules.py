@@ -25,6 +25,8 @@ from rlinf_scheduler.runtime.node import NodeStartOptions, build_ray_start, sess
 from rlinf_scheduler.runtime.versions import VersionMismatch, check_versions, version_problems
 from rlinf_scheduler.runtime.worker_group import process_env
 
+pytestmark = pytest.mark.xdist_group("loopback")  # fixed loopback addresses: see conftest.py
+
 
 def node(ip: str, rank: str | None = None, **kw) -> NodeInfo:
     return NodeInfo(node_id=f"id-{ip}", ip=ip, raw_rank=rank, **kw)
