@@ -2,12 +2,16 @@
 ``rollout.max_staleness`` k = 0, 1, 2, learner and rollout in their own Ray processes.
 
 - ``grpo_arith``: ``rlinf train examples/grpo_arith.yaml`` (actor, rollout and reward workers
-  on an embedded Ray), shortened: ``--sft-steps`` warm-start steps (the throughput does not
-  depend on what the policy knows, only on how long its responses are), ``--iterations``
-  iterations of ``--prompts`` prompts x 8 samples, no evaluation between iterations. Figure:
-  samples/s = every iteration's sequences over the last row's ``wall_s`` (the run's clock starts
-  when the workers are up and the warm start is done; the last row is written once everything
-  in flight is trained on).
+  on an embedded Ray), shortened: ``--sft-steps`` warm-start steps, ``--iterations`` iterations
+  of ``--prompts`` prompts x 8 samples, no evaluation between iterations, and
+  ``algorithm.skip_uniform_groups=false``: the update runs on every sequence, as
+  ``benchmarks/grpo_lm.py --placed`` times it. Without it a policy this short a warm start
+  leaves (no correct answer yet, every group's reward uniform) has nothing to train on, the
+  update costs nothing and there is nothing for the generation to overlap: the figures of
+  ``results/async_overlap_quiet.json`` (k = 1 at 0.6x) measured that, generation alone, plus
+  the second forward the behaviour log-probs then took. Figure: samples/s = every iteration's
+  sequences over the last row's ``wall_s`` (the run's clock starts when the workers are up and
+  the warm start is done; the last row is written once everything in flight is trained on).
 - ``halfcheetah``: ``rlinf train examples/ppo_halfcheetah.yaml`` (env, rollout and actor
   workers), shortened to ``--ppo-iterations`` iterations of 2048 env steps. Figure: env steps/s
   = the last row's step over its ``wall_s``.
@@ -15,12 +19,21 @@
 Not the span between the first and the last row: an asynchronous run writes iteration ``i``'s
 row only when iteration ``i + k`` starts, so that span leaves out generation it counts.
 
+Where the time goes: each row of the table also has the mean seconds of the phases the metrics
+rows hold (``generate_s``/``update_s``; ``rollout_s``/``update_s``), and, sampled every 0.5 s
+from ``/proc`` (psutil) over the processes under the run, the CPU seconds each role (driver,
+actor, rollout, reward, env, the Ray daemons and channels as ``ray``) spent per iteration
+between the first and the last metrics row (``cpu_per_iter``) and the cores the run used then
+(``cores_used``). Overlap pays only where a core is idle while the other phase runs: on a
+machine whose cores are all busy with other jobs, the two phases share the same cores.
+
 With k = 0 generation and update take turns; with k > 0 the rollout of the next iteration(s)
 overlaps the update (the language-model side: :mod:`rlinf_algos.lm.run`; embodied:
 :mod:`rlinf_algos.embodied.placed`). Each run is its own ``rlinf`` process, one at a time;
 ``--repeats`` rounds are interleaved (k = 0, 1, 2, then again) and the table gives each run
 and the ratio to k = 0 of the same round. The machine's load (``uptime``'s 1-minute average)
-is recorded at each run's start: on a shared machine only the ratios within one round compare.
+is recorded at each run's start and end: on a shared machine only the ratios within one round
+compare.
 
 Usage::
 
@@ -39,6 +52,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -49,15 +63,97 @@ sys.path.insert(0, str(HERE))
 
 from _report import finish, machine  # noqa: E402
 
-KS = (0, 1, 2)
-
 
 def _rows(run_dir: Path) -> list[dict[str, str]]:
     with (run_dir / "metrics.csv").open() as f:
         return list(csv.DictReader(f))
 
 
-def _train(example: str, overrides: list[str], run_dir: Path, timeout: float) -> tuple[float, list[str]]:
+ROLES = {
+    "ray::ActorWorker": "actor",
+    "ray::RolloutWorker": "rollout",
+    "ray::RewardWorker": "reward",
+    "ray::EnvWorker": "env",
+    "ray::ReferenceWorker": "reference",
+}
+"""Ray worker processes by the name Ray gives them (``ray::<class>.<method>``), and their role."""
+
+
+class CpuWatch(threading.Thread):
+    """Every ``period`` seconds: the rows of ``run_dir/metrics.csv`` and the CPU seconds (user +
+    system) of every process under ``pid`` by role (a process takes the role of its nearest
+    ancestor that has one; the rlinf process is the ``driver``, the Ray daemons and channel
+    actors ``ray``). Keeps the samples at the first and the last row it saw."""
+
+    def __init__(self, pid: int, run_dir: Path, period: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.run_dir, self.period = pid, run_dir, period
+        self.stop = threading.Event()
+        self.cpu: dict[int, tuple[str, float]] = {}  # pid -> (role, CPU seconds), last seen
+        self.first: tuple[int, float, dict[int, float]] | None = None
+        self.last: tuple[int, float, dict[int, float]] | None = None
+
+    def _rows(self) -> int:
+        try:
+            with (self.run_dir / "metrics.csv").open() as f:
+                return max(0, sum(1 for _ in f) - 1)
+        except OSError:
+            return 0
+
+    def _sample(self) -> None:
+        import psutil
+
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        role_of: dict[int, str] = {self.pid: "driver"}
+        for p in procs:
+            try:
+                name = " ".join(p.cmdline()[:1])
+                t = p.cpu_times()
+                ppid = p.ppid()
+            except psutil.Error:
+                continue
+            role = next((r for prefix, r in ROLES.items() if name.startswith(prefix)), None)
+            role = role or role_of.get(p.pid) or ("ray" if p.pid != self.pid else "driver")
+            if p.pid != self.pid and role == "ray" and role_of.get(ppid) not in (None, "driver", "ray"):
+                role = role_of[ppid]  # a child of a worker (a simulator's process) is its worker's
+            role_of[p.pid] = role
+            self.cpu[p.pid] = (role, float(t.user + t.system))
+
+    def run(self) -> None:
+        while not self.stop.wait(self.period):
+            self._sample()
+            rows = self._rows()
+            snap = (rows, time.perf_counter(), {pid: c for pid, (_, c) in self.cpu.items()})
+            if rows >= 1 and self.first is None:
+                self.first = snap
+            if rows >= 1:
+                self.last = snap
+
+    def figures(self) -> dict[str, Any]:
+        """``cpu_per_iter`` (CPU seconds per iteration by role) and ``cores_used`` between the
+        first and the last row sampled; empty when fewer than two rows were seen."""
+        if self.first is None or self.last is None or self.last[0] <= self.first[0]:
+            return {}
+        (r0, t0, c0), (r1, t1, c1) = self.first, self.last
+        by_role: dict[str, float] = {}
+        for pid, c in c1.items():
+            role = self.cpu[pid][0]
+            by_role[role] = by_role.get(role, 0.0) + c - c0.get(pid, 0.0)
+        n = r1 - r0
+        return {
+            "cpu_per_iter": {r: round(v / n, 3) for r, v in sorted(by_role.items())},
+            "cores_used": round(sum(by_role.values()) / max(t1 - t0, 1e-9), 2),
+            "cpu_window_rows": n,
+        }
+
+
+def _train(
+    example: str, overrides: list[str], run_dir: Path, timeout: float
+) -> tuple[float, list[str], dict]:
     exe = Path(sys.executable).parent / "rlinf"
     cmd = [
         str(exe),
@@ -70,12 +166,23 @@ def _train(example: str, overrides: list[str], run_dir: Path, timeout: float) ->
     ]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=run_dir.parent)
-    if out.returncode != 0:
-        raise SystemExit(
-            f"{shlex.join(cmd)} failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
-        )
-    return time.perf_counter() - t0, ["rlinf", "train", f"examples/{example}", *overrides]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=run_dir.parent
+    )
+    watch = CpuWatch(proc.pid, run_dir)
+    watch.start()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise SystemExit(f"{shlex.join(cmd)} took more than {timeout:g} s (--timeout)") from None
+    finally:
+        watch.stop.set()
+        watch.join(5.0)
+    if proc.returncode != 0:
+        raise SystemExit(f"{shlex.join(cmd)} failed ({proc.returncode}):\n{out[-3000:]}\n{err[-3000:]}")
+    return time.perf_counter() - t0, ["rlinf", "train", f"examples/{example}", *overrides], watch.figures()
 
 
 def grpo(k: int, args: argparse.Namespace, tmp: Path, tag: str) -> dict[str, Any]:
@@ -84,10 +191,10 @@ def grpo(k: int, args: argparse.Namespace, tmp: Path, tag: str) -> dict[str, Any
         f"sft.steps={args.sft_steps}", f"algorithm.iterations={args.iterations}",
         f"algorithm.prompts_per_iter={args.prompts}", "runner.eval_interval=0", "runner.log_interval=1",
         "task.eval_size=16", "runner.time_limit_s=null", "runner.scheduler=ray", f"rollout.max_staleness={k}",
-        f"runner.seed={args.seed}",
+        f"runner.seed={args.seed}", "algorithm.skip_uniform_groups=false",
     ]  # fmt: skip
     load = os.getloadavg()[0]
-    took, cmd = _train("grpo_arith.yaml", overrides, run, args.timeout)
+    took, cmd, cpu = _train("grpo_arith.yaml", overrides, run, args.timeout)
     rows = _rows(run)
     seqs = sum(int(r["sequences"]) for r in rows)
     span = float(rows[-1]["wall_s"])
@@ -96,7 +203,9 @@ def grpo(k: int, args: argparse.Namespace, tmp: Path, tag: str) -> dict[str, Any
         "run": "grpo_arith", "k": k, "samples_per_s": round(seqs / span, 2), "timed_s": round(span, 1),
         "iterations": len(rows), "staleness_mean": _mean(rows, "staleness_mean"),
         "stale_dropped": summary.get("stale_dropped", 0), "load_1min": round(load, 1),
-        "run_s": round(took, 1), "command": shlex.join(cmd),
+        "load_1min_end": round(os.getloadavg()[0], 1), "run_s": round(took, 1),
+        "phase_s": {c: _mean(rows, f"{c}_s") for c in ("generate", "reward", "update", "sync")},
+        **cpu, "command": shlex.join(cmd),
     }  # fmt: skip
 
 
@@ -107,14 +216,15 @@ def halfcheetah(k: int, args: argparse.Namespace, tmp: Path, tag: str) -> dict[s
         "runner.checkpoint_interval=0", f"rollout.max_staleness={k}", f"runner.seed={args.seed}",
     ]  # fmt: skip
     load = os.getloadavg()[0]
-    took, cmd = _train("ppo_halfcheetah.yaml", overrides, run, args.timeout)
+    took, cmd, cpu = _train("ppo_halfcheetah.yaml", overrides, run, args.timeout)
     rows = _rows(run)
     steps = float(rows[-1]["step"])
     span = float(rows[-1]["wall_s"])
     return {
         "run": "halfcheetah_ppo", "k": k, "env_steps_per_s": round(steps / span, 1), "timed_s": round(span, 1),
-        "iterations": len(rows), "load_1min": round(load, 1), "run_s": round(took, 1),
-        "command": shlex.join(cmd),
+        "iterations": len(rows), "load_1min": round(load, 1), "load_1min_end": round(os.getloadavg()[0], 1),
+        "run_s": round(took, 1), "phase_s": {c: _mean(rows, f"{c}_s") for c in ("rollout", "update", "wait")},
+        **cpu, "command": shlex.join(cmd),
     }  # fmt: skip
 
 
@@ -126,14 +236,15 @@ def _mean(rows: list[dict[str, str]], col: str) -> float | None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=1, help="interleaved rounds of k = 0, 1, 2")
-    p.add_argument("--iterations", type=int, default=8, help="grpo_arith iterations per run")
-    p.add_argument("--prompts", type=int, default=16, help="grpo_arith prompts per iteration (x 8 samples)")
+    p.add_argument("--iterations", type=int, default=30, help="grpo_arith iterations per run")
+    p.add_argument("--prompts", type=int, default=32, help="grpo_arith prompts per iteration (x 8 samples)")
     p.add_argument("--sft-steps", type=int, default=20, help="grpo_arith warm-start steps")
     p.add_argument(
-        "--ppo-iterations", type=int, default=8, help="HalfCheetah PPO iterations of 2048 env steps"
+        "--ppo-iterations", type=int, default=30, help="HalfCheetah PPO iterations of 2048 env steps"
     )
     p.add_argument("--runs", default="grpo,halfcheetah", help="which runs: grpo, halfcheetah or both")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ks", default="0,1,2", help="the max_staleness values, k = 0 first (the ratios' base)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds one rlinf run may take")
     p.add_argument("--json", type=Path, default=None, help="write the record here")
     args = p.parse_args()
@@ -145,6 +256,9 @@ def main() -> None:
         "source": "benchmarks/async_overlap.py",
     }
     runs = [r.strip() for r in args.runs.split(",") if r.strip()]
+    ks = [int(k) for k in args.ks.split(",")]
+    if ks[0] != 0:
+        p.error("--ks: start with 0, the base of the ratios")
     figures: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="rlinf-async-") as tmp:
         for rep in range(args.repeats):
@@ -155,7 +269,7 @@ def main() -> None:
                 if name not in runs:
                     continue
                 base = None
-                for k in KS:
+                for k in ks:
                     row = fn(k, args, Path(tmp), f"r{rep}")
                     row["round"] = rep + 1
                     base = row[col] if k == 0 else base
@@ -164,9 +278,13 @@ def main() -> None:
                     if args.json:  # what is measured so far, should a later run not finish
                         partial = {**report, "figures": figures, "partial": True}
                         args.json.write_text(json.dumps(partial, indent=2, default=str) + "\n")
+                    phases = "  ".join(f"{p} {v:.2f}s" for p, v in row["phase_s"].items() if v is not None)
+                    cpu = "  ".join(f"{r} {v:.2f}" for r, v in row.get("cpu_per_iter", {}).items())
                     print(
                         f"round {rep + 1}  {row['run']:16s} k={k}  {col} {row[col]:9.2f}  "
-                        f"x{row['ratio_to_k0']:.3f} of k=0  (timed {row['timed_s']} s, load {row['load_1min']})",
+                        f"x{row['ratio_to_k0']:.3f} of k=0  (timed {row['timed_s']} s, load "
+                        f"{row['load_1min']}-{row['load_1min_end']})\n    per iteration: {phases}; CPU s: {cpu}; "
+                        f"cores used {row.get('cores_used', '-')}",
                         flush=True,
                     )
     report["figures"] = figures
@@ -179,6 +297,11 @@ def main() -> None:
         "few percent of 1 is noise",
         "grpo_arith: learner, rollout and reward in their own Ray worker processes on one node; "
         "halfcheetah: env, rollout and actor workers",
+        "grpo_arith runs with algorithm.skip_uniform_groups=false (the update on every sequence, as a "
+        "learning run's batch with rewards to learn from costs) after a short warm start",
+        "phase_s: mean seconds per iteration from the metrics rows; cpu_per_iter: CPU seconds per "
+        "iteration of each role's processes between the first and the last metrics row (sampled every "
+        "0.5 s); cores_used: their sum over that window's wall time",
     ]
     finish(report, t0, args.json)
 
