@@ -35,9 +35,15 @@ and the ratio to k = 0 of the same round. The machine's load (``uptime``'s 1-min
 is recorded at each run's start and end: on a shared machine only the ratios within one round
 compare.
 
+``--learning``: the held-out accuracy of grpo_arith after equal wall time (``--time-limit``
+seconds of GRPO) at k = 0 and 1 over ``--seeds``, every run from the same warm-started folder
+(``--model-path``; ``--warm-start-command`` records how it was made).
+
 Usage::
 
     uv run python benchmarks/async_overlap.py [--repeats 1] [--json benchmarks/results/async_overlap.json]
+    uv run python benchmarks/async_overlap.py --learning --model-path WARM/warm_start/policy \\
+        [--learning-overrides "task.num_terms=[2]"] [--time-limit 120] [--seeds 0,1,2]
 
 Figures are printed, never asserted.
 """
@@ -228,6 +234,83 @@ def halfcheetah(k: int, args: argparse.Namespace, tmp: Path, tag: str) -> dict[s
     }  # fmt: skip
 
 
+def learning(k: int, seed: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """``--learning``: grpo_arith from the warm-started folder ``--model-path`` for
+    ``--time-limit`` seconds of GRPO (``runner.time_limit_s``: no iteration starts after it;
+    an asynchronous run then trains on what is in flight), then the held-out accuracy."""
+    run = tmp / f"learn_k{k}_s{seed}"
+    overrides = [
+        "model.path=WARM_START/policy", "model.init=null", "sft.steps=0", f"runner.time_limit_s={args.time_limit}",
+        "algorithm.iterations=100000", "runner.eval_interval=0", "runner.log_interval=5", "runner.scheduler=ray",
+        f"runner.seed={seed}", f"rollout.max_staleness={k}", *args.learning_overrides,
+    ]  # fmt: skip
+    real = [f"model.path={args.model_path}" if o.startswith("model.path=") else o for o in overrides]
+    load = os.getloadavg()[0]
+    took, _, cpu = _train("grpo_arith.yaml", real, run, args.timeout)
+    summary = json.loads((run / "summary.json").read_text())
+    rows = _rows(run)
+    return {
+        "run": "grpo_arith_learning", "k": k, "seed": seed,
+        "accuracy_before": summary["accuracy_before"], "accuracy_after": summary["accuracy_after"],
+        "eval_size": summary["eval_size"], "iterations": summary["iterations"], "grpo_s": summary["grpo_s"],
+        "samples": sum(int(r["sequences"]) for r in rows), "stale_dropped": summary.get("stale_dropped", 0),
+        "load_1min": round(load, 1), "load_1min_end": round(os.getloadavg()[0], 1), "run_s": round(took, 1),
+        **cpu, "command": shlex.join(["rlinf", "train", "examples/grpo_arith.yaml", *overrides]),
+    }  # fmt: skip
+
+
+def main_learning(args: argparse.Namespace, report: dict[str, Any], t0: float) -> None:
+    import statistics
+
+    if args.model_path is None:
+        raise SystemExit("--learning needs --model-path (a warm-started policy folder)")
+    seeds = [int(x) for x in args.seeds.split(",")]
+    report["title"] = (
+        "Bounded staleness: grpo_arith held-out accuracy at equal wall time, rollout.max_staleness 0 and 1"
+    )
+    report["seeds"] = seeds
+    report["warm_start"] = args.warm_start_command
+    figures: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="rlinf-async-") as tmp:
+        for seed in seeds:
+            for k in (0, 1):  # interleaved: both k of a seed under about the same load
+                row = learning(k, seed, args, Path(tmp))
+                figures.append(row)
+                if args.json:
+                    partial = {**report, "figures": figures, "partial": True}
+                    args.json.write_text(json.dumps(partial, indent=2, default=str) + "\n")
+                print(
+                    f"seed {seed} k={k}  held-out {row['accuracy_before']:.3f} -> {row['accuracy_after']:.3f}  "
+                    f"{row['iterations']} iterations, {row['samples']} samples in {row['grpo_s']:.0f} s "
+                    f"(load {row['load_1min']}-{row['load_1min_end']})",
+                    flush=True,
+                )
+    summary = {}
+    for k in (0, 1):
+        acc = [r["accuracy_after"] for r in figures if r["k"] == k]
+        its = [r["iterations"] for r in figures if r["k"] == k]
+        summary[f"k{k}"] = {
+            "accuracy_after_mean": round(statistics.mean(acc), 4),
+            "accuracy_after_sd": round(statistics.stdev(acc), 4) if len(acc) > 1 else None,
+            "iterations_mean": round(statistics.mean(its), 1),
+        }
+        print(f"k={k}: held-out after {summary[f'k{k}']['accuracy_after_mean']:.3f} "
+              f"+- {summary[f'k{k}']['accuracy_after_sd']}, {summary[f'k{k}']['iterations_mean']} iterations")  # fmt: skip
+    report["figures"] = figures
+    report["summary"] = summary
+    report["conditions"] = (
+        f"2-core machine shared with other jobs; 1-minute load at each run's start in load_1min "
+        f"(start {report['machine']['load_at_start'][0]:.1f})"
+    )
+    report["notes"] = [
+        f"each run: {args.time_limit:g} s of GRPO (runner.time_limit_s) from the same warm-started policy "
+        "(WARM_START: the run directory of the warm_start command), then the held-out exact match (greedy)",
+        "k = 1 trains on what is in flight when the time is up, so its GRPO time can pass the limit by about "
+        "one update: grpo_s says how long each ran",
+    ]
+    finish(report, t0, args.json)
+
+
 def _mean(rows: list[dict[str, str]], col: str) -> float | None:
     vals = [float(r[col]) for r in rows if r.get(col) not in (None, "")]
     return round(sum(vals) / len(vals), 3) if vals else None
@@ -247,6 +330,19 @@ def main() -> None:
     p.add_argument("--ks", default="0,1,2", help="the max_staleness values, k = 0 first (the ratios' base)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds one rlinf run may take")
     p.add_argument("--json", type=Path, default=None, help="write the record here")
+    p.add_argument("--learning", action="store_true", help="instead: held-out accuracy at equal wall time")
+    p.add_argument("--model-path", type=Path, default=None, help="--learning: the warm-started policy folder")
+    p.add_argument(
+        "--warm-start-command", default=None, help="--learning: how that folder was made (recorded)"
+    )
+    p.add_argument("--time-limit", type=float, default=120.0, help="--learning: seconds of GRPO per run")
+    p.add_argument("--seeds", default="0,1,2", help="--learning: the seeds")
+    p.add_argument(
+        "--learning-overrides",
+        nargs="*",
+        default=[],
+        help="--learning: further overrides (the warm start's task)",
+    )
     args = p.parse_args()
     t0 = time.perf_counter()
     report: dict[str, Any] = {
@@ -255,6 +351,9 @@ def main() -> None:
         "seeds": [args.seed],
         "source": "benchmarks/async_overlap.py",
     }
+    if args.learning:
+        main_learning(args, report, t0)
+        return
     runs = [r.strip() for r in args.runs.split(",") if r.strip()]
     ks = [int(k) for k in args.ks.split(",")]
     if ks[0] != 0:
