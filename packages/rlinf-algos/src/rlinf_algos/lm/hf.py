@@ -610,13 +610,13 @@ def generate(
                 for j, r in enumerate(rows):
                     if act_list[j]:
                         out[r].append(tok_list[j])
+                    if hit_list[j]:
+                        finished[r] = True
                 if out_lp is not None:  # the sampled ids' log-probs, from the logits at hand
                     lp_list = token_log_probs(logits, tok, lp_temperature).tolist()
                     for j, r in enumerate(rows):
                         if act_list[j]:
                             out_lp[r].append(lp_list[j])
-                    if hit_list[j]:
-                        finished[r] = True
                 total += sum(act_list)
                 active &= ~hit
                 n_active = sum(act_list) - sum(hit_list)
