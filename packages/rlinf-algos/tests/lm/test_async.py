@@ -159,6 +159,14 @@ def test_behaviour_log_probs_come_from_the_sampling_not_a_second_forward(spec: L
         ]
         assert lps[i] == pytest.approx(want, abs=1e-5)
     assert any(TOK.pad_id in r for r in responses)  # that case is exercised (an untrained model)
+    # generate itself: the same tokens and stop flags with or without the log-probs
+    kw = {"pad_id": TOK.pad_id, "temperature": 0.7}
+    a = hf.generate(
+        engine.model, prompts, 12, stop, generator=torch.Generator().manual_seed(1), log_probs=True, **kw
+    )
+    b = hf.generate(engine.model, prompts, 12, stop, generator=torch.Generator().manual_seed(1), **kw)
+    assert (a.tokens, a.finished) == (b.tokens, b.finished) and b.log_probs is None
+    assert any(a.finished) and not all(a.finished)
 
 
 # -- the configuration --------------------------------------------------------------------------------
