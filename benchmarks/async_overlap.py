@@ -172,9 +172,13 @@ def _train(
     ]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     t0 = time.perf_counter()
+    # its own session: with the kernel's autogroup scheduling (sched_autogroup_enabled) each
+    # session gets its share of the CPU, so a run started beside another from one shell would
+    # otherwise split one share with it
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=run_dir.parent
-    )
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=run_dir.parent,
+        start_new_session=True,
+    )  # fmt: skip
     watch = CpuWatch(proc.pid, run_dir)
     watch.start()
     try:
@@ -311,6 +315,14 @@ def main_learning(args: argparse.Namespace, report: dict[str, Any], t0: float) -
     finish(report, t0, args.json)
 
 
+def _autogroup() -> str:
+    try:
+        on = Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return "unknown"
+    return "on" if on else "off"
+
+
 def _mean(rows: list[dict[str, str]], col: str) -> float | None:
     vals = [float(r[col]) for r in rows if r.get(col) not in (None, "")]
     return round(sum(vals) / len(vals), 3) if vals else None
@@ -401,6 +413,9 @@ def main() -> None:
         "phase_s: mean seconds per iteration from the metrics rows; cpu_per_iter: CPU seconds per "
         "iteration of each role's processes between the first and the last metrics row (sampled every "
         "0.5 s); cores_used: their sum over that window's wall time",
+        f"autogroup scheduling: {_autogroup()}; with it the kernel shares the CPU between sessions "
+        "first, so a run whose session competes with G busy sessions gets about 2/G cores whatever k is: "
+        "overlap then only fills the run's own idle gaps",
     ]
     finish(report, t0, args.json)
 
