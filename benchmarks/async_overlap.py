@@ -274,6 +274,10 @@ def main_learning(args: argparse.Namespace, report: dict[str, Any], t0: float) -
     )
     report["seeds"] = seeds
     report["warm_start"] = args.warm_start_command
+    # the command as run, the warm start's folder named as the figures name it (no machine path)
+    report["command"] = shlex.join(
+        ["python", *(("WARM_START/policy" if a == str(args.model_path) else a) for a in sys.argv)]
+    )
     figures: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="rlinf-async-") as tmp:
         for seed in seeds:
