@@ -128,6 +128,47 @@ def test_behaviour_log_probs_are_found_span_by_span() -> None:
     assert out["behaviour_log_probs"][1] == [0, 0, -0.5]
 
 
+def test_behaviour_log_probs_come_from_the_sampling_not_a_second_forward(spec: LMModelConfig) -> None:
+    from rlinf_algos.lm.engines import HFEngine
+    from rlinf_algos.lm.roles import LMRollout
+
+    prompts = [TOK.encode("<bos>1+1="), TOK.encode("<bos>12+3=")] * 3
+    stop = [TOK.eos_id]
+    plain = HFEngine(spec, temperature=0.7, seed=5, pad_id=TOK.pad_id).generate(prompts, 12, stop)
+    engine = HFEngine(spec, temperature=0.7, seed=5, pad_id=TOK.pad_id)
+    rollout = object.__new__(LMRollout)  # the role body without its worker host
+    rollout.engine, rollout.pad_id = engine, TOK.pad_id
+
+    def forward(*_: Any) -> Any:
+        raise AssertionError("the behaviour log-probs took a second forward over the responses")
+
+    rollout.behaviour_log_probs = forward  # type: ignore[method-assign]
+    responses, lps = rollout.sample_with_log_probs(prompts, 12, stop, None)
+    assert responses == plain  # the same draws: taking the log-probs leaves the sampling alone
+    assert [len(x) for x in lps] == [len([t for t in r if t != TOK.pad_id]) for r in responses]
+    # what the learner computes of the same tokens, at the sampling temperature
+    seqs = [p + r for p, r in zip(prompts, responses, strict=True)]
+    batch = pack_batch(
+        seqs, [[0] * len(p) + [1] * len(r) for p, r in zip(prompts, responses, strict=True)], TOK.pad_id
+    )
+    with torch.no_grad():
+        ref = hf.sequence_log_probs(engine.model, batch["input_ids"], 0.7)
+    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):  # a sampled pad id is left out
+        want = [
+            x for t, x in zip(r, ref[i, len(p) : len(p) + len(r)].tolist(), strict=True) if t != TOK.pad_id
+        ]
+        assert lps[i] == pytest.approx(want, abs=1e-5)
+    assert any(TOK.pad_id in r for r in responses)  # that case is exercised (an untrained model)
+    # generate itself: the same tokens and stop flags with or without the log-probs
+    kw = {"pad_id": TOK.pad_id, "temperature": 0.7}
+    a = hf.generate(
+        engine.model, prompts, 12, stop, generator=torch.Generator().manual_seed(1), log_probs=True, **kw
+    )
+    b = hf.generate(engine.model, prompts, 12, stop, generator=torch.Generator().manual_seed(1), **kw)
+    assert (a.tokens, a.finished) == (b.tokens, b.finished) and b.log_probs is None
+    assert any(a.finished) and not all(a.finished)
+
+
 # -- the configuration --------------------------------------------------------------------------------
 def test_one_staleness_key_for_both_families(tiny_lm: Any) -> None:
     from rlinf_algos.config.sections import RolloutConfig

@@ -27,7 +27,12 @@ The contract, for a subclass::
 - ``set_weights`` loads what the actor publishes: every weight, or the LoRA adapter's tensors
   alone (peft's names) when the model has an adapter; ``version`` then is the version given;
 - ``tokens`` and ``seconds`` count what ``generate`` produced and how long it took (throughput
-  metrics), ``version`` is ``-1`` before the first weights.
+  metrics), ``version`` is ``-1`` before the first weights;
+- optionally ``generate_with_log_probs(prompts, max_new_tokens, stop_ids, temperature=None)``
+  returns ``(responses, log_probs)``: per response the log-prob of each of its ids under the
+  distribution it was sampled from (``log softmax(logits / temperature)``). An asynchronous run
+  (``rollout.max_staleness > 0``) trains on these as the behaviour policy's; an engine without it
+  gets them from a second forward of the ``hf`` model it exposes as ``model``.
 """
 
 from __future__ import annotations

@@ -106,6 +106,30 @@ class HFEngine(RolloutEngine):
     ) -> list[list[int]]:
         """Responses (ids, the stop token included when reached) to ``prompts``, sampled at this
         worker's temperature and top-p unless ``temperature`` overrides it (0: greedy)."""
+        return self._generate(prompts, max_new_tokens, stop_ids, temperature, False).tokens
+
+    def generate_with_log_probs(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        stop_ids: Sequence[int],
+        temperature: float | None = None,
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """:meth:`generate`, and per response the log-probability of each of its ids under the
+        weights and temperature that sampled it (:func:`~rlinf_algos.lm.hf.generate`'s
+        ``log_probs``): an asynchronous run's behaviour log-probs, taken while sampling instead
+        of by a second forward over the responses."""
+        out = self._generate(prompts, max_new_tokens, stop_ids, temperature, True)
+        return out.tokens, out.log_probs or []
+
+    def _generate(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        stop_ids: Sequence[int],
+        temperature: float | None,
+        log_probs: bool,
+    ) -> Any:
         from rlinf_algos.lm import hf
         from rlinf_algos.models import lora
 
@@ -120,10 +144,11 @@ class HFEngine(RolloutEngine):
                 top_p=self.top_p,
                 generator=self.generator,
                 max_len=self.max_len,
+                log_probs=log_probs,
             )
         self.tokens += out.num_tokens
         self.seconds += out.seconds
-        return out.tokens
+        return out
 
 
 def engine_class(name: str, plugins: Any = None) -> type[RolloutEngine]:

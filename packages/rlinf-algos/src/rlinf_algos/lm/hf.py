@@ -466,6 +466,9 @@ class GenerationOutput:
             or the model's context).
         num_tokens: generated tokens in all.
         seconds: wall time of the call.
+        log_probs: with ``generate(..., log_probs=True)``, per prompt the log-probability of each
+            generated id under the distribution it was sampled from (``log softmax(logits /
+            temperature)``, before top-p; ``None`` otherwise).
     """
 
     tokens: list[list[int]]
@@ -473,6 +476,7 @@ class GenerationOutput:
     num_tokens: int = 0
     seconds: float = 0.0
     stats: dict[str, Any] = field(default_factory=dict)
+    log_probs: list[list[float]] | None = None
 
 
 def _sample(logits: Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> Tensor:
@@ -523,6 +527,7 @@ def generate(
     generator: torch.Generator | None = None,
     max_len: int | None = None,
     compact_below: float = 0.5,
+    log_probs: bool = False,
 ) -> GenerationOutput:
     """Sample continuations of ``prompts`` in one batch.
 
@@ -534,10 +539,16 @@ def generate(
     A row is done when it emits one of ``stop_ids`` or reaches ``max_new_tokens`` (or
     ``max_len``, default the model's context). When the unfinished fraction of rows falls below
     ``compact_below``, finished rows leave the cache.
+
+    ``log_probs``: also return each generated id's log-probability under the logits it was
+    drawn from, divided by ``temperature`` (by 1 when greedy) as :func:`token_log_probs`
+    computes the learner's: an asynchronous run's behaviour log-probs, at no extra forward.
+    They agree with a forward over the whole sequence to float rounding (the KV cache adds in
+    another order), not bit for bit.
     """
     t0 = time.perf_counter()
     if not prompts:
-        return GenerationOutput([], [], 0, 0.0)
+        return GenerationOutput([], [], 0, 0.0, log_probs=[] if log_probs else None)
     n = len(prompts)
     plens = [len(p) for p in prompts]
     if min(plens) < 1:
@@ -558,6 +569,8 @@ def generate(
     positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
     stop = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
     out: list[list[int]] = [[] for _ in range(n)]
+    out_lp: list[list[float]] | None = [[] for _ in range(n)] if log_probs else None
+    lp_temperature = temperature if temperature > 0.0 else 1.0
     finished = [False] * n
     total = 0
     was_training = model.training
@@ -599,6 +612,11 @@ def generate(
                         out[r].append(tok_list[j])
                     if hit_list[j]:
                         finished[r] = True
+                if out_lp is not None:  # the sampled ids' log-probs, from the logits at hand
+                    lp_list = token_log_probs(logits, tok, lp_temperature).tolist()
+                    for j, r in enumerate(rows):
+                        if act_list[j]:
+                            out_lp[r].append(lp_list[j])
                 total += sum(act_list)
                 active &= ~hit
                 n_active = sum(act_list) - sum(hit_list)
@@ -625,7 +643,7 @@ def generate(
                 next_pos = next_pos + 1
     finally:
         model.train(was_training)
-    return GenerationOutput(out, finished, total, time.perf_counter() - t0)
+    return GenerationOutput(out, finished, total, time.perf_counter() - t0, log_probs=out_lp)
 
 
 def save_model_folder(

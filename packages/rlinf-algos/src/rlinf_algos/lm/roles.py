@@ -161,6 +161,24 @@ class LMRollout:
         if gen is not None and "engine" in state:
             gen.set_state(state["engine"])
 
+    def sample_with_log_probs(
+        self, prompts: list[list[int]], max_new_tokens: int, stop_ids: list[int], temperature: float | None
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """Responses and their behaviour log-probs (pad ids left out, as the agents trim the
+        responses): from the engine while it samples when it offers that
+        (``generate_with_log_probs``, as the ``hf`` engine does: no second forward), else by a
+        forward over the responses (:meth:`behaviour_log_probs`)."""
+        both = getattr(self.engine, "generate_with_log_probs", None)
+        if both is None:
+            responses = self.engine.generate(prompts, max_new_tokens, stop_ids, temperature)
+            return responses, self.behaviour_log_probs(prompts, responses, temperature)
+        responses, lps = both(prompts, max_new_tokens, stop_ids, temperature)
+        pad = self.pad_id
+        trimmed = [
+            [x for t, x in zip(r, lp, strict=True) if t != pad] for r, lp in zip(responses, lps, strict=True)
+        ]
+        return responses, trimmed
+
     def behaviour_log_probs(
         self, prompts: list[list[int]], responses: list[list[int]], temperature: float | None
     ) -> list[list[float]]:
@@ -228,19 +246,20 @@ class LMRollout:
                 gen.put({"rank": host.rank, "pid": os.getpid()}, req["report"], timeout=timeout)
             host.sync(int(req["min_version"]))
             tokens0 = self.engine.tokens
-            responses = self.engine.generate(
-                req["prompts"], req["max_new_tokens"], req["stop_ids"], req.get("temperature")
-            )
+            args = (req["prompts"], req["max_new_tokens"], req["stop_ids"], req.get("temperature"))
+            log_probs = None
+            if req.get("behaviour"):  # an asynchronous run: the behaviour policy's log-probs
+                responses, log_probs = self.sample_with_log_probs(*args)
+            else:
+                responses = self.engine.generate(*args)
             reply = {
                 "part": req["part"],
                 "responses": responses,
                 "version": self.engine.version,
                 "tokens": self.engine.tokens - tokens0,
             }
-            if req.get("behaviour"):  # an asynchronous run: the behaviour policy's log-probs
-                reply["log_probs"] = self.behaviour_log_probs(
-                    req["prompts"], responses, req.get("temperature")
-                )
+            if log_probs is not None:
+                reply["log_probs"] = log_probs
                 reply["pad_id"] = self.pad_id
             gen.put(reply, req["reply"], timeout=timeout)
             served += 1
