@@ -52,6 +52,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +188,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         out |= {"outcome": "failed", "exit": int(getattr(err, "exit_code", 1)), "first_line": first}
         out["error_type"] = type(err).__name__
+        out["traceback"] = traceback.format_exc()[-3000:]
     finally:
         killer.finish()
     out["wall_s"] = round(time.perf_counter() - t0, 1)

@@ -63,3 +63,68 @@ def test_calls_that_return_in_time_are_not_bounded_before_an_abort() -> None:
     calls = {("env", 0): Call("run", {"steps": 4}, after=0.4), ("rollout", 0): Call("collect", {"steps": 4})}
     results, dead, fatal, _ = asyncio.run(driver.gather(calls, abort=lambda: None))
     assert results == {("env", 0): {"steps": 4}, ("rollout", 0): {"steps": 4}} and not dead and not fatal
+
+
+class Group:
+    """A role's workers as ``Recovery.replace`` restarts them: each restart takes ``seconds``
+    and gives the rank a new process id."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.restarts, self.next_pid = seconds, 0, 5000
+
+    def restart(self, ranks: list[int], timeout: float) -> None:
+        time.sleep(self.seconds)
+        self.restarts += 1
+        self.next_pid += 1
+
+
+class Flow:
+    roles = {"rollout": "in_place"}
+    holds: dict[str, str] = {}
+
+    def after_restart(self, role: str, ranks: list[int], configure: bool) -> None:
+        return None
+
+
+class Restarting(Driver):
+    def __init__(self) -> None:
+        super().__init__(timeout=5.0)
+        self.groups = {"rollout": Group(0.3)}
+        self.flow_run, self.events, self.restarts = Flow(), [], 0
+        self.runner = type("Runner", (), {"max_restarts": 10})()
+
+    def note_pids(self, role: str, ranks: list[int] | None = None) -> None:
+        self.pids[role][0] = self.groups[role].next_pid
+
+    def log(self, message: str) -> None:
+        self.events.append(message)
+
+
+def test_a_death_two_iterations_in_flight_report_restarts_the_rank_once() -> None:
+    """An asynchronous run has two iterations in flight; both watched the rollout rank that died
+    and both hand its death to ``replace_dead`` at once: the rank is restarted once (a second
+    restart killed the first's new process in its start and ended the run), counted once, and
+    the second report says it was restarted already, naming the dead process, not the new one."""
+    import threading
+
+    from rlinf_scheduler.runtime.worker_group import WorkerError
+
+    driver = Restarting()
+    err = WorkerError(component="rollout", rank=0, node_rank=0, node_ip="127.0.0.1", method="serve",
+                      error_type="WorkerDied", summary="the worker's process died", pid=4242)  # fmt: skip
+    threads = [
+        threading.Thread(target=driver.replace_dead, args=({("rollout", 0): err}, f"in iteration {k}"))
+        for k in (3, 4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10.0)
+    assert driver.groups["rollout"].restarts == 1 and driver.restarts == 1, driver.events
+    assert driver.pids["rollout"] == [5001]
+    dead = [e for e in driver.events if "failed in serve()" in e]
+    assert len(dead) == 2 and all(
+        e.startswith("rollout rank 0, pid 4242 failed in serve() in iteration") for e in dead
+    )
+    assert dead[1].endswith("its process died; already restarted (now pid 5001)"), dead
+    assert driver.events.count("restarted rollout rank(s) [0]") == 1

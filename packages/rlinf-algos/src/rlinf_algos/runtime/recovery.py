@@ -225,10 +225,10 @@ class Recovery:
         return f"the newest checkpoint is {newest}; continue the run from it with `{cmd}`"
 
     def account(self, role: str, rank: int, err: BaseException, where: str) -> str:
-        """One line on how ``role`` rank ``rank`` failed ``where``: its process id, the method it
-        was in, and whether its process died."""
+        """One line on how ``role`` rank ``rank`` failed ``where``: its process id (the one that
+        failed, as the error names it), the method it was in, and whether its process died."""
         known = self.pids.get(role, [])
-        pid = known[rank] if rank < len(known) else None
+        pid = getattr(err, "pid", None) or (known[rank] if rank < len(known) else None)
         method = getattr(err, "method", "?")
         kind = getattr(err, "error_type", type(err).__name__)
         how = {"WorkerDied": "its process died", "WorkerHung": getattr(err, "summary", kind)}.get(kind, kind)
@@ -261,10 +261,26 @@ class Recovery:
         """Handle the workers found dead ``where`` (``{(role, rank): error}``), each as its role's
         restart policy says: ``in_place`` ranks are restarted, a ``never`` role ends the run
         (:class:`RunFailed` naming it). Returns the reason when the learner died (restarted by
-        the caller from a checkpoint, after the rest is settled), else ``None``."""
+        the caller from a checkpoint, after the rest is settled), else ``None``.
+
+        Calls handle their deaths one at a time: an asynchronous run has several iterations in
+        flight, and each one that watched the dead rank reports it. A rank whose process the
+        error names is no longer the rank's process was restarted already (by the call before):
+        it is not restarted again (which would kill the new process, maybe in its start)."""
+        with self.__dict__.setdefault("_replacing", threading.Lock()):
+            return self._replace_dead(dead, where, configure)
+
+    def _replace_dead(
+        self, dead: Mapping[tuple[str, int], BaseException], where: str, configure: bool
+    ) -> str | None:
         learner = None
         by_role: dict[str, list[int]] = {}
         for (role, rank), err in sorted(dead.items()):
+            known = self.pids.get(role, [])
+            now, failed = (known[rank] if rank < len(known) else None), getattr(err, "pid", None)
+            if failed and now and failed != now:
+                self.log(f"{self.account(role, rank, err, where)}; already restarted (now pid {now})")
+                continue
             policy = self.flow_run.roles.get(role, "never")
             account = self.account(role, rank, err, where)
             if policy == "learner":
