@@ -28,13 +28,25 @@ first line names the killed worker (its role and its pid). A kill that came afte
 (a delay past its last iteration) is recorded as ``not killed``.
 
 Overrides for each kind (repeatable): ``--lm-set KEY=VALUE`` (for example
-``--lm-set algorithm.max_staleness=1`` once language-model runs have bounded staleness) and
-``--ppo-set KEY=VALUE``. ``--kinds`` picks the kinds (``grpo_lm,ppo``).
+``--lm-set rollout.max_staleness=1``: an asynchronous language-model run; quickstart's PPO is
+asynchronous already, ``rollout.max_staleness: 1``) and ``--ppo-set KEY=VALUE``. ``--kinds``
+picks the kinds (``grpo_lm,ppo``).
+
+Kills mid wait: with ``--stop-share P`` a share ``P`` of the runs (drawn per run) stops the
+victim (SIGSTOP) at its random point and kills it ``--stop-s`` seconds later (default 3): its
+peers meanwhile block on it (the learner's weight broadcast to a stopped rollout worker, a
+rollout's fetch of the weights, a channel put or get whose other side it is), so the kill lands
+in the middle of such a wait, as the fault tests stage it. ``--weight-sync MODE`` (repeatable)
+draws ``rollout.weight_sync`` per run from the modes given: ``collective`` is a Gloo broadcast
+group whose publish waits for every rollout worker, ``auto`` the object store on CPUs.
+``--work-dir DIR`` keeps each run's directory and log (a child's record has the traceback of a
+failed run).
 
 Usage::
 
     uv run python benchmarks/chaos.py [--runs N] [--seed S] [--kinds grpo_lm,ppo]
-        [--lm-set K=V ...] [--ppo-set K=V ...] [--timeout S] [--json PATH]
+        [--lm-set K=V ...] [--ppo-set K=V ...] [--stop-share P] [--stop-s S]
+        [--weight-sync MODE ...] [--timeout S] [--work-dir DIR] [--json PATH]
 
 Figures are printed (one row per run, then a table per kind), never asserted.
 """

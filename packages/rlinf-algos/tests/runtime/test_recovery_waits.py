@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 from rlinf_algos.runtime.recovery import Recovery, WorkerHung, failure_reason, worker_died
@@ -79,8 +80,9 @@ class Group:
 
 
 class Flow:
-    roles = {"rollout": "in_place"}
-    holds: dict[str, str] = {}
+    roles = {"rollout": "in_place", "actor": "never"}
+    holds = {"actor": "the policy and its optimiser state"}
+    final_checkpoint = False
 
     def after_restart(self, role: str, ranks: list[int], configure: bool) -> None:
         return None
@@ -91,7 +93,8 @@ class Restarting(Driver):
         super().__init__(timeout=5.0)
         self.groups = {"rollout": Group(0.3)}
         self.flow_run, self.events, self.restarts = Flow(), [], 0
-        self.runner = type("Runner", (), {"max_restarts": 10})()
+        self.runner = type("Runner", (), {"max_restarts": 10, "checkpoint_interval": 0})()
+        self.flow, self.run_dir = Flow(), Path("no-such-run-dir")
 
     def note_pids(self, role: str, ranks: list[int] | None = None) -> None:
         self.pids[role][0] = self.groups[role].next_pid
@@ -128,3 +131,23 @@ def test_a_death_two_iterations_in_flight_report_restarts_the_rank_once() -> Non
     )
     assert dead[1].endswith("its process died; already restarted (now pid 5001)"), dead
     assert driver.events.count("restarted rollout rank(s) [0]") == 1
+
+
+def test_a_learner_rank_that_died_in_a_group_call_is_named_not_rank_0() -> None:
+    """The language-model actor's ``train`` is one call on its group (keyed by rank 0); its error
+    names the rank that died (rank 1). The run ends naming rank 1 and its pid first, not rank 0
+    (alive, another pid), and is not taken for a rank restarted already."""
+    import pytest
+
+    from rlinf_algos.runtime.recovery import RunFailed
+    from rlinf_scheduler.runtime.worker_group import WorkerError
+
+    driver = Restarting()
+    driver.pids["actor"] = [6085, 6179]
+    err = WorkerError(component="actor", rank=1, node_rank=0, node_ip="127.0.0.1", method="train",
+                      error_type="WorkerDied", summary="the worker's process died", pid=6179)  # fmt: skip
+    with pytest.raises(RunFailed) as info:
+        driver.replace_dead({("actor", 0): err}, "in iteration 4")
+    assert str(info.value).startswith(
+        "actor rank 1, pid 6179 failed in train() in iteration 4: its process died; it holds the policy"
+    ), str(info.value)

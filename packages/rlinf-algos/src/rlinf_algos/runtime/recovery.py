@@ -224,11 +224,19 @@ class Recovery:
         cmd = f"rlinf train {self.run_dir / 'config.yaml'} --resume {self.run_dir}"
         return f"the newest checkpoint is {newest}; continue the run from it with `{cmd}`"
 
-    def account(self, role: str, rank: int, err: BaseException, where: str) -> str:
-        """One line on how ``role`` rank ``rank`` failed ``where``: its process id (the one that
-        failed, as the error names it), the method it was in, and whether its process died."""
+    def failed(self, role: str, rank: int, err: BaseException) -> tuple[int, int | None]:
+        """The rank and process id that failed: the error's own when it names one of ``role``
+        (a call on a whole group, such as a learner's, is keyed by rank 0 and its error names the
+        root-cause rank), else ``rank`` and its process id as last noted."""
+        if getattr(err, "component", None) == role and isinstance(getattr(err, "rank", None), int):
+            rank = int(err.rank)  # type: ignore[attr-defined]
         known = self.pids.get(role, [])
-        pid = getattr(err, "pid", None) or (known[rank] if rank < len(known) else None)
+        return rank, getattr(err, "pid", None) or (known[rank] if rank < len(known) else None)
+
+    def account(self, role: str, rank: int, err: BaseException, where: str) -> str:
+        """One line on how ``role`` rank ``rank`` failed ``where``: the rank and process id that
+        failed (:meth:`failed`), the method it was in, and whether its process died."""
+        rank, pid = self.failed(role, rank, err)
         method = getattr(err, "method", "?")
         kind = getattr(err, "error_type", type(err).__name__)
         how = {"WorkerDied": "its process died", "WorkerHung": getattr(err, "summary", kind)}.get(kind, kind)
@@ -276,9 +284,9 @@ class Recovery:
         learner = None
         by_role: dict[str, list[int]] = {}
         for (role, rank), err in sorted(dead.items()):
-            known = self.pids.get(role, [])
-            now, failed = (known[rank] if rank < len(known) else None), getattr(err, "pid", None)
-            if failed and now and failed != now:
+            known, (at, failed) = self.pids.get(role, []), self.failed(role, rank, err)
+            now = known[at] if at < len(known) else None
+            if getattr(err, "pid", None) and now and failed != now:
                 self.log(f"{self.account(role, rank, err, where)}; already restarted (now pid {now})")
                 continue
             policy = self.flow_run.roles.get(role, "never")
