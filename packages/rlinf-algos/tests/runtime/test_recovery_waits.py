@@ -151,3 +151,26 @@ def test_a_learner_rank_that_died_in_a_group_call_is_named_not_rank_0() -> None:
     assert str(info.value).startswith(
         "actor rank 1, pid 6179 failed in train() in iteration 4: its process died; it holds the policy"
     ), str(info.value)
+
+
+def test_a_rank_found_dead_between_iterations_is_named_before_its_restart() -> None:
+    """A call between iterations (a checkpoint's ``rng_state``) finds a rollout rank dead: the
+    first event names it (rank, pid, the call), then its restart; the call is made again."""
+    from rlinf_scheduler.runtime.worker_group import WorkerError
+
+    driver = Restarting()
+    tries: list[int] = []
+
+    def call() -> str:
+        tries.append(1)
+        if len(tries) == 1:
+            raise WorkerError(component="rollout", rank=0, node_rank=0, node_ip="127.0.0.1", method="rng_state",
+                              error_type="WorkerDied", summary="the worker's process died", pid=4242)  # fmt: skip
+        return "state"
+
+    assert driver.with_restarts("rollout", call) == "state" and len(tries) == 2
+    assert driver.events == [
+        "rollout rank 0, pid 4242 failed in rng_state() between iterations: its process died",
+        "restarted rollout rank(s) [0]",
+    ]
+    assert driver.restarts == 1 and driver.pids["rollout"] == [5001]

@@ -322,14 +322,18 @@ class Recovery:
 
     def with_restarts(self, role: str, call: Callable[[], Any]) -> Any:
         """``call()`` (a call on ``role``'s workers between iterations); a rank found dead is
-        restarted (counted) and the call made again."""
+        named (the root cause first: its rank, pid and the call) and restarted (counted), and
+        the call made again."""
         for _ in range(sum(getattr(g, "world_size", 1) for g in self.groups.values()) + 1):
             try:
                 return call()
             except Exception as err:
                 if not worker_died(err, role):
                     raise
-                self.replace(role, [int(getattr(err, "rank", 0))])
+                rank = int(getattr(err, "rank", 0))
+                with self.__dict__.setdefault("_replacing", threading.Lock()):
+                    self.log(self.account(role, rank, err, "between iterations"))
+                    self.replace(role, [rank])
         return call()
 
     # -- the learner --------------------------------------------------------------------------------
