@@ -11,11 +11,13 @@
   as the error's first line, and with each metrics row of the iterations before it once.
 
 Both faults are staged as :mod:`tests.runtime.test_wait_faults` stages them for embodied PPO:
-the victim is stopped (SIGSTOP) where a rollout rank reports that it took a request of iteration
-``k`` (``on_generating``); while it is stopped the learner finishes its update on ``k - 1`` and
-waits for it (in the weight broadcast, or in the collective of the next update), then the victim
-is killed (SIGKILL). ``sync_s`` (the publish) of the rows shows the broadcast did wait for the
-stopped rollout worker."""
+the victim is stopped (SIGSTOP) at a point the run reports, and killed (SIGKILL) a few seconds
+later, while a peer waits for it. The rollout worker is stopped once the reward rank took the
+episodes of iteration ``k`` (``on_scoring``): the actor then trains on them (an update of about a
+second) and broadcasts the new weights, a broadcast that waits for the stopped worker until it
+is killed (``sync_s`` of the rows shows it). The learner's rank 1 is stopped once a rollout rank
+took a request of iteration ``k`` (``on_generating``): rank 0 waits for it in the next update's
+collective."""
 
 from __future__ import annotations
 
@@ -46,8 +48,9 @@ SLOW_UPDATE = (  # an update of about a second: the rollout is stopped before it
 
 
 class StopThenKill:
-    """``on_generating``: at iteration ``k_fault``, SIGSTOP the process ``victim(run, report)``
-    names and SIGKILL it :data:`STOPPED_S` later (from a thread: the run goes on meanwhile)."""
+    """A hook of the run (``on_generating`` or ``on_scoring``): at iteration ``k_fault``, SIGSTOP
+    the process ``victim(run)`` names and SIGKILL it :data:`STOPPED_S` later (from a thread: the
+    run goes on meanwhile)."""
 
     def __init__(self, k_fault: int, victim: Any) -> None:
         self.k_fault, self.victim = k_fault, victim
@@ -55,10 +58,10 @@ class StopThenKill:
         self.killed_at: float | None = None
         self.thread: threading.Thread | None = None
 
-    def on_generating(self, run: Any, k: int, report: dict[str, Any]) -> None:
+    def hook(self, run: Any, k: int, *_: Any) -> None:
         if k != self.k_fault or self.pid is not None:
             return
-        self.pid = int(self.victim(run, report))
+        self.pid = int(self.victim(run))
         os.kill(self.pid, signal.SIGSTOP)
 
         def kill() -> None:
@@ -83,20 +86,23 @@ def test_an_async_rollout_killed_mid_weight_sync_is_restarted_naming_it_first(
         "rollout.max_staleness=1", "rollout.weight_sync=collective", f"runner.worker_timeout={TIMEOUT:g}",
         *SLOW_UPDATE,
     )  # fmt: skip
-    fault = StopThenKill(3, lambda run, report: report["pid"])
+    # the reward took iteration 3's episodes: the actor trains on them next and then broadcasts
+    # version 3, to a rollout worker that is stopped by then
+    fault = StopThenKill(3, lambda run: run.pids["rollout"][0])
     t0 = time.monotonic()
-    summary = run_training(config, run_dir=tmp_path, callbacks={"on_generating": fault.on_generating})
+    summary = run_training(config, run_dir=tmp_path, callbacks={"on_scoring": fault.hook})
     ended = time.monotonic()
     if fault.thread is not None:
         fault.thread.join(STOPPED_S + 5)
     assert fault.killed_at is not None and t0 < fault.killed_at < ended
     assert summary["max_staleness"] == 1 and summary["weight_sync"]["mode"] == "collective"
     events = summary["events"]
-    # restarted once, though each iteration in flight (at most max_staleness + 1 = 2) saw it die
-    # and dropped its partial batch
+    # restarted once, though each iteration in flight (at most max_staleness + 1 = 2) saw it die:
+    # the one being generated dropped its partial batch; the one whose update waited in the
+    # broadcast kept it (the actor had its whole batch) or dropped it too
     assert summary["restarts"] == 1 and 1 <= summary["dropped_batches"] <= 2, events
     assert events.count("restarted rollout rank(s) [0]") == 1, events
-    assert len([e for e in events if "already restarted" in e]) == summary["dropped_batches"] - 1, events
+    assert len([e for e in events if "already restarted" in e]) <= 1, events
     assert summary["iterations"] == 6 and summary["learner_restarts"] == []
     # the root cause first, on one line: the killed worker, its pid, the call, that it died
     first = next(e for e in events if f"pid {fault.pid}" in e)
@@ -118,9 +124,9 @@ def test_an_async_learner_rank_killed_mid_collective_ends_the_run_naming_it_firs
         "rollout.max_staleness=1", "cluster.component_placement.actor.placement=0:0-1",
         "actor.strategy=ddp", f"runner.worker_timeout={TIMEOUT:g}",
     )  # fmt: skip
-    fault = StopThenKill(4, lambda run, report: run.pids["actor"][1])
+    fault = StopThenKill(4, lambda run: run.pids["actor"][1])
     with pytest.raises(RunFailed) as info:
-        run_training(config, run_dir=tmp_path, callbacks={"on_generating": fault.on_generating})
+        run_training(config, run_dir=tmp_path, callbacks={"on_generating": fault.hook})
     ended = time.monotonic()
     if fault.thread is not None:
         fault.thread.join(STOPPED_S + 5)
