@@ -28,13 +28,25 @@ first line names the killed worker (its role and its pid). A kill that came afte
 (a delay past its last iteration) is recorded as ``not killed``.
 
 Overrides for each kind (repeatable): ``--lm-set KEY=VALUE`` (for example
-``--lm-set algorithm.max_staleness=1`` once language-model runs have bounded staleness) and
-``--ppo-set KEY=VALUE``. ``--kinds`` picks the kinds (``grpo_lm,ppo``).
+``--lm-set rollout.max_staleness=1``: an asynchronous language-model run; quickstart's PPO is
+asynchronous already, ``rollout.max_staleness: 1``) and ``--ppo-set KEY=VALUE``. ``--kinds``
+picks the kinds (``grpo_lm,ppo``).
+
+Kills mid wait: with ``--stop-share P`` a share ``P`` of the runs (drawn per run) stops the
+victim (SIGSTOP) at its random point and kills it ``--stop-s`` seconds later (default 3): its
+peers meanwhile block on it (the learner's weight broadcast to a stopped rollout worker, a
+rollout's fetch of the weights, a channel put or get whose other side it is), so the kill lands
+in the middle of such a wait, as the fault tests stage it. ``--weight-sync MODE`` (repeatable)
+draws ``rollout.weight_sync`` per run from the modes given: ``collective`` is a Gloo broadcast
+group whose publish waits for every rollout worker, ``auto`` the object store on CPUs.
+``--work-dir DIR`` keeps each run's directory and log (a child's record has the traceback of a
+failed run).
 
 Usage::
 
     uv run python benchmarks/chaos.py [--runs N] [--seed S] [--kinds grpo_lm,ppo]
-        [--lm-set K=V ...] [--ppo-set K=V ...] [--timeout S] [--json PATH]
+        [--lm-set K=V ...] [--ppo-set K=V ...] [--stop-share P] [--stop-s S]
+        [--weight-sync MODE ...] [--timeout S] [--work-dir DIR] [--json PATH]
 
 Figures are printed (one row per run, then a table per kind), never asserted.
 """
@@ -46,11 +58,13 @@ import csv
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -112,19 +126,24 @@ KINDS: dict[str, dict[str, Any]] = {
 # -- one run, in a child process ------------------------------------------------------------------
 class Killer:
     """SIGKILL on ``victim``'s rank-0 process ``delay`` s after ``trigger`` reports iteration
-    ``k`` (once)."""
+    ``k`` (once). With ``stop_s > 0`` the victim is first stopped (SIGSTOP) there and killed
+    ``stop_s`` later: its peers meanwhile block on it (the learner's weight publish to it, a
+    fetch of its weights, a channel put or get whose other side it is), so the kill lands in the
+    middle of such a wait, as the fault tests stage it."""
 
-    def __init__(self, victim: str, trigger: str, k: int, delay: float) -> None:
-        self.victim, self.trigger, self.k, self.delay = victim, trigger, k, delay
+    def __init__(self, victim: str, trigger: str, k: int, delay: float, stop_s: float = 0.0) -> None:
+        self.victim, self.trigger, self.k, self.delay, self.stop_s = victim, trigger, k, delay, stop_s
         self.fired = threading.Event()
         self.record: dict[str, Any] = {"killed": False}
         self.ended = threading.Event()
+        self.thread: threading.Thread | None = None
 
     def hook(self, run: Any, k: int, *_: Any) -> None:
         if k != self.k or self.fired.is_set():
             return
         self.fired.set()
-        threading.Thread(target=self._kill, args=(run,), daemon=True).start()
+        self.thread = threading.Thread(target=self._kill, args=(run,), daemon=True)
+        self.thread.start()
 
     def _kill(self, run: Any) -> None:
         if self.ended.wait(self.delay):
@@ -134,11 +153,22 @@ class Killer:
             self.record["why_not"] = f"no {self.victim} process"
             return
         try:
+            if self.stop_s > 0:
+                os.kill(pid, signal.SIGSTOP)
+                self.record.update({"stopped": True, "pid": pid, "stopped_at_iteration": run.iteration})
+                time.sleep(self.stop_s)  # never left stopped: the kill follows even if the run ended
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             self.record["why_not"] = f"pid {pid} was gone"
             return
         self.record.update({"killed": True, "pid": pid, "at_iteration": run.iteration})
+        self.record["after_run_ended"] = self.ended.is_set()
+
+    def finish(self) -> None:
+        """The run is over: no kill starts now; a stopped victim is killed before the record is out."""
+        self.ended.set()
+        if self.thread is not None:
+            self.thread.join(self.stop_s + 5.0)
 
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
@@ -147,7 +177,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     from rlinf_core.config import load_yaml
 
     kind = KINDS[spec["kind"]]
-    killer = Killer(spec["victim"], spec["trigger"], spec["k"], spec["delay"])
+    killer = Killer(spec["victim"], spec["trigger"], spec["k"], spec["delay"], spec.get("stop_s", 0.0))
     run_dir = Path(spec["run_dir"])
     overrides = [*kind["overrides"], f"runner.seed={spec['seed']}", *spec["set"]]
     out: dict[str, Any] = {"overrides": overrides}
@@ -170,8 +200,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         out |= {"outcome": "failed", "exit": int(getattr(err, "exit_code", 1)), "first_line": first}
         out["error_type"] = type(err).__name__
+        out["traceback"] = traceback.format_exc()[-3000:]
     finally:
-        killer.ended.set()
+        killer.finish()
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     out["kill"] = killer.record
     return out
@@ -199,6 +230,11 @@ def one(kind: str, i: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any
         "run_dir": str(tmp / f"{kind}-{i}"),
         "set": list(args.lm_set if kind == "grpo_lm" else args.ppo_set),
     }
+    # drawn after the draws above, so a seed's victim, trigger and delay do not change with them
+    spec["stop_s"] = args.stop_s if rng.random() < args.stop_share else 0.0
+    spec["weight_sync"] = rng.choice(args.weight_syncs) if args.weight_syncs else None
+    if spec["weight_sync"]:
+        spec["set"].append(f"rollout.weight_sync={spec['weight_sync']}")
     result_file = tmp / f"{kind}-{i}.json"
     t0 = time.perf_counter()
     with open(tmp / f"{kind}-{i}.log", "w") as log:
@@ -215,7 +251,8 @@ def one(kind: str, i: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     wall = time.perf_counter() - t0
-    row: dict[str, Any] = {k: spec[k] for k in ("kind", "seed", "victim", "trigger", "k", "delay")}
+    keys = ("kind", "seed", "victim", "trigger", "k", "delay", "stop_s", "weight_sync")
+    row: dict[str, Any] = {k: spec[k] for k in keys}
     row["wall_s"] = round(wall, 1)
     if hung or not result_file.is_file():
         tail = (tmp / f"{kind}-{i}.log").read_text(errors="replace").strip().splitlines()[-3:]
@@ -234,6 +271,8 @@ def one(kind: str, i: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any
         "first_line": rec["first_line"][:300],
         "killed": kill.get("killed"),
         "pid": kill.get("pid"),
+        "at_iteration": kill.get("at_iteration"),
+        "after_run_ended": kill.get("after_run_ended"),
         "rows": len(steps),
         "rows_once": steps == sorted(set(steps)),
     }
@@ -244,6 +283,7 @@ def one(kind: str, i: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any
         row["cause_named"] = None
         named = [e for e in rec.get("events", []) if kill.get("pid") and f"pid {kill['pid']}" in e]
         row["death_named_in_events"] = bool(named) if kill.get("killed") else None
+        row["cause_event"] = named[0][:300] if named else ""
     else:
         pid = kill.get("pid")
         row["cause_named"] = (
@@ -266,6 +306,7 @@ def table(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "failed, cause named first": sum(r["outcome"] == "failed" and bool(r["cause_named"]) for r in rows),
         "failed, cause not named": sum(r["outcome"] == "failed" and not r["cause_named"] for r in rows),
         "metrics rows not once": sum(r["rows_once"] is False for r in rows),
+        "stopped first (SIGSTOP, then SIGKILL)": sum(bool(r.get("stop_s")) for r in killed),
         "max wall s": max((r["wall_s"] for r in rows), default=None),
         "victims (killed)": {
             v: sum(r["victim"] == v for r in killed) for v in sorted({r["victim"] for r in rows})
@@ -284,9 +325,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--max-delay", type=float, default=None, help="seconds after the trigger, at most (default: per kind)"
     )
     parser.add_argument(
+        "--stop-share", type=float, default=0.0,
+        help="share of runs whose victim is stopped (SIGSTOP) first and killed --stop-s later",
+    )  # fmt: skip
+    parser.add_argument(
+        "--stop-s", type=float, default=3.0, help="seconds a stopped victim waits for its kill"
+    )
+    parser.add_argument(
+        "--weight-sync", dest="weight_syncs", action="append", default=[], metavar="MODE",
+        help="rollout.weight_sync drawn per run from the modes given (repeatable; none: the config's)",
+    )  # fmt: skip
+    parser.add_argument(
         "--timeout", type=float, default=600.0, help="hard bound per run (s): past it, a hang"
     )
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="keep each run's directory and log here (default: removed)",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-out", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -317,17 +375,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     cluster = Cluster(1, ray_init={"num_cpus": 2})  # every run attaches to it (its start is not counted)
     args.ray_address = cluster.address
-    with tempfile.TemporaryDirectory(prefix="rlinf-chaos-") as tmp:
+    if args.work_dir is not None:
+        args.work_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="rlinf-chaos-", dir=args.work_dir))
+    try:
         for i in range(args.runs):
             for kind in kinds:
-                row = one(kind, i, args, Path(tmp))
+                row = one(kind, i, args, tmp)
                 rows.append(row)
                 print(
                     f"{kind:<8} seed {row['seed']:<3} {row['victim']:<9} {row['trigger']:<13} k={row['k']} "
-                    f"+{row['delay']:.1f}s  {row['outcome']:<9} exit {row['exit']!s:<4} {row['wall_s']:>6.1f}s "
-                    f"{'ok ' if row['ok'] else 'BAD'} {row['first_line'][:90]}",
+                    f"+{row['delay']:.1f}s{' stop' if row['stop_s'] else ' kill'} {row['weight_sync'] or '-':<12} {row['outcome']:<9} exit {row['exit']!s:<4} {row['wall_s']:>6.1f}s "
+                    f"{'ok ' if row['ok'] else 'BAD'} restarts {row.get('restarts', '-')} "
+                    f"{(row['first_line'] or row.get('cause_event') or '')[:90]}",
                     flush=True,
                 )
+    finally:
+        if args.work_dir is None:  # kept under --work-dir: each run's directory and log
+            shutil.rmtree(tmp, ignore_errors=True)
     cluster.shutdown()
     summary = {kind: table([r for r in rows if r["kind"] == kind]) for kind in kinds}
     report["figures"] = [

@@ -5,7 +5,9 @@ Gloo), and a learner rank killed while the other rank waits for it in a collecti
 rollout worker and a dropped batch; the learner group back from its newest checkpoint) within
 ``runner.worker_timeout``, and the event says the root cause first: the killed worker, its pid.
 
-Both faults are staged the same way: the victim is stopped (SIGSTOP) where the runtime reports
+Both runs are asynchronous (``rollout.max_staleness: 1``, embodied PPO's default: the rollout of
+iteration ``k + 1`` overlaps the update on ``k``); :mod:`tests.lm.test_async_faults` stages the
+same two faults in an asynchronous language-model run. Both faults are staged the same way: the victim is stopped (SIGSTOP) where the runtime reports
 that rollout rank 0 collects iteration ``k`` (``on_collecting``); while it is stopped the learner
 finishes its update on ``k - 1`` and then waits for the victim (in the weight broadcast, or in the
 collective that hands the other rank its batch), a wait that would last until the timeout; then
@@ -77,6 +79,7 @@ def test_a_rollout_worker_killed_mid_weight_sync_is_restarted_and_its_batch_drop
 ) -> None:
     config = placed_ppo.config(6, worker_timeout=TIMEOUT, checkpoint_interval=0)
     config["rollout"]["weight_sync"] = "collective"  # a Gloo broadcast group: the publish waits for it
+    config["rollout"]["max_staleness"] = 1  # asynchronous (the default, said here): k + 1 collects meanwhile
     fault = StopThenKill(2, lambda run: run.pids["rollout"][0])
     summary = run_training(config, run_dir=tmp_path, callbacks=fault.callbacks())
     assert fault.killed_at is not None
@@ -104,6 +107,7 @@ def test_a_learner_rank_killed_mid_collective_restarts_the_group_naming_it(
     config = placed_ppo.config(6, worker_timeout=TIMEOUT)
     config["cluster"]["component_placement"]["actor"]["placement"] = "0:0-1"
     config["actor"] = {"strategy": "ddp"}
+    config["rollout"]["max_staleness"] = 1  # asynchronous (the default, said here)
     fault = StopThenKill(4, lambda run: run.pids["actor"][1])
     pids: list[list[int]] = []
     callbacks = fault.callbacks()

@@ -417,12 +417,26 @@ class LMPlacedRun(LMRun):
         generated: asyncio.Future[None] = loop.create_future()
 
         async def run() -> dict[str, Any]:
-            res = await self._attempts(
-                "iteration", it, problems, group_size, None, True, min_version, generated
-            )
+            try:
+                res = await self._attempts(
+                    "iteration", it, problems, group_size, None, True, min_version, generated
+                )
+            except Exception:
+                await self._older_failure(it)
+                raise
             return self._result(res)
 
         return generated, asyncio.ensure_future(run())
+
+    async def _older_failure(self, it: int) -> None:
+        """Raise the error of an iteration in flight before ``it`` that fails: it saw the root
+        cause first (a learner rank's death stops the actor group, which a later iteration then
+        finds shut down), so its error, not the later one's, ends the run."""
+        for k, older in list(self.inflight):
+            if k < it:
+                await asyncio.wait({older})
+                if not older.cancelled() and older.exception() is not None:
+                    raise older.exception()  # type: ignore[misc]
 
     def _result(self, res: dict[str, Any]) -> dict[str, Any]:
         """An iteration's outcome as :meth:`iterate` returns it (the learner's version noted)."""

@@ -224,11 +224,19 @@ class Recovery:
         cmd = f"rlinf train {self.run_dir / 'config.yaml'} --resume {self.run_dir}"
         return f"the newest checkpoint is {newest}; continue the run from it with `{cmd}`"
 
-    def account(self, role: str, rank: int, err: BaseException, where: str) -> str:
-        """One line on how ``role`` rank ``rank`` failed ``where``: its process id, the method it
-        was in, and whether its process died."""
+    def failed(self, role: str, rank: int, err: BaseException) -> tuple[int, int | None]:
+        """The rank and process id that failed: the error's own when it names one of ``role``
+        (a call on a whole group, such as a learner's, is keyed by rank 0 and its error names the
+        root-cause rank), else ``rank`` and its process id as last noted."""
+        if getattr(err, "component", None) == role and isinstance(getattr(err, "rank", None), int):
+            rank = int(err.rank)  # type: ignore[attr-defined]
         known = self.pids.get(role, [])
-        pid = known[rank] if rank < len(known) else None
+        return rank, getattr(err, "pid", None) or (known[rank] if rank < len(known) else None)
+
+    def account(self, role: str, rank: int, err: BaseException, where: str) -> str:
+        """One line on how ``role`` rank ``rank`` failed ``where``: the rank and process id that
+        failed (:meth:`failed`), the method it was in, and whether its process died."""
+        rank, pid = self.failed(role, rank, err)
         method = getattr(err, "method", "?")
         kind = getattr(err, "error_type", type(err).__name__)
         how = {"WorkerDied": "its process died", "WorkerHung": getattr(err, "summary", kind)}.get(kind, kind)
@@ -261,10 +269,26 @@ class Recovery:
         """Handle the workers found dead ``where`` (``{(role, rank): error}``), each as its role's
         restart policy says: ``in_place`` ranks are restarted, a ``never`` role ends the run
         (:class:`RunFailed` naming it). Returns the reason when the learner died (restarted by
-        the caller from a checkpoint, after the rest is settled), else ``None``."""
+        the caller from a checkpoint, after the rest is settled), else ``None``.
+
+        Calls handle their deaths one at a time: an asynchronous run has several iterations in
+        flight, and each one that watched the dead rank reports it. A rank whose process the
+        error names is no longer the rank's process was restarted already (by the call before):
+        it is not restarted again (which would kill the new process, maybe in its start)."""
+        with self.__dict__.setdefault("_replacing", threading.Lock()):
+            return self._replace_dead(dead, where, configure)
+
+    def _replace_dead(
+        self, dead: Mapping[tuple[str, int], BaseException], where: str, configure: bool
+    ) -> str | None:
         learner = None
         by_role: dict[str, list[int]] = {}
         for (role, rank), err in sorted(dead.items()):
+            known, (at, failed) = self.pids.get(role, []), self.failed(role, rank, err)
+            now = known[at] if at < len(known) else None
+            if getattr(err, "pid", None) and now and failed != now:
+                self.log(f"{self.account(role, rank, err, where)}; already restarted (now pid {now})")
+                continue
             policy = self.flow_run.roles.get(role, "never")
             account = self.account(role, rank, err, where)
             if policy == "learner":
@@ -298,14 +322,18 @@ class Recovery:
 
     def with_restarts(self, role: str, call: Callable[[], Any]) -> Any:
         """``call()`` (a call on ``role``'s workers between iterations); a rank found dead is
-        restarted (counted) and the call made again."""
+        named (the root cause first: its rank, pid and the call) and restarted (counted), and
+        the call made again."""
         for _ in range(sum(getattr(g, "world_size", 1) for g in self.groups.values()) + 1):
             try:
                 return call()
             except Exception as err:
                 if not worker_died(err, role):
                     raise
-                self.replace(role, [int(getattr(err, "rank", 0))])
+                rank = int(getattr(err, "rank", 0))
+                with self.__dict__.setdefault("_replacing", threading.Lock()):
+                    self.log(self.account(role, rank, err, "between iterations"))
+                    self.replace(role, [rank])
         return call()
 
     # -- the learner --------------------------------------------------------------------------------
