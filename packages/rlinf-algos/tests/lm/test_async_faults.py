@@ -22,6 +22,7 @@ collective."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import threading
@@ -139,3 +140,7 @@ def test_an_async_learner_rank_killed_mid_collective_ends_the_run_naming_it_firs
     assert ended - fault.killed_at < TIMEOUT + SLACK_S
     steps = [int(r["step"]) for r in rows(tmp_path)]
     assert steps == list(range(1, len(steps) + 1)) and len(steps) < 8  # each row once
+    # the policy died with its rank, but summary.json still says how the run ended
+    summary = json.loads((tmp_path / "summary.json").read_text(encoding="utf-8"))
+    assert summary["error"].startswith(f"actor rank 1, pid {fault.pid} failed in train() "), summary
+    assert ". Writing policy/ failed too: " in first and first.endswith("; summary.json is written."), first

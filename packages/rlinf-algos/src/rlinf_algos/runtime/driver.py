@@ -394,19 +394,33 @@ class Driver(Recovery):
             self.log(f"could not write the interrupt checkpoint: {err}")
 
     def _failed(self, err: RunFailed) -> RunFailed:
-        """A run that cannot go on: write the policy and the summary (with ``error``) first."""
+        """A run that cannot go on: write the policy and the summary (with ``error``) first. When
+        the flow cannot write its files (the process holding the policy died), summary.json
+        still records how the run ended, without the flow's own figures."""
+        files = self.flow_run.failure_files
         try:
             self._finish(error=str(err))
-            note = f". {self.flow_run.failure_files} and summary.json are written."
+            note = f". {files} and summary.json are written."
         except Exception as fin:  # say so, and still give the first error
-            note = f" Writing {self.flow_run.failure_files} and summary.json failed too: {fin}"
+            note = f"{'' if str(err).endswith('.') else '.'} Writing {files} failed too: {fin}"
+            try:
+                self._write_summary({"interrupted": self.interrupted}, f"{err}{note}")
+                note += "; summary.json is written."
+            except Exception as again:
+                note += f"; summary.json could not be written either: {again}"
         return RunFailed(f"{err}{note}", exit_code=err.exit_code)
 
     def _finish(self, error: str | None = None) -> dict[str, Any]:
         if getattr(self, "rec", None) is None:
             raise RlinfError("the run ended before it started")
         self.rec.close()
-        summary = dict(self.flow_run.finish(interrupted=self.interrupted, error=error))
+        return self._write_summary(
+            dict(self.flow_run.finish(interrupted=self.interrupted, error=error)), error
+        )
+
+    def _write_summary(self, summary: dict[str, Any], error: str | None) -> dict[str, Any]:
+        """``summary`` (the flow's figures) with the runtime's counters and ``error``, written
+        atomically to summary.json."""
         summary.update(
             {
                 "restarts": self.restarts,
