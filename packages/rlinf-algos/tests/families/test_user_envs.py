@@ -172,12 +172,19 @@ def test_on_nonfinite_zero_trains_on_and_saves_finite_weights(
 
 
 @pytest.mark.slow
-def test_on_ray_workers_too(tmp_path: Path) -> None:
-    done = train(tmp_path, "raise", "ray")
+@pytest.mark.parametrize(
+    ("fail", "says"),
+    [
+        ("raise", "step raised ValueError: joint 3 out of range (at "),
+        # in the worker's set-up: before, exit 1 and the scheduler's "failed in __init__()" line
+        ("reset", "reset raised RuntimeError: the robot is not homed (at "),
+    ],
+)
+def test_on_ray_workers_too(tmp_path: Path, fail: str, says: str) -> None:
+    done = train(tmp_path, fail, "ray")
     assert done.returncode == 2, done.stderr[-3000:]
-    assert any("step raised ValueError: joint 3 out of range (at " in line for line in _error_lines(done)), (
-        done.stderr[-3000:]
-    )
+    (line,) = _error_lines(done)
+    assert says in line and line.startswith("error: env rank 0, pid "), line
 
 
 # -- env.timeout_s: a reset or step that never returns -------------------------------------------

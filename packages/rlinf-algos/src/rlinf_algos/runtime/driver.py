@@ -58,6 +58,7 @@ from rlinf_algos.runtime.recovery import (
     failure_reason,
     out_of_memory,
     out_of_memory_message,
+    user_error,
 )
 from rlinf_algos.runtime.stop import DeferredStop
 from rlinf_core.errors import RlinfError
@@ -252,8 +253,14 @@ class Driver(Recovery):
             name: _in_daemon_thread(f"rlinf-launch-{name}", self.scheduler.launch, name, cls, *args, **kwargs)
             for name, (cls, args, kwargs) in todo.items()
         }
+        failed: BaseException | None = None
         for name, fut in futs.items():
-            self.groups[name] = fut.result()
+            try:
+                self.groups[name] = fut.result()  # the others are kept, so the teardown stops them
+            except Exception as err:
+                failed = failed or err
+        if failed is not None:  # a role's set-up failed on the user's mistake: its one line
+            raise user_error(failed) or failed
         for name in todo:
             if self.flow_run.roles.get(name, "never") != "never" and hasattr(
                 self.groups[name], "stop_on_failure"
