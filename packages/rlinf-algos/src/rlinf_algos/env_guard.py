@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["EnvThread", "EnvTimeout", "needs_guard"]
+__all__ = ["EnvThread", "EnvTimeout", "needs_guard", "user_place"]
 
 _OWN = (
     f"{os.sep}gymnasium{os.sep}",
@@ -38,6 +38,17 @@ _OWN = (
     f"{os.sep}threading.py",
     f"{os.sep}concurrent{os.sep}",
 )
+
+
+def user_place(err: BaseException) -> str:
+    """``file:line`` of the innermost frame of ``err``'s traceback outside gymnasium, numpy, rlinf
+    and the standard library's threading (the user's env), or of the innermost frame."""
+    import traceback
+
+    frames = traceback.extract_tb(err.__traceback__)
+    mine = [f for f in frames if not any(part in f.filename for part in _OWN)]
+    f = (mine or frames or [None])[-1]
+    return f"{f.filename}:{f.lineno}" if f is not None else "?"
 
 
 class EnvTimeout(Exception):

@@ -20,8 +20,6 @@ wraps exactly this.
 
 from __future__ import annotations
 
-import os
-import traceback
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,7 +28,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rlinf_algos import obs as obs_tree
-from rlinf_algos.env_guard import EnvThread, EnvTimeout, needs_guard
+from rlinf_algos.env_guard import EnvThread, EnvTimeout, needs_guard, user_place
 from rlinf_algos.families import SimulatorError
 from rlinf_algos.families.gymnasium import (
     bare_env_id,
@@ -71,16 +69,9 @@ class EnvError(RlinfError):
     exit_code = 2
 
 
-_OWN = (f"{os.sep}gymnasium{os.sep}", f"{os.sep}rlinf_algos{os.sep}", f"{os.sep}numpy{os.sep}")
-
-
 def _user_place(err: BaseException) -> str:
-    """``file:line`` of the innermost frame of ``err`` outside gymnasium, numpy and rlinf (the
-    user's env), or of the innermost frame when there is none."""
-    frames = traceback.extract_tb(err.__traceback__)
-    mine = [f for f in frames if not any(part in f.filename for part in _OWN)]
-    f = (mine or frames or [None])[-1]
-    return f"{f.filename}:{f.lineno}" if f is not None else "?"
+    """``file:line`` of the user's env in ``err``'s traceback (:func:`~rlinf_algos.env_guard.user_place`)."""
+    return user_place(err)
 
 
 def env_call(
@@ -118,6 +109,10 @@ def env_call(
             f"{type(err).__name__}: {err}".strip().splitlines()[0][:300] if str(err) else type(err).__name__
         )
         raise EnvError(f"env {env_id!r}: {call} raised {what} (at {_user_place(err)})") from None
+
+
+def _reraise(err: BaseException) -> None:
+    raise err
 
 
 def nonfinite_rows(values: Any) -> np.ndarray:
@@ -500,9 +495,13 @@ class VectorEnvStepper:
         """Close the env; returns what was skipped (``None``: nothing): an env whose call never
         returned is not closed (:meth:`~rlinf_algos.env_guard.EnvThread.close`)."""
         if self.guard is None:
-            self.envs.close()
+            env_call(self.env_id, "close", self.envs.close)
             return None
-        skipped = self.guard.close(self.envs.close, timeout=self.timeout_s)
+        try:
+            skipped = self.guard.close(self.envs.close, timeout=self.timeout_s)
+        except Exception as err:  # what the user's close raised: one line
+            env_call(self.env_id, "close", _reraise, err)
+            raise
         if skipped:
             import logging
 

@@ -61,6 +61,11 @@ class Flaky(gym.Env):
         return obs, reward, False, self.t >= 20, {}
 
 
+    def close(self):
+        if self.fail == "close_check" or (self.fail == "close" and self.t):  # (the check never steps)
+            raise RuntimeError("the gripper is stuck")
+
+
 gym.register(id="Flaky-v0", entry_point=Flaky)
 """
 
@@ -185,6 +190,21 @@ def test_on_ray_workers_too(tmp_path: Path, fail: str, says: str) -> None:
     assert done.returncode == 2, done.stderr[-3000:]
     (line,) = _error_lines(done)
     assert says in line and line.startswith("error: env rank 0, pid "), line
+
+
+def test_a_failing_close_is_one_line(tmp_path: Path) -> None:
+    """On the worker, at the run's end (its results are written): one warning line, exit 0; in
+    the config check's copy, before anything starts: one line, exit 2. Before: tracebacks."""
+    done = train(tmp_path, "close", "local", "--quiet")
+    assert done.returncode == 0, done.stderr[-2000:]
+    (line,) = [ln for ln in done.stderr.splitlines() if "the gripper is stuck" in ln]
+    assert "env rank 0, pid " in line and "env 'userenv:Flaky-v0': close raised RuntimeError" in line, line
+    assert "userenv.py:" in line and "Traceback" not in done.stderr
+    check = tmp_path / "check"
+    check.mkdir()
+    done = train(check, "close_check")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "close raised RuntimeError: the gripper is stuck (at " in done.stderr
 
 
 # -- env.timeout_s: a reset or step that never returns -------------------------------------------

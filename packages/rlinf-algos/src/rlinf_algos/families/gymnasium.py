@@ -344,7 +344,19 @@ def _probe_on(env_id: str, kwargs: Any, wrappers: Any, timeout_s: float, call: A
         return env.observation_space, env.action_space
     finally:
         if not closed:
-            call("close", build_s, env.close)
+            try:
+                call("close", build_s, env.close)
+            except (ConfigError, EnvTimeout):
+                raise
+            except Exception as err:  # the user's close: one line, before anything starts
+                from rlinf_algos.env_guard import user_place
+
+                why = f"{type(err).__name__}: {err}".strip().splitlines()[0][:300]
+                raise ConfigError(
+                    f"{env_id!r}: close raised {why} (at {user_place(err)}) when one copy was built here "
+                    "to check its spaces",
+                    path="env.id",
+                ) from None
 
 
 def _raise_kwargs_error(env_id: str, kwargs: Any, err: BaseException) -> None:

@@ -23,6 +23,7 @@ served to the rollout workers over direct links (the embodied flows' env side).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -302,5 +303,10 @@ class EnvWorker(RoleWorker):
 
     def teardown(self) -> None:
         close_links(getattr(self, "links", {}))
+        from rlinf_algos.envs import EnvError
+
         for st in getattr(self, "steppers", []):
-            st.close()  # an env whose call never returned is not closed (it says so)
+            try:
+                st.close()  # an env whose call never returned is not closed (it says so)
+            except EnvError as err:  # the run's results are written: one warning line, go on
+                logging.getLogger("rlinf.env").warning("env rank %d, pid %d: %s", self.rank, os.getpid(), err)
