@@ -192,6 +192,16 @@ def test_on_ray_workers_too(tmp_path: Path, fail: str, says: str) -> None:
     assert says in line and line.startswith("error: env rank 0, pid "), line
 
 
+def test_non_finite_weights_are_never_saved(tmp_path: Path) -> None:
+    """``env.on_nonfinite: ignore`` lets NaN rewards through; the learner's weights go NaN and are
+    not written (before: exit 0 and a policy with NaN in 9 of its 12 tensors)."""
+    done = train(tmp_path, "nan_reward", "local", "env.on_nonfinite=ignore")
+    assert done.returncode == 2, done.stderr[-2000:]
+    (line,) = _error_lines(done)
+    assert "not writing policy.safetensors: " in line and "hold NaN or inf (the first: " in line, line
+    assert "Traceback" not in done.stderr and not (tmp_path / "run" / "policy.safetensors").exists()
+
+
 def test_a_failing_close_is_one_line(tmp_path: Path) -> None:
     """On the worker, at the run's end (its results are written): one warning line, exit 0; in
     the config check's copy, before anything starts: one line, exit 2. Before: tracebacks."""
