@@ -68,7 +68,10 @@ from rlinf_core.weights import WeightSync
 __all__ = ["STOP_GRACE_S", "Driver", "StopUnwaited"]
 
 STOP_GRACE_S = 3.0
-"""Seconds a stop (SIGTERM, Ctrl-C) waits for the iteration in flight before it stops without it."""
+"""Seconds a stop (SIGTERM, Ctrl-C) waits for the iteration in flight before it stops without it,
+at least; twice the run's longest iteration so far when that is longer (an iteration that is only
+long, a language model's, still ends and is checkpointed; one blocked in a user's env is not
+waited for)."""
 
 
 def _in_daemon_thread(name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any]:
@@ -158,6 +161,7 @@ class Driver(Recovery):
         self.last_checkpoint: Path | None = None
         self.interrupted = False
         self.unwaited = False  # a stop that did not wait for the iteration in flight
+        self.longest_iteration_s = 0.0  # of this process's iterations (a stop's grace)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.own_scheduler: Any = None
         if scheduler is None:  # runner.scheduler: local: every role in this process
@@ -420,8 +424,11 @@ class Driver(Recovery):
 
     def _step_or_stop(self, stop: DeferredStop) -> None:
         """One iteration (``flow_run.step()``); when a stop is asked for and the iteration does not
-        end within :data:`STOP_GRACE_S` of it (a call blocked in a user's env, say), it is not
-        waited for: :class:`StopUnwaited` (the driver then writes only what needs no worker)."""
+        end within the grace of :data:`STOP_GRACE_S` of it (a call blocked in a user's env, say),
+        it is not waited for: :class:`StopUnwaited` (the driver then writes only what needs no
+        worker)."""
+        began = time.monotonic()
+        grace = max(STOP_GRACE_S, 2.0 * self.longest_iteration_s)
         work = self.flow_run.step()
         if not inspect.isawaitable(work):
             return
@@ -431,13 +438,14 @@ class Driver(Recovery):
         task = asyncio.ensure_future(work, loop=loop)
         while not task.done():
             loop.run_until_complete(asyncio.wait({task}, timeout=0.25))
-            if not task.done() and stop.requested and time.monotonic() - stop.at >= STOP_GRACE_S:
+            if not task.done() and stop.requested and time.monotonic() - stop.at >= grace:
                 task.cancel()
                 loop.run_until_complete(asyncio.wait({task}, timeout=1.0))
                 if task.done() and not task.cancelled():
                     task.exception()  # retrieved: the stop ends the run anyway
                 raise StopUnwaited(stop.reason, time.monotonic() - stop.at)
         task.result()
+        self.longest_iteration_s = max(self.longest_iteration_s, time.monotonic() - began)
 
     def _stop_unwaited(self, unwaited: StopUnwaited) -> BaseException:
         """A stop whose iteration in flight did not end in time: keep the metrics rows written so
