@@ -6,6 +6,7 @@ Light at import: click and rlinf_core only; each command imports what it needs w
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -170,15 +171,22 @@ def train_cmd(
         if bar is not None:
             bar.close()
         what = "terminated (SIGTERM)" if stop_signal.received else "interrupted"
-        if stop.checkpoint is not None:
-            # the overrides too: without them the resumed run would take the file's settings
-            again = shlex.join(["rlinf", "train", str(config), *overrides, "--resume", str(stop.run_dir)])
+        # the overrides too: without them the resumed run would take the file's settings
+        again = shlex.join(["rlinf", "train", str(config), *overrides, "--resume", str(stop.run_dir)])
+        if getattr(stop, "skipped", None):
+            hint = f"; continue with `{again}`" if stop.checkpoint is not None else ""
+            click.echo(f"{what}: {stop.skipped}{hint}", err=True)
+            # a worker's thread is still blocked (in a user's env, say): end now, without the
+            # interpreter's finalisation, which can take seconds beside such threads
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(143 if stop_signal.received else 130)
+        elif stop.checkpoint is not None:
             click.echo(
                 f"{what}: wrote {stop.checkpoint}, the policy and summary.json; continue with `{again}`",
                 err=True,
             )
         else:
-            again = shlex.join(["rlinf", "train", str(config), *overrides, "--resume", str(stop.run_dir)])
             click.echo(
                 f"{what} before training started (run directory {stop.run_dir}); `{again}` starts it again "
                 "there, keeping what its set-up did (a warm start continues from its checkpoint)",

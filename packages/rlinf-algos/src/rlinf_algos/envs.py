@@ -20,8 +20,6 @@ wraps exactly this.
 
 from __future__ import annotations
 
-import os
-import traceback
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +28,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rlinf_algos import obs as obs_tree
+from rlinf_algos.env_guard import EnvThread, EnvTimeout, needs_guard, user_place
 from rlinf_algos.families import SimulatorError
 from rlinf_algos.families.gymnasium import (
     bare_env_id,
@@ -70,31 +69,50 @@ class EnvError(RlinfError):
     exit_code = 2
 
 
-_OWN = (f"{os.sep}gymnasium{os.sep}", f"{os.sep}rlinf_algos{os.sep}", f"{os.sep}numpy{os.sep}")
-
-
 def _user_place(err: BaseException) -> str:
-    """``file:line`` of the innermost frame of ``err`` outside gymnasium, numpy and rlinf (the
-    user's env), or of the innermost frame when there is none."""
-    frames = traceback.extract_tb(err.__traceback__)
-    mine = [f for f in frames if not any(part in f.filename for part in _OWN)]
-    f = (mine or frames or [None])[-1]
-    return f"{f.filename}:{f.lineno}" if f is not None else "?"
+    """``file:line`` of the user's env in ``err``'s traceback (:func:`~rlinf_algos.env_guard.user_place`)."""
+    return user_place(err)
 
 
-def env_call(env_id: str, call: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+def env_call(
+    env_id: str,
+    call: str,
+    fn: Any,
+    *args: Any,
+    guard: EnvThread | None = None,
+    timeout: float = 60.0,
+    **kwargs: Any,
+) -> Any:
     """``fn(*args, **kwargs)`` (a vector env's ``reset`` or ``step``), with what the user's env
     raises, ``SystemExit`` included, turned into one :class:`EnvError` line naming the env, the
-    call and the user's ``file:line``. rlinf's own errors and Ctrl-C pass through."""
+    call and the user's ``file:line``. rlinf's own errors and Ctrl-C pass through. With
+    ``guard`` (:class:`~rlinf_algos.env_guard.EnvThread`) the call runs on its thread and a call
+    that has not returned after ``timeout`` s (``env.timeout_s``) is an :class:`EnvError` too."""
     try:
+        if guard is not None:
+            return guard.call(call, timeout, fn, *args, **kwargs)
         return fn(*args, **kwargs)
     except (RlinfError, KeyboardInterrupt):
         raise
+    except EnvTimeout as err:
+        if err.earlier:
+            raise EnvError(
+                f"env {env_id!r}: its {err.call} never returned (blocked at {err.place} for {err.waited:.0f} s); "
+                f"it cannot take a {call}"
+            ) from None
+        raise EnvError(
+            f"env {env_id!r}: {call} did not return within {err.waited:g} s (env.timeout_s; blocked at "
+            f"{err.place}); raise env.timeout_s if a {call} may take longer"
+        ) from None
     except BaseException as err:
         what = (
             f"{type(err).__name__}: {err}".strip().splitlines()[0][:300] if str(err) else type(err).__name__
         )
         raise EnvError(f"env {env_id!r}: {call} raised {what} (at {_user_place(err)})") from None
+
+
+def _reraise(err: BaseException) -> None:
+    raise err
 
 
 def nonfinite_rows(values: Any) -> np.ndarray:
@@ -129,6 +147,7 @@ def make_vector_env(
     timeout_s: float = 60.0,
     tasks: list[str] | None = None,
     render: bool = False,
+    guard: EnvThread | None = None,
 ) -> tuple[Any, Any]:
     """Build, seed and reset a vector env of an env family (``env.family``; :mod:`rlinf_algos.families`).
 
@@ -152,6 +171,9 @@ def make_vector_env(
         tasks: the task of each sub-env, for a family with task suites (default: from ``env_id``).
         render: build the simulators with a camera for ``envs.render()`` (families other than
             ``gymnasium``, whose envs render through ``env_kwargs``).
+        guard: build and reset the env on this :class:`~rlinf_algos.env_guard.EnvThread`
+            (the reset bounded by ``timeout_s``; building by ``max(300, timeout_s)``); the
+            caller then makes every call of the env through it.
 
     Every copy whose action space is not a flat ``Box`` (discrete, multi-discrete,
     multi-binary, dict or tuple) takes flat float actions (:class:`~rlinf_algos.action_spaces.
@@ -181,12 +203,18 @@ def make_vector_env(
         tasks=list(tasks) if tasks is not None else None,
         render=render,
     )
-    envs = get_family(family).make_vector(request)
-    envs = RecordEpisodeStatistics(envs, buffer_length=stats_window)
+
+    def build() -> Any:
+        return RecordEpisodeStatistics(get_family(family).make_vector(request), buffer_length=stats_window)
+
+    envs = env_call(env_id, "make", build, guard=guard, timeout=max(300.0, timeout_s))
     try:
-        obs, _ = env_call(env_id, "reset", envs.reset, seed=seed)
+        obs, _ = env_call(env_id, "reset", envs.reset, seed=seed, guard=guard, timeout=timeout_s)
     except EnvError:
-        envs.close()
+        if guard is None:
+            envs.close()
+        else:
+            guard.close(envs.close)
         raise
     envs.action_space.seed(seed)
     return envs, obs
@@ -282,24 +310,38 @@ class VectorEnvStepper:
         timeout_s: float = 60.0,
         on_nonfinite: Literal["stop", "zero", "ignore"] = "stop",
     ) -> None:
+        from rlinf_algos.families import get_family
+
         self.on_nonfinite = on_nonfinite
         self.nonfinite = 0  # sub-env steps whose observation or reward was not finite
-        self.envs, obs = make_vector_env(
-            env_id,
-            num_envs,
-            seed,
-            vectorization=vectorization,
-            env_kwargs=env_kwargs,
-            max_episode_steps=max_episode_steps,
-            stats_window=stats_window,
-            obs_mode=obs_mode,
-            image_size=image_size,
-            wrappers=wrappers,
-            family=family,
-            options=options,
-            python=python,
-            timeout_s=timeout_s,
+        self.timeout_s = float(timeout_s)
+        self.guard = (
+            EnvThread(f"rlinf-env-{bare_env_id(env_id)}")
+            if needs_guard(get_family(family), env_id, wrappers)
+            else None
         )
+        try:
+            self.envs, obs = make_vector_env(
+                env_id,
+                num_envs,
+                seed,
+                vectorization=vectorization,
+                env_kwargs=env_kwargs,
+                max_episode_steps=max_episode_steps,
+                stats_window=stats_window,
+                obs_mode=obs_mode,
+                image_size=image_size,
+                wrappers=wrappers,
+                family=family,
+                options=options,
+                python=python,
+                timeout_s=timeout_s,
+                guard=self.guard,
+            )
+        except BaseException:
+            if self.guard is not None:
+                self.guard.close()
+            raise
         self.restarts = 0  # simulator processes started again after a failure
         space = self.envs.single_observation_space
         try:
@@ -364,7 +406,9 @@ class VectorEnvStepper:
     def reset(self, seed: int | list[int]) -> Any:
         """Reset every sub-env (``seed``: the first's, the others ``seed + i``; or one per
         sub-env) and return the new observations (also :attr:`obs`)."""
-        obs, _ = env_call(self.env_id, "reset", self.envs.reset, seed=seed)
+        obs, _ = env_call(
+            self.env_id, "reset", self.envs.reset, seed=seed, guard=self.guard, timeout=self.timeout_s
+        )
         self.obs = batch_obs(obs)
         return self.obs
 
@@ -378,7 +422,7 @@ class VectorEnvStepper:
             actions = np.clip(actions, self.action_low, self.action_high)
         try:
             next_obs, rewards, terminated, truncated, info = env_call(
-                self.env_id, "step", self.envs.step, actions
+                self.env_id, "step", self.envs.step, actions, guard=self.guard, timeout=self.timeout_s
             )
         except SimulatorError as err:
             # a simulator process died or hung: start a new one from fresh seeds (the episodes in
@@ -447,5 +491,19 @@ class VectorEnvStepper:
         )
         return obs, rewards
 
-    def close(self) -> None:
-        self.envs.close()
+    def close(self) -> str | None:
+        """Close the env; returns what was skipped (``None``: nothing): an env whose call never
+        returned is not closed (:meth:`~rlinf_algos.env_guard.EnvThread.close`)."""
+        if self.guard is None:
+            env_call(self.env_id, "close", self.envs.close)
+            return None
+        try:
+            skipped = self.guard.close(self.envs.close, timeout=self.timeout_s)
+        except Exception as err:  # what the user's close raised: one line
+            env_call(self.env_id, "close", _reraise, err)
+            raise
+        if skipped:
+            import logging
+
+            logging.getLogger("rlinf.env").warning("env %r: skipped %s", self.env_id, skipped)
+        return skipped

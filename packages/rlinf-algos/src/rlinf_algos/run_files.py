@@ -34,11 +34,14 @@ __all__ = [
     "POLICY",
     "SUFFIX",
     "WARM_START",
+    "NonFiniteState",
     "UnsafeStateFile",
+    "check_finite",
     "checkpoint_files",
     "checkpoint_name",
     "convert_run",
     "legacy_files",
+    "nonfinite_tensors",
     "policy_file",
     "read_state",
     "step_of",
@@ -107,8 +110,49 @@ def warm_start_file(run_dir: Path) -> Path:
     return _preferred(run_dir, WARM_START)
 
 
+class NonFiniteState(RlinfError):
+    """Weights (or other float tensors) to be written hold NaN or infinity: nothing is written."""
+
+    exit_code = 2
+
+
+def nonfinite_tensors(tree: Any, where: str = "") -> Iterator[str]:
+    """The keys (``a.b[0]``) of the float tensors and arrays of ``tree`` (dicts, lists, tuples
+    of them) that hold a NaN or an infinity."""
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from nonfinite_tensors(v, f"{where}.{k}" if where else str(k))
+    elif isinstance(tree, list | tuple):
+        for i, v in enumerate(tree):
+            yield from nonfinite_tensors(v, f"{where}[{i}]")
+    elif hasattr(tree, "is_floating_point") and hasattr(tree, "isfinite"):  # a torch tensor
+        if getattr(tree.device, "type", "cpu") == "meta":  # no values (a test's stand-in for a GPU)
+            return
+        if tree.is_floating_point() and tree.numel() and not bool(tree.isfinite().all()):
+            yield where
+    elif hasattr(tree, "dtype") and getattr(tree.dtype, "kind", "") == "f":  # a numpy array
+        import numpy as np
+
+        if not np.isfinite(tree).all():
+            yield where
+
+
+def check_finite(tree: Any, path: Path) -> None:
+    """Raise :class:`NonFiniteState` when ``tree`` (to be written to ``path``) holds a
+    non-finite float tensor: a learner never saves non-finite weights."""
+    bad = list(nonfinite_tensors(tree))
+    if bad:
+        raise NonFiniteState(
+            f"not writing {Path(path).name}: {len(bad)} tensor(s) hold NaN or inf (the first: {bad[0]!r}); "
+            "training diverged or was given non-finite values (env.on_nonfinite: ignore lets them through); "
+            "the files written before are kept"
+        )
+
+
 def write_state(tree: dict[str, Any], path: Path) -> Path:
-    """``tree`` to ``path`` as an rlinf state file, atomically (temp file, fsync, rename)."""
+    """``tree`` to ``path`` as an rlinf state file, atomically (temp file, fsync, rename); a tree
+    with a non-finite float tensor is refused (:func:`check_finite`)."""
+    check_finite(tree, path)
     return save_state(tree, path)
 
 

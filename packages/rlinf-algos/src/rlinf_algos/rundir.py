@@ -37,6 +37,7 @@ from typing import Any
 from rlinf_algos.run_files import (
     POLICY,
     UnsafeStateFile,
+    check_finite,
     checkpoint_files,
     checkpoint_name,
     read_state,
@@ -140,6 +141,7 @@ def write_checkpoint(
     folder = Path(run_dir) / "checkpoints"
     if layout == "folder":
         path = folder / f"step_{step}"
+        check_finite(state, path / STATE_FILE)
         path.mkdir(parents=True, exist_ok=True)
         save_state(
             state, path / STATE_FILE, meta={"algorithm": str(state.get("algorithm", "")), "step": str(step)}

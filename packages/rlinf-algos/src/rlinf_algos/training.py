@@ -51,11 +51,13 @@ ProgressFn = Callable[[dict[str, Any]], None]
 
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C ended a run. ``run_dir`` is its directory; ``checkpoint`` the checkpoint written on
-    the way out (``None`` if training had not started or none could be written)."""
+    the way out (``None`` if training had not started or none could be written); ``skipped``:
+    what a stop that could not wait for the iteration in flight did not write (``None``: it
+    wrote everything), with ``checkpoint`` then the last one written before."""
 
-    def __init__(self, run_dir: Path, checkpoint: Path | None) -> None:
+    def __init__(self, run_dir: Path, checkpoint: Path | None, skipped: str | None = None) -> None:
         super().__init__(f"interrupted: {run_dir}")
-        self.run_dir, self.checkpoint = run_dir, checkpoint
+        self.run_dir, self.checkpoint, self.skipped = run_dir, checkpoint, skipped
 
 
 def run_training(

@@ -110,7 +110,9 @@ class EnvConfig(ConfigSection):
         "the venv `rlinf env setup FAMILY` made",
     )
     timeout_s: float = Field(
-        60.0, gt=0.0, description="seconds a simulator process may take to answer one reset or step"
+        60.0,
+        gt=0.0,
+        description="seconds one reset or step may take: a simulator process is killed after it, an env in rlinf's process (module:Env ids, plugin ids, env.wrappers) is left on its thread; either ends the run naming the env, the call and the worker",
     )
     on_nonfinite: Literal["stop", "zero", "ignore"] = Field(
         "stop",

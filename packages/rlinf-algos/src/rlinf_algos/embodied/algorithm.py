@@ -131,7 +131,7 @@ class EmbodiedAlgorithm(Algorithm):
 
         env = sections.env
         try:
-            got = probe_spaces(env.id, env.kwargs, env.wrappers)
+            got = probe_spaces(env.id, env.kwargs, env.wrappers, env.timeout_s)
         except ConfigError as err:
             return list(err.problems)
         if got is None:

@@ -433,7 +433,9 @@ class EmbodiedPlacedRun(FlowRun):
         ]
         why = (
             "; ".join(
-                failure_reason(e) if hasattr(e, "component") else f"{c} rank {r}: {e}"
+                failure_reason(e)
+                if hasattr(e, "component") or str(e).startswith(f"{c} rank {r}")  # it names its worker
+                else f"{c} rank {r}: {e}"
                 for (c, r), e in (dead | fatal).items()
             )
             or "; ".join(said[:2])

@@ -246,22 +246,26 @@ class _Wrap:
             ) from None
 
 
-def probe_spaces(env_id: str, kwargs: Any = None, wrappers: Any = None) -> tuple[Any, Any] | None:
+def probe_spaces(
+    env_id: str, kwargs: Any = None, wrappers: Any = None, timeout_s: float = 60.0
+) -> tuple[Any, Any] | None:
     """``(observation_space, action_space)`` of one copy of ``env_id`` (with ``env.kwargs`` and
     ``env.wrappers``), built and closed here, for the checks before anything starts; ``None``
     where it is not built here: ids of installed plugins (a robot's env may connect to the robot
     when built; the env worker checks those) and any env that fails to build here. Raises
-    :class:`ConfigError` for a wrapper that does not import or fails on the env."""
+    :class:`ConfigError` for a wrapper that does not import or fails on the env, and for a
+    user's env whose ``reset`` does not return within ``timeout_s`` (``env.timeout_s``; it runs
+    on a thread of its own, :mod:`rlinf_algos.env_guard`)."""
     import json
 
     try:
         key = json.dumps([env_id, kwargs or {}, [_wrapper_entry(w) for w in wrappers or []]], sort_keys=True)
     except (TypeError, ValueError):  # kwargs that are not plain data: build it every time
-        return _probe_spaces(env_id, kwargs, wrappers)
+        return _probe_spaces(env_id, kwargs, wrappers, timeout_s)
     if key not in _PROBED:
         if len(_PROBED) >= 64:
             _PROBED.clear()
-        _PROBED[key] = _probe_spaces(env_id, kwargs, wrappers)
+        _PROBED[key] = _probe_spaces(env_id, kwargs, wrappers, timeout_s)
     return _PROBED[key]
 
 
@@ -269,8 +273,10 @@ _PROBED: dict[str, tuple[Any, Any] | None] = {}
 """:func:`probe_spaces` results of this process (validation runs more than once per run)."""
 
 
-def _probe_spaces(env_id: str, kwargs: Any, wrappers: Any) -> tuple[Any, Any] | None:
+def _probe_spaces(env_id: str, kwargs: Any, wrappers: Any, timeout_s: float) -> tuple[Any, Any] | None:
     import gymnasium
+
+    from rlinf_algos.env_guard import EnvThread, EnvTimeout, needs_guard
 
     try:
         ensure_registered(env_id)
@@ -281,27 +287,76 @@ def _probe_spaces(env_id: str, kwargs: Any, wrappers: Any) -> tuple[Any, Any] | 
     own = isinstance(entry, str) and entry.startswith("gymnasium.")
     if not (own or ":" in env_id):
         return None
+    guard = (
+        EnvThread(f"rlinf-probe-{bare_env_id(env_id)}")
+        if needs_guard(GymnasiumFamily(), env_id, wrappers)
+        else None
+    )
+
+    def call(what: str, wait: float, fn: Any, *args: Any, **kw: Any) -> Any:
+        return guard.call(what, wait, fn, *args, **kw) if guard is not None else fn(*args, **kw)
+
     try:
-        env = gymnasium.make(bare_env_id(env_id), **dict(kwargs or {}))
+        return _probe_on(env_id, kwargs, wrappers, timeout_s, call)
+    except EnvTimeout as err:
+        raise ConfigError(
+            f"{env_id!r}: its {err.call} did not return within {err.waited:g} s (env.timeout_s; blocked at "
+            f"{err.place}) when one copy was built here to check its spaces; raise env.timeout_s if a "
+            f"{err.call} may take longer",
+            path="env.timeout_s" if err.call == "reset" else "env.id",
+        ) from None
+    finally:
+        if guard is not None:
+            guard.close()
+
+
+def _probe_on(env_id: str, kwargs: Any, wrappers: Any, timeout_s: float, call: Any) -> tuple[Any, Any] | None:
+    """:func:`_probe_spaces`' building, reset and wrapping, each through ``call`` (its thread)."""
+    import gymnasium
+
+    from rlinf_algos.env_guard import EnvTimeout
+
+    build_s = max(300.0, timeout_s)
+    try:
+        env = call("make", build_s, gymnasium.make, bare_env_id(env_id), **dict(kwargs or {}))
     except gymnasium.error.DependencyNotInstalled as err:
         raise missing_dependency_error(env_id, err) from None
     except (TypeError, ValueError) as err:
         _raise_kwargs_error(env_id, kwargs, err)
         return None
+    except (ConfigError, EnvTimeout):
+        raise
     except Exception:  # unknown keys are reported by env_kwargs_problems
         return None
+    closed = False
     try:
         try:  # a value of the wrong type often fails only when the env first uses it
-            env.reset(seed=0)
+            call("reset", timeout_s, env.reset, seed=0)
         except (TypeError, ValueError) as err:
             _raise_kwargs_error(env_id, kwargs, err)
+        except EnvTimeout:
+            closed = True  # never call an env whose call did not return
+            raise
         except Exception:
             pass  # not the kwargs' fault as far as can be told here: the env worker reports it
         for wrap in resolve_wrappers(wrappers):  # a wrapper that fails is reported at its YAML path
-            env = wrap(env)
+            env = call("wrap", build_s, wrap, env)
         return env.observation_space, env.action_space
     finally:
-        env.close()
+        if not closed:
+            try:
+                call("close", build_s, env.close)
+            except (ConfigError, EnvTimeout):
+                raise
+            except Exception as err:  # the user's close: one line, before anything starts
+                from rlinf_algos.env_guard import user_place
+
+                why = f"{type(err).__name__}: {err}".strip().splitlines()[0][:300]
+                raise ConfigError(
+                    f"{env_id!r}: close raised {why} (at {user_place(err)}) when one copy was built here "
+                    "to check its spaces",
+                    path="env.id",
+                ) from None
 
 
 def _raise_kwargs_error(env_id: str, kwargs: Any, err: BaseException) -> None:

@@ -42,8 +42,10 @@ import asyncio
 import inspect
 import logging
 import secrets
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +58,45 @@ from rlinf_algos.runtime.recovery import (
     failure_reason,
     out_of_memory,
     out_of_memory_message,
+    user_error,
 )
 from rlinf_algos.runtime.stop import DeferredStop
 from rlinf_core.errors import RlinfError
 from rlinf_core.links import Links
 from rlinf_core.weights import WeightSync
 
-__all__ = ["Driver"]
+__all__ = ["STOP_GRACE_S", "Driver", "StopUnwaited"]
+
+STOP_GRACE_S = 3.0
+"""Seconds a stop (SIGTERM, Ctrl-C) waits for the iteration in flight before it stops without it,
+at least; twice the run's longest iteration so far when that is longer (an iteration that is only
+long, a language model's, still ends and is checkpointed; one blocked in a user's env is not
+waited for)."""
+
+
+def _in_daemon_thread(name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any]:
+    """``fn(*args, **kwargs)`` on a daemon thread of its own; its future."""
+    fut: Future[Any] = Future()
+
+    def run() -> None:
+        if fut.set_running_or_notify_cancel():
+            try:
+                fut.set_result(fn(*args, **kwargs))
+            except BaseException as err:
+                fut.set_exception(err)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return fut
+
+
+class StopUnwaited(Exception):
+    """A stop was asked for ``waited`` seconds ago (``reason``: SIGTERM or Ctrl-C) and the
+    iteration in flight has not ended."""
+
+    def __init__(self, reason: str, waited: float) -> None:
+        super().__init__(f"{reason}: the iteration in flight did not end within {waited:.0f} s")
+        self.reason, self.waited = reason, waited
+
 
 ProgressFn = Callable[[dict[str, Any]], None]
 
@@ -126,6 +160,8 @@ class Driver(Recovery):
         self.last_ckpt_step = 0
         self.last_checkpoint: Path | None = None
         self.interrupted = False
+        self.unwaited = False  # a stop that did not wait for the iteration in flight
+        self.longest_iteration_s = 0.0  # of this process's iterations (a stop's grace)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.own_scheduler: Any = None
         if scheduler is None:  # runner.scheduler: local: every role in this process
@@ -215,14 +251,20 @@ class Driver(Recovery):
         (their imports overlap), note their process ids; the groups of roles restarted in place
         or from checkpoints keep their other ranks when one fails."""
         todo = {name: spec for name, spec in launches.items() if name not in self.groups}
-        if todo:
-            with ThreadPoolExecutor(len(todo)) as pool:
-                futs = {
-                    name: pool.submit(self.scheduler.launch, name, cls, *args, **kwargs)
-                    for name, (cls, args, kwargs) in todo.items()
-                }
-                for name, fut in futs.items():
-                    self.groups[name] = fut.result()
+        # daemon threads: a Ctrl-C or SIGTERM while a role's set-up is blocked (a user's env that
+        # does not return) is not held by them, nor is the process's exit
+        futs = {
+            name: _in_daemon_thread(f"rlinf-launch-{name}", self.scheduler.launch, name, cls, *args, **kwargs)
+            for name, (cls, args, kwargs) in todo.items()
+        }
+        failed: BaseException | None = None
+        for name, fut in futs.items():
+            try:
+                self.groups[name] = fut.result()  # the others are kept, so the teardown stops them
+            except Exception as err:
+                failed = failed or err
+        if failed is not None:  # a role's set-up failed on the user's mistake: its one line
+            raise user_error(failed) or failed
         for name in todo:
             if self.flow_run.roles.get(name, "never") != "never" and hasattr(
                 self.groups[name], "stop_on_failure"
@@ -326,6 +368,8 @@ class Driver(Recovery):
                         self._loop_until_done(stop)
                     except KeyboardInterrupt:  # a second Ctrl-C, or one raised inside a step
                         hard_stop = True
+                    except StopUnwaited as unwaited:
+                        raise self._stop_unwaited(unwaited) from None
                     self.interrupted = hard_stop or stop.requested
                     reason = stop.reason if stop.requested else "Ctrl-C"
                 if hard_stop:
@@ -375,8 +419,55 @@ class Driver(Recovery):
             self.run_async(flow_run.final_policy())
             return True
         self._checkpoint_if_due()
-        self.run_async(flow_run.step())
+        self._step_or_stop(stop)
         return False
+
+    def _step_or_stop(self, stop: DeferredStop) -> None:
+        """One iteration (``flow_run.step()``); when a stop is asked for and the iteration does not
+        end within the grace of :data:`STOP_GRACE_S` of it (a call blocked in a user's env, say),
+        it is not waited for: :class:`StopUnwaited` (the driver then writes only what needs no
+        worker)."""
+        began = time.monotonic()
+        grace = max(STOP_GRACE_S, 2.0 * self.longest_iteration_s)
+        work = self.flow_run.step()
+        if not inspect.isawaitable(work):
+            return
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        loop = self._loop
+        task = asyncio.ensure_future(work, loop=loop)
+        while not task.done():
+            loop.run_until_complete(asyncio.wait({task}, timeout=0.25))
+            if not task.done() and stop.requested and time.monotonic() - stop.at >= grace:
+                task.cancel()
+                loop.run_until_complete(asyncio.wait({task}, timeout=1.0))
+                if task.done() and not task.cancelled():
+                    task.exception()  # retrieved: the stop ends the run anyway
+                raise StopUnwaited(stop.reason, time.monotonic() - stop.at)
+        task.result()
+        self.longest_iteration_s = max(self.longest_iteration_s, time.monotonic() - began)
+
+    def _stop_unwaited(self, unwaited: StopUnwaited) -> BaseException:
+        """A stop whose iteration in flight did not end in time: keep the metrics rows written so
+        far, skip what needs a worker's answer (the interrupt checkpoint, the policy,
+        ``summary.json``, the workers' own teardown: each may wait on the call that is blocked),
+        say so, and return the :class:`~rlinf_algos.training.TrainingInterrupted` to raise."""
+        from rlinf_algos.training import TrainingInterrupted
+
+        self.interrupted = self.unwaited = True
+        self.rec.close()
+        kept = (
+            f"the last checkpoint is {self.last_checkpoint}"
+            if self.last_checkpoint
+            else "no checkpoint was written"
+        )
+        skipped = (
+            f"the iteration in flight did not end within {unwaited.waited:.0f} s of the "
+            f"request (a worker's call is blocked); stopped without it at {self.flow_run.unit} {self.steps}: "
+            f"skipped the interrupt checkpoint, the policy, summary.json and the workers' teardown; "
+            f"metrics.csv holds the rows written; {kept}"
+        )
+        return TrainingInterrupted(self.run_dir, self.last_checkpoint, skipped=skipped)
 
     def _hard_stop(self) -> None:
         """A stop that could not wait for the iteration in flight: end it, then write what can be
@@ -440,14 +531,16 @@ class Driver(Recovery):
     def _teardown(self) -> None:
         """Stop the flow run and every worker group, all at once (a preempted job has about 30 s
         before SIGKILL)."""
-        try:
-            self.run_async(self.flow_run.close())
-        except Exception as err:
-            logging.getLogger("rlinf.train").warning("closing the run: %s", err)
+        wait = 1.0 if self.unwaited else 10.0  # a stop that did not wait: nor does the teardown
+        if not self.unwaited:
+            try:
+                self.run_async(self.flow_run.close())
+            except Exception as err:
+                logging.getLogger("rlinf.train").warning("closing the run: %s", err)
 
         def stop(group: Any) -> None:
             try:
-                group.shutdown(timeout=10.0)
+                group.shutdown(timeout=wait)
             except Exception:
                 pass
 

@@ -169,8 +169,11 @@ def user_error(err: BaseException) -> WorkerUserError | None:
     rlinf error meant for users (exit code 2); ``None`` for any other failure."""
     cause = getattr(err, "cause", None)
     if isinstance(cause, RlinfError) and getattr(cause, "exit_code", 1) == 2:
-        where = f"{err.component} rank {err.rank}: " if hasattr(err, "component") else ""
-        return WorkerUserError(where + str(cause).splitlines()[0])
+        first = str(cause).splitlines()[0]
+        where = f"{err.component} rank {err.rank}" if hasattr(err, "component") else ""
+        if where and not first.startswith(where):  # a worker's error may name it already
+            first = f"{where}: {first}"
+        return WorkerUserError(first)
     return None
 
 

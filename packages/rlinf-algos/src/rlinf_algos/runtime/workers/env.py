@@ -22,6 +22,10 @@ served to the rollout workers over direct links (the embodied flows' env side).
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -76,7 +80,22 @@ class EnvWorker(RoleWorker):
         self.links: dict[int, Any] = {}
         self.links_key: Any = None
 
+    @contextlib.contextmanager
+    def _named(self) -> Iterator[None]:
+        """The user's env failing (:class:`~rlinf_algos.envs.EnvError`) names this worker first."""
+        from rlinf_algos.envs import EnvError
+
+        try:
+            yield
+        except EnvError as err:
+            where = f"env rank {self.rank}, pid {os.getpid()}: "
+            raise EnvError(where + str(err)) from None
+
     def setup(self) -> None:
+        with self._named():
+            self._setup()
+
+    def _setup(self) -> None:
         from rlinf_algos.envs import VectorEnvStepper
 
         cfg = self.env_cfg
@@ -113,9 +132,10 @@ class EnvWorker(RoleWorker):
 
     def reseed(self, seed: int) -> None:
         """Reset every stage with a new base seed (resume: the simulator state is not saved)."""
-        for s, st in enumerate(self.steppers):
-            first_slot = (self.rank * self.stages + s) * self.per_stage
-            st.reset(seed + first_slot)
+        with self._named():
+            for s, st in enumerate(self.steppers):
+                first_slot = (self.rank * self.stages + s) * self.per_stage
+                st.reset(seed + first_slot)
 
     def _connect(self, gen: int, addrs: list[Any]) -> None:
         """Open the links of generation ``gen`` to the rollout ranks this worker's shards go to
@@ -165,7 +185,8 @@ class EnvWorker(RoleWorker):
         ok = False
         try:
             self._connect(gen, links)
-            body(out)
+            with self._named():
+                body(out)
             ok = True
         except ChannelError as err:  # a peer died or gave up: this iteration is lost
             out.update(aborted=True, error=str(err))
@@ -282,5 +303,10 @@ class EnvWorker(RoleWorker):
 
     def teardown(self) -> None:
         close_links(getattr(self, "links", {}))
+        from rlinf_algos.envs import EnvError
+
         for st in getattr(self, "steppers", []):
-            st.close()
+            try:
+                st.close()  # an env whose call never returned is not closed (it says so)
+            except EnvError as err:  # the run's results are written: one warning line, go on
+                logging.getLogger("rlinf.env").warning("env rank %d, pid %d: %s", self.rank, os.getpid(), err)
