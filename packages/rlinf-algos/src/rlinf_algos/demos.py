@@ -65,7 +65,7 @@ def record_demos(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rlinf_algos.envs import batch_obs, make_vector_env
+    from rlinf_algos.envs import batch_obs, open_vector_env
     from rlinf_algos.families import EnvRequest, get_family
     from rlinf_algos.suite_eval import parse_suite
 
@@ -92,7 +92,7 @@ def record_demos(
     try:
         for t_index, task in enumerate(tasks):
             n = max(1, min(num_envs, episodes_per_task))
-            envs, _ = make_vector_env(
+            envs, _ = open_vector_env(
                 suite_name,
                 n,
                 seed,

@@ -310,38 +310,26 @@ class VectorEnvStepper:
         timeout_s: float = 60.0,
         on_nonfinite: Literal["stop", "zero", "ignore"] = "stop",
     ) -> None:
-        from rlinf_algos.families import get_family
 
         self.on_nonfinite = on_nonfinite
         self.nonfinite = 0  # sub-env steps whose observation or reward was not finite
         self.timeout_s = float(timeout_s)
-        self.guard = (
-            EnvThread(f"rlinf-env-{bare_env_id(env_id)}")
-            if needs_guard(get_family(family), env_id, wrappers)
-            else None
+        self.envs, obs = open_vector_env(
+            env_id,
+            num_envs,
+            seed,
+            vectorization=vectorization,
+            env_kwargs=env_kwargs,
+            max_episode_steps=max_episode_steps,
+            stats_window=stats_window,
+            obs_mode=obs_mode,
+            image_size=image_size,
+            wrappers=wrappers,
+            family=family,
+            options=options,
+            python=python,
+            timeout_s=timeout_s,
         )
-        try:
-            self.envs, obs = make_vector_env(
-                env_id,
-                num_envs,
-                seed,
-                vectorization=vectorization,
-                env_kwargs=env_kwargs,
-                max_episode_steps=max_episode_steps,
-                stats_window=stats_window,
-                obs_mode=obs_mode,
-                image_size=image_size,
-                wrappers=wrappers,
-                family=family,
-                options=options,
-                python=python,
-                timeout_s=timeout_s,
-                guard=self.guard,
-            )
-        except BaseException:
-            if self.guard is not None:
-                self.guard.close()
-            raise
         self.restarts = 0  # simulator processes started again after a failure
         space = self.envs.single_observation_space
         try:
@@ -406,9 +394,7 @@ class VectorEnvStepper:
     def reset(self, seed: int | list[int]) -> Any:
         """Reset every sub-env (``seed``: the first's, the others ``seed + i``; or one per
         sub-env) and return the new observations (also :attr:`obs`)."""
-        obs, _ = env_call(
-            self.env_id, "reset", self.envs.reset, seed=seed, guard=self.guard, timeout=self.timeout_s
-        )
+        obs, _ = self.envs.reset(seed=seed)
         self.obs = batch_obs(obs)
         return self.obs
 
@@ -421,9 +407,7 @@ class VectorEnvStepper:
         if self.clip_actions:
             actions = np.clip(actions, self.action_low, self.action_high)
         try:
-            next_obs, rewards, terminated, truncated, info = env_call(
-                self.env_id, "step", self.envs.step, actions, guard=self.guard, timeout=self.timeout_s
-            )
+            next_obs, rewards, terminated, truncated, info = self.envs.step(actions)
         except SimulatorError as err:
             # a simulator process died or hung: start a new one from fresh seeds (the episodes in
             # flight are lost) and let the caller drop this batch
@@ -494,11 +478,42 @@ class VectorEnvStepper:
     def close(self) -> str | None:
         """Close the env; returns what was skipped (``None``: nothing): an env whose call never
         returned is not closed (:meth:`~rlinf_algos.env_guard.EnvThread.close`)."""
+        return self.envs.close()
+
+
+class GuardedVectorEnv:
+    """A vector env from :func:`make_vector_env` whose ``reset``, ``step``, ``render`` and
+    ``close`` go through :func:`env_call`: a user's env that raises is one :class:`EnvError`
+    line, and one whose call does not return within ``timeout_s`` (``env.timeout_s``) is too,
+    when it runs on an :class:`~rlinf_algos.env_guard.EnvThread` (``guard``; ``None`` for envs
+    that cannot block, stepped directly). For the loops that play an env outside a run's env
+    worker: ``rlinf eval``, suite evaluation and the demonstration recorder. Every other
+    attribute is the wrapped env's."""
+
+    def __init__(self, envs: Any, env_id: str, guard: EnvThread | None, timeout_s: float) -> None:
+        self.vector_env, self.env_id, self.guard, self.timeout_s = envs, env_id, guard, float(timeout_s)
+
+    def _call(self, call: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return env_call(self.env_id, call, fn, *args, guard=self.guard, timeout=self.timeout_s, **kwargs)
+
+    def reset(self, **kwargs: Any) -> Any:
+        return self._call("reset", self.vector_env.reset, **kwargs)
+
+    def step(self, actions: Any) -> Any:
+        return self._call("step", self.vector_env.step, actions)
+
+    def render(self) -> Any:
+        return self._call("render", self.vector_env.render)
+
+    def close(self) -> str | None:
+        """Close the env; returns what was skipped (``None``: nothing): an env whose call never
+        returned is not closed (:meth:`~rlinf_algos.env_guard.EnvThread.close`; a warning says
+        so)."""
         if self.guard is None:
-            env_call(self.env_id, "close", self.envs.close)
+            env_call(self.env_id, "close", self.vector_env.close)
             return None
         try:
-            skipped = self.guard.close(self.envs.close, timeout=self.timeout_s)
+            skipped = self.guard.close(self.vector_env.close, timeout=self.timeout_s)
         except Exception as err:  # what the user's close raised: one line
             env_call(self.env_id, "close", _reraise, err)
             raise
@@ -507,3 +522,32 @@ class VectorEnvStepper:
 
             logging.getLogger("rlinf.env").warning("env %r: skipped %s", self.env_id, skipped)
         return skipped
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "vector_env":  # not set yet (a copy being built)
+            raise AttributeError(name)
+        return getattr(self.vector_env, name)
+
+
+def open_vector_env(
+    env_id: str, num_envs: int = 1, seed: int = 0, **kwargs: Any
+) -> tuple[GuardedVectorEnv, Any]:
+    """:func:`make_vector_env` (same arguments), its env a :class:`GuardedVectorEnv`: every call
+    bounded by ``timeout_s`` where the env runs in rlinf's process and could block
+    (:func:`~rlinf_algos.env_guard.needs_guard`)."""
+    from rlinf_algos.families import get_family
+
+    timeout_s = float(kwargs.get("timeout_s", 60.0))
+    family = kwargs.get("family", "gymnasium")
+    guard = (
+        EnvThread(f"rlinf-env-{bare_env_id(env_id)}")
+        if needs_guard(get_family(family), env_id, kwargs.get("wrappers"))
+        else None
+    )
+    try:
+        envs, obs = make_vector_env(env_id, num_envs, seed, guard=guard, **kwargs)
+    except BaseException:
+        if guard is not None:
+            guard.close()
+        raise
+    return GuardedVectorEnv(envs, env_id, guard, timeout_s), obs

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlinf_algos.envs import batch_obs, make_vector_env
+from rlinf_algos.envs import batch_obs, open_vector_env
 from rlinf_algos.models import build_policy
 from rlinf_algos.run_files import POLICY, UnsafeStateFile, policy_file, read_state
 from rlinf_algos.safe_state import StateFileError
@@ -136,7 +136,8 @@ def evaluate_policy(
     obs_mode = record.get("obs_mode", "state")
     env_kwargs = dict(record.get("env_kwargs") or {})
     render = False
-    envs, obs = make_vector_env(
+    timeout_s = float(record.get("env_timeout_s") or 60.0)  # env.timeout_s of the run
+    envs, obs = open_vector_env(
         record["env_id"],
         n,
         seed,
@@ -147,19 +148,21 @@ def evaluate_policy(
         wrappers=record.get("env_wrappers"),
         family=record.get("env_family") or "gymnasium",
         options=record.get("env_options") or {},
+        timeout_s=timeout_s,
     )
     if video_dir is not None and _frame(batch_obs(obs), 0) is None:
         envs.close()  # no images to show: build it again, rendering
         from rlinf_algos.pixels import pixel_env_kwargs
 
         env_kwargs = {**pixel_env_kwargs(record["env_id"], (240, 320)), **env_kwargs}
-        envs, obs = make_vector_env(
+        envs, obs = open_vector_env(
             record["env_id"],
             n,
             seed,
             env_kwargs=env_kwargs,
             max_episode_steps=record.get("max_episode_steps"),
             wrappers=record.get("env_wrappers"),
+            timeout_s=timeout_s,
         )
         render = True
     generator = torch.Generator().manual_seed(seed)

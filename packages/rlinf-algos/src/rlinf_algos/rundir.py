@@ -85,6 +85,7 @@ def env_record(env_cfg: Any) -> dict[str, Any]:
         "env_wrappers": [w.model_dump() for w in env_cfg.wrappers],
         "env_family": getattr(env_cfg, "family", "gymnasium"),
         "env_options": dict(getattr(env_cfg, "options", None) or {}),
+        "env_timeout_s": float(getattr(env_cfg, "timeout_s", 60.0)),
     }
 
 

@@ -96,14 +96,14 @@ class Policy:
 
     def _env_spaces(self) -> tuple[Any, Any]:
         if self._spaces is None:
-            from rlinf_algos.envs import make_vector_env
+            from rlinf_algos.envs import open_vector_env
             from rlinf_algos.evaluate import check_run_code
 
             check_run_code(self.path, self.record, trust=self.trust)
             if not isinstance(self.env_id, str):
                 raise RlinfError(f"{self.path} does not name the env it was trained in (no env_id in it)")
             extra = {"wrappers": self.record["env_wrappers"]} if self.record.get("env_wrappers") else {}
-            envs, _ = make_vector_env(
+            envs, _ = open_vector_env(
                 self.env_id,
                 1,
                 0,
@@ -113,6 +113,7 @@ class Policy:
                 image_size=tuple(self.record.get("image_size") or (64, 64)),
                 family=self.record.get("env_family") or "gymnasium",
                 options=self.record.get("env_options") or {},
+                timeout_s=float(self.record.get("env_timeout_s") or 60.0),
                 **extra,
             )
             try:

@@ -124,7 +124,7 @@ def _evaluate_suite(
 ) -> dict[str, Any]:
     import torch
 
-    from rlinf_algos.envs import make_vector_env
+    from rlinf_algos.envs import open_vector_env
     from rlinf_algos.evaluate import load_policy, play_episodes, sample_action
     from rlinf_algos.families import EnvRequest, get_family
 
@@ -160,7 +160,7 @@ def _evaluate_suite(
     all_eps: list[dict[str, Any]] = []
     for t, task in enumerate(tasks):
         n = max(1, min(num_envs, episodes_per_task))
-        envs, _ = make_vector_env(
+        envs, _ = open_vector_env(
             suite_name,  # the suite (a policy trained on it sees its task one-hot), each slot this task
             n,
             seed,

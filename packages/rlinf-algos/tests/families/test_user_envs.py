@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 ENV = """
+import os
 import sys
 import time
 
@@ -55,7 +56,7 @@ class Flaky(gym.Env):
                 reward = float("nan")
             if self.fail == "inf_obs":
                 obs[1] = np.inf
-            if self.fail == "hang":
+            if self.fail == "hang" or (self.fail == "hang_if_marked" and os.path.exists("hang")):
                 open("hanging", "w").close()
                 time.sleep(10**6)
         return obs, reward, False, self.t >= 20, {}
@@ -236,6 +237,23 @@ def test_a_reset_that_never_returns_is_one_line_after_env_timeout_s(tmp_path: Pa
     (line,) = _error_lines(done)
     says = "env 'userenv:Flaky-v0': reset did not return within 2 s (env.timeout_s; blocked at "
     assert says in line and "env rank 0, pid " in line and "userenv.py:" in line, line
+
+
+def test_rlinf_eval_bounds_a_step_that_never_returns_too(tmp_path: Path) -> None:
+    """``rlinf eval`` plays the env outside the env worker: its steps are bounded by the run's
+    ``env.timeout_s`` as well (before: it waited for the step forever)."""
+    done = train(tmp_path, "hang_if_marked", "local", "--quiet", timeout_s=2, wait=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (tmp_path / "hang").touch()  # from now on the env's third step never returns
+    exe = Path(sys.executable).parent / "rlinf"
+    done = subprocess.run(
+        [str(exe), "eval", str(tmp_path / "run"), "--episodes", "1", "--trust"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_env(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    (line,) = _error_lines(done)
+    says = "env 'userenv:Flaky-v0': step did not return within 2 s (env.timeout_s; blocked at "
+    assert says in line and "userenv.py:" in line, line
 
 
 def _stop_while_blocked(tmp_path: Path, scheduler: str, sig: int) -> tuple[int, str, float]:
