@@ -145,8 +145,13 @@ class PPOLearner:
         # a model with an auxiliary loss (vla's predict_privileged) adds it to each minibatch's
         has_aux = callable(getattr(model, "auxiliary_loss", None)) and bool(getattr(model, "aux_coef", 0))
         aux_sum = torch.zeros((), device=dev)
-        # critic warm-up: the first updates fit the value function alone (the policy's gradient is 0)
-        pg_coef = 0.0 if self.version < cfg.critic_warmup else 1.0
+        # critic warm-up: the first updates fit the value function alone. The parameters only the
+        # policy loss reaches get no gradient at all then (not a zero one): Adam would otherwise count those steps and
+        # decay their second moments to ~0, so that the first policy steps after the warm-up moved
+        # each weight by several learning rates (approx KL 0.24 on MetaWorld MT10's first update)
+        warming = self.version < cfg.critic_warmup
+        pg_coef = 0.0 if warming else 1.0
+        frozen = self._policy_only_params() if warming else []
         for _ in range(cfg.update_epochs):
             used = torch.randperm(B, generator=self.generator, device="cpu")[: M * mb].to(dev)
             e_obs, e_act = obs_tree.take(b_obs, used), b_act[used]
@@ -188,6 +193,9 @@ class PPOLearner:
                 with torch.no_grad():
                     if not plain:
                         dp.sync_grads(adam.params)
+                    for p in frozen:  # Adam skips them: their moments and step count stay as they are
+                        if p.grad is not None and not bool(p.grad.any()):
+                            p.grad = None
                     if cfg.max_grad_norm is not None:
                         gn = (
                             clip_grads_(adam.grads(), cfg.max_grad_norm)
@@ -231,6 +239,12 @@ class PPOLearner:
             "explained_variance": explained,
             "lr": self.optimizer.param_groups[0]["lr"],
         }
+
+    def _policy_only_params(self) -> list[Tensor]:
+        """The policy's parameters (those the critic warm-up leaves alone when nothing but the
+        policy loss reaches them: a trunk shared with the critic still learns from the value loss)."""
+        policy = getattr(self.model, "policy_parameters", None)
+        return list(policy()) if callable(policy) else []
 
     def state_dict(self) -> dict[str, Any]:
         """The single-process format whatever the learner group (gathered with FSDP: every rank
