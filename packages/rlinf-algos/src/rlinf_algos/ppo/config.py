@@ -51,6 +51,19 @@ class PPOConfig(ConfigSection):
         description="updates that train the critic alone before the policy moves (a warm-started policy "
         "keeps what it learned while the value function catches up; RLinf's critic warm-up)",
     )
+    bc_coef: float = Field(
+        0.0,
+        ge=0.0,
+        description="weight of a behaviour-cloning term on the demonstrations of model.bc.demos in every "
+        "policy minibatch's loss (mean ||mu(s) - a||^2 over minibatch_size demonstrated steps; DAPG's "
+        "demo-augmented policy gradient): keeps a cloned policy's solved tasks while RL moves it",
+    )
+    bc_decay_updates: int | None = Field(
+        None,
+        ge=1,
+        description="policy updates (after the critic warm-up) over which bc_coef decays linearly to 0 "
+        "(null: it stays)",
+    )
     target_kl: float | None = Field(
         None, gt=0.0, description="stop an update's epochs once approx KL exceeds it"
     )

@@ -64,12 +64,27 @@ class PPOLearner:
     then ``update_epochs`` passes of minibatch updates of the registered policy loss
     (``algorithm.policy_loss``, the clipped surrogate ``ppo_clip``), clipped value loss and
     entropy bonus, with gradient clipping and an approx-KL early stop. One optimiser over actor
-    and critic, one backward per minibatch."""
+    and critic, one backward per minibatch.
+
+    ``demos`` (raw states ``[D, obs]``, actions ``[D, A]``) with ``algorithm.bc_coef > 0`` add
+    ``w * mean ||mu(normalize(s)) - clip(a)||^2`` over ``minibatch_size`` demonstrated steps drawn
+    afresh for each minibatch, ``w`` decaying linearly to 0 over ``bc_decay_updates`` policy
+    updates (:meth:`bc_weight`); the behaviour-cloning fit's loss (:mod:`rlinf_algos.bc`)."""
 
     def __init__(
-        self, model: GaussianActorCritic, cfg: PPOConfig, seed: int = 0, dp: DataParallel | None = None
+        self,
+        model: GaussianActorCritic,
+        cfg: PPOConfig,
+        seed: int = 0,
+        dp: DataParallel | None = None,
+        demos: tuple[Tensor, Tensor] | None = None,
     ) -> None:
         self.model, self.cfg = model, cfg
+        self.demos = None
+        if demos is not None and cfg.bc_coef > 0:
+            states, actions = demos
+            self.demos = (torch.as_tensor(states).float(), torch.as_tensor(actions).float().clamp(-1.0, 1.0))
+        self.bc_generator = torch.Generator().manual_seed(seed + 1)
         self.dp = dp if dp is not None else DataParallel()
         self.device = module_device(model)  # where the update runs; rollouts are moved there
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -93,6 +108,26 @@ class PPOLearner:
         """Set the learning rate to ``frac * cfg.lr`` (linear annealing)."""
         for group in self.optimizer.param_groups:
             group["lr"] = frac * self.cfg.lr
+
+    def bc_weight(self) -> float:
+        """The behaviour-cloning term's weight in the next update: 0 during the critic warm-up and
+        without demonstrations; ``bc_coef`` decaying linearly to 0 over ``bc_decay_updates`` policy
+        updates after it."""
+        cfg = self.cfg
+        if self.demos is None or self.version < cfg.critic_warmup:
+            return 0.0
+        if cfg.bc_decay_updates is None:
+            return cfg.bc_coef
+        return cfg.bc_coef * max(0.0, 1.0 - (self.version - cfg.critic_warmup) / cfg.bc_decay_updates)
+
+    def _bc_loss(self, n: int) -> Tensor:
+        """The behaviour-cloning loss on ``n`` demonstrated steps drawn at random."""
+        assert self.demos is not None
+        states, actions = self.demos
+        idx = torch.randint(len(states), (n,), generator=self.bc_generator)
+        model = self.model
+        mean = model.action_mean(model.normalize(states[idx].to(self.device)))
+        return (mean - actions[idx].to(self.device)).pow(2).sum(-1).mean()
 
     def advantages(self, r: PPORollout) -> tuple[Tensor, Tensor]:
         """``(advantages, returns)`` ``[T, N]`` of a rollout by the registered critic estimator
@@ -145,8 +180,15 @@ class PPOLearner:
         # a model with an auxiliary loss (vla's predict_privileged) adds it to each minibatch's
         has_aux = callable(getattr(model, "auxiliary_loss", None)) and bool(getattr(model, "aux_coef", 0))
         aux_sum = torch.zeros((), device=dev)
-        # critic warm-up: the first updates fit the value function alone (the policy's gradient is 0)
-        pg_coef = 0.0 if self.version < cfg.critic_warmup else 1.0
+        # critic warm-up: the first updates fit the value function alone. The parameters only the
+        # policy loss reaches get no gradient at all then (not a zero one): Adam would otherwise count those steps and
+        # decay their second moments to ~0, so that the first policy steps after the warm-up moved
+        # each weight by several learning rates (approx KL 0.24 on MetaWorld MT10's first update)
+        warming = self.version < cfg.critic_warmup
+        pg_coef = 0.0 if warming else 1.0
+        frozen = self._policy_only_params() if warming else []
+        bc_w = self.bc_weight()
+        bc_sum = torch.zeros((), device=dev)
         for _ in range(cfg.update_epochs):
             used = torch.randperm(B, generator=self.generator, device="cpu")[: M * mb].to(dev)
             e_obs, e_act = obs_tree.take(b_obs, used), b_act[used]
@@ -166,6 +208,10 @@ class PPOLearner:
                     )
                     vf = F.value_loss(value, e_ret[a:b], e_val[a:b], cfg.value_clip)
                     loss = pg * pg_coef + cfg.vf_coef * vf
+                    if bc_w:
+                        bc = self._bc_loss(mb)
+                        loss = loss + bc_w * bc
+                        bc_sum += bc.detach() * ((v - u) / mb)
                     aux = model.auxiliary_loss() if has_aux else None
                     if aux is not None:
                         loss = loss + aux
@@ -188,6 +234,9 @@ class PPOLearner:
                 with torch.no_grad():
                     if not plain:
                         dp.sync_grads(adam.params)
+                    for p in frozen:  # Adam skips them: their moments and step count stay as they are
+                        if p.grad is not None and not bool(p.grad.any()):
+                            p.grad = None
                     if cfg.max_grad_norm is not None:
                         gn = (
                             clip_grads_(adam.grads(), cfg.max_grad_norm)
@@ -219,6 +268,10 @@ class PPOLearner:
         if has_aux:
             total = dp.mean(aux_sum) * dp.world if dp.distributed else aux_sum
             out_aux["aux_loss"] = float(total) / max(n_mb, 1)
+        if self.demos is not None:
+            total = dp.mean(bc_sum) * dp.world if dp.distributed else bc_sum
+            out_aux["bc_loss"] = float(total) / max(n_mb, 1) if bc_w else float("nan")
+            out_aux["bc_weight"] = bc_w
         return {
             **out_aux,
             "policy_loss": s[0],
@@ -232,6 +285,12 @@ class PPOLearner:
             "lr": self.optimizer.param_groups[0]["lr"],
         }
 
+    def _policy_only_params(self) -> list[Tensor]:
+        """The policy's parameters (those the critic warm-up leaves alone when nothing but the
+        policy loss reaches them: a trunk shared with the critic still learns from the value loss)."""
+        policy = getattr(self.model, "policy_parameters", None)
+        return list(policy()) if callable(policy) else []
+
     def state_dict(self) -> dict[str, Any]:
         """The single-process format whatever the learner group (gathered with FSDP: every rank
         calls it)."""
@@ -239,6 +298,7 @@ class PPOLearner:
             "model": self.dp.state_dict(self.model),
             "optimizer": self.dp.optim_state_dict(self.model, self.optimizer),
             "generator": self.generator.get_state(),
+            "bc_generator": self.bc_generator.get_state(),
             "version": self.version,
         }
 
@@ -247,6 +307,8 @@ class PPOLearner:
         self.dp.load_optim_state_dict(self.model, self.optimizer, state["optimizer"])
         self.adam.refresh()
         self.generator.set_state(state["generator"])
+        if "bc_generator" in state:
+            self.bc_generator.set_state(state["bc_generator"])
         self.version = int(state["version"])
 
 
@@ -264,11 +326,17 @@ class PPOLearnerSide(LearnerSide):
     """
 
     def __init__(
-        self, model: Any, cfg: PPOConfig, ctx: LearnerContext, num_slots: int, freeze_obs_stats: bool = False
+        self,
+        model: Any,
+        cfg: PPOConfig,
+        ctx: LearnerContext,
+        num_slots: int,
+        freeze_obs_stats: bool = False,
+        demos: tuple[Tensor, Tensor] | None = None,
     ) -> None:
         self.model, self.cfg, self.ctx = model, cfg, ctx
         self.freeze_obs_stats = freeze_obs_stats
-        self.learner = PPOLearner(model, cfg, seed=ctx.seed, dp=ctx.dp)
+        self.learner = PPOLearner(model, cfg, seed=ctx.seed, dp=ctx.dp, demos=demos)
         self.scaler = RewardScaler(num_slots, cfg.gamma) if cfg.normalize_reward else None
 
     @property

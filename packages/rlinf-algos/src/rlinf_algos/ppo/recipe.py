@@ -7,9 +7,11 @@ the local vector env and the same learner side learns on it, one after the other
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar
 
 from rlinf_algos.channels import traj_key
+from rlinf_algos.demos import load_demos
 from rlinf_algos.embodied.recipe import IterationPlan, LearnerContext, Recipe
 from rlinf_algos.flow import await_call
 from rlinf_algos.models import build_policy
@@ -17,6 +19,7 @@ from rlinf_algos.policy_specs import gaussian_policy_spec
 from rlinf_algos.ppo.learner import PPOLearnerSide
 from rlinf_algos.ppo.rollout import collect_ppo
 from rlinf_algos.warm_starts import obs_stats_frozen
+from rlinf_core.errors import ConfigError
 
 __all__ = ["PPORecipe"]
 
@@ -42,9 +45,12 @@ class PPORecipe(Recipe):
 
     def metric_columns(self, model_cfg: Any) -> tuple[str, ...]:
         """``learner_columns``, and ``aux_loss`` for a model with an auxiliary loss."""
-        return self.learner_columns + (("aux_loss",) if getattr(model_cfg, "predict_privileged", 0) else ())
+        aux = ("aux_loss",) if getattr(model_cfg, "predict_privileged", 0) else ()
+        bc = ("bc_loss", "bc_weight") if self.cfg.bc_coef > 0 else ()
+        return self.learner_columns + aux + bc
 
     def policy_spec(self, model_cfg: Any, spaces: Any) -> dict[str, Any]:
+        bc_demos(self.cfg, model_cfg, load=False)  # a bc_coef without demonstrations: one line, now
         return gaussian_policy_spec(model_cfg, spaces, self.cfg.normalize_obs)
 
     def iteration_steps(self, rollout_cfg: Any, max_episode_steps: int | None) -> int:
@@ -72,5 +78,30 @@ class PPORecipe(Recipe):
         return {"aborted": False, "version": worker.version, "steps": steps * worker.stages * worker.slots}
 
     def learner(self, spec: dict[str, Any], model_cfg: Any, ctx: LearnerContext) -> PPOLearnerSide:
-        model = ctx.dp.wrap(build_policy(spec), methods=("evaluate", "value"))
-        return PPOLearnerSide(model, self.cfg, ctx, spec["num_slots"], obs_stats_frozen(model_cfg or {}))
+        demos = bc_demos(self.cfg, model_cfg)
+        methods = ("evaluate", "value", "action_mean") if demos is not None else ("evaluate", "value")
+        model = ctx.dp.wrap(build_policy(spec), methods=methods)
+        return PPOLearnerSide(
+            model, self.cfg, ctx, spec["num_slots"], obs_stats_frozen(model_cfg or {}), demos=demos
+        )
+
+
+def bc_demos(cfg: Any, model_cfg: Any, load: bool = True) -> tuple[Any, Any] | None:
+    """``(states, actions)`` of ``model.bc.demos`` when ``algorithm.bc_coef`` asks for a
+    behaviour-cloning term (``None`` when it does not; ``load=False`` only checks that there are
+    demonstrations to read). A ``bc_coef`` without ``model.bc`` is a
+    :class:`~rlinf_core.errors.ConfigError` at ``algorithm.bc_coef``."""
+    if cfg.bc_coef <= 0:
+        return None
+    bc = model_cfg.get("bc") if isinstance(model_cfg, dict) else getattr(model_cfg, "bc", None)
+    demos = (bc.get("demos") if isinstance(bc, dict) else getattr(bc, "demos", None)) if bc else None
+    if not demos:
+        raise ConfigError(
+            f"algorithm.bc_coef {cfg.bc_coef} clones demonstrations during RL, but model.bc.demos names "
+            "none (give model.bc.demos, a `rlinf demos record` data set, or set algorithm.bc_coef: 0)",
+            path="algorithm.bc_coef",
+        )
+    if not load:
+        return None
+    data = load_demos(Path(demos))
+    return data["state"], data["action"]
