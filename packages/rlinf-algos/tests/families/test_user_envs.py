@@ -139,6 +139,7 @@ def test_a_failing_env_is_one_line_naming_the_call_and_the_users_line(
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("fail", "says"),
     [
@@ -153,6 +154,7 @@ def test_a_non_finite_value_stops_the_run_naming_the_first(tmp_path: Path, fail:
     assert says in line and "env.on_nonfinite: zero" in line, line
 
 
+@pytest.mark.slow
 def test_on_nonfinite_zero_trains_on_and_saves_finite_weights(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -193,6 +195,7 @@ def test_on_ray_workers_too(tmp_path: Path, fail: str, says: str) -> None:
     assert says in line and line.startswith("error: env rank 0, pid "), line
 
 
+@pytest.mark.slow
 def test_non_finite_weights_are_never_saved(tmp_path: Path) -> None:
     """``env.on_nonfinite: ignore`` lets NaN rewards through; the learner's weights go NaN and are
     not written (before: exit 0 and a policy with NaN in 9 of its 12 tensors)."""
@@ -203,6 +206,7 @@ def test_non_finite_weights_are_never_saved(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr and not (tmp_path / "run" / "policy.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_a_failing_close_is_one_line(tmp_path: Path) -> None:
     """On the worker, at the run's end (its results are written): one warning line, exit 0; in
     the config check's copy, before anything starts: one line, exit 2. Before: tracebacks."""
@@ -231,6 +235,7 @@ def test_a_step_that_never_returns_is_one_line_after_env_timeout_s(tmp_path: Pat
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_a_reset_that_never_returns_is_one_line_after_env_timeout_s(tmp_path: Path) -> None:
     done = train(tmp_path, "hang_reset", "local", timeout_s=2, wait=120)
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
@@ -239,6 +244,7 @@ def test_a_reset_that_never_returns_is_one_line_after_env_timeout_s(tmp_path: Pa
     assert says in line and "env rank 0, pid " in line and "userenv.py:" in line, line
 
 
+@pytest.mark.slow
 def test_rlinf_eval_bounds_a_step_that_never_returns_too(tmp_path: Path) -> None:
     """``rlinf eval`` plays the env outside the env worker: its steps are bounded by the run's
     ``env.timeout_s`` as well (before: it waited for the step forever)."""
