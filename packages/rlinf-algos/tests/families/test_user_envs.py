@@ -262,9 +262,12 @@ def test_rlinf_eval_bounds_a_step_that_never_returns_too(tmp_path: Path) -> None
     assert says in line and "userenv.py:" in line, line
 
 
-def _stop_while_blocked(tmp_path: Path, scheduler: str, sig: int) -> tuple[int, str, float]:
+def _stop_while_blocked(
+    tmp_path: Path, scheduler: str, sig: int, again_after: float | None = None
+) -> tuple[int, str, float]:
     """Start a run whose step blocks (env.timeout_s 600), send ``sig`` 1 s after the step
-    started blocking; the exit code, stderr and the seconds from the signal to the exit."""
+    started blocking (and again ``again_after`` s later); the exit code, stderr and the seconds
+    from the last signal to the exit."""
     import time
 
     proc = subprocess.Popen(
@@ -282,6 +285,9 @@ def _stop_while_blocked(tmp_path: Path, scheduler: str, sig: int) -> tuple[int, 
             time.sleep(0.2)
         time.sleep(1.0)
         proc.send_signal(sig)
+        if again_after is not None:
+            time.sleep(again_after)
+            proc.send_signal(sig)
         sent = time.monotonic()
         _, err = proc.communicate(timeout=120)
         return proc.returncode, err, time.monotonic() - sent
@@ -299,6 +305,16 @@ def test_a_stop_does_not_wait_for_a_blocked_step(tmp_path: Path, sig: int, code:
     assert "the iteration in flight did not end within 3 s of the request" in err, err[-2000:]
     assert "skipped the interrupt checkpoint, the policy, summary.json and the workers' teardown" in err
     assert took < 60, took  # 3 s of grace, a second of teardown; the rest is a loaded machine
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_does_not_wait_for_a_blocked_step_either(tmp_path: Path) -> None:
+    """A second Ctrl-C inside the first one's grace (2.2 s after it) aborts at once: before, its
+    hard stop waited for the blocked iteration to drain (runner.worker_timeout)."""
+    rc, err, took = _stop_while_blocked(tmp_path, "local", 2, again_after=2.2)
+    assert rc == 130, err[-2000:]
+    assert "skipped the interrupt checkpoint: the iteration in flight did not end within" in err, err[-2000:]
+    assert "Traceback" not in err and took < 60, (took, err[-2000:])
 
 
 @pytest.mark.slow

@@ -73,6 +73,9 @@ at least; twice the run's longest iteration so far when that is longer (an itera
 long, a language model's, still ends and is checkpointed; one blocked in a user's env is not
 waited for)."""
 
+HARD_STOP_CHECKPOINT_S = 5.0
+"""Seconds a hard stop (a second Ctrl-C) waits for the workers' state for its checkpoint."""
+
 
 def _in_daemon_thread(name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any]:
     """``fn(*args, **kwargs)`` on a daemon thread of its own; its future."""
@@ -473,16 +476,31 @@ class Driver(Recovery):
         """A stop that could not wait for the iteration in flight: end it, then write what can be
         written (a checkpoint, when the learner answers)."""
         try:
-            self.run_async(self.flow_run.abort())
+            self._bounded(self.flow_run.abort(), STOP_GRACE_S)
+        except TimeoutError:
+            self.log(f"the iteration in flight did not abort within {STOP_GRACE_S:g} s; left to it")
         except Exception as err:
             self.log(f"could not abort the iteration in flight: {err}")
         if self.rollout_only:
             return
         try:
-            self.run_async(self.flow_run.drain())
-            self.checkpoint()
+            self._bounded(self.flow_run.drain(), STOP_GRACE_S)
+            # the workers' state is asked of them: one blocked in a user's env never answers
+            _in_daemon_thread("rlinf-stop-checkpoint", self.checkpoint).result(HARD_STOP_CHECKPOINT_S)
+        except TimeoutError:  # a call blocked in a user's env, say: the stop does not wait for it
+            self.log(
+                "skipped the interrupt checkpoint: the iteration in flight did not end within "
+                f"{STOP_GRACE_S:g} s of the hard stop, or its workers did not give their state within "
+                f"{HARD_STOP_CHECKPOINT_S:g} s"
+            )
         except Exception as err:  # report it; still write the policy and the summary
             self.log(f"could not write the interrupt checkpoint: {err}")
+
+    def _bounded(self, work: Any, timeout: float) -> Any:
+        """:meth:`run_async` of ``work``, waiting at most ``timeout`` s (then ``TimeoutError``)."""
+        if not inspect.isawaitable(work):
+            return work
+        return self.run_async(asyncio.wait_for(work, timeout))
 
     def _failed(self, err: RunFailed) -> RunFailed:
         """A run that cannot go on: write the policy and the summary (with ``error``) first. When
