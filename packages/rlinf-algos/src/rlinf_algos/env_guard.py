@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["EnvThread", "EnvTimeout", "needs_guard", "user_place"]
+__all__ = ["CallThread", "EnvThread", "EnvTimeout", "needs_guard", "user_place"]
 
 _OWN = (
     f"{os.sep}gymnasium{os.sep}",
@@ -77,16 +77,16 @@ def needs_guard(family: Any, env_id: str, wrappers: Any) -> bool:
     return not (isinstance(entry, str) and entry.startswith("gymnasium."))
 
 
-class EnvThread:
-    """One daemon thread that runs an env's calls in order; :meth:`call` waits for each at most
-    ``timeout`` seconds (see the module docstring). ``name``: the thread's name."""
+class CallThread:
+    """One daemon thread that runs the calls submitted to it in order (the part of a
+    ``ThreadPoolExecutor(1)`` a rank uses). Daemon: a call that never returns (a user's code
+    that blocks) never holds the process at its exit, as a ``ThreadPoolExecutor``'s thread
+    would (the interpreter joins those)."""
 
     def __init__(self, name: str) -> None:
         self.jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self.thread.start()
-        self.stuck: tuple[str, float] | None = None
-        """``(call, monotonic start)`` of a call that did not return in time (the env is lost)."""
 
     def _serve(self) -> None:
         while True:
@@ -94,13 +94,41 @@ class EnvThread:
             if job is None:
                 return
             fut, fn, args, kwargs = job
-            if not fut.set_running_or_notify_cancel():
-                continue
-            try:
-                fut.set_result(fn(*args, **kwargs))
-            except BaseException as err:  # the user's SystemExit too: the caller reports it
-                fut.set_exception(err)
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(fn(*args, **kwargs))
+                except BaseException as err:
+                    fut.set_exception(err)
             del fut, fn, args, kwargs, job
+
+    def submit(self, fn: Any, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self.jobs.put((fut, fn, args, kwargs))
+        return fut
+
+    def shutdown(self, wait: bool = False, cancel_futures: bool = True) -> None:
+        """End the thread after its current call; calls not yet started are cancelled."""
+        while cancel_futures:
+            try:
+                job = self.jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job[0].cancel()
+        self.jobs.put(None)
+        if wait:
+            self.thread.join()
+
+
+class EnvThread:
+    """One daemon thread that runs an env's calls in order; :meth:`call` waits for each at most
+    ``timeout`` seconds (see the module docstring). ``name``: the thread's name."""
+
+    def __init__(self, name: str) -> None:
+        self.calls = CallThread(name)
+        self.thread = self.calls.thread
+        self.stuck: tuple[str, float] | None = None
+        """``(call, monotonic start)`` of a call that did not return in time (the env is lost)."""
 
     def call(self, what: str, timeout: float, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` on the thread; raises what it raises, or :class:`EnvTimeout`
@@ -108,9 +136,8 @@ class EnvThread:
         if self.stuck is not None:
             call, since = self.stuck
             raise EnvTimeout(call, time.monotonic() - since, self.place(), earlier=True)
-        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
         start = time.monotonic()
-        self.jobs.put((fut, fn, args, kwargs))
+        fut = self.calls.submit(fn, *args, **kwargs)
         try:
             return fut.result(timeout)
         except concurrent.futures.TimeoutError:
@@ -148,5 +175,5 @@ class EnvThread:
         except EnvTimeout:
             return f"the rest of its close (blocked at {self.place()} after {timeout:g} s)"
         finally:
-            self.jobs.put(None)
+            self.calls.shutdown(cancel_futures=False)
         return None

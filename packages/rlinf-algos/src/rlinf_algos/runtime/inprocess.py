@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import queue
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from rlinf_algos.env_guard import CallThread
 from rlinf_core.channel import Channel, LocalChannel
 from rlinf_core.errors import SchedulerError, WaitTimeout
 from rlinf_core.links import Links, LocalLinks
@@ -66,54 +66,11 @@ class InProcessCall(GroupCall[Any]):
         return asyncio.gather(*(asyncio.wrap_future(f) for f in self.futures)).__await__()
 
 
-class _CallThread:
-    """One daemon thread that runs the calls submitted to it in order (the part of a
-    ``ThreadPoolExecutor(1)`` a rank uses). Daemon: a call that never returns (a user's code
-    that blocks) never holds the process at its exit, as a ``ThreadPoolExecutor``'s thread
-    would (the interpreter joins those)."""
-
-    def __init__(self, name: str) -> None:
-        self.jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            job = self.jobs.get()
-            if job is None:
-                return
-            fut, fn, args, kwargs = job
-            if fut.set_running_or_notify_cancel():
-                try:
-                    fut.set_result(fn(*args, **kwargs))
-                except BaseException as err:
-                    fut.set_exception(err)
-            del fut, fn, args, kwargs, job
-
-    def submit(self, fn: Any, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
-        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self.jobs.put((fut, fn, args, kwargs))
-        return fut
-
-    def shutdown(self, wait: bool = False, cancel_futures: bool = True) -> None:
-        """End the thread after its current call; calls not yet started are cancelled."""
-        while cancel_futures:
-            try:
-                job = self.jobs.get_nowait()
-            except queue.Empty:
-                break
-            if job is not None:
-                job[0].cancel()
-        self.jobs.put(None)
-        if wait:
-            self.thread.join()
-
-
 class _Rank:
     """One rank: its worker object and the thread that runs its calls."""
 
     def __init__(self, component: str, rank: int, world: int, build: Any) -> None:
-        self.pool = _CallThread(f"rlinf-{component}-{rank}")
+        self.pool = CallThread(f"rlinf-{component}-{rank}")
         self.stopped = False
         try:
             self.worker: Worker = self.pool.submit(self._start, component, rank, world, build).result()
