@@ -107,6 +107,10 @@ def _where(text: str) -> tuple[str, int | None]:
         return node, None
 
 
+LOST_SETTLE_S = 2.0
+"""Seconds a rank whose collective failed looks for the peer that died (see ``lost``)."""
+
+
 def _process_gone(pid: int) -> bool:
     """Whether process ``pid`` of this node is gone (a zombie counts as gone)."""
     try:
@@ -461,8 +465,16 @@ class DataParallel:
     ) -> LearnerGroupBroken:
         """The error of a rank whose group broke ``during`` a call, after ``waited`` seconds:
         the gone ranks first (``gone``, default those :meth:`dead_ranks` finds), then this rank,
-        then ``error``'s first line (the collective's own words)."""
-        gone = list(self.dead_ranks() if gone is None else gone)
+        then ``error``'s first line (the collective's own words). A collective can fail the
+        moment a peer's sockets close, while that peer is still exiting: its death is looked for
+        during up to :data:`LOST_SETTLE_S` seconds before the error says no rank is known dead."""
+        if gone is None:
+            gone = self.dead_ranks()
+            settle = time.monotonic() + LOST_SETTLE_S
+            while not gone and error is not None and time.monotonic() < settle:
+                time.sleep(0.05)
+                gone = self.dead_ranks()
+        gone = list(gone)
         dead = set(self.dead_ranks(gone))
         if gone:
             head = "; ".join(f"{self.describe(r)} {'died' if r in dead else 'did not answer'}" for r in gone)
