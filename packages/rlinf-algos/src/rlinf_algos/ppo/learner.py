@@ -124,7 +124,7 @@ class PPOLearner:
         """The behaviour-cloning loss on ``n`` demonstrated steps drawn at random."""
         assert self.demos is not None
         states, actions = self.demos
-        idx = torch.randint(len(states), (n,), generator=self.bc_generator)
+        idx = torch.randint(len(states), (n,), generator=self.bc_generator, device=self.bc_generator.device)
         model = self.model
         mean = model.action_mean(model.normalize(states[idx].to(self.device)))
         return (mean - actions[idx].to(self.device)).pow(2).sum(-1).mean()
