@@ -140,6 +140,28 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _group_gone(pgid: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds until no process of group ``pgid`` is left."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False  # the group id was reused by another user's processes: not ours
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
 class FrankaSimServer:
     """One franka-sim single-arm server in a subprocess (its own process group).
 
@@ -262,22 +284,28 @@ class FrankaSimServer:
 
     def stop(self, timeout: float = 20.0) -> None:
         """Stop the server: SIGINT to its process group (a clean shutdown), SIGKILL after
-        ``timeout`` seconds."""
+        ``timeout`` seconds.
+
+        Returns once the whole group is gone, not only the ``uvx`` launcher: its Python child can
+        outlive it by a moment, still holding the ports, and a server started at once on the same
+        address would find them taken."""
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
-        try:
-            os.killpg(proc.pid, signal.SIGINT)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        pgid = proc.pid
+        if proc.poll() is None:
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
+                os.killpg(pgid, signal.SIGINT)
             except ProcessLookupError:
                 pass
-            proc.wait(timeout=5)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(pgid)
+                proc.wait(timeout=5)
+        if not _group_gone(pgid, timeout=5.0):
+            _kill_group(pgid)
+            _group_gone(pgid, timeout=5.0)
 
     def close(self) -> None:
         self.stop()
