@@ -4,9 +4,12 @@ invoked in process, and the installed ``rlinf`` console script run as a user run
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -202,3 +205,57 @@ def tiny_lm() -> TinyLM:
     """``tiny_lm(*extra)``: the override list of a language-model example shrunk to seconds;
     ``tiny_lm.config(*extra, example=...)``: that example's config with them applied."""
     return TinyLM()
+
+
+class StopThenKill:
+    """A fault staged at a point a run reports: at iteration ``k_fault`` its :meth:`hook` (an
+    ``on_collecting``, ``on_generating`` or ``on_scoring`` callback) SIGSTOPs the process
+    ``victim(run)`` names and SIGKILLs it ``stopped_s`` later, from a thread (the run goes on
+    meanwhile, and a peer that waits for the victim waits for a stopped process). Records the
+    kill's time, every ``on_iteration`` (its time, ``k``) and each update's ``publish_s``."""
+
+    def __init__(self, k_fault: int, victim: Callable[[Any], int], stopped_s: float = 6.0) -> None:
+        self.k_fault, self.victim, self.stopped_s = k_fault, victim, stopped_s
+        self.pid: int | None = None
+        self.killed_at: float | None = None
+        self.iterations: list[tuple[float, int]] = []
+        self.publish_s: list[float] = []
+        self.thread: threading.Thread | None = None
+
+    def hook(self, run: Any, k: int, *_: Any) -> None:
+        if k != self.k_fault or self.pid is not None:
+            return
+        pid = self.pid = int(self.victim(run))
+        os.kill(pid, signal.SIGSTOP)
+
+        def kill() -> None:
+            time.sleep(self.stopped_s)
+            self.killed_at = time.monotonic()
+            os.kill(pid, signal.SIGKILL)
+
+        self.thread = threading.Thread(target=kill, daemon=True)
+        self.thread.start()
+
+    def on_iteration(self, run: Any, k: int) -> None:
+        self.iterations.append((time.monotonic(), k))
+        self.publish_s.append(float((getattr(run, "last_metrics", None) or {}).get("publish_s", 0.0)))
+
+    def callbacks(self, at: str = "on_collecting") -> dict[str, Any]:
+        """The run's callbacks: the fault at ``at``, and ``on_iteration``."""
+        return {at: self.hook, "on_iteration": self.on_iteration}
+
+    def join(self) -> None:
+        """Wait (bounded) until the victim was killed, if it was stopped."""
+        if self.thread is not None:
+            self.thread.join(self.stopped_s + 5)
+
+    def recovered_after(self) -> float:
+        """Seconds from the kill to the first iteration that started after it."""
+        assert self.killed_at is not None
+        return next(t for t, _ in self.iterations if t > self.killed_at) - self.killed_at
+
+
+@pytest.fixture(scope="session")
+def stop_then_kill() -> type[StopThenKill]:
+    """:class:`StopThenKill`: ``stop_then_kill(k_fault, victim)`` stages a fault."""
+    return StopThenKill

@@ -23,9 +23,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -38,7 +35,6 @@ from rlinf_algos.training import run_training
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 
 TIMEOUT = 120.0  # runner.worker_timeout: the bound of every wait
-STOPPED_S = 6.0  # how long the victim is stopped before it is killed
 SLACK_S = 60.0  # a restart starts a process that imports torch: slow on a loaded 2-core machine
 
 
@@ -48,39 +44,13 @@ SLOW_UPDATE = (  # an update of about a second: the rollout is stopped before it
 )  # fmt: skip
 
 
-class StopThenKill:
-    """A hook of the run (``on_generating`` or ``on_scoring``): at iteration ``k_fault``, SIGSTOP
-    the process ``victim(run)`` names and SIGKILL it :data:`STOPPED_S` later (from a thread: the
-    run goes on meanwhile)."""
-
-    def __init__(self, k_fault: int, victim: Any) -> None:
-        self.k_fault, self.victim = k_fault, victim
-        self.pid: int | None = None
-        self.killed_at: float | None = None
-        self.thread: threading.Thread | None = None
-
-    def hook(self, run: Any, k: int, *_: Any) -> None:
-        if k != self.k_fault or self.pid is not None:
-            return
-        self.pid = int(self.victim(run))
-        os.kill(self.pid, signal.SIGSTOP)
-
-        def kill() -> None:
-            time.sleep(STOPPED_S)
-            self.killed_at = time.monotonic()
-            os.kill(self.pid, signal.SIGKILL)
-
-        self.thread = threading.Thread(target=kill, daemon=True)
-        self.thread.start()
-
-
 def rows(run_dir: Path) -> list[dict[str, str]]:
     with (run_dir / "metrics.csv").open() as f:
         return list(csv.DictReader(f))
 
 
 def test_an_async_rollout_killed_mid_weight_sync_is_restarted_naming_it_first(
-    ray_cluster: Any, tmp_path: Path, tiny_lm: Any
+    ray_cluster: Any, tmp_path: Path, tiny_lm: Any, stop_then_kill: Any
 ) -> None:
     config = tiny_lm.config(
         "algorithm.iterations=6", "runner.scheduler=ray", "runner.checkpoint_interval=0",
@@ -89,12 +59,11 @@ def test_an_async_rollout_killed_mid_weight_sync_is_restarted_naming_it_first(
     )  # fmt: skip
     # the reward took iteration 3's episodes: the actor trains on them next and then broadcasts
     # version 3, to a rollout worker that is stopped by then
-    fault = StopThenKill(3, lambda run: run.pids["rollout"][0])
+    fault = stop_then_kill(3, lambda run: run.pids["rollout"][0])
     t0 = time.monotonic()
     summary = run_training(config, run_dir=tmp_path, callbacks={"on_scoring": fault.hook})
     ended = time.monotonic()
-    if fault.thread is not None:
-        fault.thread.join(STOPPED_S + 5)
+    fault.join()
     assert fault.killed_at is not None and t0 < fault.killed_at < ended
     assert summary["max_staleness"] == 1 and summary["weight_sync"]["mode"] == "collective"
     events = summary["events"]
@@ -113,24 +82,23 @@ def test_an_async_rollout_killed_mid_weight_sync_is_restarted_naming_it_first(
     assert [int(r["step"]) for r in table] == [1, 2, 3, 4, 5, 6]  # each row once
     # the broadcast of an update waited for the stopped worker (a publish of this model over
     # loopback takes milliseconds), until it was killed, not until the timeout
-    assert 1.0 < max(float(r["sync_s"]) for r in table) < STOPPED_S + 10.0, table
+    assert 1.0 < max(float(r["sync_s"]) for r in table) < fault.stopped_s + 10.0, table
     assert ended - fault.killed_at < TIMEOUT + SLACK_S
 
 
 def test_an_async_learner_rank_killed_mid_collective_ends_the_run_naming_it_first(
-    ray_cluster: Any, tmp_path: Path, tiny_lm: Any
+    ray_cluster: Any, tmp_path: Path, tiny_lm: Any, stop_then_kill: Any
 ) -> None:
     config = tiny_lm.config(
         "algorithm.iterations=8", "runner.scheduler=ray", "runner.checkpoint_interval=2",
         "rollout.max_staleness=1", "cluster.component_placement.actor.placement=0:0-1",
         "actor.strategy=ddp", f"runner.worker_timeout={TIMEOUT:g}",
     )  # fmt: skip
-    fault = StopThenKill(4, lambda run: run.pids["actor"][1])
+    fault = stop_then_kill(4, lambda run: run.pids["actor"][1])
     with pytest.raises(RunFailed) as info:
         run_training(config, run_dir=tmp_path, callbacks={"on_generating": fault.hook})
     ended = time.monotonic()
-    if fault.thread is not None:
-        fault.thread.join(STOPPED_S + 5)
+    fault.join()
     assert fault.killed_at is not None
     # the root cause first: the killed rank and its pid, not rank 0 (which exits because its peer
     # is gone) nor a later iteration that found the actor group shut down

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -30,62 +29,21 @@ from rlinf_algos.training import run_training
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 
 TIMEOUT = 120.0  # runner.worker_timeout: the bound of every wait
-STOPPED_S = 6.0  # how long the victim is stopped before it is killed
 SLACK_S = 60.0  # a restart starts a process that imports torch: slow on a loaded 2-core machine
 
 
-class StopThenKill:
-    """Callbacks: at ``on_collecting(k_fault)``, SIGSTOP the process ``victim(run)`` names, and
-    SIGKILL it :data:`STOPPED_S` later (from a thread: the run goes on meanwhile). Records the
-    kill's time, every ``on_iteration`` (its time, ``k``) and each update's ``publish_s``."""
-
-    def __init__(self, k_fault: int, victim: Any) -> None:
-        self.k_fault, self.victim = k_fault, victim
-        self.pid: int | None = None
-        self.killed_at: float | None = None
-        self.iterations: list[tuple[float, int]] = []
-        self.publish_s: list[float] = []
-        self.thread: threading.Thread | None = None
-
-    def on_collecting(self, run: Any, k: int) -> None:
-        if k != self.k_fault or self.pid is not None:
-            return
-        self.pid = int(self.victim(run))
-        os.kill(self.pid, signal.SIGSTOP)
-
-        def kill() -> None:
-            time.sleep(STOPPED_S)
-            self.killed_at = time.monotonic()
-            os.kill(self.pid, signal.SIGKILL)
-
-        self.thread = threading.Thread(target=kill, daemon=True)
-        self.thread.start()
-
-    def on_iteration(self, run: Any, k: int) -> None:
-        self.iterations.append((time.monotonic(), k))
-        self.publish_s.append(float((getattr(run, "last_metrics", None) or {}).get("publish_s", 0.0)))
-
-    def callbacks(self) -> dict[str, Any]:
-        return {"on_collecting": self.on_collecting, "on_iteration": self.on_iteration}
-
-    def recovered_after(self) -> float:
-        """Seconds from the kill to the first iteration that started after it."""
-        assert self.killed_at is not None
-        return next(t for t, _ in self.iterations if t > self.killed_at) - self.killed_at
-
-
 def test_a_rollout_worker_killed_mid_weight_sync_is_restarted_and_its_batch_dropped(
-    placed_ppo: Any, ray_cluster: Any, tmp_path: Path
+    placed_ppo: Any, ray_cluster: Any, tmp_path: Path, stop_then_kill: Any
 ) -> None:
     config = placed_ppo.config(6, worker_timeout=TIMEOUT, checkpoint_interval=0)
     config["rollout"]["weight_sync"] = "collective"  # a Gloo broadcast group: the publish waits for it
     config["rollout"]["max_staleness"] = 1  # asynchronous (the default, said here): k + 1 collects meanwhile
-    fault = StopThenKill(2, lambda run: run.pids["rollout"][0])
+    fault = stop_then_kill(2, lambda run: run.pids["rollout"][0])
     summary = run_training(config, run_dir=tmp_path, callbacks=fault.callbacks())
     assert fault.killed_at is not None
     # the broadcast of the update on iteration 1 waited for the stopped worker until it was killed
     # (a broadcast of this MLP over loopback takes milliseconds), not until the timeout
-    assert 1.0 < max(fault.publish_s) < STOPPED_S + 10.0, fault.publish_s
+    assert 1.0 < max(fault.publish_s) < fault.stopped_s + 10.0, fault.publish_s
     assert summary["restarts"] == 1 and summary["dropped_batches"] == 1, summary["events"]
     assert summary["total_env_steps"] == 6 * placed_ppo.batch and summary["learner_restarts"] == []
     # the first event of the fault says the root cause first, on one line: the killed worker
@@ -102,13 +60,13 @@ def test_a_rollout_worker_killed_mid_weight_sync_is_restarted_and_its_batch_drop
 
 
 def test_a_learner_rank_killed_mid_collective_restarts_the_group_naming_it(
-    placed_ppo: Any, ray_cluster: Any, tmp_path: Path
+    placed_ppo: Any, ray_cluster: Any, tmp_path: Path, stop_then_kill: Any
 ) -> None:
     config = placed_ppo.config(6, worker_timeout=TIMEOUT)
     config["cluster"]["component_placement"]["actor"]["placement"] = "0:0-1"
     config["actor"] = {"strategy": "ddp"}
     config["rollout"]["max_staleness"] = 1  # asynchronous (the default, said here)
-    fault = StopThenKill(4, lambda run: run.pids["actor"][1])
+    fault = stop_then_kill(4, lambda run: run.pids["actor"][1])
     pids: list[list[int]] = []
     callbacks = fault.callbacks()
     on_iteration = callbacks["on_iteration"]
