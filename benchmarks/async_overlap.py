@@ -39,11 +39,18 @@ compare.
 seconds of GRPO) at k = 0 and 1 over ``--seeds``, every run from the same warm-started folder
 (``--model-path``; ``--warm-start-command`` records how it was made).
 
+``--learning --runs halfcheetah``: HalfCheetah PPO at k = 0 and 1 over ``--seeds``, each run
+``--cheetah-steps`` env steps with a metrics row every 8192; the figure is the training return
+(the mean over the last 100 episodes, as every row has it) at equal wall time: the last row at
+or before T, where T is the shortest run's last row (every run reached it), and at equal env
+steps (the last row), both per seed and as mean +- sd over the seeds.
+
 Usage::
 
     uv run python benchmarks/async_overlap.py [--repeats 1] [--json benchmarks/results/async_overlap.json]
     uv run python benchmarks/async_overlap.py --learning --model-path WARM/warm_start/policy \\
         [--learning-overrides "task.num_terms=[2]"] [--time-limit 120] [--seeds 0,1,2]
+    uv run python benchmarks/async_overlap.py --learning --runs halfcheetah [--cheetah-steps 300000]
 
 Figures are printed, never asserted.
 """
@@ -263,6 +270,99 @@ def learning(k: int, seed: int, args: argparse.Namespace, tmp: Path) -> dict[str
     }  # fmt: skip
 
 
+def cheetah_learning(k: int, seed: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """``--learning --runs halfcheetah``: one PPO run of ``--cheetah-steps`` env steps; its
+    learning curve (env step, wall seconds, training return) from the metrics rows."""
+    run = tmp / f"cheetah_learn_k{k}_s{seed}"
+    overrides = [
+        f"runner.total_steps={args.cheetah_steps}", "runner.log_interval=8192", "runner.checkpoint_interval=0",
+        f"rollout.max_staleness={k}", f"runner.seed={seed}",
+    ]  # fmt: skip
+    load = os.getloadavg()[0]
+    took, cmd, cpu = _train("ppo_halfcheetah.yaml", overrides, run, args.timeout)
+    rows = _rows(run)
+    curve = [
+        (int(float(r["step"])), round(float(r["wall_s"]), 2), round(float(r["episode_return_mean"]), 1))
+        for r in rows
+        if r.get("episode_return_mean") not in (None, "", "nan")
+    ]
+    return {
+        "run": "halfcheetah_ppo_learning", "k": k, "seed": seed, "curve": curve,
+        "env_steps_per_s": round(curve[-1][0] / curve[-1][1], 1) if curve else None,
+        "load_1min": round(load, 1), "load_1min_end": round(os.getloadavg()[0], 1), "run_s": round(took, 1),
+        **cpu, "command": shlex.join(cmd),
+    }  # fmt: skip
+
+
+def _at_wall(curve: list[tuple[int, float, float]], t: float) -> tuple[int, float]:
+    """(env step, training return) of the last row at or before wall second ``t``."""
+    before = [c for c in curve if c[1] <= t + 1e-9]
+    step, _, ret = before[-1] if before else curve[0]
+    return step, ret
+
+
+def main_cheetah_learning(args: argparse.Namespace, report: dict[str, Any], t0: float) -> None:
+    import statistics
+
+    seeds = [int(x) for x in args.seeds.split(",")]
+    report["title"] = (
+        "Bounded staleness: HalfCheetah PPO training return at equal wall time, rollout.max_staleness 0 and 1"
+    )
+    report["seeds"] = seeds
+    report["command"] = shlex.join(["python", *sys.argv])
+    figures: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="rlinf-async-") as tmp:
+        for seed in seeds:
+            for k in (0, 1):  # interleaved: both k of a seed under about the same load
+                row = cheetah_learning(k, seed, args, Path(tmp))
+                figures.append(row)
+                if args.json:
+                    partial = {**report, "figures": figures, "partial": True}
+                    args.json.write_text(json.dumps(partial, indent=2, default=str) + "\n")
+                last = row["curve"][-1]
+                print(
+                    f"seed {seed} k={k}  {last[0]} steps in {last[1]:.0f} s ({row['env_steps_per_s']} steps/s), "
+                    f"return {last[2]:.1f}  (load {row['load_1min']}-{row['load_1min_end']})",
+                    flush=True,
+                )
+    t_equal = min(r["curve"][-1][1] for r in figures)
+    summary: dict[str, Any] = {"equal_wall_s": round(t_equal, 1)}
+    for r in figures:
+        r["at_equal_wall"] = dict(zip(("step", "return"), _at_wall(r["curve"], t_equal), strict=True))
+    for k in (0, 1):
+        rs = [r for r in figures if r["k"] == k]
+        at_t = [r["at_equal_wall"]["return"] for r in rs]
+        final = [r["curve"][-1][2] for r in rs]
+        summary[f"k{k}"] = {
+            "return_at_equal_wall_mean": round(statistics.mean(at_t), 1),
+            "return_at_equal_wall_sd": round(statistics.stdev(at_t), 1) if len(at_t) > 1 else None,
+            "steps_at_equal_wall_mean": round(statistics.mean(r["at_equal_wall"]["step"] for r in rs)),
+            "return_at_equal_steps_mean": round(statistics.mean(final), 1),
+            "return_at_equal_steps_sd": round(statistics.stdev(final), 1) if len(final) > 1 else None,
+            "env_steps_per_s_mean": round(statistics.mean(r["env_steps_per_s"] for r in rs), 1),
+        }
+        s = summary[f"k{k}"]
+        print(
+            f"k={k}: at {t_equal:.0f} s {s['return_at_equal_wall_mean']} +- {s['return_at_equal_wall_sd']} "
+            f"({s['steps_at_equal_wall_mean']} steps); at {args.cheetah_steps} steps "
+            f"{s['return_at_equal_steps_mean']} +- {s['return_at_equal_steps_sd']}; "
+            f"{s['env_steps_per_s_mean']} steps/s"
+        )
+    report["figures"] = figures
+    report["summary"] = summary
+    report["conditions"] = (
+        f"2-core machine; 1-minute load at each run's start in load_1min "
+        f"(start {report['machine']['load_at_start'][0]:.1f})"
+    )
+    report["notes"] = [
+        "return: the training return of the metrics row (mean over the last 100 finished episodes of the "
+        "stochastic policy), one row every 8192 env steps",
+        "equal wall time: the shortest run's last row; each run's figure is its last row at or before it",
+        "wall_s counts from when the workers are up (Ray's start is not in it)",
+    ]
+    finish(report, t0, args.json)
+
+
 def main_learning(args: argparse.Namespace, report: dict[str, Any], t0: float) -> None:
     import statistics
 
@@ -354,6 +454,9 @@ def main() -> None:
     p.add_argument("--time-limit", type=float, default=120.0, help="--learning: seconds of GRPO per run")
     p.add_argument("--seeds", default="0,1,2", help="--learning: the seeds")
     p.add_argument(
+        "--cheetah-steps", type=int, default=300_000, help="--learning --runs halfcheetah: env steps per run"
+    )
+    p.add_argument(
         "--learning-overrides",
         nargs="*",
         default=[],
@@ -367,6 +470,9 @@ def main() -> None:
         "seeds": [args.seed],
         "source": "benchmarks/async_overlap.py",
     }
+    if args.learning and args.runs == "halfcheetah":
+        main_cheetah_learning(args, report, t0)
+        return
     if args.learning:
         main_learning(args, report, t0)
         return
