@@ -270,6 +270,28 @@ def learning(k: int, seed: int, args: argparse.Namespace, tmp: Path) -> dict[str
     }  # fmt: skip
 
 
+def _seeds_by_k(
+    run: Any, seeds: list[int], args: argparse.Namespace, report: dict[str, Any], line: Any
+) -> list[dict[str, Any]]:
+    """``run(k, seed, args, tmp)`` for each seed at k = 0 then 1 (interleaved: both k of a seed
+    under about the same load); after each, what is measured so far to ``--json`` (should a later
+    run not finish) and ``line(row)`` printed."""
+    figures: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="rlinf-async-") as tmp:
+        for seed in seeds:
+            for k in (0, 1):
+                row = run(k, seed, args, Path(tmp))
+                figures.append(row)
+                if args.json:
+                    partial = {**report, "figures": figures, "partial": True}
+                    args.json.write_text(json.dumps(partial, indent=2, default=str) + "\n")
+                print(
+                    f"seed {seed} k={k}  {line(row)}  (load {row['load_1min']}-{row['load_1min_end']})",
+                    flush=True,
+                )
+    return figures
+
+
 def cheetah_learning(k: int, seed: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     """``--learning --runs halfcheetah``: one PPO run of ``--cheetah-steps`` env steps; its
     learning curve (env step, wall seconds, training return) from the metrics rows."""
@@ -310,21 +332,12 @@ def main_cheetah_learning(args: argparse.Namespace, report: dict[str, Any], t0: 
     )
     report["seeds"] = seeds
     report["command"] = shlex.join(["python", *sys.argv])
-    figures: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="rlinf-async-") as tmp:
-        for seed in seeds:
-            for k in (0, 1):  # interleaved: both k of a seed under about the same load
-                row = cheetah_learning(k, seed, args, Path(tmp))
-                figures.append(row)
-                if args.json:
-                    partial = {**report, "figures": figures, "partial": True}
-                    args.json.write_text(json.dumps(partial, indent=2, default=str) + "\n")
-                last = row["curve"][-1]
-                print(
-                    f"seed {seed} k={k}  {last[0]} steps in {last[1]:.0f} s ({row['env_steps_per_s']} steps/s), "
-                    f"return {last[2]:.1f}  (load {row['load_1min']}-{row['load_1min_end']})",
-                    flush=True,
-                )
+
+    def line(row: dict[str, Any]) -> str:
+        step, wall, ret = row["curve"][-1]
+        return f"{step} steps in {wall:.0f} s ({row['env_steps_per_s']} steps/s), return {ret:.1f}"
+
+    figures = _seeds_by_k(cheetah_learning, seeds, args, report, line)
     t_equal = min(r["curve"][-1][1] for r in figures)
     summary: dict[str, Any] = {"equal_wall_s": round(t_equal, 1)}
     for r in figures:
@@ -378,21 +391,14 @@ def main_learning(args: argparse.Namespace, report: dict[str, Any], t0: float) -
     report["command"] = shlex.join(
         ["python", *(("WARM_START/policy" if a == str(args.model_path) else a) for a in sys.argv)]
     )
-    figures: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="rlinf-async-") as tmp:
-        for seed in seeds:
-            for k in (0, 1):  # interleaved: both k of a seed under about the same load
-                row = learning(k, seed, args, Path(tmp))
-                figures.append(row)
-                if args.json:
-                    partial = {**report, "figures": figures, "partial": True}
-                    args.json.write_text(json.dumps(partial, indent=2, default=str) + "\n")
-                print(
-                    f"seed {seed} k={k}  held-out {row['accuracy_before']:.3f} -> {row['accuracy_after']:.3f}  "
-                    f"{row['iterations']} iterations, {row['samples']} samples in {row['grpo_s']:.0f} s "
-                    f"(load {row['load_1min']}-{row['load_1min_end']})",
-                    flush=True,
-                )
+
+    def line(row: dict[str, Any]) -> str:
+        return (
+            f"held-out {row['accuracy_before']:.3f} -> {row['accuracy_after']:.3f}  {row['iterations']} "
+            f"iterations, {row['samples']} samples in {row['grpo_s']:.0f} s"
+        )
+
+    figures = _seeds_by_k(learning, seeds, args, report, line)
     summary = {}
     for k in (0, 1):
         acc = [r["accuracy_after"] for r in figures if r["k"] == k]
