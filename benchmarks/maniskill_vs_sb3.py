@@ -374,6 +374,18 @@ def run_seed(args: argparse.Namespace, seed: int, steps: int) -> dict[str, Any]:
     return row
 
 
+def _portable(argv: list[str]) -> list[str]:
+    """``argv`` with the run root as ``RUNS`` and an absolute ``--json`` path as ``OUT.json``
+    (the report names no path of the machine it ran on)."""
+    out = list(argv)
+    for i, arg in enumerate(out[:-1]):
+        if arg == "--run-root":
+            out[i + 1] = "RUNS"
+        elif arg == "--json" and Path(out[i + 1]).is_absolute():
+            out[i + 1] = "OUT.json"
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", default="0,1,2")
@@ -422,7 +434,7 @@ def main() -> None:
             f"runner.total_steps={steps} runner.log_interval=1600 runner.loggers=[csv] --run-dir RUNS/rlinf-{TASK}-sS"
             f"  (SIGTERM once its training clock reaches {args.wall:.0f} s)",
             f"uv run rlinf eval RUNS/rlinf-{TASK}-sS --suite {SUITE} --episodes-per-task {EVAL_EPISODES}",
-            "uv run --group bench python " + " ".join([Path(__file__).name, *sys.argv[1:]]),
+            "uv run --group bench python benchmarks/maniskill_vs_sb3.py " + " ".join(_portable(sys.argv[1:])),
         ],
         "rows": [],
         "figures": [],
