@@ -81,6 +81,7 @@ def test_the_sb3_side_trains_and_is_evaluated_like_rlinf(bench, tmp_path):
     assert res["episodes"] == bench.EVAL_EPISODES
     for key in ("success_at_end", "success_once"):
         lo, hi = res[key]["ci95"]
-        assert 0.0 <= lo <= res[key]["rate"] <= hi <= 1.0
+        assert res[key]["rate"] == pytest.approx(min(max(res[key]["rate"], lo), hi), abs=1e-12)  # inside
+        assert 0.0 <= res[key]["rate"] <= 1.0 and hi - lo > 0.0
     assert res["curve"] and res["curve"][-1]["step"] == 800
     assert res["curve"][-1]["success_rate"] is not None  # 50-step episodes ended in the rollout
