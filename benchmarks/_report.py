@@ -65,6 +65,25 @@ def finish(report: dict[str, Any], t0: float, json_path: Path | None) -> dict[st
     return report
 
 
+def success_eval(envs: Any, act: Any, seeds: list[int], inits: list[int] | None = None) -> dict[str, Any]:
+    """Play one episode per seed in the vector env ``envs`` (``inits``: a family's fixed initial
+    states), ``act(obs) -> actions``, as ``rlinf eval --suite`` does
+    (:func:`rlinf_algos.evaluate.play_episodes`); ``success_at_end`` and ``success_once``, each
+    ``{"rate", "ci95"}`` (95 % Wilson interval), and ``episodes``. Closes ``envs``."""
+    from rlinf_algos.evaluate import play_episodes
+    from rlinf_algos.suite_eval import wilson_interval
+
+    try:
+        eps = play_episodes(envs, act, seeds, inits=inits)
+    finally:
+        envs.close()
+    out: dict[str, Any] = {"episodes": len(eps)}
+    for key in ("success_at_end", "success_once"):
+        k = sum(bool(e[key]) for e in eps)
+        out[key] = {"rate": k / len(eps), "ci95": list(wilson_interval(k, len(eps)))}
+    return out
+
+
 def tree_cpu_s(root: int) -> float:
     """CPU seconds (user + system, plus reaped children) of process ``root`` and every live
     descendant (Ray's raylet and workers included). Linux ``/proc``; where that cannot be read,

@@ -3,7 +3,7 @@ Stable-Baselines3's PPO on the same simulator, seeds side by side (issue 49).
 
 Both sides drive MetaWorld in its own interpreter through rlinf's
 :class:`~rlinf_algos.families.subproc.RemoteVectorEnv` (8 copies in one simulator process; SB3
-gets it through a small ``VecEnv`` adapter), with the same settings as
+gets it through ``_sb3.SameStepVecEnv``), with the same settings as
 ``examples/metaworld_reach.yaml``: 500 steps per env per update (4000 samples), minibatch 250, 10
 epochs, lr 3e-4 decayed linearly, gamma 0.99, lambda 0.95, clip 0.2, no entropy bonus, value
 coefficient 0.5, gradient clip 0.5, 128x128 tanh networks, observation and reward normalisation
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import finish, fmt, machine
+from _report import finish, fmt, machine, success_eval
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "examples" / "metaworld_reach.yaml"
@@ -54,83 +54,23 @@ def _remote(task: str, n: int, seed: int) -> Any:
 
 def evaluate(act: Any, task: str, seed: int = 10_000) -> dict[str, Any]:
     """``act(obs [N, 39]) -> actions``, 50 episodes from the fixed initial states, 10 at a time."""
-    from rlinf_algos.evaluate import play_episodes
-    from rlinf_algos.suite_eval import wilson_interval
-
-    envs = _remote(task, 10, seed)
-    try:
-        eps = play_episodes(
-            envs, act, [seed + e for e in range(EVAL_EPISODES)], inits=list(range(EVAL_EPISODES))
-        )
-    finally:
-        envs.close()
-    out = {}
-    for key in ("success_at_end", "success_once"):
-        k = sum(bool(e[key]) for e in eps)
-        out[key] = {"rate": k / len(eps), "ci95": list(wilson_interval(k, len(eps)))}
-    return out
+    seeds = [seed + e for e in range(EVAL_EPISODES)]
+    return success_eval(_remote(task, 10, seed), act, seeds, inits=list(range(EVAL_EPISODES)))
 
 
 def sb3_child(task: str, seed: int, steps: int, wall: float, out: str) -> None:
     """SB3 PPO in this process (see the module docstring); writes its figures to ``out``."""
     import torch
+    from _sb3 import SameStepVecEnv, WallCurve
     from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.vec_env import VecEnv, VecNormalize
+    from stable_baselines3.common.vec_env import VecNormalize
 
     torch.set_num_threads(1)
-
-    class Adapter(VecEnv):
-        """rlinf's RemoteVectorEnv (SAME_STEP autoreset) as SB3's VecEnv."""
-
-        def __init__(self, remote: Any) -> None:
-            self.remote = remote
-            super().__init__(remote.num_envs, remote.single_observation_space, remote.single_action_space)
-            self.actions = None
-
-        def reset(self) -> np.ndarray:
-            obs, _ = self.remote.reset(seed=self._seeds or seed)
-            self._seeds = None
-            return np.asarray(obs, np.float32)
-
-        def step_async(self, actions: np.ndarray) -> None:
-            self.actions = actions
-
-        def step_wait(self) -> Any:
-            obs, rew, term, trunc, info = self.remote.step(np.asarray(self.actions, np.float32))
-            done = term | trunc
-            infos = [{} for _ in range(self.num_envs)]
-            for i in np.flatnonzero(done):
-                infos[i]["terminal_observation"] = np.asarray(info["final_obs"][i], np.float32)
-                infos[i]["TimeLimit.truncated"] = bool(trunc[i] and not term[i])
-                infos[i]["is_success"] = bool(info["final_info"]["success"][i])
-            return np.asarray(obs, np.float32), rew.astype(np.float32), done, infos
-
-        def close(self) -> None:
-            self.remote.close()
-
-        def seed(self, seed: int | None = None) -> list[Any]:
-            self._seeds = seed
-            return [seed]
-
-        _seeds = None
-
-        def get_attr(self, name: str, indices: Any = None) -> list[Any]:
-            return [getattr(self, name, None)] * self.num_envs
-
-        def set_attr(self, name: str, value: Any, indices: Any = None) -> None:
-            setattr(self, name, value)
-
-        def env_method(self, *args: Any, **kwargs: Any) -> list[Any]:
-            return [None] * self.num_envs
-
-        def env_is_wrapped(self, wrapper_class: Any, indices: Any = None) -> list[bool]:
-            return [False] * self.num_envs
 
     import yaml
 
     log_std_init = float(yaml.safe_load(CONFIG.read_text())["model"].get("log_std_init", 0.0))
-    venv = VecNormalize(Adapter(_remote(task, 8, seed)), gamma=0.99)
+    venv = VecNormalize(SameStepVecEnv(_remote(task, 8, seed), seed), gamma=0.99)
     model = PPO(
         "MlpPolicy",
         venv,
@@ -149,14 +89,10 @@ def sb3_child(task: str, seed: int, steps: int, wall: float, out: str) -> None:
         device="cpu",
         verbose=0,
     )
-    start = time.perf_counter()
-
-    class Stop(BaseCallback):
-        def _on_step(self) -> bool:
-            return time.perf_counter() - start < wall
-
-    model.learn(total_timesteps=steps, callback=Stop())
-    trained_s = time.perf_counter() - start
+    stop = WallCurve(wall)
+    stop.start()
+    model.learn(total_timesteps=steps, callback=stop)
+    trained_s = stop.elapsed()
     venv.training = False
 
     def act(obs: Any) -> np.ndarray:

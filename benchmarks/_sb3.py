@@ -1,0 +1,112 @@
+"""Stable-Baselines3 beside rlinf on the same simulator: rlinf's vector env as SB3's ``VecEnv``,
+and a callback that records SB3's training curve and stops it at a wall-time budget
+(``metaworld_vs_sb3.py``, ``maniskill_vs_sb3.py``). Imports Stable-Baselines3: import this
+module only in the process that trains SB3."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.vec_env import VecEnv
+
+__all__ = ["SameStepVecEnv", "WallCurve"]
+
+
+class SameStepVecEnv(VecEnv):
+    """An rlinf vector env (gymnasium's ``VectorEnv`` with ``SAME_STEP`` autoreset,
+    ``info["final_obs"]`` and ``info["final_info"]["success"]``, as
+    :func:`rlinf_algos.envs.make_vector_env` builds every family's) as SB3's ``VecEnv``: each
+    finished sub-env's info holds ``terminal_observation``, ``TimeLimit.truncated``,
+    ``is_success`` (SB3's ``ep_success_buffer``) and ``episode`` (return and length, SB3's
+    ``ep_info_buffer``). ``reset`` seeds with SB3's ``seed()`` when it was called, else ``seed``."""
+
+    def __init__(self, envs: Any, seed: int) -> None:
+        self.envs = envs
+        super().__init__(envs.num_envs, envs.single_observation_space, envs.single_action_space)
+        self.actions: np.ndarray | None = None
+        self._seed = seed
+        self._seeds: int | None = None
+        self._returns = np.zeros(self.num_envs)
+        self._lengths = np.zeros(self.num_envs, dtype=np.int64)
+
+    def reset(self) -> np.ndarray:
+        obs, _ = self.envs.reset(seed=self._seeds if self._seeds is not None else self._seed)
+        self._seeds = None
+        self._returns[:] = 0.0
+        self._lengths[:] = 0
+        return np.asarray(obs, np.float32)
+
+    def step_async(self, actions: np.ndarray) -> None:
+        self.actions = actions
+
+    def step_wait(self) -> Any:
+        obs, rew, term, trunc, info = self.envs.step(np.asarray(self.actions, np.float32))
+        done = np.asarray(term) | np.asarray(trunc)
+        self._returns += rew
+        self._lengths += 1
+        infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        final = info.get("final_info") or {}
+        for i in np.flatnonzero(done):
+            infos[i]["terminal_observation"] = np.asarray(info["final_obs"][i], np.float32)
+            infos[i]["TimeLimit.truncated"] = bool(trunc[i] and not term[i])
+            if "success" in final:
+                infos[i]["is_success"] = bool(final["success"][i])
+            infos[i]["episode"] = {"r": float(self._returns[i]), "l": int(self._lengths[i])}
+            self._returns[i], self._lengths[i] = 0.0, 0
+        return np.asarray(obs, np.float32), np.asarray(rew, np.float32), done, infos
+
+    def close(self) -> None:
+        self.envs.close()
+
+    def seed(self, seed: int | None = None) -> list[Any]:
+        self._seeds = seed
+        return [seed]
+
+    def get_attr(self, name: str, indices: Any = None) -> list[Any]:
+        return [getattr(self, name, None)] * self.num_envs
+
+    def set_attr(self, name: str, value: Any, indices: Any = None) -> None:
+        setattr(self, name, value)
+
+    def env_method(self, *args: Any, **kwargs: Any) -> list[Any]:
+        return [None] * self.num_envs
+
+    def env_is_wrapped(self, wrapper_class: Any, indices: Any = None) -> list[bool]:
+        return [False] * self.num_envs
+
+
+class WallCurve(BaseCallback):
+    """Stops SB3's ``learn`` once ``wall`` seconds passed since :meth:`start` (checked every
+    step), and records after each rollout a curve point: env steps, seconds, the success rate
+    and mean return of the last 100 finished training episodes (as rlinf's ``metrics.csv``)."""
+
+    def __init__(self, wall: float) -> None:
+        super().__init__()
+        self.wall = wall
+        self.t0 = time.perf_counter()
+        self.curve: list[dict[str, Any]] = []
+
+    def start(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def _on_step(self) -> bool:
+        return self.elapsed() < self.wall
+
+    def _on_rollout_end(self) -> None:
+        model = self.model
+        succ = list(model.ep_success_buffer)
+        rets = [e["r"] for e in model.ep_info_buffer]
+        self.curve.append(
+            {
+                "step": int(model.num_timesteps),
+                "wall_s": round(self.elapsed(), 3),
+                "success_rate": float(np.mean(succ)) if succ else None,
+                "episode_return_mean": float(np.mean(rets)) if rets else None,
+            }
+        )
