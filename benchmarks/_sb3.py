@@ -12,7 +12,7 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnv
 
-__all__ = ["SameStepVecEnv", "WallCurve"]
+__all__ = ["SameStepVecEnv", "WallCurve", "learn_within"]
 
 
 class SameStepVecEnv(VecEnv):
@@ -110,3 +110,20 @@ class WallCurve(BaseCallback):
                 "episode_return_mean": float(np.mean(rets)) if rets else None,
             }
         )
+
+
+def learn_within(model: Any, venv: Any, steps: int, wall: float) -> dict[str, Any]:
+    """Train SB3's ``model`` on ``venv`` (a ``VecNormalize``) for ``steps`` env steps or ``wall``
+    seconds, whichever comes first; then freeze the normalisation statistics. Returns
+    ``env_steps``, ``train_s``, ``curve`` (:class:`WallCurve`'s) and ``act``: the deterministic
+    action for a raw observation batch, through the frozen statistics."""
+    curve = WallCurve(wall)
+    curve.start()
+    model.learn(total_timesteps=steps, callback=curve)
+    trained_s = curve.elapsed()
+    venv.training = False
+
+    def act(obs: Any) -> np.ndarray:
+        return model.predict(venv.normalize_obs(np.asarray(obs, np.float32)), deterministic=True)[0]
+
+    return {"env_steps": int(model.num_timesteps), "train_s": trained_s, "curve": curve.curve, "act": act}

@@ -116,7 +116,7 @@ def sb3_child(seed: int, steps: int, wall: float, out: str) -> None:
     """SB3 PPO in this process (see the module docstring); writes its figures to ``out``."""
     import torch
     from _peers import quiet, silent_sb3
-    from _sb3 import SameStepVecEnv, WallCurve
+    from _sb3 import SameStepVecEnv, learn_within
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import VecNormalize
 
@@ -159,21 +159,8 @@ def sb3_child(seed: int, steps: int, wall: float, out: str) -> None:
             verbose=0,
         )
     )
-    curve = WallCurve(wall)
-    curve.start()
-    model.learn(total_timesteps=steps, callback=curve)
-    trained_s = curve.elapsed()
-    venv.training = False
-
-    def act(obs: Any) -> np.ndarray:
-        return model.predict(venv.normalize_obs(np.asarray(obs, np.float32)), deterministic=True)[0]
-
-    res = {
-        "env_steps": int(model.num_timesteps),
-        "train_s": trained_s,
-        "curve": curve.curve,
-        **evaluate(act),
-    }
+    res = learn_within(model, venv, steps, wall)
+    res.update(evaluate(res.pop("act")))
     venv.close()
     Path(out).write_text(json.dumps(res))
 

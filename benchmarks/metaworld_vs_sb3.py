@@ -61,7 +61,7 @@ def evaluate(act: Any, task: str, seed: int = 10_000) -> dict[str, Any]:
 def sb3_child(task: str, seed: int, steps: int, wall: float, out: str) -> None:
     """SB3 PPO in this process (see the module docstring); writes its figures to ``out``."""
     import torch
-    from _sb3 import SameStepVecEnv, WallCurve
+    from _sb3 import SameStepVecEnv, learn_within
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import VecNormalize
 
@@ -89,16 +89,8 @@ def sb3_child(task: str, seed: int, steps: int, wall: float, out: str) -> None:
         device="cpu",
         verbose=0,
     )
-    stop = WallCurve(wall)
-    stop.start()
-    model.learn(total_timesteps=steps, callback=stop)
-    trained_s = stop.elapsed()
-    venv.training = False
-
-    def act(obs: Any) -> np.ndarray:
-        return model.predict(venv.normalize_obs(np.asarray(obs, np.float32)), deterministic=True)[0]
-
-    res = {"env_steps": int(model.num_timesteps), "train_s": trained_s, **evaluate(act, task)}
+    trained = learn_within(model, venv, steps, wall)
+    res = {"env_steps": trained["env_steps"], "train_s": trained["train_s"], **evaluate(trained["act"], task)}
     venv.close()
     Path(out).write_text(json.dumps(res))
 

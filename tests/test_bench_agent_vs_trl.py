@@ -5,7 +5,6 @@ so the benchmark cannot rot."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -15,18 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
-
-
-@pytest.fixture(scope="module")
-def bench():
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("agent_vs_trl_under_test", BENCH / "agent_vs_trl.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(BENCH))
+BENCHMARK = "agent_vs_trl"  # the `bench` fixture (tests/conftest.py) imports it
 
 
 def test_trl_reward_is_the_examples_exact_match(bench):

@@ -5,27 +5,9 @@ training time, scores are linear between evaluations, and when rlinf runs more i
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-@pytest.fixture(scope="module")
-def bench():
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "grpo_lm_vs_trl_under_test", BENCH / "grpo_lm_vs_trl.py"
-        )
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(BENCH))
+BENCHMARK = "grpo_lm_vs_trl"  # the `bench` fixture (tests/conftest.py) imports it
 
 
 def _run(iterations: int, s_per_iter: float, scores: dict[int, float]) -> dict:

@@ -6,16 +6,12 @@ takes 15-30 s here and a PushCube step about 2 ms."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "benchmarks"
+BENCHMARK = "maniskill_vs_sb3"  # the `bench` fixture (tests/conftest.py) imports it
 
 pytestmark = [
     pytest.mark.slow,
@@ -23,23 +19,15 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def bench():
-    pytest.importorskip("stable_baselines3")  # the `bench` dependency group
+@pytest.fixture(scope="module", autouse=True)
+def maniskill_and_sb3() -> None:
+    """Before ``bench`` imports the benchmark: SB3 (the ``bench`` dependency group) and
+    ManiSkill's interpreter."""
+    pytest.importorskip("stable_baselines3")
     from rlinf_algos.families import get_family
     from rlinf_algos.families.venvs import setup_family
 
     setup_family(get_family("maniskill"), log=lambda *_: None)
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "maniskill_vs_sb3_under_test", BENCH / "maniskill_vs_sb3.py"
-        )
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(BENCH))
 
 
 def test_the_sb3_adapter_steps_the_env_rlinf_trains_on(bench):
