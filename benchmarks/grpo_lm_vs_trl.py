@@ -335,6 +335,10 @@ def watch_rlinf(run: Any, spec: dict[str, Any], evaluator: Any, t_process: float
             state["comps"] = self
             return out
 
+        def policy(self) -> Any:
+            """The actor's model: with ``runner.scheduler: local`` its worker is in this process."""
+            return self.groups["actor"].workers[0].body.learner.model
+
         async def evaluate(self, problems: Any, temperature: float = 0.0) -> Any:
             out = await super().evaluate(problems, temperature)
             if "t0" not in state:
