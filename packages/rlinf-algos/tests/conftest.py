@@ -259,3 +259,24 @@ class StopThenKill:
 def stop_then_kill() -> type[StopThenKill]:
     """:class:`StopThenKill`: ``stop_then_kill(k_fault, victim)`` stages a fault."""
     return StopThenKill
+
+
+def _random_ppo_rollout(seed: int, act_dim: int = 1, steps: int = 16, envs: int = 4) -> Any:
+    import torch
+
+    from rlinf_algos.ppo.learner import PPORollout
+
+    g = torch.Generator().manual_seed(seed)
+    T, N = steps, envs
+    z = torch.zeros(T, N, dtype=torch.bool)
+    return PPORollout(torch.randn(T, N, 3, generator=g), torch.randn(T, N, act_dim, generator=g),
+                      torch.randn(T, N, generator=g) - 1, torch.randn(T, N, generator=g),
+                      torch.randn(T, N, generator=g), z, z, torch.zeros(T, N), torch.zeros(N))  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def random_ppo_rollout() -> Callable[..., Any]:
+    """``random_ppo_rollout(seed, act_dim=1, steps=16, envs=4)``: a PPO rollout of random
+    observations (3 features), actions, log-probs, rewards and values, seeded, with no episode
+    ending: a batch to drive ``PPOLearner.update`` with."""
+    return _random_ppo_rollout

@@ -8,6 +8,7 @@ import csv
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -277,14 +278,9 @@ def test_sac_sequential_actor_step_sees_the_updated_critic() -> None:
     assert all(torch.equal(m, -g) for m, g in zip(moved, post, strict=True))
 
 
-def test_ppo_learner_state_roundtrip_continues_identically() -> None:
+def test_ppo_learner_state_roundtrip_continues_identically(random_ppo_rollout: Any) -> None:
     def rollout() -> PPORollout:
-        g = torch.Generator().manual_seed(1)
-        T, N = 8, 2
-        z = torch.zeros(T, N, dtype=torch.bool)
-        return PPORollout(torch.randn(T, N, 3, generator=g), torch.randn(T, N, 1, generator=g),
-                          torch.randn(T, N, generator=g) - 1, torch.randn(T, N, generator=g),
-                          torch.randn(T, N, generator=g), z, z, torch.zeros(T, N), torch.zeros(N))  # fmt: skip
+        return random_ppo_rollout(1, steps=8, envs=2)
 
     cfg = PPOConfig(minibatch_size=4, update_epochs=2)
     torch.manual_seed(0)
@@ -328,19 +324,12 @@ def test_critic_warmup_moves_the_critic_alone_for_its_updates() -> None:
         assert actor_moved == (update >= 2), update
 
 
-def test_critic_warmup_leaves_the_policy_a_fresh_adam() -> None:
+def test_critic_warmup_leaves_the_policy_a_fresh_adam(random_ppo_rollout: Any) -> None:
     """The first policy update after the warm-up moves no actor weight further than a fresh Adam's
     steps can (on the old code Adam had counted the warm-up's zero gradients, decayed their second
     moments to ~0 and took several learning rates per step: approx KL 0.24 on MetaWorld MT10)."""
 
-    def rollout(seed: int) -> PPORollout:
-        g = torch.Generator().manual_seed(seed)
-        T, N = 16, 4
-        z = torch.zeros(T, N, dtype=torch.bool)
-        return PPORollout(torch.randn(T, N, 3, generator=g), torch.randn(T, N, 1, generator=g),
-                          torch.randn(T, N, generator=g) - 1, torch.randn(T, N, generator=g),
-                          torch.randn(T, N, generator=g), z, z, torch.zeros(T, N), torch.zeros(N))  # fmt: skip
-
+    rollout = random_ppo_rollout
     cfg = PPOConfig(minibatch_size=16, update_epochs=4, lr=1e-3, critic_warmup=10, max_grad_norm=None)
     torch.manual_seed(0)
     learner = PPOLearner(GaussianActorCritic(3, 1, (8,)), cfg, seed=0)

@@ -4,6 +4,7 @@ demonstrations while RL moves it, decays as configured, and asks for demonstrati
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -11,17 +12,8 @@ import torch
 import rlinf_algos
 from rlinf_algos.models.mlp import GaussianActorCritic
 from rlinf_algos.ppo import PPOConfig
-from rlinf_algos.ppo.learner import PPOLearner, PPORollout
+from rlinf_algos.ppo.learner import PPOLearner
 from rlinf_core.errors import ConfigError
-
-
-def _rollout(seed: int) -> PPORollout:
-    g = torch.Generator().manual_seed(seed)
-    T, N = 16, 4
-    z = torch.zeros(T, N, dtype=torch.bool)
-    return PPORollout(torch.randn(T, N, 3, generator=g), torch.randn(T, N, 2, generator=g),
-                      torch.randn(T, N, generator=g) - 1, torch.randn(T, N, generator=g),
-                      torch.randn(T, N, generator=g), z, z, torch.zeros(T, N), torch.zeros(N))  # fmt: skip
 
 
 def _demos() -> tuple[torch.Tensor, torch.Tensor]:
@@ -37,24 +29,26 @@ def _demo_error(learner: PPOLearner) -> float:
         return float((m.action_mean(m.normalize(states)) - actions).pow(2).sum(-1).mean())
 
 
-def _train(bc_coef: float, updates: int = 8, **kw: int) -> tuple[PPOLearner, list[dict[str, float]]]:
+def _train(
+    rollout: Any, bc_coef: float, updates: int = 8, **kw: int
+) -> tuple[PPOLearner, list[dict[str, float]]]:
     cfg = PPOConfig(minibatch_size=32, update_epochs=2, lr=1e-2, bc_coef=bc_coef, **kw)
     torch.manual_seed(0)
     learner = PPOLearner(GaussianActorCritic(3, 2, (16,), normalize_obs=False), cfg, seed=0, demos=_demos())
-    return learner, [learner.update(_rollout(k)) for k in range(updates)]
+    return learner, [learner.update(rollout(k, act_dim=2)) for k in range(updates)]
 
 
-def test_the_bc_term_keeps_the_policy_on_the_demonstrations() -> None:
-    plain, _ = _train(0.0)
-    cloned, rows = _train(1.0)
+def test_the_bc_term_keeps_the_policy_on_the_demonstrations(random_ppo_rollout: Any) -> None:
+    plain, _ = _train(random_ppo_rollout, 0.0)
+    cloned, rows = _train(random_ppo_rollout, 1.0)
     # PPO on random advantages alone learns nothing of the expert; with the term the mean fits it
     assert _demo_error(cloned) < 0.3 * _demo_error(plain), (_demo_error(cloned), _demo_error(plain))
     assert rows[-1]["bc_loss"] < rows[0]["bc_loss"]
-    assert "bc_loss" not in _train(0.0, updates=1)[1][0]  # no term, no column
+    assert "bc_loss" not in _train(random_ppo_rollout, 0.0, updates=1)[1][0]  # no term, no column
 
 
-def test_the_bc_weight_waits_for_the_critic_then_decays_to_zero() -> None:
-    _, rows = _train(2.0, updates=6, critic_warmup=2, bc_decay_updates=2)
+def test_the_bc_weight_waits_for_the_critic_then_decays_to_zero(random_ppo_rollout: Any) -> None:
+    _, rows = _train(random_ppo_rollout, 2.0, updates=6, critic_warmup=2, bc_decay_updates=2)
     assert [r["bc_weight"] for r in rows] == [0.0, 0.0, 2.0, 1.0, 0.0, 0.0]
 
 
