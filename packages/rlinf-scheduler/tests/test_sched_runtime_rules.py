@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from rlinf_scheduler.runtime.cluster import (
     parse_node_rank,
 )
 from rlinf_scheduler.runtime.code_sync import resolve_code_sync
-from rlinf_scheduler.runtime.node import NodeStartOptions, build_ray_start, session_pids
+from rlinf_scheduler.runtime.node import NodeStartOptions, build_ray_start, session_pids, stop_nodes
 from rlinf_scheduler.runtime.versions import VersionMismatch, check_versions, version_problems
 from rlinf_scheduler.runtime.worker_group import process_env
 
@@ -286,6 +287,39 @@ def test_ray_start_command_carries_rank_in_env_and_no_secret(tmp_path, monkeypat
         build_ray_start(missing)
     with pytest.raises(ConfigError, match="--address must be HOST:PORT"):
         build_ray_start(NodeStartOptions(rank=1, address="nohost", auth="disabled"))
+
+
+RESPAWNER = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("ready", flush=True)
+while True:  # a parent that keeps starting children, as a raylet restarts its workers
+    subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"])
+    time.sleep(0.01)
+"""
+
+
+def test_stop_nodes_leaves_no_process_of_a_session_that_ignores_sigterm_and_forks(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RESPAWNER], start_new_session=True, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.5)
+        record = {
+            "rank": 0, "head": True, "node_ip": "127.0.0.9", "address": "127.0.0.9:1", "sid": proc.pid,
+            "pids": [proc.pid], "auth_mode": "disabled", "token_path": None, "temp_dir": None,
+            "log_path": str(tmp_path / "node.log"), "started_at": time.time(),
+        }  # fmt: skip
+        (tmp_path / f"node-127.0.0.9-{proc.pid}.json").write_text(json.dumps(record))
+        ((rec, signalled),) = stop_nodes(directory=tmp_path, grace=0.3)
+        assert rec.sid == proc.pid and proc.pid in signalled
+        assert session_pids(proc.pid) == []
+        assert list(tmp_path.glob("node-*.json")) == []
+    finally:
+        for pid in session_pids(proc.pid):
+            os.kill(pid, 9)
+        proc.wait(timeout=10)
 
 
 def test_session_pids_sees_a_new_session():

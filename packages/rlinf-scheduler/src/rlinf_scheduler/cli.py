@@ -277,7 +277,7 @@ def node_start(
 )
 def node_stop(node_ip: str | None, grace: float) -> None:
     """Stop the Ray processes `rlinf node start` started on this machine (by PID; never `ray stop`)."""
-    from rlinf_scheduler.runtime.node import stop_nodes
+    from rlinf_scheduler.runtime.node import session_pids, stop_nodes
 
     stopped = stop_nodes(node_ip=node_ip, grace=grace)
     if not stopped:
@@ -288,6 +288,12 @@ def node_stop(node_ip: str | None, grace: float) -> None:
         return
     for rec, pids in stopped:
         click.echo(f"stopped rank {rec.rank} ({rec.node_ip}, session {rec.sid}): {len(pids)} processes")
+        if left := session_pids(rec.sid):
+            click.echo(
+                f"warning: {len(left)} process(es) of session {rec.sid} still alive 10 s after SIGKILL "
+                f"(PIDs {', '.join(map(str, left))}; uninterruptible I/O?)",
+                err=True,
+            )
 
 
 @node.command("list")

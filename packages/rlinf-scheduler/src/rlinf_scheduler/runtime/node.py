@@ -512,12 +512,19 @@ def _terminate_sessions(
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and any(session_pids(sid) for sid in sessions):
         time.sleep(0.2)
-    for sid in sessions:
-        for pid in session_pids(sid):
+    # SIGKILL until the sessions are empty: a raylet may fork a replacement between two sweeps, and
+    # on a loaded machine a killed process can take a moment to leave /proc (bounded: 10 s)
+    deadline = time.monotonic() + 10.0
+    while True:
+        left = [pid for sid in sessions for pid in session_pids(sid)]
+        if not left or time.monotonic() >= deadline:
+            break
+        for pid in left:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        time.sleep(0.1)
     return signalled
 
 
