@@ -312,6 +312,14 @@ def _flatten(prefix: str, value: Any, out: list[dict[str, Any]]) -> None:
         out.append({"figure": prefix, "value": value})
 
 
+def _short(value: Any) -> Any:
+    """A measured float to four significant digits (a table of timings, not of exact values)."""
+    return float(f"{value:.4g}") if isinstance(value, float) else value
+
+
+_REPORT_META = ("machine", "wall_s", "title", "date", "command", "notes", "group", "seeds")
+
+
 def _report(name: str, data: dict[str, Any]) -> Entry:
     stem = Path(name).stem
     run = stem
@@ -328,9 +336,25 @@ def _report(name: str, data: dict[str, Any]) -> Entry:
             )
     if isinstance(data.get("ppo"), dict):
         rows += _ppo_rows(data["ppo"], run)
+    own_rows = data.get("rows")
+    if not rows and isinstance(own_rows, list) and own_rows and all(isinstance(r, dict) for r in own_rows):
+        # a report's own table (a row per setting); objects inside a row become dotted columns
+        for r in own_rows:
+            flat: list[dict[str, Any]] = []
+            for k, v in r.items():
+                if isinstance(v, dict):
+                    _flatten(k, v, flat)
+                else:
+                    flat.append({"figure": k, "value": v})
+            rows.append({f["figure"]: _short(f["value"]) for f in flat})
+        figures: list[dict[str, Any]] = []
+        for k, v in data.items():
+            if k not in (*_REPORT_META, "rows"):
+                _flatten(k, v, figures)
+        settings += [f"{f['figure']}: {cell(f['value'])}" for f in figures]
     if not rows:
         for k, v in data.items():
-            if k not in ("machine", "wall_s", "title", "date", "command", "notes", "group", "seeds"):
+            if k not in _REPORT_META:
                 _flatten(k, v, rows)
     seeds: Any = data.get("seeds")
     if seeds is None:

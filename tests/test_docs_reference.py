@@ -252,6 +252,24 @@ def test_results_table_marks_what_is_not_recorded(tmp_path: Path) -> None:
     assert rtable.main(["--results", str(results), "--output", str(out), "--check"]) == 1
 
 
+def test_a_reports_own_rows_are_its_table(tmp_path: Path) -> None:
+    """A benchmark report that keeps its figures as a ``rows`` list (a row per setting) shows them
+    as its table; objects in a row become dotted columns, the report's other figures lines."""
+    results = tmp_path / "results"
+    results.mkdir()
+    rows = [
+        {"load": 0, "start_s": 4.951983, "sb3": {"rate": 0.5}, "errors": []},
+        {"load": 8, "start_s": 21.51196, "sb3": {"rate": 0.75}, "errors": ["slow"]},
+    ]
+    (results / "starts.json").write_text(json.dumps({"title": "Starts", "repeats": 3, "rows": rows}))
+    out = tmp_path / "RESULTS.md"
+    assert rtable.main(["--results", str(results), "--output", str(out)]) == 0
+    text = out.read_text()
+    assert "| load | start_s | sb3.rate | errors |" in text
+    assert "| 0 | 4.952 | 0.5 | [] |" in text and '| 8 | 21.51 | 0.75 | ["slow"] |' in text
+    assert "- repeats: 3" in text and "No figures." not in text
+
+
 def test_results_table_names_a_broken_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "bad.json").write_text("{not json")
     assert rtable.main(["--results", str(tmp_path), "--output", str(tmp_path / "R.md"), "--check"]) == 1
