@@ -22,7 +22,20 @@ from typing import Any
 
 from _report import tree_cpu_s
 
-__all__ = ["Clock", "child", "median_runs", "pin_threads", "quiet", "run_peer", "silent_sb3"]
+__all__ = [
+    "Clock",
+    "child",
+    "median_runs",
+    "one_node_config",
+    "pin_threads",
+    "quiet",
+    "rlinf_distributed_parts",
+    "rlinf_inprocess",
+    "rlinf_local_run",
+    "run_peer",
+    "silent_sb3",
+    "timed_collect",
+]
 
 
 def pin_threads(threads: int) -> None:
@@ -154,3 +167,135 @@ def median_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "load_runs": [r["load_before"] for r in ok],
         "sps": statistics.median(r["sps"] for r in ok),
     }
+
+
+# -- the rlinf peers, shared by the benchmark scripts (run in the peer subprocesses) ---------------
+
+
+def one_node_config(sections: dict[str, Any], pipeline_stages: int = 2) -> dict[str, Any]:
+    """The run configuration ``rlinf train`` would read for ``sections`` on one node: the env,
+    rollout and actor workers on it, env stepping in ``pipeline_stages`` stages, and the rollout of
+    the next batch overlapping the update on this one (``max_staleness: 1``), as the examples do."""
+    place = {"node_group": "node", "placement": "0"}
+    return {
+        **sections,
+        "cluster": {
+            "num_nodes": 1,
+            "component_placement": {c: dict(place) for c in ("env", "rollout", "actor")},
+        },
+        "rollout": {"pipeline_stages": pipeline_stages, "max_staleness": 1},
+    }
+
+
+def rlinf_local_run(sections: dict[str, Any], run_dir: Path, clock: Clock | None = None) -> dict[str, Any]:
+    """Train ``sections`` in this process (``runner.scheduler: local``); its summary, with every
+    metrics row under ``rows`` (each marked on ``clock``)."""
+    from rlinf_core.plugins import load_plugins
+
+    algo_cls = load_plugins().algorithms.get(sections["algorithm"]["name"])
+    algo = algo_cls(algo_cls.config_model(**sections["algorithm"]))
+    rows: list[dict[str, float]] = []
+
+    def progress(row: dict[str, float]) -> None:
+        rows.append(dict(row))
+        if clock is not None:
+            clock.mark(int(row["step"]))
+
+    summary = algo.run(None, sections, run_dir, progress=progress)
+    summary["rows"] = rows
+    return summary
+
+
+def rlinf_inprocess(sections: dict[str, Any], warmup: int, t_begin: float) -> dict[str, Any]:
+    """The in-process peer: :func:`rlinf_local_run`, timed from the row after ``warmup``, with the
+    share of the timed seconds spent collecting."""
+    clock = Clock()
+    with tempfile.TemporaryDirectory() as d:
+        summary = rlinf_local_run(sections, Path(d), clock)
+    timed = summary["rows"][warmup:]
+    rollout = sum(r.get("rollout_s", 0.0) for r in timed)
+    update = sum(r.get("update_s", 0.0) for r in timed)
+    return {
+        **clock.result(warmup - 1, t_begin),
+        "rollout_fraction": rollout / (rollout + update) if rollout + update > 0 else None,
+        "runner": "in-process scheduler (runner.scheduler: local)",
+    }
+
+
+def rlinf_distributed_parts(
+    config_for: Callable[[int], dict[str, Any]], batch: int, warmup: int, rollout_iters: int, train_iters: int
+) -> dict[str, Any]:
+    """``rlinf train``'s runner on one embedded Ray started once for both measurements: rollout
+    only (``rollout_iters`` timed; skipped if 0), then training (``train_iters`` timed; skipped if
+    0). ``config_for(total_steps)`` is the run's configuration. Each ``run_training`` launches its
+    own workers (counted in ``untimed_s``)."""
+    from rlinf_algos.training import run_training
+    from rlinf_core.plugins import load_plugins
+
+    host = load_plugins()
+    t_begin = time.perf_counter()
+    out: dict[str, Any] = {}
+    scheduler = None
+    try:
+        for part, n in (("rollout", rollout_iters), ("train", train_iters)):
+            if n <= 0:
+                continue
+            # Training rows come one iteration late (the update on k finishes while k + 1 is
+            # collected): one extra iteration, and the clock starts at the first row after warm-up.
+            extra = 0 if part == "rollout" else 1
+            config = config_for((warmup + n + extra) * batch)
+            if scheduler is None:
+                scheduler = host.schedulers.get(config.get("runner", {}).get("scheduler", "ray"))(
+                    hardware=host
+                )
+                scheduler.start(config)
+            clock = Clock()
+            t_part = time.perf_counter() if out else t_begin
+            with tempfile.TemporaryDirectory() as d:
+                summary = run_training(
+                    config,
+                    run_dir=d,
+                    rollout_only=part == "rollout",
+                    progress=lambda row, c=clock: c.mark(int(row["step"])),
+                    host=host,
+                    scheduler=scheduler,
+                )
+            first = next(i for i, m in enumerate(clock.marks) if m[1] >= (warmup + extra) * batch)
+            out[part] = {
+                **clock.result(first, t_part),
+                "summary_sps": summary.get("env_steps_per_s"),
+                "runner": "distributed (rlinf_algos.training.run_training)",
+            }
+    finally:
+        if scheduler is not None:
+            scheduler.shutdown()
+    return out
+
+
+def timed_collect(
+    stepper: Any,
+    policy: Any,
+    warmup: int,
+    iters: int,
+    rollout_steps: int,
+    batch: int,
+    seed: int,
+    t_begin: float,
+) -> dict[str, Any]:
+    """rlinf's in-process collector (``collect_ppo`` over a ``LocalPort``) on ``stepper`` with
+    ``policy``: ``warmup`` untimed rollouts, then ``iters`` timed; closes the stepper."""
+    import torch
+
+    from rlinf_algos.ports import LocalPort
+    from rlinf_algos.ppo.rollout import collect_ppo
+
+    port, gen = LocalPort(stepper), torch.Generator().manual_seed(seed)
+    for _ in range(warmup):
+        collect_ppo(port, policy, rollout_steps, gen)
+    clock = Clock()
+    clock.mark(0)
+    for _ in range(iters):
+        collect_ppo(port, policy, rollout_steps, gen)
+    clock.mark(iters * batch)
+    stepper.close()
+    return {**clock.result(0, t_begin), "runner": "in-process (collect_ppo over a LocalPort)"}

@@ -73,12 +73,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from _peers import Clock, child, median_runs, run_peer, silent_sb3
+from _peers import (
+    Clock,
+    child,
+    median_runs,
+    one_node_config,
+    rlinf_distributed_parts,
+    rlinf_inprocess,
+    run_peer,
+    silent_sb3,
+    timed_collect,
+)
 from _report import finish, fmt, machine
 
 DISTS = ("torch", "gymnasium", "mujoco", "stable-baselines3", "ray", "rlinf-algos")
@@ -133,105 +142,29 @@ def _rlinf_ppo_sections(total_steps: int, seed: int, anneal: bool) -> dict[str, 
 
 
 def _rlinf_distributed_config(sections: dict[str, Any]) -> dict[str, Any]:
-    """The run configuration ``rlinf train`` would read for ``sections``: one node, the env,
-    rollout and actor workers on it, env stepping in 2 pipeline stages (1 for a single env), and the rollout of the next
-    batch overlapping the update on this one (``max_staleness: 1``), as ``examples/quickstart.yaml``."""
-    place = {"node_group": "node", "placement": "0"}
-    return {
-        **sections,
-        "cluster": {
-            "num_nodes": 1,
-            "component_placement": {c: dict(place) for c in ("env", "rollout", "actor")},
-        },
-        "rollout": {"pipeline_stages": 2 if sections["env"]["num_envs"] % 2 == 0 else 1, "max_staleness": 1},
-    }
-
-
-def _rlinf_inprocess_train(
-    sections: dict[str, Any], run_dir: Path, clock: Clock | None = None
-) -> dict[str, Any]:
-    from rlinf_core.plugins import load_plugins
-
-    algo_cls = load_plugins().algorithms.get(sections["algorithm"]["name"])
-    algo = algo_cls(algo_cls.config_model(**sections["algorithm"]))
-    rows: list[dict[str, float]] = []
-
-    def progress(row: dict[str, float]) -> None:
-        rows.append(dict(row))
-        if clock is not None:
-            clock.mark(int(row["step"]))
-
-    summary = algo.run(None, sections, run_dir, progress=progress)  # runner.scheduler: local
-    summary["rows"] = rows
-    return summary
+    """As ``examples/quickstart.yaml``: 2 pipeline stages (1 for a single env), rollout ahead by 1."""
+    return one_node_config(sections, 2 if sections["env"]["num_envs"] % 2 == 0 else 1)
 
 
 # -- part 1: training throughput ---------------------------------------------------------------
 
 
 def peer_rlinf_inprocess(warmup: int, iters: int, seed: int) -> dict[str, Any]:
-    clock = Clock()
     t_begin = time.perf_counter()
-    with tempfile.TemporaryDirectory() as d:
-        sections = _rlinf_ppo_sections((warmup + iters) * BATCH, seed, anneal=False)
-        summary = _rlinf_inprocess_train(sections, Path(d), clock)
-    timed = summary["rows"][warmup:]
-    rollout = sum(r["rollout_s"] for r in timed)
-    update = sum(r["update_s"] for r in timed)
-    return {
-        **clock.result(warmup - 1, t_begin),
-        "rollout_fraction": rollout / (rollout + update),
-        "runner": "in-process scheduler (runner.scheduler: local)",
-    }
+    return rlinf_inprocess(_rlinf_ppo_sections((warmup + iters) * BATCH, seed, anneal=False), warmup, t_begin)
 
 
 def peer_rlinf_distributed(warmup: int, iters: int, rollout_iters: int, seed: int) -> dict[str, Any]:
-    """``rlinf train``'s runner, on one embedded Ray started once for both measurements: rollout
-    only (``rollout_iters`` timed; skipped if 0), then PPO training (``iters`` timed; skipped if
-    0). Each ``run_training`` launches its own workers (counted in ``untimed_s``)."""
-    run_training = _distributed_runner()
-    if run_training is None:
+    """``rlinf train``'s runner (:func:`_peers.rlinf_distributed_parts`): rollout only, then PPO."""
+    if _distributed_runner() is None:
         raise RuntimeError("rlinf_algos.training.run_training is not installed")
-    from rlinf_core.plugins import load_plugins
-
-    host = load_plugins()
-    t_begin = time.perf_counter()
-    out: dict[str, Any] = {}
-    scheduler = None
-    try:
-        for part, n in (("rollout", rollout_iters), ("train", iters)):
-            if n <= 0:
-                continue
-            # Training rows come one iteration late (the update on k finishes while k + 1 is
-            # collected): one extra iteration, and the clock starts at the first row after warm-up.
-            extra = 0 if part == "rollout" else 1
-            config = _rlinf_distributed_config(
-                _rlinf_ppo_sections((warmup + n + extra) * BATCH, seed, anneal=False)
-            )
-            if scheduler is None:
-                scheduler = host.schedulers.get(config["runner"].get("scheduler", "ray"))(hardware=host)
-                scheduler.start(config)
-            clock = Clock()
-            t_part = time.perf_counter() if out else t_begin
-            with tempfile.TemporaryDirectory() as d:
-                summary = run_training(
-                    config,
-                    run_dir=d,
-                    rollout_only=part == "rollout",
-                    progress=lambda row, c=clock: c.mark(int(row["step"])),
-                    host=host,
-                    scheduler=scheduler,
-                )
-            first = next(i for i, m in enumerate(clock.marks) if m[1] >= (warmup + extra) * BATCH)
-            out[part] = {
-                **clock.result(first, t_part),
-                "summary_sps": summary.get("env_steps_per_s"),
-                "runner": "distributed (rlinf_algos.training.run_training)",
-            }
-    finally:
-        if scheduler is not None:
-            scheduler.shutdown()
-    return out
+    return rlinf_distributed_parts(
+        lambda total: _rlinf_distributed_config(_rlinf_ppo_sections(total, seed, anneal=False)),
+        BATCH,
+        warmup,
+        rollout_iters,
+        iters,
+    )
 
 
 def _sb3_ppo(env_seed: int, lr: Any, vec_norm: bool = True) -> Any:
@@ -412,29 +345,13 @@ def peer_bare_rollout(warmup: int, iters: int, seed: int) -> dict[str, Any]:
 
 
 def peer_rlinf_rollout_inprocess(warmup: int, iters: int, seed: int) -> dict[str, Any]:
-    import torch
-
     from rlinf_algos.envs import VectorEnvStepper
     from rlinf_algos.models.mlp import GaussianActorCritic
-    from rlinf_algos.ports import LocalPort
-    from rlinf_algos.ppo.rollout import collect_ppo
 
     t_begin = time.perf_counter()
     stepper = VectorEnvStepper(ENV_ID, NUM_ENVS, seed)
     model = GaussianActorCritic(stepper.obs_dim, stepper.act_dim, HIDDEN, "tanh")
-    port, gen = LocalPort(stepper), torch.Generator().manual_seed(seed)
-    for _ in range(warmup):
-        collect_ppo(port, model, ROLLOUT_STEPS, gen)
-    clock = Clock()
-    clock.mark(0)
-    for _ in range(iters):
-        collect_ppo(port, model, ROLLOUT_STEPS, gen)
-    clock.mark(iters * BATCH)
-    stepper.close()
-    return {
-        **clock.result(0, t_begin),
-        "runner": "in-process (collect_ppo over a LocalPort)",
-    }
+    return timed_collect(stepper, model, warmup, iters, ROLLOUT_STEPS, BATCH, seed, t_begin)
 
 
 TASKS = {
@@ -539,7 +456,7 @@ def print_throughput(res: dict[str, Any], args: argparse.Namespace) -> dict[str,
             f"{fmt(sps / rllib if rllib and is_train else None, '.2f'):>7} "
             f"{fmt(sps / bare if bare and not is_train else None, '.2f'):>6} "
             f"{r['steps_per_cpu_s']:>11.0f} {r['cpu_s'] / r['seconds']:>5.2f} "
-            f"{fmt(100 * r['rollout_fraction'] if 'rollout_fraction' in r else None, '.0f'):>8} "
+            f"{fmt(100 * r['rollout_fraction'] if r.get('rollout_fraction') else None, '.0f'):>8} "
             f"{r['untimed_s']:>9.1f} {r['load_before']:>5.1f}"
         )
     print(

@@ -77,12 +77,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from _peers import Clock, child, median_runs, run_peer, silent_sb3
+from _peers import (
+    Clock,
+    child,
+    median_runs,
+    one_node_config,
+    rlinf_distributed_parts,
+    rlinf_inprocess,
+    run_peer,
+    silent_sb3,
+    timed_collect,
+)
 from _report import finish, fmt, machine
 
 DISTS = ("torch", "gymnasium", "mujoco", "stable-baselines3", "ray", "rlinf-algos", "rlinf-hw-franka")
@@ -167,102 +176,39 @@ def _rlinf_sections(total_steps: int, seed: int, threads: int) -> dict[str, Any]
 
 def _rlinf_distributed_config(sections: dict[str, Any]) -> dict[str, Any]:
     """``examples/vla_franka_reach.yaml``'s cluster and rollout sections around ``sections``."""
-    place = {"node_group": "node", "placement": "0"}
-    return {
-        **sections,
-        "cluster": {
-            "num_nodes": 1,
-            "component_placement": {c: dict(place) for c in ("env", "rollout", "actor")},
-        },
-        "rollout": {"pipeline_stages": 2, "max_staleness": 1},
-    }
+    return one_node_config(sections, 2)
 
 
 def _policy(obs_space: dict[str, Any], act_dim: int) -> Any:
     """The PPO ``VLAActorCritic`` rlinf's recipe builds for this model section."""
-    from rlinf_algos.config import ModelConfig
-    from rlinf_algos.models import build_policy
+    from rlinf_algos.models import build_policy, validate_model_section
     from rlinf_algos.policy_specs import gaussian_policy_spec
 
     spaces = {"obs_dim": 0, "obs_space": obs_space, "act_dim": act_dim}
-    return build_policy(gaussian_policy_spec(ModelConfig(**_model_section()), spaces, True))
+    return build_policy(gaussian_policy_spec(validate_model_section(_model_section()), spaces, True))
 
 
 # -- part 1: training throughput ---------------------------------------------------------------
 
 
 def peer_rlinf_inprocess(warmup: int, iters: int, threads: int, seed: int) -> dict[str, Any]:
-    from rlinf_core.plugins import load_plugins
-
     _prepare_gl()
-    clock = Clock()
     t_begin = time.perf_counter()
-    sections = _rlinf_sections((warmup + iters) * BATCH, seed, threads)
-    algo_cls = load_plugins().algorithms.get("ppo")
-    algo = algo_cls(algo_cls.config_model(**sections["algorithm"]))
-    rows: list[dict[str, float]] = []
-
-    def progress(row: dict[str, float]) -> None:
-        rows.append(dict(row))
-        clock.mark(int(row["step"]))
-
-    with tempfile.TemporaryDirectory() as d:
-        algo.run(None, sections, Path(d), progress=progress)  # runner.scheduler: local
-    timed = rows[warmup:]
-    rollout = sum(r.get("rollout_s", 0.0) for r in timed)
-    update = sum(r.get("update_s", 0.0) for r in timed)
-    return {
-        **clock.result(warmup - 1, t_begin),
-        "rollout_fraction": rollout / (rollout + update) if rollout + update > 0 else None,
-        "runner": "in-process scheduler (runner.scheduler: local)",
-    }
+    return rlinf_inprocess(_rlinf_sections((warmup + iters) * BATCH, seed, threads), warmup, t_begin)
 
 
 def peer_rlinf_distributed(
     warmup: int, iters: int, rollout_iters: int, threads: int, seed: int
 ) -> dict[str, Any]:
-    """``rlinf train``'s runner on one embedded Ray started once: rollout only (``rollout_iters``
-    timed; skipped if 0), then PPO training (``iters`` timed; skipped if 0)."""
-    from rlinf_algos.training import run_training
-    from rlinf_core.plugins import load_plugins
-
+    """``rlinf train``'s runner (:func:`_peers.rlinf_distributed_parts`): rollout only, then PPO."""
     _prepare_gl()
-    host = load_plugins()
-    t_begin = time.perf_counter()
-    out: dict[str, Any] = {}
-    scheduler = None
-    try:
-        for part, n in (("rollout", rollout_iters), ("train", iters)):
-            if n <= 0:
-                continue
-            # Training rows come one iteration late (the update on k finishes while k + 1 is
-            # collected): one extra iteration, the clock starts at the first row after warm-up.
-            extra = 0 if part == "rollout" else 1
-            config = _rlinf_distributed_config(_rlinf_sections((warmup + n + extra) * BATCH, seed, threads))
-            if scheduler is None:
-                scheduler = host.schedulers.get("ray")(hardware=host)
-                scheduler.start(config)
-            clock = Clock()
-            t_part = time.perf_counter() if out else t_begin
-            with tempfile.TemporaryDirectory() as d:
-                summary = run_training(
-                    config,
-                    run_dir=d,
-                    rollout_only=part == "rollout",
-                    progress=lambda row, c=clock: c.mark(int(row["step"])),
-                    host=host,
-                    scheduler=scheduler,
-                )
-            first = next(i for i, m in enumerate(clock.marks) if m[1] >= (warmup + extra) * BATCH)
-            out[part] = {
-                **clock.result(first, t_part),
-                "summary_sps": summary.get("env_steps_per_s"),
-                "runner": "distributed (rlinf_algos.training.run_training)",
-            }
-    finally:
-        if scheduler is not None:
-            scheduler.shutdown()
-    return out
+    return rlinf_distributed_parts(
+        lambda total: _rlinf_distributed_config(_rlinf_sections(total, seed, threads)),
+        BATCH,
+        warmup,
+        rollout_iters,
+        iters,
+    )
 
 
 def _instruction_one_hot(env: Any) -> Any:
@@ -421,26 +367,13 @@ def peer_bare_rollout(warmup: int, iters: int, threads: int, seed: int) -> dict[
 
 
 def peer_rlinf_rollout_inprocess(warmup: int, iters: int, threads: int, seed: int) -> dict[str, Any]:
-    import torch
-
     from rlinf_algos.envs import VectorEnvStepper
-    from rlinf_algos.ports import LocalPort
-    from rlinf_algos.ppo.rollout import collect_ppo
 
     _prepare_gl()
     t_begin = time.perf_counter()
     stepper = VectorEnvStepper(ENV_ID, NUM_ENVS, seed)
     policy = _policy(stepper.obs_space, stepper.act_dim)
-    port, gen = LocalPort(stepper), torch.Generator().manual_seed(seed)
-    for _ in range(warmup):
-        collect_ppo(port, policy, ROLLOUT_STEPS, gen)
-    clock = Clock()
-    clock.mark(0)
-    for _ in range(iters):
-        collect_ppo(port, policy, ROLLOUT_STEPS, gen)
-    clock.mark(iters * BATCH)
-    stepper.close()
-    return {**clock.result(0, t_begin), "runner": "in-process (collect_ppo over a LocalPort)"}
+    return timed_collect(stepper, policy, warmup, iters, ROLLOUT_STEPS, BATCH, seed, t_begin)
 
 
 TASKS = {
