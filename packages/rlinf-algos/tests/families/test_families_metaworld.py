@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rlinf_algos.envs import VectorEnvStepper
+from rlinf_algos.envs import VectorEnvStepper, make_vector_env
 from rlinf_algos.families import get_family
 from rlinf_algos.families.venvs import setup_family
 from rlinf_core.errors import ConfigError
@@ -41,6 +41,38 @@ def test_reach_steps_with_metaworlds_spaces_and_reproducible_seeds(metaworld_rea
         finally:
             st.close()
     assert np.array_equal(runs[0], runs[1])
+
+
+def test_the_success_reward_is_one_exactly_on_the_steps_the_task_is_solved(metaworld_ready: None) -> None:
+    """``env.options.reward: success``: the same episode of the scripted expert, stepped twice
+    from one seed, gives MetaWorld's shaped reward by default and 1 on exactly the steps the task
+    is solved with the option (the expert solves reach-v3 within 60 steps)."""
+    rewards, solved = {}, {}
+    for kind in ("dense", "success"):
+        envs, _ = make_vector_env(
+            "reach-v3", 2, 3, family="metaworld", max_episode_steps=60, options={"reward": kind}
+        )
+        sim = envs.unwrapped
+        try:
+            sim.reset(seed=3)
+            steps = [sim.step(sim.expert_actions()) for _ in range(60)]
+        finally:
+            envs.close()
+        rewards[kind] = np.stack([s[1] for s in steps])
+        solved[kind] = np.stack([np.asarray(s[4]["success"], bool) for s in steps])
+    assert np.array_equal(solved["dense"], solved["success"]) and solved["success"].any()
+    assert np.array_equal(rewards["success"], solved["success"].astype(np.float32))
+    assert not np.array_equal(rewards["dense"], rewards["success"])
+
+
+def test_a_bad_reward_option_is_one_line_naming_the_choices() -> None:
+    problems = get_family("metaworld").own_problems(
+        {"id": "reach-v3", "options": {"reward": "sparse", "x": 1}}
+    )
+    assert [(p.path, p.message) for p in problems] == [
+        ("env.options.x", "metaworld takes the options: camera, reward"),
+        ("env.options.reward", "'sparse' is no reward; one of: dense, success"),
+    ]
 
 
 def test_a_suite_spreads_its_tasks_over_the_env_slots(metaworld_ready: None) -> None:

@@ -102,7 +102,7 @@ class EnvConfig(ConfigSection):
     )
     options: dict[str, Any] = Field(
         default_factory=dict,
-        description="the env family's own options (metaworld: camera; maniskill: sim_backend...; `rlinf env list`)",
+        description="the env family's own options (metaworld: camera, reward; maniskill: sim_backend...; `rlinf env list`)",
     )
     python: str | None = Field(
         None,

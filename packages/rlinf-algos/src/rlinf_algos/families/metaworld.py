@@ -9,7 +9,8 @@ task within the suite, as MetaWorld's MT benchmarks give it); each task's 50 fix
 the variations of its ``MT1`` benchmark with seed 0. Success is MetaWorld's ``info["success"]``;
 episodes last 500 steps (``env.max_episode_steps`` shortens them) and do not end on success.
 ``env.options``: ``camera`` (``corner``, ``topview``, ``behindGripper``, ``gripperPOV``,
-``corner2``, ``corner3``). The pixel obs modes render that camera at ``env.image_size`` with
+``corner2``, ``corner3``) and ``reward`` (``dense``, MetaWorld's shaped reward, the default; or
+``success``: 1 on each step the task is solved, else 0). The pixel obs modes render that camera at ``env.image_size`` with
 the scene effects off, the right way up, beside the task's instruction.
 """
 
@@ -54,6 +55,11 @@ MT50 = (
 """MetaWorld's 50 tasks (MT50)."""
 
 CAMERAS = ("corner", "corner2", "corner3", "topview", "behindGripper", "gripperPOV")
+REWARDS = ("dense", "success")
+"""``env.options.reward``: MetaWorld's own shaped reward, or 1 on every step the task is solved
+(0 otherwise), whose return counts the steps spent in success, so it rewards exactly what
+``success_at_end`` measures: the recipe for fine-tuning a cloned policy with RL."""
+OPTIONS = ("camera", "reward")
 
 
 class MetaWorldFamily(SubprocessFamily):
@@ -93,18 +99,23 @@ class MetaWorldFamily(SubprocessFamily):
             )
         options = env.get("options") or {}
         for key in options:
-            if key != "camera":
-                problems.append(ConfigProblem(f"env.options.{key}", "metaworld takes one option: camera"))
-        if "camera" in options and options["camera"] not in CAMERAS:
-            problems.append(
-                ConfigProblem(
-                    "env.options.camera", f"{options['camera']!r} is no camera; one of: {', '.join(CAMERAS)}"
+            if key not in OPTIONS:
+                problems.append(
+                    ConfigProblem(f"env.options.{key}", f"metaworld takes the options: {', '.join(OPTIONS)}")
                 )
-            )
+        for key, valid in (("camera", CAMERAS), ("reward", REWARDS)):
+            if key in options and options[key] not in valid:
+                problems.append(
+                    ConfigProblem(
+                        f"env.options.{key}", f"{options[key]!r} is no {key}; one of: {', '.join(valid)}"
+                    )
+                )
         return problems
 
     def backend_spec(self, request: Any, tasks: list[str]) -> dict[str, Any]:
+        options = request.options or {}
         return {
             "suite": list(self.suites().get(request.id, [])),
-            "camera": (request.options or {}).get("camera", "corner"),
+            "camera": options.get("camera", "corner"),
+            "reward": options.get("reward", "dense"),
         }

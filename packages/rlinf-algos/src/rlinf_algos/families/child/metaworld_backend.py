@@ -8,7 +8,8 @@ states are MetaWorld's 50 goal and object variations of its ``MT1`` benchmark bu
 ``0`` on every machine (``init`` 0-49); a reset without ``init`` draws one from the copy's own
 generator, which ``seed`` seeds. Images come from MuJoCo's offscreen renderer with the scene
 effects a CPU renderer pays for (shadows, reflections, multisampling) off, flipped the right way
-up (MetaWorld's corner cameras are rolled by half a turn: their frames are turned back).
+up (MetaWorld's corner cameras are rolled by half a turn: their frames are turned back). With
+``spec["reward"] == "success"`` a step's reward is 1 while the task is solved, else 0.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class MetaWorldSim:
         self.obs_mode = spec.get("obs_mode", "state")
         self.height, self.width = (int(x) for x in spec.get("image_size", (64, 64)))
         self.camera = spec.get("camera", "corner")
+        self.success_reward = spec.get("reward", "dense") == "success"
         self.max_steps = int(spec.get("max_episode_steps") or 500)
         # a suite's runs see which task each copy runs, as MetaWorld's MT benchmarks do
         self.suite: list[str] = list(spec.get("suite") or [])
@@ -127,12 +129,13 @@ class MetaWorldSim:
         state, reward, term, trunc, info = self.envs[i].step(np.asarray(action, np.float64))
         self.t[i] += 1
         trunc = bool(trunc) or self.t[i] >= self.max_steps
+        success = bool(info.get("success", 0.0))
         return (
             self._obs(i, state),
-            float(reward),
+            float(success) if self.success_reward else float(reward),
             bool(term),
             trunc,
-            {"success": bool(info.get("success", 0.0))},
+            {"success": success},
         )
 
     def render(self, i: int) -> np.ndarray:
