@@ -72,3 +72,22 @@ def test_the_sb3_side_trains_on_push_and_is_evaluated_like_rlinf(bench, tmp_path
         assert lo - 1e-9 <= res[key]["rate"] <= hi + 1e-9 and 0.0 <= lo < hi <= 1.0
     assert res["curve"] and res["curve"][-1]["step"] == 4000
     assert res["curve"][-1]["success_rate"] is not None  # each env's 500-step episode ended
+
+
+def test_rlinf_is_stopped_at_the_wall_budget_and_still_writes_its_policy(bench, tmp_path):
+    """The harness's clock (both benchmarks'): SIGTERM once the run's training clock reaches the
+    budget; the run finishes its iteration and writes its summary and policy."""
+    from _equal_wall import cap_rlinf, start
+
+    run_dir = tmp_path / "run"
+    cmd = [
+        "rlinf", "train", str(EXAMPLES / "cartpole.yaml"), "runner.scheduler=local",
+        "runner.total_steps=10000000", "runner.log_interval=256", "runner.loggers=[csv]",
+        "--run-dir", str(run_dir),
+    ]  # fmt: skip
+    proc = start(cmd, cpu=0, log=tmp_path / "rlinf.log")
+    assert cap_rlinf(proc, run_dir, wall=4.0, timeout=300.0), (tmp_path / "rlinf.log").read_text()[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert 0 < summary["total_env_steps"] < 10_000_000
+    assert 4.0 <= summary["wall_s"] < 60.0
+    assert (run_dir / "policy.safetensors").exists()
