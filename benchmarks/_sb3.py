@@ -1,18 +1,21 @@
 """Stable-Baselines3 beside rlinf on the same simulator: rlinf's vector env as SB3's ``VecEnv``,
-and a callback that records SB3's training curve and stops it at a wall-time budget
-(``metaworld_vs_sb3.py``, ``maniskill_vs_sb3.py``). Imports Stable-Baselines3: import this
+SB3's PPO with an rlinf example's settings, and a callback that records SB3's training curve
+and stops it at a wall-time budget (``metaworld_vs_sb3.py``, ``maniskill_vs_sb3.py``). Imports Stable-Baselines3: import this
 module only in the process that trains SB3."""
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnv
 
-__all__ = ["SameStepVecEnv", "WallCurve", "learn_within"]
+__all__ = ["SameStepVecEnv", "WallCurve", "learn_within", "ppo_like", "sb3_side"]
 
 
 class SameStepVecEnv(VecEnv):
@@ -127,3 +130,79 @@ def learn_within(model: Any, venv: Any, steps: int, wall: float) -> dict[str, An
         return model.predict(venv.normalize_obs(np.asarray(obs, np.float32)), deterministic=True)[0]
 
     return {"env_steps": int(model.num_timesteps), "train_s": trained_s, "curve": curve.curve, "act": act}
+
+
+def ppo_like(envs: Any, s: dict[str, Any], seed: int) -> tuple[Any, Any]:
+    """SB3's PPO on ``envs`` (an rlinf vector env, unwrapped) with the settings ``s`` of an
+    rlinf example (``_equal_wall.settings``: rlinf's defaults where the YAML says nothing):
+    ``n_steps`` = ``rollout_steps``, ``batch_size`` = ``minibatch_size``, ``n_epochs``, lr
+    (decayed linearly over the run when ``anneal_lr``), gamma, lambda, clip, value clip,
+    advantage normalisation, entropy and value coefficients, gradient clip, the hidden layers and
+    activation, ``log_std_init``, orthogonal initialisation, observation and reward
+    normalisation (``VecNormalize`` with the same gamma; it updates its statistics throughout,
+    SB3 has no ``obs_norm_steps``). Returns ``(model, venv)``, the model with a silent logger."""
+    import torch
+    from _peers import silent_sb3
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    ppo, model_cfg = s["ppo"], s["model"]
+    lr, anneal = float(ppo["lr"]), bool(ppo["anneal_lr"])
+    activation = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU, "silu": torch.nn.SiLU}
+    venv = VecNormalize(
+        SameStepVecEnv(envs, seed),
+        norm_obs=bool(ppo["normalize_obs"]),
+        norm_reward=bool(ppo["normalize_reward"]),
+        gamma=float(ppo["gamma"]),
+    )
+    model = PPO(
+        "MlpPolicy",
+        venv,
+        n_steps=int(ppo["rollout_steps"]),
+        batch_size=int(ppo["minibatch_size"]),
+        n_epochs=int(ppo["update_epochs"]),
+        learning_rate=(lambda f: lr * f) if anneal else lr,
+        gamma=float(ppo["gamma"]),
+        gae_lambda=float(ppo["gae_lambda"]),
+        clip_range=float(ppo["clip_low"]),
+        clip_range_vf=ppo["value_clip"],
+        normalize_advantage=bool(ppo["normalize_advantages"]),
+        ent_coef=float(ppo["ent_coef"]),
+        vf_coef=float(ppo["vf_coef"]),
+        max_grad_norm=float(ppo["max_grad_norm"] or 1e9),
+        policy_kwargs={
+            "net_arch": list(model_cfg["hidden_sizes"] or [64, 64]),
+            "activation_fn": activation[model_cfg["activation"] or "tanh"],
+            "log_std_init": float(model_cfg["log_std_init"]),
+            "ortho_init": bool(model_cfg["ortho_init"]),
+        },
+        seed=seed,
+        device="cpu",
+        verbose=0,
+    )
+    return silent_sb3(model), venv
+
+
+def sb3_side(
+    envs: Any,
+    s: dict[str, Any],
+    seed: int,
+    steps: int,
+    wall: float,
+    evaluate: Callable[[Any], dict],
+    out: str,
+) -> None:
+    """The SB3 side of an equal-wall benchmark, in this process (one torch thread): PPO with the
+    settings ``s`` (:func:`ppo_like`) on ``envs`` for ``steps`` env steps or ``wall`` seconds,
+    then ``evaluate(act)``; writes env steps, training seconds, the curve and the evaluation's
+    figures to ``out`` (JSON)."""
+    import torch
+    from _peers import quiet
+
+    quiet()
+    torch.set_num_threads(1)
+    model, venv = ppo_like(envs, s, seed)
+    res = learn_within(model, venv, steps, wall)
+    res.update(evaluate(res.pop("act")))
+    venv.close()
+    Path(out).write_text(json.dumps(res))
