@@ -160,3 +160,17 @@ def test_the_tree_is_plain_json_in_the_header(tmp_path: Path) -> None:
     header = json.loads(raw[8 : 8 + n])
     tree = json.loads(header["__metadata__"]["rlinf_tree"])
     assert tree == {"w": {"__t__": "0"}, "name": "ppo"}
+
+
+def test_a_read_only_array_is_saved_without_a_warning(tmp_path: Path) -> None:
+    """An env's observation buffer can be a read-only view; saving it must not print torch's
+    "non-writable tensors" warning on the user's console (the quickstart did)."""
+    import warnings
+
+    frozen = np.arange(6, dtype=np.float32).reshape(2, 3)
+    frozen.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        save_state({"obs": frozen}, tmp_path / "s.safetensors")
+    back = load_state(tmp_path / "s.safetensors")["obs"]
+    np.testing.assert_array_equal(back, frozen)

@@ -59,7 +59,10 @@ def _encode(obj: Any, where: str, tensors: dict[str, Any]) -> Any:
         if obj.dtype == object:
             raise TypeError(f"{where}: a numpy array of Python objects cannot be stored without pickle")
         key = str(len(tensors))
-        tensors[key] = torch.from_numpy(np.ascontiguousarray(obj))
+        array = np.ascontiguousarray(obj)
+        if not array.flags.writeable:  # a read-only view (an env's buffer): torch would warn
+            array = array.copy()
+        tensors[key] = torch.from_numpy(array)
         return {"__np__": key}
     if isinstance(obj, np.generic):
         return obj.item()
