@@ -114,9 +114,15 @@ def test_quickstart_learns_then_resumes_on_two_fsdp_ranks(tmp_path: Path) -> Non
 def test_ctrl_c_checkpoints_and_resume_continues(tmp_path: Path, how: str, code: int) -> None:
     """Ctrl-C (SIGINT to the process group, as a terminal sends it) or SIGTERM to the rlinf
     process alone (``kill PID``, a batch scheduler, a preempted node) writes a checkpoint, the
-    policy and the summary and exits 130 / 143; ``--resume`` then finishes the budget."""
+    policy and the summary and exits 130 / 143; ``--resume`` then finishes the budget.
+
+    The quickstart is an asynchronous run (``rollout.max_staleness: 1``: the next batch is
+    collected while the learner updates), so the stop lands with a rollout in flight: the resumed
+    run restores the learner's weight version and writes each metrics row once (issue 51)."""
     import signal
     import time
+
+    from rlinf_algos.safe_state import load_state
 
     run_dir = tmp_path / "qs"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
@@ -165,3 +171,11 @@ def test_ctrl_c_checkpoints_and_resume_continues(tmp_path: Path, how: str, code:
     resumed = json.loads((run_dir / "summary.json").read_text())
     assert resumed["interrupted"] is False and resumed["total_env_steps"] >= target
     assert resumed["resumed_from"].endswith(ckpts[-1].name)
+    steps = [int(r["step"]) for r in csv.DictReader((run_dir / "metrics.csv").open())]
+    assert steps == sorted(set(steps)) and steps[-1] == resumed["total_env_steps"], steps
+    # the learner's weight version goes on from the stopped one: one version per update of 2048 steps
+    stopped = load_state(ckpts[-1])["actor"]["learner"]["version"]
+    final = sorted((run_dir / "checkpoints").glob("step_*.safetensors"))[-1]
+    assert final.name == f"step_{resumed['total_env_steps']:010d}.safetensors"
+    added = (resumed["total_env_steps"] - summary["total_env_steps"]) // 2048
+    assert load_state(final)["actor"]["learner"]["version"] == stopped + added > stopped
