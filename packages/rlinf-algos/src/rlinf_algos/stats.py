@@ -8,12 +8,13 @@ version, on every scheduler.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+
+from rlinf_core.errors import RlinfError
 
 __all__ = ["EpisodeStats", "Moments", "RewardScaler"]
 
@@ -21,32 +22,60 @@ __all__ = ["EpisodeStats", "Moments", "RewardScaler"]
 class RewardScaler:
     """Divide rewards by the running standard deviation of the discounted return (what
     gymnasium's ``NormalizeReward`` and SB3's ``VecNormalize`` do), per vector-env slot; the
-    running return restarts where an episode ends. Numpy only, with a ``state_dict``."""
+    running return restarts where an episode ends. Numpy only, with a ``state_dict``.
 
-    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, eps: float = 1e-8) -> None:
-        self.gamma, self.clip, self.eps = gamma, clip, eps
+    ``per_slot``: each slot keeps its own statistics (``algorithm.norm_scope: slot``; a suite runs
+    one task per slot, so each task's rewards get its own scale); otherwise one set pools every
+    slot's returns."""
+
+    def __init__(
+        self, num_envs: int, gamma: float, clip: float = 10.0, eps: float = 1e-8, per_slot: bool = False
+    ) -> None:
+        self.gamma, self.clip, self.eps, self.per_slot = gamma, clip, eps, per_slot
         self.returns = np.zeros(num_envs, dtype=np.float64)
-        self.mean, self.var, self.count = 0.0, 1.0, 1e-4
+        shape = (num_envs,) if per_slot else ()
+        self.mean = np.zeros(shape)
+        self.var = np.ones(shape)
+        self.count = np.full(shape, 1e-4)
 
     def __call__(self, rewards: np.ndarray, done: np.ndarray) -> np.ndarray:
         """Scale ``[N]`` rewards of one step; ``done`` ``[N]`` marks episodes that ended in it."""
         self.returns = self.returns * self.gamma + rewards
-        b_mean, b_var, n = float(self.returns.mean()), float(self.returns.var()), self.returns.size
+        if self.per_slot:  # one new sample per slot
+            b_mean, b_var, n = self.returns, 0.0, 1
+        else:
+            b_mean, b_var, n = float(self.returns.mean()), float(self.returns.var()), self.returns.size
         delta = b_mean - self.mean
         total = self.count + n
-        self.mean += delta * n / total
+        self.mean = self.mean + delta * n / total
         self.var = (self.var * self.count + b_var * n + delta**2 * self.count * n / total) / total
         self.count = total
         self.returns[done] = 0.0
-        scaled = rewards / math.sqrt(self.var + self.eps)
+        scaled = rewards / np.sqrt(self.var + self.eps)
         return np.clip(scaled, -self.clip, self.clip).astype(np.float32)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"returns": self.returns.copy(), "mean": self.mean, "var": self.var, "count": self.count}
+        def plain(x: np.ndarray) -> Any:  # a pooled scaler's figures stay plain floats
+            return x.copy() if self.per_slot else float(x)
+
+        return {
+            "returns": self.returns.copy(),
+            "mean": plain(self.mean),
+            "var": plain(self.var),
+            "count": plain(self.count),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.returns = np.asarray(state["returns"], dtype=np.float64).copy()
-        self.mean, self.var, self.count = float(state["mean"]), float(state["var"]), float(state["count"])
+        shape = self.mean.shape
+        for key in ("mean", "var", "count"):
+            value = np.asarray(state[key], dtype=np.float64)
+            if value.shape != shape:
+                raise RlinfError(
+                    f"the checkpoint's reward scaler state {key!r} has shape {value.shape}, this run's is {shape} "
+                    "(algorithm.norm_scope differs from the checkpoint's run): resume with that run's setting"
+                )
+            setattr(self, key, value.copy())
 
 
 class Moments:

@@ -79,6 +79,15 @@ class PPOConfig(ConfigSection):
         "under, and each later change of them moves its actions",
     )
     normalize_reward: bool = Field(True, description="scale rewards by the std of the discounted return")
+    norm_scope: Literal["batch", "slot"] = Field(
+        "batch",
+        description="what the reward scale and the advantage normalisation pool: `batch`, every env slot "
+        "together (the reward scale over all slots, advantages within each minibatch); `slot`, each env "
+        "slot on its own (its own reward scale; its advantages normalised over the rollout before "
+        "minibatching). A suite (MetaWorld MT10, LIBERO) runs one task per slot, so `slot` is per-task "
+        "normalisation: tasks whose returns vary more no longer drown the others' signal (PopArt's "
+        "argument, Hessel et al. 2019)",
+    )
 
     critic_estimators: ClassVar[bool] = True
     sequence_losses: ClassVar[bool] = False  # each sample is one step of a random minibatch

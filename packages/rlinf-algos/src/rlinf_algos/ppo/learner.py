@@ -158,6 +158,9 @@ class PPOLearner:
         dev = self.device
         r = r.to(dev)
         adv, ret = self.advantages(r)
+        per_slot = cfg.normalize_advantages and cfg.norm_scope == "slot"
+        if per_slot:  # each slot's [T] advantages on their own, before the minibatches mix slots
+            adv = F.normalize_advantages(adv, dim=0)
         b_obs = obs_tree.flatten_lead(r.obs, 2)
         b_act = r.actions.reshape(-1, r.actions.shape[-1])
         b_logp, b_val = r.log_probs.reshape(-1), r.values.reshape(-1)
@@ -194,7 +197,7 @@ class PPOLearner:
             e_obs, e_act = obs_tree.take(b_obs, used), b_act[used]
             e_logp, e_val, e_ret = b_logp[used], b_val[used], b_ret[used]
             e_adv = b_adv[used].view(M, mb)
-            if cfg.normalize_advantages:
+            if cfg.normalize_advantages and not per_slot:
                 e_adv = F.normalize_advantages(e_adv, dim=1)
             for i in range(M):
                 adam.zero_grad()
@@ -337,7 +340,9 @@ class PPOLearnerSide(LearnerSide):
         self.model, self.cfg, self.ctx = model, cfg, ctx
         self.freeze_obs_stats = freeze_obs_stats
         self.learner = PPOLearner(model, cfg, seed=ctx.seed, dp=ctx.dp, demos=demos)
-        self.scaler = RewardScaler(num_slots, cfg.gamma) if cfg.normalize_reward else None
+        self.scaler = (
+            RewardScaler(num_slots, cfg.gamma, per_slot=cfg.norm_scope == "slot") if cfg.normalize_reward else None
+        )
 
     @property
     def version(self) -> int:
