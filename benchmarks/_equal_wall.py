@@ -28,7 +28,6 @@ import numpy as np
 from _report import fmt, machine
 
 __all__ = [
-    "SCHEDULES",
     "Pair",
     "cap_rlinf",
     "curve_summary",
@@ -41,6 +40,7 @@ __all__ = [
     "rlinf_result",
     "run_pair",
     "run_seeds",
+    "schedule",
     "settings",
     "side_arguments",
     "start",
@@ -51,10 +51,18 @@ EVAL_EPISODES = 50
 EVAL_SEED = 10_000
 DISTS = ("rlinf-algos", "stable-baselines3", "torch", "gymnasium")  # the versions a report records
 HOURS = 3600.0  # slack past the wall budget before a side counts as hung
-SCHEDULES = {
-    True: "rlinf (CPU 0) and SB3 (CPU 1) of a seed at the same time; SB3 capped at the wall budget",
-    False: "rlinf, then SB3 capped at the rlinf run's training time, each on CPU 0",
-}
+
+
+def schedule(args: argparse.Namespace) -> str:
+    """How the sides of a seed ran, in words (the report's machine and conditions say it)."""
+    r, b = (int(c) for c in args.cpus.split(",")) if args.cpus else ((0, 1) if args.parallel else (0, 0))
+    if args.rlinf_only:
+        return f"rlinf only, on CPU {r} (SB3's side of these seeds is run by another invocation)"
+    if args.sb3_only:
+        return f"SB3 only, on CPU {b}, capped at the wall budget (rlinf's side is run by another invocation)"
+    if args.parallel:
+        return f"rlinf (CPU {r}) and SB3 (CPU {b}) of a seed at the same time; SB3 capped at the wall budget"
+    return f"rlinf on CPU {r}, then SB3 on CPU {b} capped at the rlinf run's training time"
 
 
 def settings(config: Path) -> dict[str, Any]:
@@ -221,9 +229,12 @@ def run_pair(
     reuse: bool = False,
     sb3_only: bool = False,
     rlinf_only: bool = False,
+    cpus: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """One seed, both sides (or one): ``{"seed", "rlinf", "sb3"}``. ``reuse`` keeps what the run
-    root already holds (a finished rlinf run, its evaluation, SB3's result)."""
+    root already holds (a finished rlinf run, its evaluation, SB3's result). ``cpus``: rlinf's
+    and SB3's CPUs (default ``(0, 1)`` with ``parallel``, else ``(0, 0)``), so that two one-sided
+    invocations can run at once on their own cores."""
     run_dir, sb3_out = pair.path("rlinf"), pair.path("sb3", ".json")
     rlinf_log, sb3_log = pair.path("rlinf", ".log"), pair.path("sb3", ".log")
     do_rlinf = not sb3_only and not (reuse and (run_dir / "summary.json").exists())
@@ -231,7 +242,7 @@ def run_pair(
     stopped_file = run_dir / "stopped_at_wall"
     row: dict[str, Any] = {"seed": pair.seed}
     sb3 = None
-    rlinf_cpu, sb3_cpu = (0, 1) if parallel else (0, 0)
+    rlinf_cpu, sb3_cpu = cpus or ((0, 1) if parallel else (0, 0))
     if do_rlinf:
         proc = start(pair.rlinf_cmd, rlinf_cpu, rlinf_log)
         if do_sb3 and parallel:
@@ -264,6 +275,11 @@ def side_arguments(p: argparse.ArgumentParser, wall: float) -> None:
     p.add_argument("--reuse", action="store_true", help="keep what the run root already holds for a seed")
     p.add_argument("--sb3-only", action="store_true")
     p.add_argument("--rlinf-only", action="store_true")
+    p.add_argument(
+        "--cpus",
+        default=None,
+        help="R,S: the CPUs rlinf and SB3 are pinned to (default 0,1 with --parallel, else 0,0)",
+    )
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--note", action="append", default=[], help="a line for the report's notes (repeatable)")
 
@@ -288,7 +304,7 @@ def new_report(
     script = Path(sys.argv[0]).name
     return {
         "title": title,
-        "machine": machine((*DISTS, *simulators), schedule=SCHEDULES[args.parallel]),
+        "machine": machine((*DISTS, *simulators), schedule=schedule(args)),
         "seeds": [int(x) for x in args.seeds.split(",")],
         "task": task,
         "wall_budget_s": args.wall,
@@ -323,6 +339,7 @@ def run_seeds(report: dict[str, Any], args: argparse.Namespace, pair: Callable[[
             reuse=args.reuse,
             sb3_only=args.sb3_only,
             rlinf_only=args.rlinf_only,
+            cpus=tuple(int(c) for c in args.cpus.split(",")) if args.cpus else None,
         )
         row["load_before"], row["load_after"] = load, os.getloadavg()[0]
         loads.append((load, row["load_after"]))
@@ -339,7 +356,7 @@ def run_seeds(report: dict[str, Any], args: argparse.Namespace, pair: Callable[[
             report["notes"].append(line)
             print(line)
     report["conditions"] = (
-        f"{SCHEDULES[args.parallel]}; wall budget {args.wall:.0f} s of training per side; load average "
+        f"{schedule(args)}; wall budget {args.wall:.0f} s of training per side; load average "
         f"(1 min) before/after each seed: {', '.join(f'{a:.1f}/{b:.1f}' for a, b in loads)} "
         f"({os.cpu_count()} CPUs, shared)"
     )
