@@ -341,7 +341,9 @@ class PPOLearnerSide(LearnerSide):
         self.freeze_obs_stats = freeze_obs_stats
         self.learner = PPOLearner(model, cfg, seed=ctx.seed, dp=ctx.dp, demos=demos)
         self.scaler = (
-            RewardScaler(num_slots, cfg.gamma, per_slot=cfg.norm_scope == "slot") if cfg.normalize_reward else None
+            RewardScaler(num_slots, cfg.gamma, per_slot=cfg.norm_scope == "slot")
+            if cfg.normalize_reward
+            else None
         )
 
     @property
