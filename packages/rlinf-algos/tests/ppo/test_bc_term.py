@@ -61,3 +61,44 @@ def test_a_bc_coef_without_demonstrations_is_one_line_naming_the_key(tmp_path: P
     with pytest.raises(ConfigError) as err:
         rlinf_algos.train(run, tmp_path / "run")
     assert "algorithm.bc_coef" in str(err.value) and "model.bc.demos" in str(err.value)
+
+
+def _two_task_demos() -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """Task a: 480 steps; task b (its feature 2 is +3): 20 steps, with another "expert"."""
+    g = torch.Generator().manual_seed(7)
+    a, b = torch.randn(480, 3, generator=g), torch.randn(20, 3, generator=g)
+    a[:, 2], b[:, 2] = -3.0, 3.0
+    states = torch.cat([a, b])
+    actions = torch.cat([torch.tanh(a[:, :2]), -torch.tanh(b[:, :2])])
+    return states, actions, ["a"] * 480 + ["b"] * 20
+
+
+def test_per_task_sampling_gives_a_task_with_few_demonstrations_its_share(
+    random_ppo_rollout: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlinf_algos.ppo import recipe
+
+    states, actions, tasks = _two_task_demos()
+    monkeypatch.setattr(
+        recipe, "load_demos", lambda path: {"state": states, "action": actions, "task": tasks}
+    )
+
+    def error_on_b(sampling: str) -> float:
+        cfg = PPOConfig(minibatch_size=32, update_epochs=2, lr=1e-2, bc_coef=1.0, bc_sampling=sampling)
+        demos = recipe.bc_demos(cfg, {"bc": {"demos": "DEMOS"}})
+        assert demos is not None and len(demos) == 3
+        if sampling == "per_task":  # each task's steps add up to the same chance
+            w = torch.as_tensor(demos[2])
+            assert float(w[:480].sum()) == pytest.approx(float(w[480:].sum()))
+        else:
+            assert demos[2] is None
+        torch.manual_seed(0)
+        learner = PPOLearner(GaussianActorCritic(3, 2, (16,), normalize_obs=False), cfg, seed=0, demos=demos)
+        for k in range(8):
+            learner.update(random_ppo_rollout(k, act_dim=2))
+        with torch.no_grad():
+            m = learner.model
+            return float((m.action_mean(m.normalize(states[480:])) - actions[480:]).pow(2).sum(-1).mean())
+
+    uniform, balanced = error_on_b("uniform"), error_on_b("per_task")
+    assert balanced < 0.5 * uniform, (balanced, uniform)

@@ -64,6 +64,12 @@ class PPOConfig(ConfigSection):
         description="policy updates (after the critic warm-up) over which bc_coef decays linearly to 0 "
         "(null: it stays)",
     )
+    bc_sampling: Literal["uniform", "per_task"] = Field(
+        "uniform",
+        description="how the behaviour-cloning term draws demonstrated steps: `uniform`, every step alike; "
+        "`per_task`, each task's steps as often as another task's (a task with few demonstrations, "
+        "MetaWorld MT10's push-v3 with 4 of 80, gets as much of the term as one with many)",
+    )
     target_kl: float | None = Field(
         None, gt=0.0, description="stop an update's epochs once approx KL exceeds it"
     )

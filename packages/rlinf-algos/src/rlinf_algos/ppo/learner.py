@@ -66,9 +66,9 @@ class PPOLearner:
     entropy bonus, with gradient clipping and an approx-KL early stop. One optimiser over actor
     and critic, one backward per minibatch.
 
-    ``demos`` (raw states ``[D, obs]``, actions ``[D, A]``) with ``algorithm.bc_coef > 0`` add
-    ``w * mean ||mu(normalize(s)) - clip(a)||^2`` over ``minibatch_size`` demonstrated steps drawn
-    afresh for each minibatch, ``w`` decaying linearly to 0 over ``bc_decay_updates`` policy
+    ``demos`` (raw states ``[D, obs]``, actions ``[D, A]`` and optional draw weights ``[D]``) with
+    ``algorithm.bc_coef > 0`` add ``w * mean ||mu(normalize(s)) - clip(a)||^2`` over
+    ``minibatch_size`` demonstrated steps drawn afresh for each minibatch, ``w`` decaying linearly to 0 over ``bc_decay_updates`` policy
     updates (:meth:`bc_weight`); the behaviour-cloning fit's loss (:mod:`rlinf_algos.bc`)."""
 
     def __init__(
@@ -77,13 +77,16 @@ class PPOLearner:
         cfg: PPOConfig,
         seed: int = 0,
         dp: DataParallel | None = None,
-        demos: tuple[Tensor, Tensor] | None = None,
+        demos: tuple[Any, ...] | None = None,
     ) -> None:
         self.model, self.cfg = model, cfg
         self.demos = None
+        self.demo_weights: Tensor | None = None  # per-step draw weights (bc_sampling: per_task)
         if demos is not None and cfg.bc_coef > 0:
-            states, actions = demos
+            states, actions, *rest = demos
             self.demos = (torch.as_tensor(states).float(), torch.as_tensor(actions).float().clamp(-1.0, 1.0))
+            if rest and rest[0] is not None:
+                self.demo_weights = torch.as_tensor(rest[0], dtype=torch.float64)
         self.bc_generator = torch.Generator().manual_seed(seed + 1)
         self.dp = dp if dp is not None else DataParallel()
         self.device = module_device(model)  # where the update runs; rollouts are moved there
@@ -124,7 +127,12 @@ class PPOLearner:
         """The behaviour-cloning loss on ``n`` demonstrated steps drawn at random."""
         assert self.demos is not None
         states, actions = self.demos
-        idx = torch.randint(len(states), (n,), generator=self.bc_generator, device=self.bc_generator.device)
+        if self.demo_weights is not None:
+            idx = torch.multinomial(self.demo_weights, n, replacement=True, generator=self.bc_generator)
+        else:
+            idx = torch.randint(
+                len(states), (n,), generator=self.bc_generator, device=self.bc_generator.device
+            )
         model = self.model
         mean = model.action_mean(model.normalize(states[idx].to(self.device)))
         return (mean - actions[idx].to(self.device)).pow(2).sum(-1).mean()
@@ -335,7 +343,7 @@ class PPOLearnerSide(LearnerSide):
         ctx: LearnerContext,
         num_slots: int,
         freeze_obs_stats: bool = False,
-        demos: tuple[Tensor, Tensor] | None = None,
+        demos: tuple[Any, ...] | None = None,
     ) -> None:
         self.model, self.cfg, self.ctx = model, cfg, ctx
         self.freeze_obs_stats = freeze_obs_stats

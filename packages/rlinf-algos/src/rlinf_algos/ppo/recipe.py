@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+
 from rlinf_algos.channels import traj_key
 from rlinf_algos.demos import load_demos
 from rlinf_algos.embodied.recipe import IterationPlan, LearnerContext, Recipe
@@ -86,11 +88,13 @@ class PPORecipe(Recipe):
         )
 
 
-def bc_demos(cfg: Any, model_cfg: Any, load: bool = True) -> tuple[Any, Any] | None:
-    """``(states, actions)`` of ``model.bc.demos`` when ``algorithm.bc_coef`` asks for a
+def bc_demos(cfg: Any, model_cfg: Any, load: bool = True) -> tuple[Any, ...] | None:
+    """``(states, actions, weights)`` of ``model.bc.demos`` when ``algorithm.bc_coef`` asks for a
     behaviour-cloning term (``None`` when it does not; ``load=False`` only checks that there are
-    demonstrations to read). A ``bc_coef`` without ``model.bc`` is a
-    :class:`~rlinf_core.errors.ConfigError` at ``algorithm.bc_coef``."""
+    demonstrations to read). ``weights``: each step's chance to be drawn with
+    ``algorithm.bc_sampling: per_task`` (one over its task's step count), else ``None``. A
+    ``bc_coef`` without ``model.bc`` is a :class:`~rlinf_core.errors.ConfigError` at
+    ``algorithm.bc_coef``."""
     if cfg.bc_coef <= 0:
         return None
     bc = model_cfg.get("bc") if isinstance(model_cfg, dict) else getattr(model_cfg, "bc", None)
@@ -104,4 +108,10 @@ def bc_demos(cfg: Any, model_cfg: Any, load: bool = True) -> tuple[Any, Any] | N
     if not load:
         return None
     data = load_demos(Path(demos))
-    return data["state"], data["action"]
+    weights = None
+    if cfg.bc_sampling == "per_task":
+        _, task_of_step, counts = np.unique(
+            np.asarray(data["task"], dtype=object).astype(str), return_inverse=True, return_counts=True
+        )
+        weights = (1.0 / counts[task_of_step]).astype(np.float64)
+    return data["state"], data["action"], weights
