@@ -43,6 +43,7 @@ __all__ = [
     "schedule",
     "settings",
     "side_arguments",
+    "side_cpus",
     "start",
     "wait_for",
 ]
@@ -53,9 +54,17 @@ DISTS = ("rlinf-algos", "stable-baselines3", "torch", "gymnasium")  # the versio
 HOURS = 3600.0  # slack past the wall budget before a side counts as hung
 
 
+def side_cpus(args: argparse.Namespace) -> tuple[int, int]:
+    """rlinf's and SB3's CPUs: ``--cpus R,S``, else ``(0, 1)`` with ``--parallel``, else ``(0, 0)``."""
+    if args.cpus:
+        r, b = (int(c) for c in args.cpus.split(","))
+        return r, b
+    return (0, 1) if args.parallel else (0, 0)
+
+
 def schedule(args: argparse.Namespace) -> str:
     """How the sides of a seed ran, in words (the report's machine and conditions say it)."""
-    r, b = (int(c) for c in args.cpus.split(",")) if args.cpus else ((0, 1) if args.parallel else (0, 0))
+    r, b = side_cpus(args)
     if args.rlinf_only:
         return f"rlinf only, on CPU {r} (SB3's side of these seeds is run by another invocation)"
     if args.sb3_only:
@@ -339,7 +348,7 @@ def run_seeds(report: dict[str, Any], args: argparse.Namespace, pair: Callable[[
             reuse=args.reuse,
             sb3_only=args.sb3_only,
             rlinf_only=args.rlinf_only,
-            cpus=tuple(int(c) for c in args.cpus.split(",")) if args.cpus else None,
+            cpus=side_cpus(args),
         )
         row["load_before"], row["load_after"] = load, os.getloadavg()[0]
         loads.append((load, row["load_after"]))

@@ -130,9 +130,7 @@ class PPOLearner:
         if self.demo_weights is not None:
             idx = torch.multinomial(self.demo_weights, n, replacement=True, generator=self.bc_generator)
         else:
-            idx = torch.randint(
-                len(states), (n,), generator=self.bc_generator, device=self.bc_generator.device
-            )
+            idx = torch.randint(len(states), (n,), generator=self.bc_generator, device=states.device)
         model = self.model
         mean = model.action_mean(model.normalize(states[idx].to(self.device)))
         return (mean - actions[idx].to(self.device)).pow(2).sum(-1).mean()
