@@ -6,7 +6,7 @@ The layout is LeRobot's (v2.1) where it fits, so LeRobot's loaders and viewers r
 
     DIR/meta/info.json                              features, fps, counts, what recorded it
     DIR/meta/tasks.jsonl                            {"task_index", "task"} (the instruction), one a line
-    DIR/meta/episodes.jsonl                         {"episode_index", "tasks", "length", "success"}
+    DIR/meta/episodes.jsonl                         {"episode_index", "tasks", "length", "success", "success_once", ...}
     DIR/data/chunk-000/episode_000000.parquet       one row a step
 
 Columns: ``observation.state`` (float32 list), ``observation.image`` (PNG bytes, pixel obs modes;
@@ -30,9 +30,11 @@ import numpy as np
 
 from rlinf_core.errors import ConfigError, RlinfError
 
-__all__ = ["load_demos", "record_demos"]
+__all__ = ["KEEP", "load_demos", "record_demos"]
 
 CODEBASE_VERSION = "v2.1"
+KEEP = ("end", "once", "all")
+"""``record_demos(keep=...)``: the episodes kept (successful at their end, at some step, or all)."""
 
 
 def _png(frame: np.ndarray) -> bytes:
@@ -53,15 +55,20 @@ def record_demos(
     obs_mode: str = "state",
     image_size: tuple[int, int] = (64, 64),
     noise: float = 0.0,
-    only_success: bool = True,
+    keep: str = "end",
     max_episode_steps: int | None = None,
     python: str | None = None,
     say: Any = None,
 ) -> dict[str, Any]:
     """Record ``episodes_per_task`` expert episodes of every task of ``suite`` (``FAMILY:SUITE``)
     into the folder ``out`` (see the module docstring); ``noise``: the standard deviation of
-    Gaussian noise added to the expert's actions (seeded); ``only_success`` keeps the episodes
-    that succeed at their end. Returns ``meta/info.json``'s content."""
+    Gaussian noise added to the expert's actions (seeded); ``keep``: which episodes are kept,
+    ``end`` those that succeed at their last step, ``once`` those that succeed at some step (a
+    scripted expert that solves the task and then overshoots: MetaWorld's door-open-v3 expert
+    opens the door past its goal in every episode), ``all`` every one. Returns
+    ``meta/info.json``'s content."""
+    if keep not in KEEP:
+        raise RlinfError(f"keep={keep!r}: one of {', '.join(KEEP)}")
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -123,6 +130,7 @@ def record_demos(
                     live = np.zeros(n, bool)
                     live[:m] = True
                     success = [False] * n
+                    once = [False] * n
                     while live.any():
                         act = np.asarray(expert.expert_actions(), np.float32)
                         if noise > 0:
@@ -149,13 +157,14 @@ def record_demos(
                                 row["observation.image"] = {"bytes": _png(obs["image"][j]), "path": None}
                                 image_shape = list(obs["image"][j].shape)
                             steps[j].append(row)
+                            once[j] = once[j] or ok
                             if done[j]:
                                 live[j] = False
                                 success[j] = ok
                         obs = nxt
                     for j in range(m):
                         tried += 1
-                        if only_success and not success[j]:
+                        if (keep == "end" and not success[j]) or (keep == "once" and not once[j]):
                             continue
                         e_index = len(episodes_meta)
                         rows = steps[j]
@@ -182,6 +191,7 @@ def record_demos(
                                 "tasks": [task.instruction or task.name],
                                 "length": length,
                                 "success": success[j],
+                                "success_once": once[j],
                                 "task": task.name,
                                 "init": inits[j],
                             }
@@ -193,7 +203,10 @@ def record_demos(
             if say is not None:
                 say(f"{task.name}: {sum(1 for e in episodes_meta if e['task'] == task.name)} episodes kept")
         if not episodes_meta:
-            raise RlinfError(f"no episode of {suite} succeeded, so nothing was recorded (try --all)")
+            raise RlinfError(
+                f"no episode of {suite} succeeded{' at its end' if keep == 'end' else ''}, so nothing was "
+                f"recorded (--keep {'once or ' if keep == 'end' else ''}all keeps more)"
+            )
         features: dict[str, Any] = {
             "action": {"dtype": "float32", "shape": [act_dim], "names": None},
             "episode_index": {"dtype": "int64", "shape": [1], "names": None},
@@ -232,7 +245,7 @@ def record_demos(
                 "seed": seed,
                 "episodes_per_task": episodes_per_task,
                 "episodes_tried": tried,
-                "only_success": only_success,
+                "keep": keep,
                 "obs_mode": obs_mode,
                 "seconds": round(time.monotonic() - started, 1),
             },

@@ -33,7 +33,13 @@ def demos_group() -> None:
     show_default=True,
     help="Gaussian action noise std.",
 )
-@click.option("--all", "keep_all", is_flag=True, help="Keep failed episodes too (default: successes only).")
+@click.option(
+    "--keep",
+    type=click.Choice(["end", "once", "all"]),
+    default="end",
+    show_default=True,
+    help="Which episodes to keep: those that succeed at their last step, at some step, or all.",
+)
 @click.option("--max-episode-steps", type=click.IntRange(min=1), default=None)
 @click.option("--env-python", default=None, help="The simulator's interpreter (env.python).")
 def record_cmd(
@@ -45,7 +51,7 @@ def record_cmd(
     obs_mode: str,
     image_size: tuple[int, int],
     noise: float,
-    keep_all: bool,
+    keep: str,
     max_episode_steps: int | None,
     env_python: str | None,
 ) -> None:
@@ -63,7 +69,7 @@ def record_cmd(
         obs_mode=obs_mode,
         image_size=image_size,
         noise=noise,
-        only_success=not keep_all,
+        keep=keep,
         max_episode_steps=max_episode_steps,
         python=env_python,
         say=click.echo,

@@ -58,6 +58,27 @@ def test_recording_into_an_existing_folder_or_a_misspelt_suite_is_refused(
         record_demos("metaworld:reech-v3", tmp_path / "x", episodes_per_task=1)
 
 
+def test_keep_once_records_an_expert_that_solves_then_overshoots(tmp_path: Path) -> None:
+    """MetaWorld's door-open-v3 expert opens the door past its goal: success from about step 75,
+    gone again by step 150. ``keep="end"`` keeps none of these episodes; ``keep="once"`` keeps
+    them and says so per episode."""
+    setup_family(get_family("metaworld"), log=lambda *_: None)
+    kw: dict[str, Any] = {"episodes_per_task": 2, "num_envs": 2, "max_episode_steps": 150, "seed": 100}
+    with pytest.raises(RlinfError, match=r"succeeded at its end.*--keep once or all"):
+        record_demos("metaworld:door-open-v3", tmp_path / "end", **kw)
+    assert not (tmp_path / "end").exists() and not (tmp_path / ".end.partial").exists()
+    record_demos("metaworld:door-open-v3", tmp_path / "once", keep="once", **kw)
+    episodes = [
+        json.loads(line) for line in (tmp_path / "once" / "meta" / "episodes.jsonl").read_text().splitlines()
+    ]
+    assert [(e["success"], e["success_once"]) for e in episodes] == [(False, True), (False, True)]
+    table = pq.read_table(tmp_path / "once" / "data" / "chunk-000" / "episode_000000.parquet").to_pydict()
+    assert any(table["next.success"]) and not table["next.success"][-1]
+    assert json.loads((tmp_path / "once" / "meta" / "info.json").read_text())["rlinf"]["keep"] == "once"
+    with pytest.raises(RlinfError, match="keep='best': one of end, once, all"):
+        record_demos("metaworld:door-open-v3", tmp_path / "x", keep="best", **kw)
+
+
 def test_behaviour_cloning_fits_the_expert_then_rl_starts_from_it(demos: Path, tmp_path: Path) -> None:
     data = load_demos(demos)
     run = {

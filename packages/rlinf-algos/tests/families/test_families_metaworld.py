@@ -44,11 +44,12 @@ def test_reach_steps_with_metaworlds_spaces_and_reproducible_seeds(metaworld_rea
 
 
 def test_the_success_reward_is_one_exactly_on_the_steps_the_task_is_solved(metaworld_ready: None) -> None:
-    """``env.options.reward: success``: the same episode of the scripted expert, stepped twice
-    from one seed, gives MetaWorld's shaped reward by default and 1 on exactly the steps the task
-    is solved with the option (the expert solves reach-v3 within 60 steps)."""
+    """``env.options.reward: success``: the same episode of the scripted expert, stepped three
+    times from one seed, gives MetaWorld's shaped reward by default, 1 on exactly the steps the
+    task is solved with ``success``, and the shaped reward plus 10 on those steps with
+    ``dense_success`` (the expert solves reach-v3 within 60 steps)."""
     rewards, solved = {}, {}
-    for kind in ("dense", "success"):
+    for kind in ("dense", "success", "dense_success"):
         envs, _ = make_vector_env(
             "reach-v3", 2, 3, family="metaworld", max_episode_steps=60, options={"reward": kind}
         )
@@ -63,6 +64,10 @@ def test_the_success_reward_is_one_exactly_on_the_steps_the_task_is_solved(metaw
     assert np.array_equal(solved["dense"], solved["success"]) and solved["success"].any()
     assert np.array_equal(rewards["success"], solved["success"].astype(np.float32))
     assert not np.array_equal(rewards["dense"], rewards["success"])
+    assert np.array_equal(solved["dense_success"], solved["success"])
+    np.testing.assert_allclose(
+        rewards["dense_success"], rewards["dense"] + 10.0 * solved["success"], rtol=1e-6
+    )
 
 
 def test_a_bad_reward_option_is_one_line_naming_the_choices() -> None:
@@ -71,7 +76,7 @@ def test_a_bad_reward_option_is_one_line_naming_the_choices() -> None:
     )
     assert [(p.path, p.message) for p in problems] == [
         ("env.options.x", "metaworld takes the options: camera, reward"),
-        ("env.options.reward", "'sparse' is no reward; one of: dense, success"),
+        ("env.options.reward", "'sparse' is no reward; one of: dense, success, dense_success"),
     ]
 
 

@@ -9,8 +9,9 @@ task within the suite, as MetaWorld's MT benchmarks give it); each task's 50 fix
 the variations of its ``MT1`` benchmark with seed 0. Success is MetaWorld's ``info["success"]``;
 episodes last 500 steps (``env.max_episode_steps`` shortens them) and do not end on success.
 ``env.options``: ``camera`` (``corner``, ``topview``, ``behindGripper``, ``gripperPOV``,
-``corner2``, ``corner3``) and ``reward`` (``dense``, MetaWorld's shaped reward, the default; or
-``success``: 1 on each step the task is solved, else 0). The pixel obs modes render that camera at ``env.image_size`` with
+``corner2``, ``corner3``) and ``reward`` (``dense``, MetaWorld's shaped reward, the default;
+``success``: 1 on each step the task is solved, else 0; or ``dense_success``: the shaped reward
+plus 10 on each step the task is solved). The pixel obs modes render that camera at ``env.image_size`` with
 the scene effects off, the right way up, beside the task's instruction.
 """
 
@@ -55,10 +56,12 @@ MT50 = (
 """MetaWorld's 50 tasks (MT50)."""
 
 CAMERAS = ("corner", "corner2", "corner3", "topview", "behindGripper", "gripperPOV")
-REWARDS = ("dense", "success")
-"""``env.options.reward``: MetaWorld's own shaped reward, or 1 on every step the task is solved
+REWARDS = ("dense", "success", "dense_success")
+"""``env.options.reward``: MetaWorld's own shaped reward (0-10); 1 on every step the task is solved
 (0 otherwise), whose return counts the steps spent in success, so it rewards exactly what
-``success_at_end`` measures: the recipe for fine-tuning a cloned policy with RL."""
+``success_at_end`` measures; or the shaped reward plus 10 on every solved step, which keeps the
+shaping and makes staying solved pay most (MetaWorld's shaped reward alone can peak off success:
+door-open-v3's pays its maximum for a door opened past the goal that ``info["success"]`` refuses)."""
 OPTIONS = ("camera", "reward")
 
 
