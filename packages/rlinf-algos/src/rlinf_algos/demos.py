@@ -268,7 +268,8 @@ def record_demos(
 def load_demos(path: Path, where: str = "model.bc.demos") -> dict[str, Any]:
     """A data set :func:`record_demos` wrote (or a LeRobot v2 folder with ``observation.state``
     and ``action``): ``state`` ``[N, D]`` float32, ``action`` ``[N, A]`` float32,
-    ``episode_index`` ``[N]``, ``task`` (names), ``info``. A folder that is not one is a
+    ``episode_index`` ``[N]``, ``task`` (names), ``success`` ``[N]`` bool (``next.success``: the
+    task is solved after the step; ``None`` when a file lacks the column), ``info``. A folder that is not one is a
     :class:`ConfigError` at ``where`` naming what is missing."""
     import pyarrow.parquet as pq
 
@@ -286,7 +287,7 @@ def load_demos(path: Path, where: str = "model.bc.demos") -> dict[str, Any]:
     files = sorted((path / "data").glob("chunk-*/episode_*.parquet"))
     if not files:
         raise ConfigError(f"{str(path)!r} holds no data/chunk-*/episode_*.parquet", path=where)
-    states, actions, episodes, tasks = [], [], [], []
+    states, actions, episodes, tasks, solved = [], [], [], [], []
     for f in files:
         try:
             table = pq.read_table(f, columns=None).to_pydict()
@@ -303,10 +304,15 @@ def load_demos(path: Path, where: str = "model.bc.demos") -> dict[str, Any]:
         actions.append(np.asarray(table["action"], np.float32))
         episodes.append(np.asarray(table["episode_index"], np.int64))
         tasks.extend(table.get("task") or [""] * len(table["action"]))
+        if solved is not None and "next.success" in table:
+            solved.append(np.asarray(table["next.success"], bool))
+        else:
+            solved = None
     return {
         "state": np.concatenate(states),
         "action": np.concatenate(actions),
         "episode_index": np.concatenate(episodes),
         "task": tasks,
+        "success": np.concatenate(solved) if solved is not None else None,
         "info": info,
     }

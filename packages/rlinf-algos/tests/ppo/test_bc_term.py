@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -102,3 +103,34 @@ def test_per_task_sampling_gives_a_task_with_few_demonstrations_its_share(
 
     uniform, balanced = error_on_b("uniform"), error_on_b("per_task")
     assert balanced < 0.5 * uniform, (balanced, uniform)
+
+
+def test_until_solved_keeps_each_episode_up_to_its_first_solved_step() -> None:
+    from rlinf_algos.ppo.recipe import until_solved
+
+    episodes = np.array([0, 0, 0, 0, 1, 1, 1, 2, 2])
+    success = np.array([0, 1, 0, 1, 0, 0, 0, 1, 1], bool)  # 0 solves then overshoots; 1 never
+    assert until_solved(episodes, success).tolist() == [1, 1, 0, 0, 1, 1, 1, 1, 0]
+
+
+def test_bc_steps_until_solved_draws_no_step_after_the_solve(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlinf_algos.ppo import recipe
+
+    states = np.arange(12, dtype=np.float32).reshape(6, 2)
+    data = {
+        "state": states,
+        "action": -states,
+        "task": ["a", "a", "a", "b", "b", "b"],
+        "episode_index": np.array([0, 0, 0, 1, 1, 1]),
+        "success": np.array([0, 1, 0, 0, 0, 1], bool),
+    }
+    monkeypatch.setattr(recipe, "load_demos", lambda path: data)
+    cfg = PPOConfig(bc_coef=1.0, bc_steps="until_solved", bc_sampling="per_task")
+    got = recipe.bc_demos(cfg, {"bc": {"demos": "DEMOS"}})
+    assert got is not None
+    assert got[0].tolist() == states[[0, 1, 3, 4, 5]].tolist()
+    assert got[2].tolist() == [0.5, 0.5, 1 / 3, 1 / 3, 1 / 3]  # shares over the steps kept
+    data["success"] = None  # a data set without next.success: one line naming the key
+    with pytest.raises(ConfigError) as err:
+        recipe.bc_demos(cfg, {"bc": {"demos": "DEMOS"}})
+    assert "algorithm.bc_steps" in str(err.value) and "next.success" in str(err.value)

@@ -70,6 +70,22 @@ class PPOConfig(ConfigSection):
         "`per_task`, each task's steps as often as another task's (a task with few demonstrations, "
         "MetaWorld MT10's push-v3 with 4 of 80, gets as much of the term as one with many)",
     )
+    bc_steps: Literal["all", "until_solved"] = Field(
+        "all",
+        description="which demonstrated steps the behaviour-cloning term draws from: `all`; "
+        "`until_solved`, each episode's steps up to the one that first solves its task (the data set's "
+        "next.success): an expert that solves and then overshoots (MetaWorld's door-open-v3) no longer "
+        "teaches RL to overshoot, and what the policy does once the task is solved is left to the reward",
+    )
+    anchor_coef: float = Field(
+        0.0,
+        ge=0.0,
+        description="weight of a term holding the policy's action mean near that of the policy RL started "
+        "from (a warm start), on the batch's own states: mean ||mu(s) - mu_0(s)||^2 (a KL to the starting "
+        "policy at equal std). Where the behaviour-cloning term holds the policy on the demonstrations' "
+        "states, this holds it on the states it visits, so tasks it already solves stay solved while "
+        "the advantages move the others",
+    )
     target_kl: float | None = Field(
         None, gt=0.0, description="stop an update's epochs once approx KL exceeds it"
     )

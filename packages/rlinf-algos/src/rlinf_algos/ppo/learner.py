@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from rlinf_algos import objectives
 from rlinf_algos import obs as obs_tree
@@ -22,6 +23,7 @@ from rlinf_algos.parallel import DataParallel
 from rlinf_algos.ppo import functional as F
 from rlinf_algos.ppo.config import PPOConfig
 from rlinf_algos.stats import RewardScaler
+from rlinf_core.errors import ConfigError
 
 __all__ = ["PPOLearner", "PPOLearnerSide", "PPORollout"]
 
@@ -89,6 +91,19 @@ class PPOLearner:
                 self.demo_weights = torch.as_tensor(rest[0], dtype=torch.float64)
         self.bc_generator = torch.Generator().manual_seed(seed + 1)
         self.dp = dp if dp is not None else DataParallel()
+        # algorithm.anchor_coef: a frozen copy of the policy the first update starts from
+        self.anchor: nn.Module | None = None
+        if cfg.anchor_coef > 0 and (self.dp.sharded or not callable(getattr(model, "action_mean", None))):
+            raise ConfigError(
+                "algorithm.anchor_coef holds a Gaussian policy's action mean near its start; this learner "
+                + (
+                    "shards its model (FSDP)"
+                    if self.dp.sharded
+                    else f"has no action mean ({type(model).__name__})"
+                )
+                + ": set algorithm.anchor_coef: 0",
+                path="algorithm.anchor_coef",
+            )
         self.device = module_device(model)  # where the update runs; rollouts are moved there
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = make_adam(self.params, cfg.lr, cfg.adam_eps)
@@ -122,6 +137,20 @@ class PPOLearner:
         if cfg.bc_decay_updates is None:
             return cfg.bc_coef
         return cfg.bc_coef * max(0.0, 1.0 - (self.version - cfg.critic_warmup) / cfg.bc_decay_updates)
+
+    def _anchor(self) -> nn.Module | None:
+        """The policy the first update started from (frozen), or ``None`` without
+        ``algorithm.anchor_coef``; a resumed run restores it from its checkpoint."""
+        if self.cfg.anchor_coef > 0 and self.anchor is None:
+            self.anchor = copy.deepcopy(self.model).requires_grad_(False)
+        return self.anchor
+
+    def _anchor_loss(self, obs: Any, anchor: nn.Module) -> Tensor:
+        """``mean ||mu(s) - mu_0(s)||^2`` over the rollout's states ``obs``, normalised as the policy
+        saw them (with a warm start's frozen statistics, as the starting policy saw them too)."""
+        with torch.no_grad():
+            target = anchor.action_mean(obs)
+        return (self.model.action_mean(obs) - target).pow(2).sum(-1).mean()
 
     def _bc_loss(self, n: int) -> Tensor:
         """The behaviour-cloning loss on ``n`` demonstrated steps drawn at random."""
@@ -198,6 +227,8 @@ class PPOLearner:
         frozen = self._policy_only_params() if warming else []
         bc_w = self.bc_weight()
         bc_sum = torch.zeros((), device=dev)
+        anchor = self._anchor() if not warming else None
+        anchor_sum = torch.zeros((), device=dev)
         for _ in range(cfg.update_epochs):
             used = torch.randperm(B, generator=self.generator, device="cpu")[: M * mb].to(dev)
             e_obs, e_act = obs_tree.take(b_obs, used), b_act[used]
@@ -221,6 +252,10 @@ class PPOLearner:
                         bc = self._bc_loss(mb)
                         loss = loss + bc_w * bc
                         bc_sum += bc.detach() * ((v - u) / mb)
+                    if anchor is not None:
+                        held = self._anchor_loss(obs_tree.take(e_obs, slice(a, b)), anchor)
+                        loss = loss + cfg.anchor_coef * held
+                        anchor_sum += held.detach() * ((v - u) / mb)
                     aux = model.auxiliary_loss() if has_aux else None
                     if aux is not None:
                         loss = loss + aux
@@ -281,6 +316,9 @@ class PPOLearner:
             total = dp.mean(bc_sum) * dp.world if dp.distributed else bc_sum
             out_aux["bc_loss"] = float(total) / max(n_mb, 1) if bc_w else float("nan")
             out_aux["bc_weight"] = bc_w
+        if cfg.anchor_coef > 0:
+            total = dp.mean(anchor_sum) * dp.world if dp.distributed else anchor_sum
+            out_aux["anchor_loss"] = float(total) / max(n_mb, 1) if anchor is not None else float("nan")
         return {
             **out_aux,
             "policy_loss": s[0],
@@ -309,6 +347,7 @@ class PPOLearner:
             "generator": self.generator.get_state(),
             "bc_generator": self.bc_generator.get_state(),
             "version": self.version,
+            **({"anchor": self.anchor.state_dict()} if self.anchor is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -319,6 +358,9 @@ class PPOLearner:
         if "bc_generator" in state:
             self.bc_generator.set_state(state["bc_generator"])
         self.version = int(state["version"])
+        if self.cfg.anchor_coef > 0 and "anchor" in state:
+            self.anchor = copy.deepcopy(self.model).requires_grad_(False)
+            self.anchor.load_state_dict(state["anchor"])
 
 
 class PPOLearnerSide(LearnerSide):

@@ -49,7 +49,8 @@ class PPORecipe(Recipe):
         """``learner_columns``, and ``aux_loss`` for a model with an auxiliary loss."""
         aux = ("aux_loss",) if getattr(model_cfg, "predict_privileged", 0) else ()
         bc = ("bc_loss", "bc_weight") if self.cfg.bc_coef > 0 else ()
-        return self.learner_columns + aux + bc
+        anchor = ("anchor_loss",) if self.cfg.anchor_coef > 0 else ()
+        return self.learner_columns + aux + bc + anchor
 
     def policy_spec(self, model_cfg: Any, spaces: Any) -> dict[str, Any]:
         bc_demos(self.cfg, model_cfg, load=False)  # a bc_coef without demonstrations: one line, now
@@ -81,7 +82,8 @@ class PPORecipe(Recipe):
 
     def learner(self, spec: dict[str, Any], model_cfg: Any, ctx: LearnerContext) -> PPOLearnerSide:
         demos = bc_demos(self.cfg, model_cfg)
-        methods = ("evaluate", "value", "action_mean") if demos is not None else ("evaluate", "value")
+        mean = demos is not None or self.cfg.anchor_coef > 0
+        methods = ("evaluate", "value", "action_mean") if mean else ("evaluate", "value")
         model = ctx.dp.wrap(build_policy(spec), methods=methods)
         return PPOLearnerSide(
             model, self.cfg, ctx, spec["num_slots"], obs_stats_frozen(model_cfg or {}), demos=demos
@@ -108,10 +110,31 @@ def bc_demos(cfg: Any, model_cfg: Any, load: bool = True) -> tuple[Any, ...] | N
     if not load:
         return None
     data = load_demos(Path(demos))
+    states, actions, tasks = data["state"], data["action"], np.asarray(data["task"], dtype=object).astype(str)
+    if cfg.bc_steps == "until_solved":
+        if data.get("success") is None:
+            raise ConfigError(
+                f"algorithm.bc_steps until_solved reads each step's next.success, which {demos!r} lacks "
+                "(record it with `rlinf demos record`, or set algorithm.bc_steps: all)",
+                path="algorithm.bc_steps",
+            )
+        keep = until_solved(data["episode_index"], data["success"])
+        states, actions, tasks = states[keep], actions[keep], tasks[keep]
     weights = None
     if cfg.bc_sampling == "per_task":
-        _, task_of_step, counts = np.unique(
-            np.asarray(data["task"], dtype=object).astype(str), return_inverse=True, return_counts=True
-        )
+        _, task_of_step, counts = np.unique(tasks, return_inverse=True, return_counts=True)
         weights = (1.0 / counts[task_of_step]).astype(np.float64)
-    return data["state"], data["action"], weights
+    return states, actions, weights
+
+
+def until_solved(episodes: np.ndarray, success: np.ndarray) -> np.ndarray:
+    """A mask over steps: each episode's steps up to and including the first whose
+    ``success`` is true (every step of an episode never solved). Steps of one episode are
+    contiguous and in order, as :func:`~rlinf_algos.demos.load_demos` returns them."""
+    keep = np.ones(len(episodes), bool)
+    starts = np.flatnonzero(np.r_[True, episodes[1:] != episodes[:-1]])
+    for lo, hi in zip(starts, np.r_[starts[1:], len(episodes)], strict=True):
+        hit = np.flatnonzero(success[lo:hi])
+        if hit.size:
+            keep[lo + hit[0] + 1 : hi] = False
+    return keep
