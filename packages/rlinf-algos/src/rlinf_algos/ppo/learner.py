@@ -142,8 +142,12 @@ class PPOLearner:
         """The policy the first update started from (frozen), or ``None`` without
         ``algorithm.anchor_coef``; a resumed run restores it from its checkpoint."""
         if self.cfg.anchor_coef > 0 and self.anchor is None:
-            self.anchor = copy.deepcopy(self.model).requires_grad_(False)
+            self.anchor = self._frozen_copy()
         return self.anchor
+
+    def _frozen_copy(self) -> nn.Module:
+        """A copy of the model that no gradient reaches."""
+        return copy.deepcopy(self.model).requires_grad_(False)
 
     def _anchor_loss(self, obs: Any, anchor: nn.Module) -> Tensor:
         """``mean ||mu(s) - mu_0(s)||^2`` over the rollout's states ``obs``, normalised as the policy
@@ -359,7 +363,7 @@ class PPOLearner:
             self.bc_generator.set_state(state["bc_generator"])
         self.version = int(state["version"])
         if self.cfg.anchor_coef > 0 and "anchor" in state:
-            self.anchor = copy.deepcopy(self.model).requires_grad_(False)
+            self.anchor = self._frozen_copy()
             self.anchor.load_state_dict(state["anchor"])
 
 
