@@ -38,5 +38,9 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
+        # `extended` tests are the slow suite's longest (outside CI's budget): a test marked
+        # `extended` alone would run in the fast suite, which deselects only `slow`
+        if item.get_closest_marker("extended") and not item.get_closest_marker("slow"):
+            raise pytest.UsageError(f"{item.nodeid}: marked extended but not slow; mark it slow as well")
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))

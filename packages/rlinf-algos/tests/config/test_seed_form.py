@@ -210,6 +210,7 @@ def test_cpu_variant_trains_through_python_m_rlinf_train(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # two placed runs: 190 s on CI's 2 cores
 @pytest.mark.network
 def test_bench_throughput_of_the_cpu_variant(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"

@@ -185,7 +185,11 @@ def test_on_nonfinite_zero_trains_on_and_saves_finite_weights(
     [
         ("raise", "step raised ValueError: joint 3 out of range (at "),
         # in the worker's set-up: before, exit 1 and the scheduler's "failed in __init__()" line
-        ("reset", "reset raised RuntimeError: the robot is not homed (at "),
+        pytest.param(
+            "reset",
+            "reset raised RuntimeError: the robot is not homed (at ",
+            marks=pytest.mark.extended,  # 80 s on CI's 2 cores, as the one above
+        ),
     ],
 )
 def test_on_ray_workers_too(tmp_path: Path, fail: str, says: str) -> None:
@@ -326,6 +330,7 @@ def test_a_step_that_never_returns_on_ray_workers(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # 100 s on CI's 2 cores; the local scheduler's stop runs in CI
 def test_a_stop_does_not_wait_for_a_blocked_step_on_ray(tmp_path: Path) -> None:
     rc, err, took = _stop_while_blocked(tmp_path, "ray", 15)
     assert rc == 143, err[-3000:]

@@ -264,7 +264,15 @@ def test_k0_rows_equal_the_rows_before_async_runs(tmp_path: Path, tiny_lm: Any) 
     )  # fmt: skip
     run_training(data, run_dir=tmp_path / "run")
     rows = [{k: v for k, v in r.items() if k not in TIMING} for r in _rows(tmp_path / "run")]
-    assert rows == K0_ROWS
+    # every column exactly, but the gradient norm: with loss and KL at 0 it is float round-off
+    # (1e-6 to 4e-5) whose last digit moves with the CPU's kernels (AVX2 against AVX-512), so it
+    # is compared within 2e-6
+    noise = "grad_norm"
+    assert [{k: v for k, v in r.items() if k != noise} for r in rows] == [
+        {k: v for k, v in r.items() if k != noise} for r in K0_ROWS
+    ]
+    for got, want in zip(rows, K0_ROWS, strict=True):
+        assert abs(float(got[noise]) - float(want[noise])) <= 2e-6, (got[noise], want[noise])
 
 
 def _stop_after(k: int) -> Any:
@@ -333,6 +341,7 @@ def test_ppo_lm_trains_asynchronously_with_its_critic(tmp_path: Path, tiny_lm: A
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # two Ray runs of six processes: 560 s on CI's 2 cores
 @pytest.mark.timeout(1500)  # 674 s at a load average of 35 on 2 cores
 def test_sigint_to_the_process_group_of_an_async_ray_run_then_resume(tmp_path: Path, tiny_lm: Any) -> None:
     """``rlinf train examples/grpo_arith.yaml`` (shortened, ``rollout.max_staleness=1``, under

@@ -32,7 +32,7 @@ import pytest
 from rlinf_algos.runtime.recovery import RunFailed
 from rlinf_algos.training import run_training
 
-pytestmark = [pytest.mark.slow, pytest.mark.network]
+pytestmark = [pytest.mark.slow, pytest.mark.extended, pytest.mark.network]  # 3-4 minutes each on 2 cores
 
 TIMEOUT = 120.0  # runner.worker_timeout: the bound of every wait
 SLACK_S = 60.0  # a restart starts a process that imports torch: slow on a loaded 2-core machine

@@ -131,8 +131,20 @@ def test_resume_without_a_checkpoint_says_so(host: Any, tmp_path: Path, tiny_lm:
 @pytest.mark.parametrize(
     ("name", "mode", "extra"),
     [
-        ("grpo_arith.yaml", "single", ["cluster.component_placement.rollout.placement=0:0-1"]),
-        ("grpo_multiagent.yaml", "multiagent", ["cluster.component_placement.agent.placement=0:0-2"]),
+        # 2-3 minutes each on CI's 2 cores: CI places the FSDP actors (below), which cover placing
+        # a component on 2 ranks; these two are opt-in (-m extended)
+        pytest.param(
+            "grpo_arith.yaml",
+            "single",
+            ["cluster.component_placement.rollout.placement=0:0-1"],
+            marks=pytest.mark.extended,
+        ),
+        pytest.param(
+            "grpo_multiagent.yaml",
+            "multiagent",
+            ["cluster.component_placement.agent.placement=0:0-2"],
+            marks=pytest.mark.extended,
+        ),
         # the actor as 2 FSDP ranks: rank 1 shards a meta skeleton and receives its shards
         (
             "grpo_arith.yaml",

@@ -192,6 +192,7 @@ def test_up_front_checks_name_the_yaml_path(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # 160 s on CI's 2 cores; test_verl_parquet_with_compute_score_and_lora in-process
 @pytest.mark.network
 def test_distributed_dataset_run_with_lora_through_rlinf_train(tmp_path: Path) -> None:
     """``rlinf train`` on placed workers: the reward worker loads the data set and the user's

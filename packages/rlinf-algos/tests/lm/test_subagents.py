@@ -457,6 +457,7 @@ def test_a_warm_policy_trains_leads_and_subagents_then_rlinf_eval(
 
 @pytest.mark.network
 @pytest.mark.slow
+@pytest.mark.extended  # seven Ray processes: 3 minutes on CI's 2 cores; the local variant runs in CI
 @pytest.mark.timeout(900)  # a wait without a bound fails the test, never hangs CI
 def test_leads_and_subagents_on_placed_agents_and_a_tool_component(
     world_dir: Path, warm_policy: Path, tmp_path: Path, host: Any, invoke: Any

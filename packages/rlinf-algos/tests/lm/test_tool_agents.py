@@ -725,6 +725,7 @@ def test_tools_episodes_on_placed_agents_and_a_tool_component(
 
 @pytest.mark.network
 @pytest.mark.slow
+@pytest.mark.extended  # eight Ray processes, four restarts: 3-4 minutes on CI's 2 cores
 def test_a_tools_run_survives_killed_tool_reward_reference_and_agent_processes(
     world_dir: Path, model_dir: Path, tmp_path: Path
 ) -> None:
