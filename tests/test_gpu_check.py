@@ -72,6 +72,7 @@ RUN_STEPS = ("grpo_arith local", "quickstart ppo local", "two ranks on one devic
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # 65 s on CI's 2 cores; CI runs the check's steps (--cpu) here and through gpu_check.sh
 def test_gpu_check_end_to_end_steps_pass_on_the_cpu_without_ray(tmp_path: Path) -> None:
     """``--cpu --runs``: the end-to-end steps a GPU always runs (``rlinf train`` of grpo_arith
     and of the quickstart with the local scheduler, the two-rank probe, ``pytest -m gpu``) pass

@@ -98,7 +98,16 @@ def test_micro_batches_on_one_rank_equal_the_whole_minibatch(tmp_path: Path, ref
 
 @pytest.mark.slow
 @pytest.mark.network
-@pytest.mark.parametrize(("strategy", "micro"), [("ddp", 0), ("ddp", 6), ("fsdp", 0), ("fsdp", 6)])
+@pytest.mark.parametrize(
+    ("strategy", "micro"),
+    # without micro-batches: 16-23 s each on CI's 2 cores, opt-in (-m extended)
+    [
+        pytest.param("ddp", 0, marks=pytest.mark.extended),
+        ("ddp", 6),
+        pytest.param("fsdp", 0, marks=pytest.mark.extended),
+        ("fsdp", 6),
+    ],
+)
 def test_two_ranks_update_like_one(tmp_path: Path, reference: dict, strategy: str, micro: int) -> None:
     state = _run_group(tmp_path, 2, strategy, micro)
     _assert_close(state["model"], reference["model"])
@@ -143,7 +152,12 @@ def grpo_reference(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.mark.network
 @pytest.mark.parametrize(
     ("strategy", "micro", "aggregation"),
-    [("ddp", 0, "token-mean"), ("fsdp", 7, "token-mean"), ("ddp", 3, "seq-mean-token-mean")],
+    [
+        # 30 s each on CI's 2 cores: the other two cover DDP, FSDP and micro-batches in CI
+        pytest.param("ddp", 0, "token-mean", marks=pytest.mark.extended),
+        ("fsdp", 7, "token-mean"),
+        ("ddp", 3, "seq-mean-token-mean"),
+    ],
 )
 @pytest.mark.slow
 def test_embodied_grpo_updates_on_two_ranks_like_on_one(
@@ -209,7 +223,12 @@ def lm_reference(tmp_path_factory: pytest.TempPathFactory) -> Any:
     # DDP with every weight trained is the embodied tests' path (test_two_ranks_update_like_one);
     # the LM-specific ones: DDP with shared prompts and LoRA, FSDP with micro-batches, FSDP + LoRA
     ("strategy", "micro", "lora"),
-    [("fsdp", 3, "0"), ("ddp", 0, "1"), ("fsdp", 0, "1")],
+    # 45 s each on CI's 2 cores: CI runs FSDP with LoRA (and micro-batches in the embodied test)
+    [
+        pytest.param("fsdp", 3, "0", marks=pytest.mark.extended),
+        pytest.param("ddp", 0, "1", marks=pytest.mark.extended),
+        ("fsdp", 0, "1"),
+    ],
 )
 @pytest.mark.slow
 def test_the_language_model_actor_updates_on_two_ranks_like_on_one(

@@ -257,7 +257,11 @@ def test_robot_errors_surface_as_exceptions() -> None:
         # reflex, which is never retried), so reset tried it home_attempts times before giving up.
         assert backend.home_retries == backend.home_attempts - 1
         assert f"failed {backend.home_attempts} times" in str(info.value)
-        backend.reset(home)  # automatic error recovery, then home
+        # automatic error recovery, then home; franky's control loop runs in this process, and on
+        # a loaded 2-core machine it misses cycles, so several moves in a row can abort with an
+        # acceleration-discontinuity reflex (CI saw 3 of 3): retries enough for that here
+        backend.home_attempts = 10
+        backend.reset(home)
         np.testing.assert_allclose(
             backend.read().q, home, atol=0.02
         )  # joint impedance: a little friction error

@@ -279,6 +279,7 @@ def test_sigterm_writes_everything_then_plot_eval_and_resume_work(
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.extended  # 90 s on CI's 2 cores; CI stops and resumes the run itself
 def test_a_warm_start_stopped_by_sigterm_continues_on_resume(tmp_path: Path, tiny_lm: Any) -> None:
     """SIGTERM during the warm start (once its step-100 line is out): the warm start writes its
     checkpoint and the run says how to continue; ``--resume`` (the run has no checkpoint of its

@@ -638,6 +638,7 @@ def test_teacher_trace_shape() -> None:
 
 @pytest.mark.network
 @pytest.mark.slow
+@pytest.mark.extended  # 120 s on CI's 2 cores; the in-process tools runs are in CI
 def test_tools_episodes_on_placed_agents_and_a_tool_component(
     world_dir: Path, model_dir: Path, tmp_path: Path
 ) -> None:

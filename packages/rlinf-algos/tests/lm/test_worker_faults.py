@@ -68,6 +68,7 @@ def test_killed_rollout_and_reward_workers_are_restarted_and_their_batches_dropp
         assert [int(r["step"]) for r in csv.DictReader(f)] == [1, 2, 3, 4]  # each row once
 
 
+@pytest.mark.extended  # a Ray run with a fault: 1-2 minutes on CI's 2 cores; CI kills rollout and reward
 def test_killed_reference_worker_is_restarted_with_the_frozen_weights(
     ray_cluster: Any, tmp_path: Path, tiny_lm: Any
 ) -> None:

@@ -214,6 +214,7 @@ def test_grpo_arith_runs_each_by_name(tmp_path: Path, extra: list[str], tiny_lm:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # 90 s on CI's 2 cores; CI runs dynamic sampling locally
 def test_grpo_arith_dynamic_sampling_on_placed_workers(
     tmp_path: Path, rlinf_script: Any, tiny_lm: Any
 ) -> None:
@@ -234,6 +235,7 @@ def test_grpo_arith_dynamic_sampling_on_placed_workers(
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # 65 s on CI's 2 cores; CI places PPO by name
 def test_embodied_grpo_by_name_on_placed_workers(tmp_path: Path) -> None:
     """``examples/grpo_pendulum.yaml`` shortened on its default scheduler (ray: env, rollout,
     reward, reference and actor workers): the reward worker scores with the named estimator and

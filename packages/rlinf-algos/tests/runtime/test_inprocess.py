@@ -94,6 +94,7 @@ def test_ppo_local_and_ray_log_the_same_rows(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # 100 s on CI's 2 cores; CI compares PPO's local and Ray rows
 def test_grpo_lm_local_and_ray_log_the_same_rows(tmp_path: Path, tiny_lm: Any) -> None:
     config = tiny_lm.config(*LM_TINY)
     run_training(_local(config), run_dir=tmp_path / "local")

@@ -80,6 +80,7 @@ def test_a_killed_learner_is_restarted_from_the_newest_checkpoint(
     assert record["algorithm"] == "ppo"
 
 
+@pytest.mark.extended  # a Ray run with a fault: 1-2 minutes on CI's 2 cores; CI restarts a learner
 def test_without_restarts_left_the_message_names_the_checkpoint_and_the_resume_command(
     placed_ppo: Any, ray_cluster: Any, tmp_path: Path
 ) -> None:
@@ -109,6 +110,7 @@ def test_without_restarts_left_the_message_names_the_checkpoint_and_the_resume_c
     assert placed_ppo.rows(tmp_path) == [placed_ppo.batch * i for i in range(1, 7)]
 
 
+@pytest.mark.extended  # a Ray run with a fault: 1-2 minutes on CI's 2 cores; CI restarts a learner
 def test_a_learner_group_that_loses_a_rank_restarts_as_a_group(
     placed_ppo: Any, ray_cluster: Any, tmp_path: Path
 ) -> None:

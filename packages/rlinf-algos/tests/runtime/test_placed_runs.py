@@ -171,6 +171,7 @@ def test_killed_rollout_and_env_workers_are_restarted_and_their_batches_dropped(
     assert [int(r["step"]) for r in rows(tmp_path)] == [2048, 4096, 6144, 8192]
 
 
+@pytest.mark.extended  # 35 s on CI's 2 cores; the placed runs in CI run these workers
 def test_rollout_only_runs_env_and_rollout_workers_without_learning(ray_cluster: Any, tmp_path: Path) -> None:
     config = ppo_config(total_steps=512)
     config["cluster"] = placement(rollout="0:0-1")  # one env worker feeding two rollout workers
@@ -203,7 +204,9 @@ def grpo_config(env: str = "0:0-1", rollout: str = "0", **runner: Any) -> dict[s
     ("env", "rollout"),
     [
         ("0:0-1", "0"),  # two env workers feeding one rollout worker (a stage spans both)
-        ("0", "0:0-1"),  # one env worker feeding two rollout workers, which finish a stage apart
+        # one env worker feeding two rollout workers, which finish a stage apart (50 s on CI's 2
+        # cores: opt-in, -m extended)
+        pytest.param("0", "0:0-1", marks=pytest.mark.extended),
     ],
 )
 def test_grpo_runs_whole_episode_groups_on_reward_and_reference_workers(
@@ -233,6 +236,8 @@ def test_grpo_runs_whole_episode_groups_on_reward_and_reference_workers(
     assert record["algorithm"] == "grpo" and module.predict(torch.zeros(1, 4)).shape == (1, 1)
 
 
+# a Ray run with a fault: 1-2 minutes on CI's 2 cores; CI kills PPO's rollout and env workers
+@pytest.mark.extended
 def test_grpo_survives_a_killed_rollout_worker(ray_cluster: Any, tmp_path: Path) -> None:
     import ray
 
@@ -255,6 +260,8 @@ def test_grpo_survives_a_killed_rollout_worker(ray_cluster: Any, tmp_path: Path)
     assert [int(r["step"]) for r in rows(tmp_path)] == [3200, 6400, 9600]
 
 
+# a Ray run with a fault: 1-2 minutes on CI's 2 cores; test_worker_faults kills the LM's
+@pytest.mark.extended
 def test_grpo_survives_killed_reward_and_reference_workers(ray_cluster: Any, tmp_path: Path) -> None:
     """SIGKILL on the reward worker in iteration 1 and on the reference in iteration 3: each is
     named, restarted in place (the reference freezes the same weights again), the batch its

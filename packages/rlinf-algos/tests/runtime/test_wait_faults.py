@@ -32,6 +32,7 @@ TIMEOUT = 120.0  # runner.worker_timeout: the bound of every wait
 SLACK_S = 60.0  # a restart starts a process that imports torch: slow on a loaded 2-core machine
 
 
+@pytest.mark.extended  # 65 s on CI's 2 cores; CI kills a learner rank mid-collective
 def test_a_rollout_worker_killed_mid_weight_sync_is_restarted_and_its_batch_dropped(
     placed_ppo: Any, ray_cluster: Any, tmp_path: Path, stop_then_kill: Any
 ) -> None:
@@ -90,6 +91,7 @@ def test_a_learner_rank_killed_mid_collective_restarts_the_group_naming_it(
     assert placed_ppo.rows(tmp_path) == [placed_ppo.batch * i for i in range(1, 7)]  # each row once
 
 
+@pytest.mark.extended  # a Ray run with a fault: 1-2 minutes on CI's 2 cores; CI kills one mid-collective
 def test_a_stopped_rollout_worker_is_named_and_replaced_within_its_bound(
     placed_ppo: Any, ray_cluster: Any, tmp_path: Path
 ) -> None:
