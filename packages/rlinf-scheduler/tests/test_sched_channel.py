@@ -22,28 +22,6 @@ ray = pytest.importorskip("ray")
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 
 
-def _no_uv_worker_hook(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under ``uv run`` Ray starts every worker through ``uv run`` (seconds per actor); the workers
-    share this interpreter anyway, so start them with it directly."""
-    from ray._private import ray_constants
-
-    monkeypatch.setattr(ray_constants, "RAY_ENABLE_UV_RUN_RUNTIME_ENV", False)
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    with pytest.MonkeyPatch.context() as mp:
-        _no_uv_worker_hook(mp)
-        ray.init(
-            num_cpus=2,
-            include_dashboard=False,
-            log_to_driver=False,
-            namespace=f"test-chan-{uuid.uuid4().hex[:8]}",
-        )
-    yield
-    ray.shutdown()
-
-
 def _name() -> str:
     return f"ch-{uuid.uuid4().hex[:8]}"
 
