@@ -6,7 +6,8 @@ demonstrations' states (unit variance for features constant in them, :data:`DEGE
 RL keeps these statistics frozen unless ``model.bc.obs_norm: running``,
 :func:`rlinf_algos.warm_starts.obs_stats_frozen`), then its action mean to the demonstrated actions by mean squared error,
 ``L = mean_b ||mu(s_b) - clip(a_b)||^2``, with Adam and a cosine-decayed learning rate, over
-``epochs`` passes; a tenth of the episodes (at least one) is held out and its loss reported. The
+``epochs`` passes (``model.bc.steps: until_solved``: only each episode's steps up to its first
+solved one); a tenth of the episodes (at least one) is held out and its loss reported. The
 policy's ``log_std`` is then set to ``model.bc.log_std`` (a cloned mean with the initial
 exploration noise of a fresh policy would throw most of the cloning away in the first
 iterations). The result goes to ``RUN_DIR/warm_start.safetensors`` (``rlinf eval RUN
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlinf_algos.demos import load_demos
+from rlinf_algos.demos import load_demos, steps_until_solved
 from rlinf_algos.models import build_policy
 from rlinf_core.errors import ConfigError
 
@@ -55,6 +56,8 @@ def bc_warm_start(
     if say is None:
         say = logging.getLogger("rlinf.train").warning
     data = load_demos(Path(opts.demos))
+    if getattr(opts, "steps", "all") == "until_solved":
+        data = steps_until_solved(data, opts.demos, "model.bc.steps")
     states, actions = data["state"], data["action"]
     obs_dim, act_dim = int(spec.get("obs_dim", 0)), int(spec.get("act_dim", 0))
     if states.shape[1] != obs_dim or actions.shape[1] != act_dim:

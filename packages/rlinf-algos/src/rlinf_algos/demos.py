@@ -30,7 +30,7 @@ import numpy as np
 
 from rlinf_core.errors import ConfigError, RlinfError
 
-__all__ = ["KEEP", "load_demos", "record_demos"]
+__all__ = ["KEEP", "load_demos", "record_demos", "steps_until_solved", "until_solved"]
 
 CODEBASE_VERSION = "v2.1"
 KEEP = ("end", "once", "all")
@@ -316,3 +316,35 @@ def load_demos(path: Path, where: str = "model.bc.demos") -> dict[str, Any]:
         "success": np.concatenate(solved) if solved is not None else None,
         "info": info,
     }
+
+
+def until_solved(episodes: np.ndarray, success: np.ndarray) -> np.ndarray:
+    """A mask over steps: each episode's steps up to and including the first whose
+    ``success`` is true (every step of an episode never solved). Steps of one episode are
+    contiguous and in order, as :func:`load_demos` returns them."""
+    keep = np.ones(len(episodes), bool)
+    starts = np.flatnonzero(np.r_[True, episodes[1:] != episodes[:-1]])
+    for lo, hi in zip(starts, np.r_[starts[1:], len(episodes)], strict=True):
+        hit = np.flatnonzero(success[lo:hi])
+        if hit.size:
+            keep[lo + hit[0] + 1 : hi] = False
+    return keep
+
+
+def steps_until_solved(data: dict[str, Any], demos: str, where: str) -> dict[str, Any]:
+    """``data`` (:func:`load_demos`) with only each episode's steps up to the one that first
+    solves its task (:func:`until_solved`): what an expert that solves and then overshoots
+    (MetaWorld's door-open-v3) did before the overshoot. A data set without ``next.success`` is a
+    :class:`ConfigError` at ``where`` (the option that asked, e.g. ``algorithm.bc_steps``)."""
+    if data.get("success") is None:
+        raise ConfigError(
+            f"{where} until_solved reads each step's next.success, which {demos!r} lacks "
+            f"(record it with `rlinf demos record`, or set {where}: all)",
+            path=where,
+        )
+    keep = until_solved(data["episode_index"], data["success"])
+    out = dict(data)
+    for key in ("state", "action", "episode_index", "success"):
+        out[key] = data[key][keep]
+    out["task"] = np.asarray(data["task"], dtype=object)[keep].tolist()
+    return out

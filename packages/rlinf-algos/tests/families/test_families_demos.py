@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import rlinf_algos
-from rlinf_algos.demos import load_demos, record_demos
+from rlinf_algos.demos import load_demos, record_demos, steps_until_solved, until_solved
 from rlinf_algos.families import get_family
 from rlinf_algos.families.venvs import setup_family
 from rlinf_algos.run_files import read_state
@@ -122,6 +122,40 @@ def test_behaviour_cloning_fits_the_expert_then_rl_starts_from_it(demos: Path, t
     ]
     assert sum(err < 0.1 * constant for err in errors) >= len(errors) - 1, (errors, constant)
     assert torch.allclose(fresh.module.actor_log_std, torch.full((4,), -2.0), atol=1e-3)
+
+
+def test_until_solved_keeps_each_episode_up_to_its_first_solved_step() -> None:
+    episodes = np.array([0, 0, 0, 0, 1, 1, 1, 2, 2])
+    success = np.array([0, 1, 0, 1, 0, 0, 0, 1, 1], bool)  # 0 solves then overshoots; 1 never
+    assert until_solved(episodes, success).tolist() == [1, 1, 0, 0, 1, 1, 1, 1, 0]
+    data = {
+        "state": np.arange(9, dtype=np.float32)[:, None],
+        "action": np.zeros((9, 1), np.float32),
+        "episode_index": episodes,
+        "task": list("aaaabbbcc"),
+        "success": success,
+    }
+    kept = steps_until_solved(data, "DEMOS", "model.bc.steps")
+    assert kept["state"][:, 0].tolist() == [0, 1, 4, 5, 6, 7] and kept["task"] == list("aabbbc")
+    with pytest.raises(ConfigError) as err:  # a data set without next.success: one line naming the key
+        steps_until_solved({**data, "success": None}, "DEMOS", "model.bc.steps")
+    assert err.value.problems[0].path == "model.bc.steps" and "next.success" in str(err.value)
+
+
+def test_the_clone_fits_only_the_steps_up_to_the_solve_when_told(demos: Path, tmp_path: Path) -> None:
+    """``model.bc.steps: until_solved``: reach-v3's expert holds the goal for many steps after it
+    first reaches it; the clone is fitted on each episode's steps up to that one only."""
+    data = load_demos(demos)
+    up_to = until_solved(data["episode_index"], data["success"])
+    assert 0 < up_to.sum() < len(up_to)
+    run = {
+        "algorithm": {"name": "ppo", "rollout_steps": 30, "minibatch_size": 60, "update_epochs": 1},
+        "env": {"family": "metaworld", "id": "reach-v3", "num_envs": 2, "max_episode_steps": 60},
+        "model": {"hidden_sizes": [16], "bc": {"demos": str(demos), "epochs": 2, "steps": "until_solved"}},
+        "runner": {"scheduler": "local", "total_steps": 60, "log_interval": 60, "loggers": ["csv"]},
+    }
+    summary = rlinf_algos.train(run, tmp_path / "run")
+    assert summary["warm_start"]["steps"] == int(up_to.sum())
 
 
 def test_demonstrations_of_another_env_are_refused_naming_both_sizes(demos: Path, tmp_path: Path) -> None:

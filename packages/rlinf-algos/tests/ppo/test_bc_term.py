@@ -105,14 +105,6 @@ def test_per_task_sampling_gives_a_task_with_few_demonstrations_its_share(
     assert balanced < 0.5 * uniform, (balanced, uniform)
 
 
-def test_until_solved_keeps_each_episode_up_to_its_first_solved_step() -> None:
-    from rlinf_algos.ppo.recipe import until_solved
-
-    episodes = np.array([0, 0, 0, 0, 1, 1, 1, 2, 2])
-    success = np.array([0, 1, 0, 1, 0, 0, 0, 1, 1], bool)  # 0 solves then overshoots; 1 never
-    assert until_solved(episodes, success).tolist() == [1, 1, 0, 0, 1, 1, 1, 1, 0]
-
-
 def test_bc_steps_until_solved_draws_no_step_after_the_solve(monkeypatch: pytest.MonkeyPatch) -> None:
     from rlinf_algos.ppo import recipe
 

@@ -34,6 +34,13 @@ class BCConfig(ConfigSection):
     )
     batch_size: int = Field(256, ge=1, description="steps per gradient step")
     lr: float = Field(1e-3, gt=0.0, description="Adam learning rate (decayed to 0, cosine)")
+    steps: Literal["all", "until_solved"] = Field(
+        "all",
+        description="which demonstrated steps the clone is fitted on: `all`; `until_solved`, each episode's "
+        "steps up to the one that first solves its task (the data set's next.success): the clone does not "
+        "learn an expert's overshoot past the goal (MetaWorld's door-open-v3), as algorithm.bc_steps does "
+        "for the term during RL",
+    )
     log_std: float | None = Field(
         -1.0, description="the policy's log standard deviation after the fit (null: leave log_std_init)"
     )

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rlinf_algos.channels import traj_key
-from rlinf_algos.demos import load_demos
+from rlinf_algos.demos import load_demos, steps_until_solved
 from rlinf_algos.embodied.recipe import IterationPlan, LearnerContext, Recipe
 from rlinf_algos.flow import await_call
 from rlinf_algos.models import build_policy
@@ -110,31 +110,11 @@ def bc_demos(cfg: Any, model_cfg: Any, load: bool = True) -> tuple[Any, ...] | N
     if not load:
         return None
     data = load_demos(Path(demos))
-    states, actions, tasks = data["state"], data["action"], np.asarray(data["task"], dtype=object).astype(str)
     if cfg.bc_steps == "until_solved":
-        if data.get("success") is None:
-            raise ConfigError(
-                f"algorithm.bc_steps until_solved reads each step's next.success, which {demos!r} lacks "
-                "(record it with `rlinf demos record`, or set algorithm.bc_steps: all)",
-                path="algorithm.bc_steps",
-            )
-        keep = until_solved(data["episode_index"], data["success"])
-        states, actions, tasks = states[keep], actions[keep], tasks[keep]
+        data = steps_until_solved(data, demos, "algorithm.bc_steps")
+    states, actions, tasks = data["state"], data["action"], np.asarray(data["task"], dtype=object).astype(str)
     weights = None
     if cfg.bc_sampling == "per_task":
         _, task_of_step, counts = np.unique(tasks, return_inverse=True, return_counts=True)
         weights = (1.0 / counts[task_of_step]).astype(np.float64)
     return states, actions, weights
-
-
-def until_solved(episodes: np.ndarray, success: np.ndarray) -> np.ndarray:
-    """A mask over steps: each episode's steps up to and including the first whose
-    ``success`` is true (every step of an episode never solved). Steps of one episode are
-    contiguous and in order, as :func:`~rlinf_algos.demos.load_demos` returns them."""
-    keep = np.ones(len(episodes), bool)
-    starts = np.flatnonzero(np.r_[True, episodes[1:] != episodes[:-1]])
-    for lo, hi in zip(starts, np.r_[starts[1:], len(episodes)], strict=True):
-        hit = np.flatnonzero(success[lo:hi])
-        if hit.size:
-            keep[lo + hit[0] + 1 : hi] = False
-    return keep
