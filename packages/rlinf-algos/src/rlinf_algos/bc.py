@@ -56,7 +56,7 @@ def bc_warm_start(
     if say is None:
         say = logging.getLogger("rlinf.train").warning
     data = load_demos(Path(opts.demos))
-    if getattr(opts, "steps", "all") == "until_solved":
+    if opts.steps == "until_solved":
         data = steps_until_solved(data, opts.demos, "model.bc.steps")
     states, actions = data["state"], data["action"]
     obs_dim, act_dim = int(spec.get("obs_dim", 0)), int(spec.get("act_dim", 0))
