@@ -11,6 +11,12 @@ clusters, trained tokenizers) are built once, as in a serial run. A module that 
 loopback addresses, ports or network-namespace names (Ray nodes on 127.0.0.2, EasyTier
 instances, the Franka simulator) says ``pytest.mark.xdist_group("loopback")``: all of those run
 one after another on one worker, so two of them never claim the same address at once.
+
+The learning checks are few and long (one of them a third of the stage), so module-by-module
+dealing leaves a worker idle while the other finishes: each says what it costs,
+``pytest.mark.learning(seconds=S)`` (its call time in CI's learning stage), and under xdist the
+checks that will run are dealt to one group per worker, longest first onto the least loaded
+(``learning_bins``), so the workers finish together.
 """
 
 from __future__ import annotations
@@ -73,8 +79,44 @@ def pytest_configure(config: pytest.Config) -> None:
     faulthandler.enable(file=f, all_threads=True)
 
 
+# the cost of a learning check that does not declare one (`pytest.mark.learning(seconds=...)`)
+DEFAULT_LEARNING_SECONDS = 120.0
+
+
+def learning_seconds(item: pytest.Item) -> float:
+    """What a `learning` check declares it costs; 0 when a `skipif` already decided to skip it."""
+    for mark in item.iter_markers("skipif"):
+        if mark.args and isinstance(mark.args[0], bool) and mark.args[0]:
+            return 0.0
+    mark = item.get_closest_marker("learning")
+    return float(mark.kwargs.get("seconds", DEFAULT_LEARNING_SECONDS)) if mark else 0.0
+
+
+def learning_bins(costs: dict[str, float], workers: int) -> dict[str, int]:
+    """Deal tests (nodeid -> seconds) to ``workers`` bins, longest first onto the least loaded
+    (ties to the lower bin, then nodeid order): the same bins on every worker."""
+    loads = [0.0] * workers
+    bins: dict[str, int] = {}
+    for nodeid, cost in sorted(costs.items(), key=lambda kv: (-kv[1], kv[0])):
+        b = min(range(workers), key=lambda i: (loads[i], i))
+        bins[nodeid] = b
+        loads[b] += cost
+    return bins
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 0))
+    if workers > 1:
+        learning = {
+            item.nodeid: learning_seconds(item) for item in items if item.get_closest_marker("learning")
+        }
+        # every learning check collected (this hook runs before `-m` deselects): a run of a
+        # few of them with -k may deal them unevenly, never wrongly
+        bins = learning_bins(learning, workers) if len(learning) > 1 else {}
+        for item in items:
+            if item.nodeid in bins and item.get_closest_marker("xdist_group") is None:
+                item.add_marker(pytest.mark.xdist_group(f"learning-{bins[item.nodeid]}"))
     for item in items:
         # `extended` tests are the slow suite's longest (outside CI's budget): a test marked
         # `extended` alone would run in the fast suite, which deselects only `slow`

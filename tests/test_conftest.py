@@ -2,7 +2,8 @@
 
 A whole-suite run (no test paths named) gets two pytest-xdist workers with ``--dist loadgroup``;
 a run naming a path, or asking for ``-n 0``, stays in one process; a test marked ``extended``
-but not ``slow`` is a usage error.
+but not ``slow`` is a usage error; under workers the learning checks are dealt to one group per
+worker by the seconds they declare.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def test_two():
 def _project(tmp_path: Path, body: str = TWO_TESTS) -> Path:
     shutil.copy(ROOT / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "pyproject.toml").write_text(
-        '[tool.pytest.ini_options]\ntestpaths = ["t"]\nmarkers = ["slow: s", "extended: e"]\n'
+        '[tool.pytest.ini_options]\ntestpaths = ["t"]\nmarkers = ["slow: s", "extended: e", "learning: l"]\n'
     )
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "test_a.py").write_text(body)
@@ -76,3 +77,51 @@ def test_extended_without_slow_is_a_usage_error(tmp_path: Path) -> None:
     assert run.returncode == 4, run.stdout + run.stderr
     assert "workers" not in run.stdout
     assert "marked extended but not slow; mark it slow as well" in run.stdout + run.stderr
+
+
+LEARNING = """\
+import pytest
+
+
+@pytest.mark.learning(seconds=100)
+def test_long():
+    pass
+
+
+@pytest.mark.learning(seconds=60)
+def test_mid():
+    pass
+
+
+@pytest.mark.learning(seconds=45)
+def test_short():
+    pass
+
+
+@pytest.mark.learning(seconds=500)
+@pytest.mark.skipif(True, reason="opt-in")
+def test_skipped():
+    pass
+"""
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: pytest-xdist would start one worker")
+def test_learning_checks_are_dealt_by_their_seconds_one_group_per_worker(tmp_path: Path) -> None:
+    # longest first onto the least loaded: long alone (100), mid and short together (105); the
+    # skipped check costs nothing. Module by module all three would share one worker.
+    run = _pytest(_project(tmp_path, LEARNING), "-n", "2", "--dist", "loadgroup", "-v")
+    assert run.returncode == 0, run.stdout + run.stderr
+    where = {}  # "[gw1] [ 50%] PASSED t/test_a.py::test_mid@learning-1"
+    for line in run.stdout.splitlines():
+        if "PASSED t/test_a.py::" in line:
+            name, group = line.split("::", 1)[1].strip().split("@")
+            where[name] = (line.split()[0], group)
+    assert where["test_long"][1] == "learning-0", run.stdout
+    assert where["test_mid"] == where["test_short"] and where["test_mid"][1] == "learning-1", run.stdout
+    assert where["test_mid"][0] != where["test_long"][0], run.stdout
+
+
+def test_a_run_in_one_process_leaves_the_learning_checks_in_their_modules(tmp_path: Path) -> None:
+    run = _pytest(_project(tmp_path, LEARNING), "-v", "t/test_a.py")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "learning-" not in run.stdout and "3 passed, 1 skipped" in run.stdout, run.stdout

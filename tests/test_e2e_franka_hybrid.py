@@ -78,7 +78,7 @@ def test_smoke_run_in_one_process_then_eval(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.learning
+@pytest.mark.learning(seconds=477)
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_example_grasps_the_named_cube(seed: int, tmp_path: Path) -> None:

@@ -58,7 +58,7 @@ def test_example_is_the_twin_with_flat_unpaced_observations() -> None:
 
 @pytest.mark.network
 @pytest.mark.slow
-@pytest.mark.learning
+@pytest.mark.learning(seconds=379)
 def test_franka_reach_sac_learns(tmp_path: Path) -> None:
     """The example's full budget reaches the target: the final policy's deterministic success
     rate over 100 evaluation episodes is at least 0.9 with the example's 20,000 env steps (95 s in

@@ -79,7 +79,7 @@ def test_quickstart_small_budget_writes_the_run_directory(tmp_path: Path) -> Non
 
 @pytest.mark.network
 @pytest.mark.slow
-@pytest.mark.learning
+@pytest.mark.learning(seconds=271)
 def test_quickstart_learns_then_resumes_on_two_fsdp_ranks(tmp_path: Path) -> None:
     """The full quickstart: the pendulum return climbs from about 10 to several hundred
     (measured: 706 after 100k steps, 54 s of training, 2 min 11 s in all on the loaded

@@ -515,7 +515,7 @@ CARTPOLE_SEEDS = [int(s) for s in os.environ.get("RLINF_CARTPOLE_SEEDS", "0").sp
 
 
 @pytest.mark.slow
-@pytest.mark.learning
+@pytest.mark.learning(seconds=41)
 @pytest.mark.parametrize("seed", CARTPOLE_SEEDS)
 def test_cartpole_example_reaches_475_within_100k_steps(seed: int, tmp_path: Path) -> None:
     """``examples/cartpole.yaml`` (PPO, 100k env steps, in one process): mean return of 20

@@ -80,7 +80,7 @@ LUNARLANDER_SEEDS = [int(s) for s in os.environ.get("RLINF_LUNARLANDER_SEEDS", "
 
 
 @pytest.mark.slow
-@pytest.mark.learning
+@pytest.mark.learning(seconds=338)
 @pytest.mark.parametrize("seed", LUNARLANDER_SEEDS)
 def test_lunarlander_example_reaches_200_within_1m_steps(seed: int, tmp_path: Path) -> None:
     """``examples/lunarlander.yaml`` (PPO, 999,424 env steps, in one process): mean return of 20

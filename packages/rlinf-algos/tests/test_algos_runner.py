@@ -365,7 +365,7 @@ def test_ctrl_c_writes_checkpoint_and_summary(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.learning
+@pytest.mark.learning(seconds=48)
 def test_ppo_learns_inverted_pendulum(tmp_path: Path) -> None:
     cfg = PPOConfig(rollout_steps=256)
     sections = {"env": {"id": ENV, "num_envs": 8}, "runner": {"total_steps": 100_000, "log_interval": 10_000}}
@@ -374,7 +374,7 @@ def test_ppo_learns_inverted_pendulum(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.learning
+@pytest.mark.learning(seconds=143)
 def test_sac_learns_inverted_pendulum(tmp_path: Path) -> None:
     cfg = SACConfig(learning_starts=1000, batch_size=128)
     sections = {

@@ -96,7 +96,7 @@ def test_algorithm_class_and_module_entry_point(tmp_path: Path, tiny_lm: Any) ->
 
 
 @pytest.mark.slow
-@pytest.mark.learning
+@pytest.mark.learning(seconds=1242)
 # the run caps itself at 900 s (runner.time_limit_s) and the command at 1500 s: pytest's default
 # 900 s would kill a slow run before its own assertions say what was slow
 @pytest.mark.timeout(1500)
