@@ -46,6 +46,7 @@ def _check_report(report: Path, out: str) -> None:
     assert "gloo, fsdp" in out and "PASS  sft bf16" in out and "PASS  learner group of one" in out
 
 
+@pytest.mark.slow  # 45 s: the whole check, every step's processes
 def test_gpu_check_cpu_mode_passes_without_ray_and_writes_its_report(tmp_path: Path) -> None:
     """The whole check in a process where any import of ray fails and is recorded (a
     ``sitecustomize`` import hook): it passes and nothing asked for ray."""

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "python_api.py"
 
 
+@pytest.mark.slow  # the example's whole training run
 def test_the_python_api_example_trains_loads_and_drives_a_policy(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     proc = subprocess.run(

@@ -249,6 +249,7 @@ def test_the_language_model_actor_updates_on_two_ranks_like_on_one(
         assert two["stats"][key] == pytest.approx(one["stats"][key], abs=1e-5), key
 
 
+@pytest.mark.slow  # two Gloo ranks: a process each (README, Development)
 @pytest.mark.network
 @pytest.mark.parametrize("cap", [1 << 20, 200])
 def test_gradients_are_summed_bucket_by_bucket(tmp_path: Path, cap: int) -> None:
@@ -277,6 +278,7 @@ def test_gradients_are_summed_bucket_by_bucket(tmp_path: Path, cap: int) -> None
         assert got["max_cat"] == sum(torch.zeros(s).numel() for s in shapes) * 4 + flags  # one bucket
 
 
+@pytest.mark.slow  # two Gloo ranks: a process each (README, Development)
 @pytest.mark.network
 def test_fsdp_ranks_shard_before_they_load(tmp_path: Path) -> None:
     """``wrap_loaded`` under ``fsdp`` on 2 Gloo ranks: only rank 0 reads the folder's weights;

@@ -25,6 +25,7 @@ class Niceness(Worker):
         return os.nice(0)
 
 
+@pytest.mark.slow  # starts an embedded Ray (README, Development)
 def test_embedded_ray_runs_workers_at_the_drivers_priority(monkeypatch: pytest.MonkeyPatch) -> None:
     # Ray renices its workers to 15 unless told otherwise; on a shared machine they would then
     # yield their CPU to any other process (a benchmark's peer, a colleague's job).
@@ -134,6 +135,7 @@ def _children() -> set[int]:
     return out
 
 
+@pytest.mark.slow  # starts Ray's GCS and dashboard
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
 def test_a_start_that_fails_leaves_no_ray_processes(monkeypatch: pytest.MonkeyPatch) -> None:
     """A start that times out (here: failing right after Ray started its GCS, dashboard and

@@ -125,8 +125,15 @@ def _error_lines(done: subprocess.CompletedProcess[str]) -> list[str]:
     ("fail", "says"),
     [
         ("raise", "env 'userenv:Flaky-v0': step raised ValueError: joint 3 out of range (at "),
-        ("exit", "env 'userenv:Flaky-v0': step raised SystemExit: 3 (at "),
-        ("reset", "env 'userenv:Flaky-v0': reset raised RuntimeError: the robot is not homed (at "),
+        # each a training run in its own process: one in the fast suite, the others slow
+        pytest.param(
+            "exit", "env 'userenv:Flaky-v0': step raised SystemExit: 3 (at ", marks=pytest.mark.slow
+        ),
+        pytest.param(
+            "reset",
+            "env 'userenv:Flaky-v0': reset raised RuntimeError: the robot is not homed (at ",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_a_failing_env_is_one_line_naming_the_call_and_the_users_line(
