@@ -105,7 +105,6 @@ def test_skipped():
 """
 
 
-@pytest.mark.slow  # two pytest-xdist workers, each a Python start-up (20-35 s on 2 cores)
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: pytest-xdist would start one worker")
 def test_learning_checks_are_dealt_by_their_seconds_one_group_per_worker(tmp_path: Path) -> None:
     # longest first onto the least loaded: long alone (100), mid and short together (105); the
