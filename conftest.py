@@ -15,7 +15,7 @@ one after another on one worker, so two of them never claim the same address at 
 The learning checks are few and long (one of them a third of the stage), so module-by-module
 dealing leaves a worker idle while the other finishes: each says what it costs,
 ``pytest.mark.learning(seconds=S)`` (its call time in CI's learning stage), and under xdist the
-checks that will run are dealt to one group per worker, longest first onto the least loaded
+checks are dealt to one group per worker, longest first onto the least loaded
 (``learning_bins``), so the workers finish together.
 """
 
@@ -84,13 +84,12 @@ def pytest_configure(config: pytest.Config) -> None:
 DEFAULT_LEARNING_SECONDS = 120.0
 
 
-def learning_seconds(item: pytest.Item) -> float:
-    """What a `learning` check declares it costs; 0 when a `skipif` already decided to skip it."""
-    for mark in item.iter_markers("skipif"):
-        if mark.args and isinstance(mark.args[0], bool) and mark.args[0]:
-            return 0.0
-    mark = item.get_closest_marker("learning")
-    return float(mark.kwargs.get("seconds", DEFAULT_LEARNING_SECONDS)) if mark else 0.0
+def learning_seconds(item: pytest.Item, mark: pytest.Mark) -> float:
+    """What a `learning` check (``mark``) declares it costs; 0 when a `skipif` already decided to
+    skip it."""
+    if any(m.args and m.args[0] is True for m in item.iter_markers("skipif")):
+        return 0.0
+    return float(mark.kwargs.get("seconds", DEFAULT_LEARNING_SECONDS))
 
 
 def learning_bins(costs: dict[str, float], workers: int) -> dict[str, int]:
@@ -108,20 +107,19 @@ def learning_bins(costs: dict[str, float], workers: int) -> dict[str, int]:
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     workers = int(getattr(config, "workerinput", {}).get("workercount", 0))
-    if workers > 1:
-        learning = {
-            item.nodeid: learning_seconds(item) for item in items if item.get_closest_marker("learning")
-        }
-        # every learning check collected (this hook runs before `-m` deselects): a run of a
-        # few of them with -k may deal them unevenly, never wrongly
-        bins = learning_bins(learning, workers) if len(learning) > 1 else {}
-        for item in items:
-            if item.nodeid in bins and item.get_closest_marker("xdist_group") is None:
-                item.add_marker(pytest.mark.xdist_group(f"learning-{bins[item.nodeid]}"))
+    learning = {
+        item.nodeid: learning_seconds(item, mark)
+        for item in items
+        if workers > 1 and (mark := item.get_closest_marker("learning")) is not None
+    }
+    # every learning check collected (this hook runs before `-m` deselects): a run of a few of
+    # them with -k may deal them unevenly, never wrongly
+    bins = learning_bins(learning, workers) if len(learning) > 1 else {}
     for item in items:
         # `extended` tests are the slow suite's longest (outside CI's budget): a test marked
         # `extended` alone would run in the fast suite, which deselects only `slow`
         if item.get_closest_marker("extended") and not item.get_closest_marker("slow"):
             raise pytest.UsageError(f"{item.nodeid}: marked extended but not slow; mark it slow as well")
         if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+            group = f"learning-{bins[item.nodeid]}" if item.nodeid in bins else item.nodeid.split("::", 1)[0]
+            item.add_marker(pytest.mark.xdist_group(group))
