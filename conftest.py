@@ -31,8 +31,8 @@ _FAULT_LOG: list[object] = []  # keeps the open file alive for the whole session
 
 # How many pytest-xdist workers a whole-suite run (`uv run pytest`, no test paths named) gets
 # unless `-n` says otherwise (the README's fast suite on the 2-core CI machine: 512-537 s on two
-# workers against 613 s in one process, measured at 91a0cc1; 289-363 s from fresh clones of fa79d65 and f3778a6, after
-# its multi-process tests moved to `slow`).
+# workers against 613 s in one process, measured at 91a0cc1; 289-363 s from fresh clones of
+# fa79d65 and f3778a6, after its multi-process tests moved to `slow`).
 DEFAULT_WORKERS = 2
 
 
